@@ -1,0 +1,3 @@
+from opd_nb.cli import main
+
+main()

@@ -1,0 +1,3 @@
+"""`opd check` commands (registered on the shared app)."""
+
+from opd_nb.cli._app import app  # noqa: F401

@@ -1,0 +1,24 @@
+"""User-facing errors: a message that says what is wrong, where, and how to fix it.
+
+Raise :class:`OpdError` for any user mistake. The CLI prints it as one line (exit code 2 unless
+set otherwise) and the ``%opd`` magic shows it as a UsageError-style line: never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class OpdError(Exception):
+    """A user mistake or an unmet precondition, explained for a person."""
+
+    def __init__(self, message: str, *, where: str | None = None, fix: str | None = None, exit_code: int = 2):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.fix = fix
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        if self.fix:
+            text += f" (fix: {self.fix})"
+        return text
