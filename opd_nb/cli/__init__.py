@@ -7,16 +7,17 @@ from typing import Any
 
 import typer
 
-from opd_nb.cli._app import app
-from opd_nb.cli._output import reset_magic, set_magic
-from opd_nb.errors import OpdError
+from opd_nb.cli import check as _check  # noqa: E402,F401
+from opd_nb.cli import demo as _demo  # noqa: E402,F401
+from opd_nb.cli import jobs as _jobs  # noqa: E402,F401
 
 # Each module registers its commands on `app`; they import heavy libraries only inside commands.
 from opd_nb.cli import new as _new  # noqa: E402,F401
-from opd_nb.cli import check as _check  # noqa: E402,F401
 from opd_nb.cli import serve as _serve  # noqa: E402,F401
-from opd_nb.cli import jobs as _jobs  # noqa: E402,F401
-from opd_nb.cli import demo as _demo  # noqa: E402,F401
+from opd_nb.cli import session as _session  # noqa: E402,F401
+from opd_nb.cli._app import app
+from opd_nb.cli._output import reset_magic, set_magic
+from opd_nb.errors import OpdError
 
 __all__ = ["app", "main", "invoke", "command"]
 

@@ -1,3 +1,21 @@
-"""`opd demo` commands (registered on the shared app)."""
+"""`opd demo`: scaffold, check, test, submit to a local control plane and watch to the end."""
 
-from opd_nb.cli._app import app  # noqa: F401
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from opd_nb.cli._app import app
+
+
+@app.command("demo")
+def demo(
+    directory: Path = typer.Argument(Path("opd-demo"), help="A new or empty directory for the demo."),
+    port: int = typer.Option(0, help="Port for the local control plane (0: any free port)."),
+) -> object:
+    """Run the whole product offline: reward workspace -> check -> tests -> local job -> metrics PNG."""
+    from opd_nb.demo import run_demo
+
+    # The demo narrates every stage itself; the result is returned for the magic and for tests.
+    return run_demo(directory, port=port)

@@ -1,0 +1,171 @@
+"""`opd demo`: the whole product in one command, offline.
+
+Scaffold a reward workspace, check it, run its tests, start a local control plane, submit through
+the workspace's own ``submit_job.py --local``, follow the job with a progress bar to SUCCEEDED,
+print a summary of the metrics, write a PNG of the curves next to the workspace, and stop the
+control plane again. Each stage is a public API call, so the demo doubles as an integration test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from opd_nb.errors import OpdError
+
+_JOB_ID = re.compile(r"job[ _-]?id\W+([A-Za-z0-9][\w.-]*)", re.IGNORECASE)
+
+
+class DemoResult(BaseModel):
+    """What the demo produced, for a closing summary (and for tests)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    workspace: Path
+    job_id: str
+    status: str
+    finetuned_output: str | None = None
+    png: Path | None = None
+    summary: list[dict[str, Any]] = []
+    seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"job {self.job_id}: {self.status} in {self.seconds:.0f}s", f"workspace: {self.workspace}"]
+        if self.finetuned_output:
+            lines.append(f"published model: {self.finetuned_output}")
+        if self.png:
+            lines.append(f"metric curves: {self.png}")
+        return "\n".join(lines)
+
+
+def parse_job_id(output: str) -> str | None:
+    """The job id printed by `submit_job.py` (last one wins)."""
+    found = _JOB_ID.findall(output)
+    return found[-1] if found else None
+
+
+def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any = None) -> DemoResult:
+    """Run the demo in `directory` (created; must be new or empty)."""
+    from rich.console import Console
+
+    console = console or Console()
+    started = time.monotonic()
+    root = Path(directory).expanduser().resolve()
+    if root.exists() and any(root.iterdir()):
+        raise OpdError(f"{root} is not empty", fix="pass a new directory: opd demo ./somewhere-new")
+    root.mkdir(parents=True, exist_ok=True)
+
+    from opd_nb.workspace import create
+
+    console.rule("[bold]1. Scaffold a reward workspace")
+    ws = create("reward", root / "reward-demo", name="reward-demo")
+    console.print(f"workspace: {ws.path}")
+
+    from opd_nb.server import start
+
+    console.rule("[bold]2. Start a local control plane")
+    server = start(port=port, data_dir=root / ".opd-server")
+    try:
+        console.print(f"local control plane at {server.api_base}")
+        return _run_with_server(root, Path(ws.path), server, console, started)
+    finally:
+        server.stop()
+        console.print("local control plane stopped")
+
+
+def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: float) -> DemoResult:
+    from opd_nb.checks import check
+    from opd_nb.testing import run_workspace_tests
+
+    console.rule("[bold]3. Preflight checks (opd check --target local)")
+    report = check(ws, target="local", base_url=server.api_base)
+    console.print(report)
+    if not report.ok:
+        raise OpdError("the demo workspace has preflight errors (see above)", exit_code=1)
+
+    console.rule("[bold]4. The workspace's own tests (pytest)")
+    tests = run_workspace_tests(ws)
+    console.print(tests)
+    if not tests.ok:
+        raise OpdError("the demo workspace's tests failed (see above)", exit_code=1)
+
+    console.rule("[bold]5. Submit with the workspace's own submit_job.py --local")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    proc = subprocess.run(
+        [sys.executable, "submit_job.py", "--local", server.api_base],
+        cwd=ws, env=env, capture_output=True, text=True, timeout=300,
+    )
+    console.print(proc.stdout.strip())
+    job_id = parse_job_id(proc.stdout)
+    if proc.returncode != 0 or not job_id:
+        raise OpdError(f"submit_job.py failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}", exit_code=1)
+
+    console.rule(f"[bold]6. Watch job {job_id}")
+    from opd_nb.client import JobClient, resolve_target
+
+    client = JobClient(resolve_target("local", base_url=server.api_base))
+    job = _watch_with_progress(client, job_id, console)
+    if job.status != "SUCCEEDED":
+        logs = client.logs(job_id, offset=0, lines=40).lines
+        raise OpdError(f"job {job_id} ended {job.status}:\n" + "\n".join(logs[-40:]), exit_code=1)
+
+    console.rule("[bold]7. Metrics")
+    from opd_nb.plots import render_png, summarize
+
+    rows = client.metrics(job_id) or []
+    summary = summarize(rows)
+    console.print(_summary_table(summary))
+    png_path = None
+    png = render_png({job_id: rows}, title=f"{job_id} (local)")
+    if png:
+        png_path = root / f"{ws.name}-metrics.png"
+        png_path.write_bytes(png)
+        console.print(f"metric curves written to [bold]{png_path}[/bold]")
+    result = DemoResult(
+        workspace=ws, job_id=job_id, status=job.status, finetuned_output=job.finetuned_output,
+        png=png_path, summary=summary, seconds=time.monotonic() - started,
+    )
+    console.rule("[bold green]Done")
+    console.print(str(result))
+    return result
+
+
+def _watch_with_progress(client: Any, job_id: str, console: Any) -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(f"{job_id} PENDING", total=None)
+
+        def on_update(job: Any) -> None:
+            info = (job.raw or {}).get("progress") or {}
+            total = info.get("total_steps")
+            step = info.get("step")
+            if total:
+                progress.update(task, total=total)
+            if step is not None:
+                progress.update(task, completed=step)
+            progress.update(task, description=f"{job_id} {job.status}")
+
+        job = client.wait(job_id, poll_s=1.0, on_update=on_update)
+        on_update(job)
+    return job
+
+
+def _summary_table(summary: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="metrics over the job")
+    for column in ("metric", "first", "last", "min", "max", "points"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for row in summary:
+        table.add_row(row["metric"], *(f"{row[c]:.4g}" for c in ("first", "last", "min", "max")), str(row["points"]))
+    return table

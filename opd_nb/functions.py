@@ -1,0 +1,178 @@
+"""Run a user's reward/rollout function the way the cloud runs it: the SDK's own function server.
+
+Bailian unpacks the uploaded zip and starts ``dashscope.finetune.reinforcement.component.server.server``
+with ``FUNC_TYPE`` and ``PROCESSOR_CLASS`` set and ``PYTHONPATH=.``. We do the same in a subprocess,
+with two local differences: uvicorn binds 127.0.0.1 (the SDK's ``__main__`` binds 0.0.0.0) and runs
+one worker. The app, the parser and the processor loading are the SDK's, unchanged, so whatever
+works here works for the same reason in the cloud, and a crash in user code never reaches us.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+from opd_nb.errors import OpdError
+
+SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
+FUNC_TYPES = ("reward", "rollout", "group_reward")
+
+
+def classpath_to_module(classpath: str) -> str:
+    """``functions/reward/reward.py:Cls`` -> ``functions.reward.reward.Cls`` (as the SDK's start.sh does).
+
+    A dotted path (``pkg.mod.Cls``) is returned unchanged.
+    """
+    classpath = classpath.strip()
+    if ":" not in classpath:
+        if "." not in classpath:
+            raise OpdError(
+                f"classpath {classpath!r} names no module",
+                fix="write it as 'path/to/file.py:ClassName' or 'pkg.module.ClassName'",
+            )
+        return classpath
+    filepath, _, classname = classpath.rpartition(":")
+    if not filepath or not classname:
+        raise OpdError(f"classpath {classpath!r} is incomplete", fix="write it as 'path/to/file.py:ClassName'")
+    if os.path.isabs(filepath):
+        raise OpdError(f"classpath {classpath!r} is absolute", fix="make it relative to the function's zipdir")
+    module = os.path.normpath(filepath).replace(os.sep, "/")
+    if module.endswith(".py"):
+        module = module[: -len(".py")]
+    module = module.lstrip("./").replace("/", ".")
+    return f"{module}.{classname}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free right now on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class FunctionServer:
+    """One user function served by the SDK's function server in a subprocess on loopback."""
+
+    def __init__(self, process: subprocess.Popen, url: str, log_path: Path, func_type: str, processor: str):
+        self.process = process
+        self.url = url
+        self.log_path = log_path
+        self.func_type = func_type
+        self.processor = processor
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def start(
+        cls,
+        code_dir: str | Path,
+        func_type: str,
+        processor_class: str,
+        *,
+        port: int | None = None,
+        log_path: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        startup_timeout: float = 60.0,
+    ) -> FunctionServer:
+        """Start the server for `processor_class` found under `code_dir` and wait until it is healthy."""
+        code_dir = Path(code_dir).resolve()
+        if not code_dir.is_dir():
+            raise OpdError(f"function directory {code_dir} does not exist")
+        func_type = str(getattr(func_type, "value", func_type)).lower()
+        if func_type not in FUNC_TYPES:
+            raise OpdError(f"unknown function type {func_type!r}", fix=f"use one of {', '.join(FUNC_TYPES)}")
+        processor = classpath_to_module(processor_class)
+        port = port or free_port()
+        if log_path is None:
+            fd, name = tempfile.mkstemp(prefix=f"opd-fn-{func_type}-", suffix=".log")
+            os.close(fd)
+            log_path = name
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+
+        child_env = {k: v for k, v in os.environ.items() if k not in ("FUNC_TYPE", "PROCESSOR_CLASS")}
+        child_env.update(env or {})
+        child_env.update(
+            {
+                "FUNC_TYPE": func_type,
+                "PROCESSOR_CLASS": processor,
+                "SERVER_PORT": str(port),
+                "WORKERS_COUNT": "1",
+                "PYTHONPATH": os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        cmd = [
+            sys.executable, "-m", "uvicorn", SDK_SERVER_APP,
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--log-level", "info",
+        ]  # fmt: skip
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                cmd, cwd=code_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        server = cls(process, f"http://127.0.0.1:{port}", log_path, func_type, processor)
+        server._wait_healthy(startup_timeout)
+        return server
+
+    def _wait_healthy(self, timeout: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = "\n".join(self.log_lines(30))
+                raise OpdError(
+                    f"the {self.func_type} function server for {self.processor} exited "
+                    f"(code {self.process.returncode}) before it became healthy:\n{tail}",
+                    fix="fix the error above in your function code (try importing the module yourself)",
+                )
+            try:
+                resp = httpx.get(f"{self.url}/health", timeout=2.0)
+                if resp.status_code == 200 and resp.json().get("status") == "healthy":
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.1)
+        tail = "\n".join(self.log_lines(30))
+        self.stop()
+        raise OpdError(f"the {self.func_type} function server for {self.processor} did not become healthy "
+                       f"within {timeout:.0f}s:\n{tail}")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_lines(self, limit: int = 200) -> list[str]:
+        """The last `limit` lines the server (and the user's code) wrote."""
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
+                return [line.rstrip("\n") for line in deque(fh, maxlen=limit)]
+        except OSError:
+            return []
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout)
+
+    def __enter__(self) -> FunctionServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.alive() else f"exited({self.process.returncode})"
+        return f"FunctionServer({self.func_type}, {self.processor}, {self.url}, {state})"

@@ -1,0 +1,56 @@
+"""Small HTML helpers shared by the notebook results (static, self-contained HTML only)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+STYLE = (
+    "<style>.opd-nb table{border-collapse:collapse;font-size:12px;margin:4px 0}"
+    ".opd-nb td,.opd-nb th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
+    ".opd-nb th{background:#f4f4f4}.opd-nb .ok{color:#1a7f37}.opd-nb .bad{color:#cf222e}"
+    ".opd-nb .warn{color:#9a6700}.opd-nb pre{font-size:11px;margin:2px 0;white-space:pre-wrap}</style>"
+)
+
+SEVERITY_CLASS = {"error": "bad", "warning": "warn", "info": "", "ok": "ok"}
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def fmt(value: Any) -> str:
+    """A compact number or text for tables."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, raw_cols: Sequence[int] = ()) -> str:
+    """An HTML table; cells are escaped except the columns listed in `raw_cols` (already HTML)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cells.append(f"<td>{cell if i in raw_cols else esc(fmt(cell))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def png_img(png: bytes | None, *, alt: str = "metrics", width: int | None = None) -> str:
+    """An <img> with the PNG embedded as base64, so it survives a saved/reopened notebook."""
+    if not png:
+        return ""
+    data = base64.b64encode(png).decode("ascii")
+    w = f' width="{width}"' if width else ""
+    return f'<img alt="{esc(alt)}"{w} src="data:image/png;base64,{data}"/>'
+
+
+def box(inner: str, *, title: str | None = None) -> str:
+    head = f"<b>{esc(title)}</b><br/>" if title else ""
+    return f'<div class="opd-nb">{STYLE}{head}{inner}</div>'

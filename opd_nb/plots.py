@@ -1,0 +1,94 @@
+"""Metric curves as PNG bytes, shared by the job monitor, the demo and the notebooks.
+
+Uses matplotlib's object API (``Figure`` + Agg canvas), never ``pyplot``: no global state, safe
+from the monitor's background thread, and no GUI backend is ever selected.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LOSS = "actor/distillation/loss"
+VALID_TOKEN_RATE = "trace/distillation/valid_token_rate"
+REWARD_MEAN = "validation/data/reward/mean@1"
+REWARD_METRIC_PREFIX = "trace/reward_metrics/"
+KEY_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN)
+
+
+def metric_series(rows: Sequence[Mapping[str, Any]], name: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of one metric, skipping rows where it is absent or not a finite number."""
+    steps: list[float] = []
+    values: list[float] = []
+    for i, row in enumerate(rows):
+        value = row.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            continue
+        steps.append(float(row.get("step", i + 1)))
+        values.append(float(value))
+    return steps, values
+
+
+def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """The metrics worth a panel: the docs' key metrics, then each reward metric, if present."""
+    present: set[str] = set()
+    for rows in rows_by_job.values():
+        for row in rows:
+            present.update(k for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool))
+    names = [m for m in KEY_METRICS if m in present]
+    names += sorted(k for k in present if k.startswith(REWARD_METRIC_PREFIX))
+    return names
+
+
+def render_png(
+    rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    names: Sequence[str] | None = None,
+    title: str | None = None,
+    dpi: int = 90,
+) -> bytes | None:
+    """One panel per metric, one line per job; None when there is nothing to plot yet."""
+    names = list(names) if names is not None else panel_names(rows_by_job)
+    if not names:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cols = min(len(names), 3)
+    nrows = math.ceil(len(names) / cols)
+    fig = Figure(figsize=(4.2 * cols, 2.8 * nrows), dpi=dpi)
+    FigureCanvasAgg(fig)
+    for index, name in enumerate(names):
+        ax = fig.add_subplot(nrows, cols, index + 1)
+        for job_id, rows in rows_by_job.items():
+            steps, values = metric_series(rows, name)
+            if steps:
+                ax.plot(steps, values, marker="." if len(steps) < 30 else None, label=job_id)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if len(rows_by_job) > 1:
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """first / last / min / max of each metric, for summary tables."""
+    names = list(names) if names is not None else panel_names({"job": rows})
+    table = []
+    for name in names:
+        steps, values = metric_series(rows, name)
+        if values:
+            table.append(
+                {"metric": name, "first": values[0], "last": values[-1], "min": min(values),
+                 "max": max(values), "points": len(values)}
+            )
+    return table
