@@ -49,6 +49,7 @@ class EngineJob(BaseModel):
     resume_from: str | None = None  # a checkpoint-{step} directory with trainer state
     seed: int = 0
     device: str | None = None  # None: cuda when available, else cpu
+    local_learning_rate: float | None = None  # local-only LR override (see opd_nb.engine.hparams); None: the rule
 
 
 class EngineResult(BaseModel):

@@ -1,0 +1,190 @@
+"""This engine's gkd estimator vs TRL's GKDTrainer(lmbda=1, beta=1), side by side in one run.
+
+Same tiny student/teacher pair, same data, batch (64 prompts x 1 sample), learning rate (constant
+1e-3, the engine's local rate for the tiny pair), steps and seed. Seconds per step are medians
+after a warm-up; accuracy is the same greedy exact-match on the same held-out prompts for both.
+
+The FLOP bound per step is (2 N_s + 2 N_t + 6 N_s) x tokens per step (student sampling + teacher
+scoring + student training) at the matmul rate measured here just before the runs.
+
+Last line: ``speedup_vs_trl=X accuracy_engine=Y accuracy_trl=Z flop_bound_ratio=W``.
+TRL is a benchmark-only dependency (``pip install 'opd-nb[bench]'``).
+Usage: ``python bench/engine_vs_trl.py [--steps 300] [--threads 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+WARMUP = 5
+
+
+def matmul_gflops(torch, n: int = 1024, reps: int = 20) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(3):
+        a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+
+
+def greedy_accuracy(model, tok, rows: list[dict], device: str = "cpu") -> float:
+    """Greedy exact match (after the thinking block) on rows, in batches; counted only with EOS."""
+    import torch
+
+    from opd_nb.engine import task
+    from opd_nb.engine.data import template_ids
+
+    model.eval()
+    ok = 0
+    for s in range(0, len(rows), 256):
+        part = rows[s:s + 256]
+        prompts = [template_ids(tok, r["messages"], add_generation_prompt=True) for r in part]
+        P = max(map(len, prompts))
+        ids = torch.full((len(part), P), tok.pad_token_id)
+        att = torch.zeros((len(part), P), dtype=torch.long)
+        for j, x in enumerate(prompts):
+            ids[j, P - len(x):] = torch.tensor(x)
+            att[j, P - len(x):] = 1
+        with torch.no_grad():
+            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=24,
+                                 do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        for j, r in enumerate(part):
+            comp = out[j, P:].tolist()
+            if tok.eos_token_id not in comp:
+                continue
+            text = tok.decode(comp[: comp.index(tok.eos_token_id)], skip_special_tokens=True)
+            ok += task.is_correct(text, r["rollout_extra"]["solution"])
+    return ok / len(rows)
+
+
+def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: int) -> dict:
+    from opd_nb.engine.api import EngineJob
+    from opd_nb.engine.models import default_pair
+    from opd_nb.engine.trainer import ListEvents, run
+
+    student, teacher = default_pair()
+    n_train = sum(1 for _ in open(train))
+    epochs = max(1, -(-steps * batch // n_train))
+    job = EngineJob(job_id="bench", student_path=str(student), teacher_path=str(teacher), train_file=train,
+                    validation_file=None, algorithm="gkd", output_dir=str(work / "engine"), seed=seed,
+                    local_learning_rate=1e-3,
+                    hyper_parameters={"batch_size": batch, "n_rollouts": 1, "ppo_mini_batch_size": batch,
+                                      "n_epochs": epochs, "lr_scheduler_type": "constant", "max_length": 64,
+                                      "eval_steps": 10**6, "save_strategy": "no"})
+    ev = ListEvents()
+    run(job, ev, lambda: len(ev.rows) >= steps)
+    step_s = [r["timing_s/step"] for r in ev.rows][WARMUP:]
+    tokens = [r["perf/tokens_per_s"] * r["timing_s/step"] for r in ev.rows]
+    return {"s_per_step": statistics.median(step_s), "tokens_per_step": statistics.mean(tokens),
+            "final": str(work / "engine" / "final"), "steps": len(ev.rows)}
+
+
+def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: int) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl.experimental.gkd import GKDConfig, GKDTrainer
+
+    from opd_nb.engine import task
+    from opd_nb.engine.models import default_pair
+
+    student, teacher = default_pair()
+    tok = AutoTokenizer.from_pretrained(student)
+    rows = [{"messages": r["messages"] + [{"role": "assistant", "content": task.target_completion(
+        r["messages"][-1]["content"])}]} for r in train_rows]
+    ds = Dataset.from_list(rows)
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003
+            times.append(time.perf_counter() - self.t)
+
+    cfg = GKDConfig(output_dir=str(work / "trl"), lmbda=1.0, beta=1.0, temperature=1.0, max_new_tokens=24,
+                    learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+                    per_device_train_batch_size=batch, max_steps=steps, max_grad_norm=1.0, seed=seed,
+                    report_to=[], logging_steps=50, save_strategy="no", use_cpu=True, max_length=64,
+                    dataloader_num_workers=0, bf16=False, fp16=False)
+    trainer = GKDTrainer(model=AutoModelForCausalLM.from_pretrained(student),
+                         teacher_model=AutoModelForCausalLM.from_pretrained(teacher), args=cfg,
+                         train_dataset=ds, processing_class=tok, callbacks=[Timer()])
+    trainer.generation_config.top_k = 0
+    trainer.train()
+    model = trainer.model
+    model.to("cpu")
+    torch.set_grad_enabled(True)
+    return {"s_per_step": statistics.median(times[WARMUP:]), "model": model, "tok": tok, "steps": len(times)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--val", type=int, default=256)
+    args = ap.parse_args(argv)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from opd_nb.engine import task
+    from opd_nb.engine.models import default_pair, n_params
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    val_rows = task.make_rows(args.val, seed=10_001)
+    held = {r["messages"][-1]["content"] for r in val_rows}
+    train_rows = task.make_rows(args.steps * args.batch // 4 + args.batch, seed=1, exclude=held)
+    student, teacher = default_pair()
+    tok = AutoTokenizer.from_pretrained(student)
+    n_s = n_params(AutoModelForCausalLM.from_pretrained(student))
+    n_t = n_params(AutoModelForCausalLM.from_pretrained(teacher))
+    acc0 = greedy_accuracy(AutoModelForCausalLM.from_pretrained(student), tok, val_rows)
+    gflops = matmul_gflops(torch)
+    print(f"student {n_s:,} params, teacher {n_t:,} params; matmul rate {gflops:.1f} GFLOP/s; "
+          f"student accuracy before training {acc0:.3f}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="opd-bench-") as tmp:
+        work = Path(tmp)
+        train = work / "train.jsonl"
+        train.write_text("\n".join(json.dumps(r) for r in train_rows) + "\n")
+        val = work / "validation.jsonl"
+        val.write_text("\n".join(json.dumps(r) for r in val_rows) + "\n")
+        t0 = time.perf_counter()
+        eng = run_engine(work, str(train), str(val), args.steps, args.batch, args.seed)
+        acc_e = greedy_accuracy(AutoModelForCausalLM.from_pretrained(eng["final"]), tok, val_rows)
+        print(f"engine: {eng['steps']} steps, {eng['s_per_step'] * 1000:.1f} ms/step (median after {WARMUP}), "
+              f"accuracy {acc_e:.3f}, wall {time.perf_counter() - t0:.1f}s", flush=True)
+        t0 = time.perf_counter()
+        trl = run_trl(work, train_rows, args.steps, args.batch, args.seed)
+        acc_t = greedy_accuracy(trl["model"], trl["tok"], val_rows)
+        print(f"trl GKDTrainer: {trl['steps']} steps, {trl['s_per_step'] * 1000:.1f} ms/step, accuracy {acc_t:.3f}, "
+              f"wall {time.perf_counter() - t0:.1f}s", flush=True)
+
+    flops = (2 * n_s + 2 * n_t + 6 * n_s) * eng["tokens_per_step"]
+    bound = flops / (gflops * 1e9)
+    print(f"FLOP bound: {flops / 1e9:.2f} GFLOP/step ({eng['tokens_per_step']:.0f} tokens) -> {bound * 1000:.1f} ms/step")
+    speedup = trl["s_per_step"] / eng["s_per_step"]
+    print(f"speedup_vs_trl={speedup:.2f} accuracy_engine={acc_e:.3f} accuracy_trl={acc_t:.3f} "
+          f"flop_bound_ratio={eng['s_per_step'] / bound:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""Preflight checks: every known mistake in config, data, functions and environment, before compute is spent.
+
+`check(workspace, target)` runs all rule families and returns a :class:`CheckReport` of findings
+(`rule`, `severity`, `where`, `message`, `fix`). Rule ids are stable; `RULES` lists them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opd_nb.checks.context import CheckContext
+from opd_nb.checks.report import CheckReport, Finding
+from opd_nb.errors import OpdError
+from opd_nb.spec.job import parse_config_text
+
+__all__ = ["check", "check_config_text", "CheckReport", "Finding", "RULES"]
+
+TARGETS = ("cloud", "local")
+
+# Stable rule ids -> one line on what each catches (docs and `opd check --help` read this).
+RULES: dict[str, str] = {
+    "config.missing": "no config.yaml in the workspace",
+    "config.yaml-syntax": "the YAML does not parse",
+    "config.empty": "the config is empty (SDK 1001)",
+    "config.schema": "a key or value the SDK's TuningModel refuses (SDK 1002)",
+    "config.functions-null": "`functions: null` (the docs suggest it, the SDK rejects it)",
+    "config.job-name": "empty, blank or over-long job name",
+    "config.model-missing": "no student model (silently omitted by the SDK)",
+    "config.teacher-missing": "training.type pg_opd without teacher_model (SDK 3006)",
+    "config.no-teacher": "no teacher: the job would be plain RL",
+    "config.model-id-not-cloud": "a Hugging Face repo or path as model id for the cloud",
+    "config.model-not-servable": "the local control plane cannot serve a model id",
+    "config.unknown-hyperparameter": "a hyper-parameter OPD does not know (silently ignored)",
+    "config.unknown-resource": "a resource key OPD does not know (silently ignored)",
+    "config.misplaced-key": "a resource under hyper_parameters or vice versa",
+    "config.numeric-string": "a number YAML reads as a string (e.g. 1e-6)",
+    "config.bad-value": "a value outside the allowed type, range or choices",
+    "config.learning-rate-high": "learning_rate far above the 1e-6 start",
+    "config.mini-batch-too-large": "ppo_mini_batch_size > batch_size x n_rollouts",
+    "config.reward-single-rollout": "a reward with n_rollouts = 1 (zero advantage)",
+    "config.teacher-context-short": "opd_teacher_max_model_len < max_length",
+    "config.prompt-length-exceeds-max": "max_prompt_length >= max_length",
+    "config.kl-loss-coef": "kl_loss_coef set (not consumed by OPD)",
+    "config.eval-steps-too-sparse": "eval_steps x 3 beyond the total number of steps",
+    "config.duplicate-function-name": "two functions with the same name (SDK 3004)",
+    "config.multiple-rollouts": "more than one rollout (only the first is submitted)",
+    "config.unregistered-code": "reward/rollout code in functions/ the config does not register",
+    "config.no-training-data": "no training dataset",
+    "config.testing-dataset": "a `testing` dataset (never submitted)",
+    "config.dataset-source-missing": "a dataset without file_name/file_id/url",
+    "data.file-missing": "a dataset file that does not exist",
+    "data.empty-file": "an empty dataset file (silently skipped)",
+    "data.file-too-large": "a dataset over the 1 GiB upload limit",
+    "data.bad-json": "an unparsable JSONL line",
+    "data.blank-line": "a blank line inside a JSONL file",
+    "data.not-object": "a JSONL line that is not an object",
+    "data.missing-messages": "a row without a messages list",
+    "data.empty-messages": "a row with an empty messages list",
+    "data.bad-message": "a message that is not an object",
+    "data.unknown-role": "a role other than system/user/assistant/tool",
+    "data.role-order": "an impossible role order",
+    "data.no-user-turn": "a row without a user message",
+    "data.empty-content": "a message with empty content",
+    "data.missing-solution": "rows without rollout_extra.solution while a reward is registered",
+    "data.no-validation": "validation set missing or empty",
+    "data.overlap": "prompts in both training and validation",
+    "data.duplicate-prompt": "a prompt repeated within one file",
+    "data.prompt-too-long": "prompts over max_prompt_length",
+    "data.too-few-rows": "fewer training rows than batch_size",
+    "functions.bad-classpath": "a classpath the SDK cannot parse (4041-4043)",
+    "functions.classpath-missing": "the classpath's file does not exist",
+    "functions.class-missing": "the class is not in that file",
+    "functions.missing-init": "a package folder without __init__.py",
+    "functions.wrong-base": "the class is not the matching SDK processor",
+    "functions.no-process": "the class has no process method",
+    "functions.requirements-missing": "no requirements.txt where the SDK looks",
+    "functions.zipdir-missing": "fcmodel.zipdir is not a directory",
+    "functions.excluded-import": "code imported from a folder the zip leaves out",
+    "functions.zip-too-large": "a function zip over 200 MiB",
+    "functions.secret-in-zip": "a .env file or key-like string in the uploaded zip",
+    "env.dashscope-missing": "dashscope not installed",
+    "env.dashscope-too-old": "dashscope older than 2.0.2",
+    "env.no-api-key": "no API key for the cloud",
+    "env.cloud-target-local-url": "cloud target while DASHSCOPE_HTTP_BASE_URL is local",
+    "env.base-url-changed": "DASHSCOPE_HTTP_BASE_URL changed after dashscope was imported",
+    "env.local-server-unreachable": "no local control plane answers",
+    "workspace.missing": "the workspace folder does not exist",
+}
+
+
+def _run(ws: Path, text: str, config_name: str, target: str, base_url: str | None,
+         tokenizer_path: str | None) -> CheckReport:
+    from opd_nb.checks.config import check_config, check_config_with_data
+    from opd_nb.checks.data import check_data
+    from opd_nb.checks.environment import check_environment
+    from opd_nb.checks.functions import check_functions
+
+    report = CheckReport(workspace=str(ws), target=target)
+    ctx = CheckContext(workspace=ws, target=target, report=report, parsed=parse_config_text(text, config_name),
+                       config_name=config_name, base_url=base_url, tokenizer_path=tokenizer_path)
+    check_config(ctx)
+    if ctx.raw:
+        check_data(ctx)
+        check_config_with_data(ctx)
+        check_functions(ctx)
+    check_environment(ctx)
+    return report.sort()
+
+
+def _target(target: str) -> str:
+    if target not in TARGETS:
+        raise OpdError(f"unknown target {target!r}", where="--target", fix="use cloud or local")
+    return target
+
+
+def check(workspace: str | Path = ".", target: str = "cloud", *, base_url: str | None = None,
+          tokenizer_path: str | None = None, config: str = "config.yaml") -> CheckReport:
+    """Run every rule over the workspace's config, data, functions and environment."""
+    target = _target(target)
+    ws = Path(workspace)
+    if not ws.is_dir():
+        report = CheckReport(workspace=str(ws), target=target)
+        report.add("workspace.missing", "error", str(ws), f"workspace folder {ws} does not exist",
+                   "create one with `opd new` or pass the right folder")
+        return report
+    path = ws / config
+    if not path.is_file():
+        report = CheckReport(workspace=str(ws), target=target)
+        report.add("config.missing", "error", str(path), f"no {config} in {ws}",
+                   "create the workspace with `opd new`, or pass the workspace folder")
+        from opd_nb.checks.context import CheckContext as _Ctx
+        from opd_nb.checks.environment import check_environment
+
+        check_environment(_Ctx(workspace=ws, target=target, report=report,
+                               parsed=parse_config_text("{}", config), config_name=config))
+        return report.sort()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        report = CheckReport(workspace=str(ws), target=target)
+        report.add("config.yaml-syntax", "error", str(path), f"not UTF-8 text ({exc.reason})", "save it as UTF-8")
+        return report
+    return _run(ws, text, config, target, base_url, tokenizer_path)
+
+
+def check_config_text(yaml_text: str, workspace: str | Path = ".", target: str = "cloud",
+                      config_name: str = "config.yaml", *, base_url: str | None = None) -> CheckReport:
+    """Check a YAML body before it is written (for `%%opd config`): same rules, data read from the workspace."""
+    return _run(Path(workspace), yaml_text, config_name, _target(target), base_url, None)

@@ -1,0 +1,131 @@
+"""Submit a workspace's job through the dashscope SDK, in a subprocess.
+
+What users run is what we run: the workspace's own ``submit_job.py`` (the template ships it), or,
+for a workspace without one, an equivalent minimal SDK runner. A subprocess is needed because the
+SDK reads its base URL and key at import time, so one Python process cannot target two control
+planes. The key travels only in the child's environment; it is never printed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from opd_nb.client.jobs import Job, JobClient
+from opd_nb.client.target import Target, resolve_target
+from opd_nb.errors import OpdError
+
+_RUNNER = r"""
+import asyncio, json, os, sys
+import yaml
+args = json.loads(sys.argv[1])
+from dashscope.finetune.agentic_rl import AgenticRL
+kwargs = {}
+if args.get("no_reward"):
+    data = yaml.safe_load(open(args["config"], encoding="utf-8")) or {}
+    kwargs["functions"] = [f for f in data.get("functions") or [] if (f or {}).get("type", "rollout") == "rollout"]
+rl = AgenticRL().init(config_path=args["config"], **kwargs)
+res = asyncio.run(rl.run(model=args.get("model"), job_name=args.get("job_name"),
+                         teacher_model=args.get("teacher_model")))
+out = getattr(res, "output", None)
+job_id = getattr(out, "job_id", None) if out is not None and res.status_code == 200 else None
+print(json.dumps({"job_id": job_id, "status_code": res.status_code, "code": getattr(res, "code", None),
+                  "message": getattr(res, "message", None)}))
+sys.exit(0 if job_id else 1)
+"""
+
+
+class SubmitResult(BaseModel):
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    job_id: str
+    job: Job | None = None
+    target_kind: str
+    base_url: str
+    workspace: str
+    runner: str  # "submit_job.py" or "sdk"
+    log_tail: list[str] = []
+
+    def __str__(self) -> str:
+        status = self.job.status if self.job else "submitted"
+        return f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}"
+
+    def _repr_html_(self) -> str:
+        status = self.job.status if self.job else "submitted"
+        return (f"<div>submitted <code>{html.escape(self.job_id)}</code> ({html.escape(status)}) to "
+                f"{self.target_kind} <code>{html.escape(self.base_url)}</code></div>")
+
+    def __rich__(self) -> Any:
+        return str(self)
+
+
+def submit(
+    workspace: str | Path,
+    target: Target | None = None,
+    *,
+    config: str = "config.yaml",
+    job_name: str | None = None,
+    teacher_model: str | None = None,
+    model: str | None = None,
+    no_reward: bool = False,
+    timeout_s: float = 600.0,
+) -> SubmitResult:
+    """Register functions, upload data and submit, exactly as the SDK does; returns the job id."""
+    ws = Path(workspace).expanduser().resolve()
+    cfg = ws / config
+    if not cfg.is_file():
+        raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
+    target = target or resolve_target(workspace=ws)
+    if target.api_key is None:
+        raise OpdError("no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    env.update(target.env())
+    env["NO_PROXY"] = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
+    env.setdefault("LOG_LEVEL", "warning")
+    script = ws / "submit_job.py"
+    if script.is_file():
+        runner = "submit_job.py"
+        cmd = [sys.executable, str(script), "--config", str(cfg), "--json"]
+        if target.kind == "local":
+            cmd += ["--local", target.base_url]
+        for flag, value in (("--job-name", job_name), ("--teacher-model", teacher_model), ("--model", model)):
+            if value:
+                cmd += [flag, value]
+        if no_reward:
+            cmd.append("--no-reward")
+    else:
+        runner = "sdk"
+        args = {"config": str(cfg), "job_name": job_name, "teacher_model": teacher_model, "model": model,
+                "no_reward": no_reward}  # fmt: skip
+        cmd = [sys.executable, "-c", _RUNNER, json.dumps(args)]
+    try:
+        proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
+    tail = (proc.stderr or "").splitlines()[-15:]
+    job_id = None
+    for line in reversed((proc.stdout or "").splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            job_id = data.get("job_id")
+            if not job_id and data.get("message"):
+                tail.append(f"service: [{data.get('code')}] {data.get('message')}")
+            break
+    if proc.returncode != 0 or not job_id:
+        detail = "\n".join(line for line in tail if line.strip()) or (proc.stdout or "").strip()[-500:]
+        raise OpdError(f"submission failed (exit {proc.returncode}):\n{detail}",
+                       exit_code=2 if proc.returncode == 2 else 1)  # fmt: skip
+    job = JobClient(target).get(job_id)
+    return SubmitResult(job_id=job_id, job=job, target_kind=target.kind, base_url=target.base_url,
+                        workspace=str(ws), runner=runner, log_tail=tail)  # fmt: skip

@@ -1,0 +1,587 @@
+"""Data helpers for Bailian's OPD JSONL: load, validate, build rows, split, and describe.
+
+One row per line: ``{"messages": [{"role": ..., "content": ...}, ...], "rollout_extra": {"solution": ...}}``.
+Validation is a single cheap pass (orjson when installed, plain dict checks, no per-row pydantic)
+so that checking a million-row file costs about as much as parsing it; see `bench/check_data.py`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opd_nb.errors import OpdError
+
+try:  # 3-4x faster than json.loads; optional
+    import orjson as _orjson
+
+    _loads = _orjson.loads
+except ImportError:  # pragma: no cover - exercised only without orjson
+    _orjson = None
+    _loads = json.loads
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+CHARS_PER_TOKEN = 3.5  # rough average for mixed English/Chinese/code with Qwen-style BPE vocabularies
+TOKENS_PER_MESSAGE = 4  # chat-template framing per turn (role markers, separators)
+UPLOAD_LIMIT_BYTES = 1024**3  # DATASETS_FILE_SIZE_WARNING: a hard limit in the SDK (error 4035)
+MAX_EXAMPLES = 5  # line numbers kept per issue
+
+
+def estimate_tokens(chars: int, n_messages: int) -> int:
+    """Prompt tokens from characters (chars/3.5 plus per-turn framing)."""
+    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * n_messages
+
+
+# ---------------------------------------------------------------- the fast scan
+
+
+@dataclass
+class Issue:
+    """One kind of problem in a file: how many rows, the first line numbers, the first detail."""
+
+    rule: str
+    count: int = 0
+    lines: list[int] = field(default_factory=list)
+    detail: str = ""
+
+    def add(self, line: int, detail: str = "") -> None:
+        self.count += 1
+        if len(self.lines) < MAX_EXAMPLES:
+            self.lines.append(line)
+        if not self.detail and detail:
+            self.detail = detail
+
+    def lines_text(self) -> str:
+        more = ", ..." if self.count > len(self.lines) else ""
+        return ", ".join(map(str, self.lines)) + more
+
+
+@dataclass
+class ScanResult:
+    """Everything one pass over a JSONL file learns (no rows are kept)."""
+
+    path: str
+    size_bytes: int = 0
+    n_lines: int = 0
+    n_rows: int = 0  # rows that parsed as a JSON object with a non-empty messages list
+    n_with_solution: int = 0
+    issues: dict[str, Issue] = field(default_factory=dict)
+    prompt_chars: list[int] = field(default_factory=list)  # per valid row, in order
+    prompt_tokens: list[int] = field(default_factory=list)  # estimated, per valid row
+    row_lines: list[int] = field(default_factory=list)  # line number of each valid row
+    keys: dict[int, int] = field(default_factory=dict)  # prompt hash -> first line
+    duplicates: Issue = field(default_factory=lambda: Issue("data.duplicate-prompt"))
+    missing_solution: Issue = field(default_factory=lambda: Issue("data.missing-solution"))
+    patterns: Counter = field(default_factory=Counter)
+
+    def issue(self, rule: str) -> Issue:
+        got = self.issues.get(rule)
+        if got is None:
+            got = self.issues[rule] = Issue(rule)
+        return got
+
+
+def _json_error(raw: bytes) -> str:
+    """The standard parser's message (with column) for a line that failed to parse."""
+    try:
+        json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} (column {exc.colno})"
+    except ValueError as exc:
+        return str(exc)
+    return "invalid JSON"
+
+
+def scan_jsonl(path: str | Path, *, collect_patterns: bool = False) -> ScanResult:
+    """Validate every line of a JSONL file in one pass; problems are grouped by rule with line numbers.
+
+    Rules (ids used by `opd check`): data.bad-json, data.not-object, data.missing-messages,
+    data.empty-messages, data.bad-message, data.unknown-role, data.role-order, data.no-user-turn,
+    data.empty-content, data.blank-line; plus duplicates and rows without `rollout_extra.solution`.
+    """
+    p = Path(path)
+    res = ScanResult(path=str(p))
+    try:
+        res.size_bytes = p.stat().st_size
+    except OSError as exc:
+        raise OpdError(f"cannot read {p}: {exc.strerror}", where=str(p)) from None
+    roles = ROLES
+    loads = _loads
+    keys = res.keys
+    chars_out = res.prompt_chars
+    tokens_out = res.prompt_tokens
+    lines_out = res.row_lines
+    patterns = res.patterns if collect_patterns else None
+    issue = res.issue
+    n_lines = 0
+    with_solution = 0
+    with open(p, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            n_lines += 1
+            try:
+                row = loads(raw)
+            except ValueError:
+                if raw.strip():
+                    issue("data.bad-json").add(lineno, _json_error(raw))
+                else:
+                    issue("data.blank-line").add(lineno)
+                continue
+            if type(row) is not dict:
+                issue("data.not-object").add(lineno, f"got a JSON {type(row).__name__}")
+                continue
+            msgs = row.get("messages")
+            if type(msgs) is not list:
+                issue("data.missing-messages").add(
+                    lineno, "no `messages` key" if msgs is None else f"`messages` is a {type(msgs).__name__}")
+                continue
+            if not msgs:
+                issue("data.empty-messages").add(lineno)
+                continue
+            chars = 0
+            seen_user = False
+            prev = None
+            order_problem = None
+            bad = False
+            key_parts = []
+            for i, m in enumerate(msgs):
+                if type(m) is not dict:
+                    issue("data.bad-message").add(lineno, f"message {i} is not an object")
+                    bad = True
+                    break
+                role = m.get("role")
+                content = m.get("content")
+                if role not in roles:
+                    issue("data.unknown-role").add(lineno, f"message {i} has role {role!r}")
+                    bad = True
+                    break
+                if type(content) is str:
+                    if not content or content.isspace():
+                        if not (role == "assistant" and m.get("tool_calls")):
+                            issue("data.empty-content").add(lineno, f"message {i} ({role})")
+                            bad = True
+                            break
+                    chars += len(content)
+                    key_parts.append(role)
+                    key_parts.append(content)
+                elif content is None and role == "assistant" and m.get("tool_calls"):
+                    key_parts.append(role)
+                elif type(content) is list and content:
+                    key_parts.append(role)
+                    key_parts.append(json.dumps(content, sort_keys=True))
+                    for part in content:
+                        if type(part) is dict and type(part.get("text")) is str:
+                            chars += len(part["text"])
+                else:
+                    issue("data.empty-content").add(lineno, f"message {i} ({role}) has no content")
+                    bad = True
+                    break
+                if order_problem is None:
+                    if role == "system":
+                        if i:
+                            order_problem = f"system message at position {i} (only the first may be system)"
+                    elif role == "user":
+                        seen_user = True
+                    elif role == "assistant":
+                        if not seen_user:
+                            order_problem = f"assistant message at position {i} before any user message"
+                    elif prev not in ("assistant", "tool"):
+                        order_problem = f"tool message at position {i} does not follow an assistant message"
+                prev = role
+            if bad:
+                continue
+            if not seen_user:
+                issue("data.no-user-turn").add(lineno)
+                continue
+            if order_problem is None and prev == "assistant":
+                order_problem = "the last message is an assistant turn (a prompt must end with user or tool)"
+            if order_problem is not None:
+                issue("data.role-order").add(lineno, order_problem)
+                continue
+            extra = row.get("rollout_extra")
+            if type(extra) is dict and extra.get("solution") not in (None, ""):
+                with_solution += 1
+            else:
+                res.missing_solution.add(lineno)
+            key = hash(tuple(key_parts))
+            if key in keys:
+                res.duplicates.add(lineno, f"same prompt as line {keys[key]}")
+            else:
+                keys[key] = lineno
+            chars_out.append(chars)
+            tokens_out.append(math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(msgs))
+            lines_out.append(lineno)
+            if patterns is not None:
+                patterns[">".join(m["role"] for m in msgs)] += 1
+    res.n_lines = n_lines
+    res.n_rows = len(lines_out)
+    res.n_with_solution = with_solution
+    return res
+
+
+# ---------------------------------------------------------------- load / write
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All rows of a JSONL file; the first unparsable line -> OpdError with `file:line` and the parser's message."""
+    p = Path(path)
+    if not p.is_file():
+        raise OpdError(f"data file not found: {p}", where=str(p), fix="check the path (relative to the workspace)")
+    rows: list[dict[str, Any]] = []
+    with open(p, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = _loads(raw)
+            except ValueError:
+                raise OpdError(f"line is not valid JSON: {_json_error(raw)}", where=f"{p}:{lineno}",
+                               fix="one JSON object per line; no trailing commas, double quotes only") from None
+            if not isinstance(row, dict):
+                raise OpdError(f"each line must be a JSON object, got a {type(row).__name__}", where=f"{p}:{lineno}",
+                               fix='write {"messages": [...], "rollout_extra": {...}} per line')
+            rows.append(row)
+    return rows
+
+
+def load_jsonl(path: str | Path, *, require_solution: bool = False) -> list[dict[str, Any]]:
+    """Rows of a JSONL file that passed validation; any problem -> OpdError naming the first bad line."""
+    res = scan_jsonl(path)
+    for rule, issue in res.issues.items():
+        if rule == "data.blank-line":
+            continue
+        raise OpdError(f"{_RULE_TEXT.get(rule, rule)}: {issue.detail or 'see the row'} "
+                       f"({issue.count} row(s): lines {issue.lines_text()})",
+                       where=f"{path}:{issue.lines[0]}", fix=_RULE_FIX.get(rule, "fix the row"))
+    if require_solution and res.missing_solution.count:
+        ms = res.missing_solution
+        raise OpdError(f"{ms.count} row(s) have no rollout_extra.solution (lines {ms.lines_text()})",
+                       where=f"{path}:{ms.lines[0]}", fix='add "rollout_extra": {"solution": "..."} to each row')
+    return read_jsonl(path)
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows as UTF-8 JSONL (one object per line, non-ASCII kept readable)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False))
+            fh.write("\n")
+    return p
+
+
+_RULE_TEXT = {
+    "data.bad-json": "line is not valid JSON",
+    "data.not-object": "line is not a JSON object",
+    "data.missing-messages": "row has no `messages` list",
+    "data.empty-messages": "`messages` is empty",
+    "data.bad-message": "a message is not an object",
+    "data.unknown-role": "unknown role",
+    "data.role-order": "impossible role order",
+    "data.no-user-turn": "no user message",
+    "data.empty-content": "empty message content",
+}
+_RULE_FIX = {
+    "data.bad-json": "one JSON object per line; no trailing commas, double quotes only",
+    "data.not-object": 'write {"messages": [...], "rollout_extra": {...}} per line',
+    "data.missing-messages": 'add "messages": [{"role": "user", "content": "..."}]',
+    "data.empty-messages": "add at least one user message",
+    "data.bad-message": 'each message is {"role": ..., "content": ...}',
+    "data.unknown-role": "use system, user, assistant or tool",
+    "data.role-order": "optional system first, then user (and assistant/tool turns), ending with user or tool",
+    "data.no-user-turn": "add a user message with the task input",
+    "data.empty-content": "give every message non-empty content (or drop the row)",
+}
+
+
+# ---------------------------------------------------------------- building rows
+
+
+def _columns(source: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records and column names from a list of dicts, a pandas DataFrame or a datasets.Dataset."""
+    mod = type(source).__module__
+    if mod.startswith("pandas"):
+        return source.to_dict(orient="records"), [str(c) for c in source.columns]
+    if mod.startswith("datasets"):
+        return list(source), list(source.column_names)
+    if isinstance(source, Sequence) and not isinstance(source, str | bytes):
+        records = list(source)
+        cols: list[str] = []
+        for r in records[:100]:
+            if not isinstance(r, dict):
+                raise OpdError(f"expected a list of dicts, found a {type(r).__name__}", where="to_rows",
+                               fix="pass a list of dicts, a pandas DataFrame or a datasets.Dataset")
+            cols.extend(k for k in r if k not in cols)
+        return records, cols
+    raise OpdError(f"cannot build rows from a {type(source).__name__}", where="to_rows",
+                   fix="pass a list of dicts, a pandas DataFrame or a datasets.Dataset")
+
+
+def to_rows(source: Any, *, prompt: str | None = "prompt", solution: str | None = "solution",
+            system: str | None = None, system_prompt: str | None = None, messages: str | None = None,
+            extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Bailian OPD rows from records, with a column mapping.
+
+    `prompt` names the user-text column (or `messages` a column that already holds a chat list);
+    `system` names a system-text column, or `system_prompt` gives one text for all rows;
+    `solution` names the ground-truth column (None: no rollout_extra.solution); `extra` columns are
+    copied into `rollout_extra`.
+    """
+    records, cols = _columns(source)
+    wanted = [c for c in ([messages] if messages else [prompt]) + [solution, system, *extra] if c]
+    if solution == "solution" and "solution" not in cols:
+        wanted.remove("solution")  # the default mapping is optional
+        solution = None
+    missing = [c for c in wanted if c not in cols]
+    if missing:
+        raise OpdError(f"column(s) not found: {', '.join(missing)}", where="to_rows",
+                       fix=f"map to existing columns ({', '.join(cols) or 'none'}), e.g. prompt='question'")
+    rows: list[dict[str, Any]] = []
+    for i, rec in enumerate(records):
+        if messages:
+            msgs = rec[messages]
+            if hasattr(msgs, "tolist"):
+                msgs = msgs.tolist()
+            msgs = [dict(m) for m in msgs]
+        else:
+            msgs = []
+            sys_text = rec[system] if system else system_prompt
+            if sys_text:
+                msgs.append({"role": "system", "content": str(sys_text)})
+            text = rec[prompt]
+            if text is None or (isinstance(text, float) and math.isnan(text)):
+                raise OpdError(f"record {i} has no value in column {prompt!r}", where=f"to_rows: record {i}",
+                               fix="drop or fill empty prompts first")
+            msgs.append({"role": "user", "content": str(text)})
+        row: dict[str, Any] = {"messages": msgs}
+        rollout_extra: dict[str, Any] = {}
+        if solution:
+            value = rec[solution]
+            rollout_extra["solution"] = value if isinstance(value, str) else _plain(value)
+        for c in extra:
+            rollout_extra[c] = _plain(rec[c])
+        if rollout_extra:
+            row["rollout_extra"] = rollout_extra
+        rows.append(row)
+    return rows
+
+
+def _plain(value: Any) -> Any:
+    """numpy/pandas scalars -> plain Python (so json.dumps works)."""
+    if hasattr(value, "item") and not isinstance(value, list | dict | str):
+        try:
+            return value.item()
+        except (ValueError, AttributeError):
+            pass
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+# ---------------------------------------------------------------- split
+
+
+def prompt_key(row: dict[str, Any]) -> str:
+    """A stable identity of a row's prompt (the messages), used for splitting and overlap checks."""
+    return json.dumps(row.get("messages"), sort_keys=True, ensure_ascii=False)
+
+
+@dataclass
+class Split:
+    train: list[dict[str, Any]]
+    validation: list[dict[str, Any]]
+
+    def write(self, directory: str | Path, train: str = "train.jsonl", validation: str = "validation.jsonl") -> tuple[Path, Path]:
+        d = Path(directory)
+        return write_jsonl(self.train, d / train), write_jsonl(self.validation, d / validation)
+
+    def __iter__(self):  # allows `train, val = split(...)`
+        yield self.train
+        yield self.validation
+
+
+def split(rows: Sequence[dict[str, Any]], validation: float | int = 0.1, *, seed: int = 0) -> Split:
+    """Deterministic train/validation split; rows sharing a prompt land on the same side (no overlap).
+
+    `validation` is a fraction (0 < f < 1) or a number of prompts.
+    """
+    rows = list(rows)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(prompt_key(r), []).append(i)
+    keys = sorted(groups)
+    random.Random(seed).shuffle(keys)
+    if isinstance(validation, float):
+        if not 0 < validation < 1:
+            raise OpdError(f"validation fraction must be between 0 and 1, got {validation}", where="split",
+                           fix="e.g. validation=0.1 or validation=50 (rows)")
+        n_val = max(1, round(len(keys) * validation)) if len(keys) > 1 else 0
+    else:
+        n_val = int(validation)
+    if len(keys) and not 0 <= n_val < len(keys):
+        raise OpdError(f"cannot hold out {n_val} of {len(keys)} distinct prompts", where="split",
+                       fix="use a smaller validation size")
+    val_keys = set(keys[:n_val])
+    train_idx = sorted(i for k in keys if k not in val_keys for i in groups[k])
+    val_idx = sorted(i for k in val_keys for i in groups[k])
+    return Split([rows[i] for i in train_idx], [rows[i] for i in val_idx])
+
+
+# ---------------------------------------------------------------- stats
+
+
+def _quantiles(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {"min": 0, "p50": 0, "p90": 0, "p99": 0, "max": 0, "mean": 0.0}
+    s = sorted(values)
+
+    def q(f: float) -> int:
+        return s[min(len(s) - 1, int(f * (len(s) - 1) + 0.5))]
+
+    return {"min": s[0], "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": s[-1],
+            "mean": round(sum(s) / len(s), 1)}
+
+
+@dataclass
+class DataStats:
+    """Rows, role patterns and prompt lengths of a data set (text and HTML reprs)."""
+
+    source: str
+    rows: int
+    with_solution: int
+    role_patterns: dict[str, int]
+    prompt_chars: dict[str, float]
+    prompt_tokens: dict[str, float]
+    tokens_exact: bool
+    problems: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+
+    def _lines(self) -> list[str]:
+        kind = "exact" if self.tokens_exact else "estimated, chars/3.5"
+        t, c = self.prompt_tokens, self.prompt_chars
+        out = [f"{self.source}: {self.rows} rows, {self.with_solution} with rollout_extra.solution"
+               + (f", {self.problems} invalid" if self.problems else ""),
+               f"prompt tokens ({kind}): min {t['min']}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  "
+               f"max {t['max']}  mean {t['mean']}",
+               f"prompt chars: min {c['min']}  p50 {c['p50']}  max {c['max']}",
+               "role patterns:"]
+        out += [f"  {n:>8}  {pat}" for pat, n in self.role_patterns.items()]
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self._lines())
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(title=f"{self.source}: {self.rows} rows", show_header=True)
+        table.add_column("measure")
+        for col in ("min", "p50", "p90", "p99", "max", "mean"):
+            table.add_column(col, justify="right")
+        for name, d in (("prompt tokens" + ("" if self.tokens_exact else " (est.)"), self.prompt_tokens),
+                        ("prompt chars", self.prompt_chars)):
+            table.add_row(name, *(str(d[k]) for k in ("min", "p50", "p90", "p99", "max", "mean")))
+        for pat, n in self.role_patterns.items():
+            table.add_row(f"pattern {pat}", str(n), "", "", "", "", "")
+        return table
+
+    def _repr_html_(self) -> str:
+        def row(name: str, d: dict[str, float]) -> str:
+            cells = "".join(f"<td>{d[k]}</td>" for k in ("min", "p50", "p90", "p99", "max", "mean"))
+            return f"<tr><th>{html.escape(name)}</th>{cells}</tr>"
+
+        pats = "".join(f"<tr><td><code>{html.escape(p)}</code></td><td>{n}</td></tr>"
+                       for p, n in self.role_patterns.items())
+        tok = "prompt tokens" + ("" if self.tokens_exact else " (estimated)")
+        return (f"<div><b>{html.escape(self.source)}</b>: {self.rows} rows, {self.with_solution} with solution"
+                + (f", <span style='color:#b00'>{self.problems} invalid</span>" if self.problems else "")
+                + "<table><tr><th></th><th>min</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
+                + row(tok, self.prompt_tokens) + row("prompt chars", self.prompt_chars) + "</table>"
+                + f"<table><tr><th>role pattern</th><th>rows</th></tr>{pats}</table></div>")
+
+
+def stats(source: Any, *, tokenizer_path: str | Path | None = None) -> DataStats:
+    """Describe a JSONL file (path) or rows (list of dicts): rows, role patterns, prompt length distribution."""
+    if isinstance(source, str | Path):
+        res = scan_jsonl(source, collect_patterns=True)
+        name = str(source)
+        rows_for_tok: list[dict[str, Any]] | None = None
+        problems = sum(i.count for r, i in res.issues.items() if r != "data.blank-line")
+    else:
+        import tempfile
+
+        rows_for_tok = list(source)
+        with tempfile.TemporaryDirectory() as tmp:
+            res = scan_jsonl(write_jsonl(rows_for_tok, Path(tmp) / "rows.jsonl"), collect_patterns=True)
+        name = f"{len(rows_for_tok)} rows"
+        problems = sum(i.count for r, i in res.issues.items() if r != "data.blank-line")
+    tokens = res.prompt_tokens
+    exact = False
+    if tokenizer_path is not None:
+        if rows_for_tok is None:
+            rows_for_tok = read_jsonl(source)
+        valid = [r for r in rows_for_tok if isinstance(r.get("messages"), list) and r["messages"]]
+        tokens = prompt_token_counts(valid, tokenizer_path)
+        exact = True
+    return DataStats(source=name, rows=res.n_rows, with_solution=res.n_with_solution,
+                     role_patterns=dict(res.patterns.most_common()),
+                     prompt_chars=_quantiles(res.prompt_chars), prompt_tokens=_quantiles(tokens),
+                     tokens_exact=exact, problems=problems)
+
+
+def load_tokenizer(tokenizer_path: str | Path) -> Any:
+    """A local Hugging Face tokenizer (lazy `transformers` import; no hub access)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise OpdError("exact token counts need `transformers`", where="tokenizer",
+                       fix="pip install 'opd-nb[engine]' or drop --tokenizer to use the estimate") from None
+    p = Path(tokenizer_path)
+    if not p.exists():
+        raise OpdError(f"tokenizer path not found: {p}", where=str(p), fix="pass a local model or tokenizer directory")
+    try:
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+    except Exception as exc:  # transformers raises many types for a bad directory
+        raise OpdError(f"cannot load a tokenizer from {p}: {exc}", where=str(p),
+                       fix="pass a directory with tokenizer.json / tokenizer_config.json") from None
+
+
+def prompt_token_counts(rows: Iterable[dict[str, Any]], tokenizer: Any) -> list[int]:
+    """Exact prompt tokens per row: the chat template with the generation prompt when the tokenizer has one."""
+    tok = load_tokenizer(tokenizer) if isinstance(tokenizer, str | Path) else tokenizer
+    has_template = bool(getattr(tok, "chat_template", None))
+    out: list[int] = []
+    for row in rows:
+        msgs = row["messages"]
+        if has_template:
+            ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            out.append(len(ids))
+        else:
+            text = "\n".join(str(m.get("content") or "") for m in msgs)
+            out.append(len(tok(text, add_special_tokens=True)["input_ids"]))
+    return out
+
+
+def validate(path: str | Path, *, require_solution: bool = False, max_prompt_length: int | None = None,
+             min_rows: int | None = None) -> Any:
+    """Check one JSONL file with the same rules as `opd check`; returns a CheckReport."""
+    from opd_nb.checks.data import check_data_file
+
+    return check_data_file(path, require_solution=require_solution, max_prompt_length=max_prompt_length,
+                           min_rows=min_rows)

@@ -1,0 +1,337 @@
+"""Agentic mode: the user's rollout function drives the student through an OpenAI-compatible API.
+
+For each step the engine serves the student at ``http://127.0.0.1:PORT/v1/chat/completions``
+(FastAPI + uvicorn in a thread of the engine process) and calls the rollout function server with
+``model_resource = {model_name, base_url, api_key}``, where ``api_key`` is a fresh per-rollout
+token. Requests that arrive together are generated in one batched ``generate`` call on the
+engine's own thread (torch stays on one thread). Every completion's token ids are recorded under
+the rollout's token, so training uses exactly the ids the student sampled; the trained tokens are
+the assistant turns of the trajectory the rollout function returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import queue
+import re
+import secrets
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from opd_nb.engine.api import EngineError
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@dataclass
+class _GenRequest:
+    token: str
+    prompt_ids: list[int]
+    temperature: float
+    top_p: float
+    max_tokens: int
+    future: Future = field(default_factory=Future)
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
+    """Split `<tool_call>{json}</tool_call>` blocks out of generated text (OpenAI tool_calls shape)."""
+    calls = []
+    for m in _TOOL_CALL.finditer(text):
+        try:
+            obj = json.loads(m.group(1))
+            name = obj["name"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        args = obj.get("arguments", {})
+        calls.append({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                      "function": {"name": str(name), "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    content = _TOOL_CALL.sub("", text).strip() if calls else text
+    return content, calls
+
+
+class _Server:
+    """The OpenAI-compatible endpoint; hands generation to the engine thread through a queue."""
+
+    def __init__(self, tokenizer: Any, model_name: str, max_total: int):
+        import uvicorn
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse
+
+        from opd_nb.engine.data import template_ids
+        from opd_nb.functions import free_port
+
+        self.q: queue.Queue[_GenRequest] = queue.Queue()
+        self.tokens: set[str] = set()
+        self.model_name = model_name
+        app = FastAPI()
+
+        def err(status: int, msg: str, kind: str = "invalid_request_error") -> JSONResponse:
+            return JSONResponse({"error": {"message": msg, "type": kind}}, status_code=status)
+
+        @app.get("/v1/models")
+        async def models() -> dict:
+            return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "opd-nb"}]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):  # noqa: ANN202
+            auth = request.headers.get("authorization", "")
+            token = auth.split(" ", 1)[1].strip() if auth.lower().startswith("bearer ") else ""
+            if token not in self.tokens:
+                return err(401, "invalid or expired api_key (use model_resource.api_key)", "authentication_error")
+            try:
+                body = await request.json()
+            except ValueError:
+                return err(400, "body is not JSON")
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                return err(400, "'messages' must be a non-empty list")
+            if body.get("stream"):
+                return err(400, "stream=true is not supported by the local student endpoint")
+            try:
+                ids = template_ids(tokenizer, msgs, tools=body.get("tools"), add_generation_prompt=True)
+            except Exception as exc:  # noqa: BLE001 - the rollout sent messages the template cannot render
+                return err(400, f"the chat template failed on these messages: {exc}")
+            if len(ids) >= max_total:
+                return err(400, f"prompt is {len(ids)} tokens; the context limit (max_length) is {max_total}")
+            try:
+                temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+                top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
+                mt = body.get("max_tokens") or body.get("max_completion_tokens") or max_total
+                max_tokens = max(1, min(int(mt), max_total - len(ids)))
+            except (TypeError, ValueError):
+                return err(400, "temperature, top_p and max_tokens must be numbers")
+            req = _GenRequest(token, ids, temperature, top_p, max_tokens)
+            self.q.put(req)
+            comp_ids, text, finish = await asyncio.wrap_future(req.future)
+            content, calls = parse_tool_calls(text)
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
+                finish = "tool_calls" if finish == "stop" else finish
+            return {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
+                    "model": self.model_name,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": len(ids), "completion_tokens": len(comp_ids),
+                              "total_tokens": len(ids) + len(comp_ids)}}
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, name="opd-student-openai", daemon=True)
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline or not self.thread.is_alive():
+                raise EngineError("the local student endpoint did not start")
+            time.sleep(0.01)
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+
+
+class Agentic:
+    """Per-job agentic rollouts (owns the endpoint; the trainer calls :meth:`collect` each step)."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        self.server = _Server(run.tok, "opd-local-student", run.max_total)
+        self.records: dict[str, list[tuple[list[int], list[int]]]] = {}
+        run.log(f"agentic mode: student served at {self.server.base_url} for the rollout function "
+                f"{run.job.rollout.name!r} ({run.job.rollout.url})")
+
+    def close(self) -> None:
+        self.server.close()
+
+    # ---- serving generation on the engine thread ------------------------------------------------
+    def _serve(self, batch: list[_GenRequest]) -> None:
+        by: dict[tuple[float, float], list[_GenRequest]] = {}
+        for r in batch:
+            by.setdefault((r.temperature, r.top_p), []).append(r)
+        for (temp, top_p), reqs in by.items():
+            try:
+                outs = self.run.generate_ids([r.prompt_ids for r in reqs], temperature=temp, top_p=top_p,
+                                             max_new=max(r.max_tokens for r in reqs))
+            except Exception as exc:  # noqa: BLE001 - report to the caller instead of hanging it
+                for r in reqs:
+                    r.future.set_exception(exc)
+                continue
+            for r, (ids, has_eos) in zip(reqs, outs, strict=True):
+                ids = ids[: r.max_tokens]
+                finish = "stop" if has_eos and len(ids) <= r.max_tokens else "length"
+                self.records.setdefault(r.token, []).append((r.prompt_ids, ids))
+                text_ids = ids[:-1] if has_eos else ids
+                r.future.set_result((ids, self.run.tok.decode(text_ids, skip_special_tokens=True), finish))
+
+    def _pump(self, done: threading.Event) -> None:
+        q = self.server.q
+        while not done.is_set() or not q.empty():
+            try:
+                first = q.get(timeout=0.005)
+            except queue.Empty:
+                continue
+            batch = [first]
+            time.sleep(0.003)  # let concurrent requests of the same turn join the batch
+            while True:
+                try:
+                    batch.append(q.get_nowait())
+                except queue.Empty:
+                    break
+            self._serve(batch)
+
+    # ---- one step of rollouts -------------------------------------------------------------------
+    async def _call_all(self, payloads: list[dict]) -> list[tuple[dict | None, str | None]]:
+        ep = self.run.job.rollout
+        sem = asyncio.Semaphore(max(1, ep.concurrency))
+
+        async def one(client: httpx.AsyncClient, p: dict) -> tuple[dict | None, str | None]:
+            async with sem:
+                try:
+                    resp = await client.post(f"{ep.url.rstrip('/')}/api/v1", json=p, timeout=ep.timeout)
+                except httpx.TimeoutException:
+                    return None, f"timed out after {ep.timeout:g}s"
+                except httpx.HTTPError as exc:
+                    return None, f"could not reach {ep.url}: {exc}"
+            try:
+                body = resp.json()
+            except ValueError:
+                body = None
+            if resp.status_code != 200 or not isinstance(body, dict):
+                msg = (body or {}).get("message") or (body or {}).get("detail") if isinstance(body, dict) else resp.text[:300]
+                return None, f"HTTP {resp.status_code}: {msg}"
+            if str(body.get("status", "success")) != "success":
+                return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
+            ao = body.get("agent_output") or {}
+            if not isinstance(ao.get("messages"), list) or not ao["messages"]:
+                return None, "agent_output.messages is empty; return the full trajectory"
+            return ao, None
+
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await asyncio.gather(*(one(client, p) for p in payloads))
+
+    def collect(self, rows: list, n: int, where: str):
+        """Run n rollouts per row; returns (SeqBatch of assistant turns, reward metrics, task advantages)."""
+        from opd_nb.engine import rewards
+        from opd_nb.engine.batch import left_pad
+        from opd_nb.engine.data import template_ids
+
+        run = self.run
+        job = run.job
+        tokens, payloads, groups = [], [], []
+        for g, r in enumerate(rows):
+            for k in range(n):
+                tok = "opd-" + secrets.token_hex(12)
+                tokens.append(tok)
+                groups.append(g)
+                payloads.append({
+                    "func_type": "rollout", "messages": r.messages, "tools": r.tools,
+                    "ground_truth": r.rollout_extra.get("solution"), "rollout_extra": r.rollout_extra,
+                    "sampling_params": {"temperature": run.plan.temperature, "top_p": 1.0,
+                                        "max_tokens": run.max_total - len(r.prompt_ids)},
+                    "model_resource": {"model_name": self.server.model_name, "base_url": self.server.base_url,
+                                       "api_key": tok},
+                    "request_metadata": {"job_id": job.job_id, "sample_id": f"{where}-{g}", "rollout_id": str(k),
+                                         "attempt_id": "0"},
+                })
+        self.server.tokens.update(tokens)
+        self.records = {}
+        done = threading.Event()
+        results: list = []
+        errors: list[BaseException] = []
+
+        def drive() -> None:
+            try:
+                results.extend(asyncio.run(self._call_all(payloads)))
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+            finally:
+                done.set()
+
+        th = threading.Thread(target=drive, name="opd-rollouts", daemon=True)
+        th.start()
+        self._pump(done)
+        th.join()
+        self.server.tokens.difference_update(tokens)
+        if errors:
+            raise EngineError(f"rollouts failed in {where}: {errors[0]}")
+        failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
+        if failed:
+            run.log(f"rollout function {job.rollout.name!r}: {len(failed)}/{len(results)} rollouts failed in {where}; "
+                    f"first error: {failed[0][1]}", "WARNING")
+        if len(failed) == len(results):
+            raise EngineError(f"rollout function {job.rollout.name!r} failed every call ({len(results)}) in {where}: "
+                              f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit")
+        ok = [i for i, (_, e) in enumerate(results) if e is None]
+        trajs = [results[i][0] for i in ok]
+        # task reward per trajectory
+        metrics: dict[str, float] = {"trace/rollout/failure_rate": len(failed) / len(results)}
+        rsum: dict[str, list[float]] = {}
+        for t in trajs:
+            for k, v in (t.get("rollout_metrics") or {}).items():
+                if isinstance(v, int | float):
+                    rsum.setdefault(k, []).append(float(v))
+        metrics.update({f"trace/rollout_metrics/{k}": sum(v) / len(v) for k, v in rsum.items()})
+        totals = None
+        if job.rewards:
+            samples = [rewards.Sample(messages=t["messages"], rollout_extra=rows[groups[i]].rollout_extra,
+                                      group=groups[i], sample_id=f"{where}-{groups[i]}", rollout_id=str(i))
+                       for i, t in zip(ok, trajs, strict=True)]
+            res = rewards.score(job.rewards, samples, job.job_id, where=where, log=run.log)
+            metrics.update(res.metrics)
+            totals = res.totals
+        elif trajs and all(isinstance(t.get("reward_score"), int | float) for t in trajs):
+            totals = [float(t["reward_score"]) for t in trajs]
+            metrics["trace/reward/mean"] = sum(totals) / len(totals)
+        adv = rewards.group_advantages(totals, [groups[i] for i in ok]) if totals is not None else None
+        # training samples: one per assistant turn, with the ids the student actually generated
+        seqs, masks, sgroups, sadv, texts, missing = [], [], [], [], [], 0
+        for j, (i, t) in enumerate(zip(ok, trajs, strict=True)):
+            rec = self.records.get(tokens[i], [])
+            msgs = t["messages"]
+            tools = rows[groups[i]].tools
+            for a, m in enumerate(msgs):
+                if m.get("role") != "assistant":
+                    continue
+                try:
+                    ctx = template_ids(run.tok, msgs[:a], tools=tools, add_generation_prompt=True)
+                except Exception as exc:  # noqa: BLE001
+                    raise EngineError(f"{where}: the chat template failed on a trajectory returned by the rollout "
+                                      f"function: {exc}") from exc
+                comp = next((c for p, c in rec if p == ctx), None)
+                if comp is None:
+                    missing += 1
+                    full = template_ids(run.tok, msgs[: a + 1], tools=tools)
+                    if full[: len(ctx)] != ctx:
+                        continue
+                    comp = full[len(ctx):]
+                seq = (ctx + comp)[: run.max_total]
+                n_comp = len(seq) - len(ctx)
+                if n_comp <= 0:
+                    continue
+                seqs.append(seq)
+                masks.append([False] * len(ctx) + [True] * n_comp)
+                sgroups.append(groups[i])
+                sadv.append(adv[j] if adv is not None else 0.0)
+                texts.append(m.get("content") or "")
+        if missing:
+            run.log(f"{where}: {missing} assistant turn(s) were not generated through the student endpoint; "
+                    "trained on their templated tokens instead", "WARNING")
+        if not seqs:
+            raise EngineError(f"{where}: the rollout trajectories contain no assistant turns to train on")
+        b = left_pad(seqs, masks, sgroups, run.tok.pad_token_id, run.device)
+        b.texts = texts
+        import torch
+
+        adv_t = torch.tensor(sadv, dtype=torch.float32, device=run.device) if adv is not None else None
+        if adv is not None and any(math.isnan(x) for x in sadv):
+            adv_t = torch.nan_to_num(adv_t)
+        return b, metrics, adv_t

@@ -1,0 +1,108 @@
+"""Reading Bailian-format JSONL and tokenising each prompt once per job (never per step).
+
+A row is ``{"messages": [...], "rollout_extra": {...}, "tools": [...]?}``. The prompt is the
+conversation without trailing assistant turns (a trailing assistant turn is a reference answer,
+not something the student is fed). Bad rows raise ``EngineError`` naming file, line and key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opd_nb.engine.api import EngineError
+
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+@dataclass
+class Row:
+    messages: list[dict]  # the prompt turns
+    rollout_extra: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict] | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    line: int = 0
+
+    @property
+    def solution(self) -> Any:
+        return self.rollout_extra.get("solution")
+
+
+def _fail(path: Path, line: int, msg: str) -> EngineError:
+    return EngineError(f"{path}:{line}: {msg}")
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    p = Path(path)
+    if not p.is_file():
+        raise EngineError(f"data file {str(p)!r} does not exist")
+    rows: list[Row] = []
+    with p.open(encoding="utf-8") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise _fail(p, n, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise _fail(p, n, "each line must be a JSON object with a 'messages' list")
+            msgs = obj.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise _fail(p, n, "key 'messages' is missing or empty; give a list of {role, content} turns")
+            for i, m in enumerate(msgs):
+                if not isinstance(m, dict) or m.get("role") not in ROLES:
+                    raise _fail(p, n, f"messages[{i}].role must be one of {sorted(ROLES)}")
+                if "content" not in m and not m.get("tool_calls"):
+                    raise _fail(p, n, f"messages[{i}] has no 'content'")
+            prompt = list(msgs)
+            while prompt and prompt[-1]["role"] == "assistant":
+                prompt.pop()
+            if not prompt:
+                raise _fail(p, n, "messages has no user turn before the assistant turns")
+            extra = obj.get("rollout_extra") or {}
+            if not isinstance(extra, dict):
+                raise _fail(p, n, "key 'rollout_extra' must be a JSON object")
+            tools = obj.get("tools")
+            if tools is not None and not isinstance(tools, list):
+                raise _fail(p, n, "key 'tools' must be a list of tool schemas")
+            rows.append(Row(messages=prompt, rollout_extra=extra, tools=tools, line=n))
+    if not rows:
+        raise EngineError(f"data file {str(p)!r} has no rows")
+    return rows
+
+
+def template_ids(tokenizer: Any, messages: list[dict], *, tools: list[dict] | None = None,
+                 add_generation_prompt: bool = False) -> list[int]:
+    """Token ids of the chat template applied to `messages` (any transformers return shape)."""
+    kw: dict[str, Any] = {"tokenize": True, "add_generation_prompt": add_generation_prompt}
+    if tools:
+        kw["tools"] = tools
+    out = tokenizer.apply_chat_template(messages, **kw)
+    if hasattr(out, "keys"):
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
+
+def tokenize_rows(rows: list[Row], tokenizer: Any, max_prompt_length: int, path: str,
+                  log: Any = None) -> list[Row]:
+    """Fill `prompt_ids`; rows longer than max_prompt_length are dropped (and counted in the log)."""
+    kept: list[Row] = []
+    dropped: list[int] = []
+    for r in rows:
+        try:
+            r.prompt_ids = template_ids(tokenizer, r.messages, tools=r.tools, add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - template errors are data errors
+            raise EngineError(f"{path}:{r.line}: the chat template failed on this row's messages: {exc}") from exc
+        if len(r.prompt_ids) > max_prompt_length:
+            dropped.append(r.line)
+        else:
+            kept.append(r)
+    if dropped and log is not None:
+        log(f"{path}: dropped {len(dropped)} prompt(s) longer than max_prompt_length={max_prompt_length} tokens "
+            f"(lines {', '.join(map(str, dropped[:10]))}{'...' if len(dropped) > 10 else ''})", "WARNING")
+    if not kept:
+        raise EngineError(f"{path}: every prompt is longer than max_prompt_length={max_prompt_length} tokens")
+    return kept

@@ -1,0 +1,187 @@
+"""Calling user reward functions over HTTP, the cloud's code path (the SDK's function server).
+
+Each component gets ``concurrency`` calls in flight and ``timeout`` seconds per call. A failed or
+timed-out call is logged and counted (``trace/reward/failure_rate``) and its sample gets no task
+advantage; a component that fails *every* call of a step fails the job with its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from opd_nb.engine.api import EngineError, RewardEndpoint
+
+
+@dataclass
+class Sample:
+    """One scored trajectory: the full conversation (prompt turns + the student's turns)."""
+
+    messages: list[dict]
+    rollout_extra: dict[str, Any]
+    group: int
+    sample_id: str
+    rollout_id: str
+
+
+@dataclass
+class RewardResult:
+    totals: list[float]  # weighted sum over components per sample; NaN where a call failed
+    metrics: dict[str, float] = field(default_factory=dict)  # trace/reward_metrics/<key>, failure rate, mean
+    failures: list[str] = field(default_factory=list)
+
+
+def _error_text(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return f"HTTP {resp.status_code}: {resp.text[:300]}"
+    if isinstance(body, dict):
+        msg = body.get("message") or body.get("detail") or body.get("error") or body
+        return f"HTTP {resp.status_code}: {msg}"
+    return f"HTTP {resp.status_code}: {body}"
+
+
+async def _post(client: httpx.AsyncClient, sem: asyncio.Semaphore, ep: RewardEndpoint,
+                payload: dict) -> tuple[dict | None, str | None]:
+    async with sem:
+        try:
+            resp = await client.post(f"{ep.url.rstrip('/')}/api/v1", json=payload, timeout=ep.timeout)
+        except httpx.TimeoutException:
+            return None, f"timed out after {ep.timeout:g}s"
+        except httpx.HTTPError as exc:
+            return None, f"could not reach {ep.url}: {exc.__class__.__name__}: {exc}"
+    if resp.status_code != 200:
+        return None, _error_text(resp)
+    try:
+        body = resp.json()
+    except ValueError:
+        return None, f"reply is not JSON: {resp.text[:200]}"
+    if not isinstance(body, dict):
+        return None, f"reply is not a JSON object: {str(body)[:200]}"
+    if str(body.get("status", "success")) != "success":
+        return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code') or 'no error text'}"
+    return body, None
+
+
+def _meta(job_id: str, s: Sample) -> dict:
+    return {"job_id": job_id, "sample_id": s.sample_id, "rollout_id": s.rollout_id, "attempt_id": "0"}
+
+
+def _agent_output(s: Sample) -> dict:
+    return {"messages": s.messages, "rollout_extra": s.rollout_extra}
+
+
+async def _score_endpoint(client: httpx.AsyncClient, ep: RewardEndpoint, samples: list[Sample], job_id: str
+                          ) -> tuple[list[float], list[dict | None], list[str]]:
+    sem = asyncio.Semaphore(max(1, ep.concurrency))
+    scores = [math.nan] * len(samples)
+    rmetrics: list[dict | None] = [None] * len(samples)
+    errors: list[str] = []
+    if ep.kind == "group_reward":
+        groups: dict[int, list[int]] = {}
+        for i, s in enumerate(samples):
+            groups.setdefault(s.group, []).append(i)
+        keys = list(groups)
+        payloads = [{"func_type": "group_reward",
+                     "agent_outputs": [_agent_output(samples[i]) for i in groups[g]],
+                     "ground_truth": samples[groups[g][0]].rollout_extra.get("solution"),
+                     "request_metadata": _meta(job_id, samples[groups[g][0]])} for g in keys]
+        outs = await asyncio.gather(*(_post(client, sem, ep, p) for p in payloads))
+        for g, (body, err) in zip(keys, outs, strict=True):
+            idx = groups[g]
+            rewards = ((body or {}).get("reward") or {}).get("rewards") if body else None
+            if err is None and (not isinstance(rewards, list) or len(rewards) != len(idx)):
+                err = f"group reward returned {0 if not isinstance(rewards, list) else len(rewards)} rewards for {len(idx)} outputs"
+            if err is not None:
+                errors.extend([err] * len(idx))
+                continue
+            for i, r in zip(idx, rewards, strict=True):
+                try:
+                    scores[i] = float(r["reward_score"])
+                    rmetrics[i] = r.get("reward_metrics") or None
+                except (KeyError, TypeError, ValueError):
+                    errors.append(f"group reward entry has no numeric reward_score: {str(r)[:200]}")
+        return scores, rmetrics, errors
+    payloads = [{"func_type": "reward", "ground_truth": s.rollout_extra.get("solution"),
+                 "agent_output": _agent_output(s), "request_metadata": _meta(job_id, s)} for s in samples]
+    outs = await asyncio.gather(*(_post(client, sem, ep, p) for p in payloads))
+    for i, (body, err) in enumerate(outs):
+        if err is None:
+            try:
+                reward = body["reward"]  # type: ignore[index]
+                scores[i] = float(reward["reward_score"])
+                rmetrics[i] = reward.get("reward_metrics") or None
+                continue
+            except (KeyError, TypeError, ValueError):
+                err = f"reply has no numeric reward.reward_score: {str(body)[:200]}"
+        errors.append(err)
+    return scores, rmetrics, errors
+
+
+async def _score_all(endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str):
+    limits = httpx.Limits(max_connections=sum(max(1, e.concurrency) for e in endpoints) + 4)
+    async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+        return await asyncio.gather(*(_score_endpoint(client, ep, samples, job_id) for ep in endpoints))
+
+
+def score(endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str, *, where: str,
+          log: Any = None) -> RewardResult:
+    """Score `samples` with every component; raises EngineError if a component failed every call."""
+    per_ep = asyncio.run(_score_all(endpoints, samples, job_id))
+    totals = [0.0] * len(samples)
+    calls = failed = 0
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    failures: list[str] = []
+    for ep, (scores, rmetrics, errors) in zip(endpoints, per_ep, strict=True):
+        n_calls = len({s.group for s in samples}) if ep.kind == "group_reward" else len(samples)
+        n_failed = sum(1 for x in scores if math.isnan(x))
+        calls += len(samples)
+        failed += n_failed
+        if errors:
+            msg = f"reward function {ep.name!r} ({ep.url}): {n_failed}/{len(samples)} scores failed in {where}; first error: {errors[0]}"
+            failures.append(msg)
+            if log is not None:
+                log(msg, "WARNING")
+        if samples and n_failed == len(samples):
+            raise EngineError(
+                f"reward function {ep.name!r} failed every call ({n_calls}) in {where}: {errors[0] if errors else 'no score'}. "
+                "Fix the reward code (run its tests with `opd test`) and resubmit"
+            )
+        for i, (sc, rm) in enumerate(zip(scores, rmetrics, strict=True)):
+            totals[i] += ep.weight * sc  # NaN propagates: a failed component voids the sample's task signal
+            for k, v in (rm or {}).items():
+                try:
+                    sums[k] = sums.get(k, 0.0) + float(v)
+                    counts[k] = counts.get(k, 0) + 1
+                except (TypeError, ValueError):
+                    continue
+    metrics = {f"trace/reward_metrics/{k}": sums[k] / counts[k] for k in sums}
+    metrics["trace/reward/failure_rate"] = failed / max(1, calls)
+    ok = [t for t in totals if not math.isnan(t)]
+    if ok:
+        metrics["trace/reward/mean"] = sum(ok) / len(ok)
+    return RewardResult(totals=totals, metrics=metrics, failures=failures)
+
+
+def group_advantages(totals: list[float], groups: list[int], eps: float = 1e-4) -> list[float]:
+    """(r - mean_group) / (std_group + eps); failed samples (NaN) get 0 and are left out of the stats."""
+    by: dict[int, list[float]] = {}
+    for t, g in zip(totals, groups, strict=True):
+        if not math.isnan(t):
+            by.setdefault(g, []).append(t)
+    out = []
+    for t, g in zip(totals, groups, strict=True):
+        vals = by.get(g, [])
+        if math.isnan(t) or len(vals) < 2:
+            out.append(0.0)
+            continue
+        mean = sum(vals) / len(vals)
+        std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+        out.append((t - mean) / (std + eps))
+    return out

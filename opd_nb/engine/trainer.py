@@ -1,0 +1,552 @@
+"""The local OPD engine: what Bailian does to an OPD job, on local Hugging Face models.
+
+One step: take ``batch_size`` prompts, sample ``n_rollouts`` completions each from the student
+(one ``generate`` call, KV cache) or, in agentic mode, let the user's rollout function drive the
+student through a local OpenAI-compatible endpoint; score every student token with the teacher
+(one no-grad forward per ``opd_teacher_max_num_batched_tokens`` budget, heads only on the
+response window); optionally score each trajectory with the reward functions; then make
+``ceil(batch_size x n_rollouts / ppo_mini_batch_size)`` optimizer updates.
+
+Estimators: ``pg_opd`` (default, the cloud's): per-token advantage -(log pi_s - log pi_t) on the
+sampled tokens, discount 0, GSPO-token clipped policy loss. ``gkd`` (local): exact reverse KL over
+the full vocabulary, computed in chunks. A task reward adds a group-normalised advantage.
+The local meaning of the cloud's hyper-parameters is in :mod:`opd_nb.engine.hparams`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from opd_nb.engine import hparams as hp_mod
+from opd_nb.engine.api import EngineError, EngineEvents, EngineJob, EngineResult
+
+METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "trainer_state.pt"
+
+
+class ListEvents:
+    """An :class:`EngineEvents` that records everything (tests, notebooks, the bench)."""
+
+    def __init__(self, echo: bool = False):
+        self.echo = echo
+        self.logs: list[tuple[str, str]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.progress_calls: list[tuple[int, int, int, int, float | None]] = []
+        self.checkpoints: list[tuple[int, str, dict[str, float]]] = []
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        self.logs.append((level, message))
+        if self.echo:
+            print(f"[{level}] {message}", flush=True)
+
+    def progress(self, step: int, total_steps: int, epoch: int, n_epochs: int, eta_s: float | None) -> None:
+        self.progress_calls.append((step, total_steps, epoch, n_epochs, eta_s))
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        self.rows.append(dict(row))
+
+    def checkpoint(self, step: int, path: str, metrics: dict[str, float]) -> None:
+        self.checkpoints.append((step, path, dict(metrics)))
+
+    def series(self, name: str) -> list[tuple[int, float]]:
+        """(step, value) for every row that has metric `name`."""
+        return [(r["step"], r[name]) for r in self.rows if name in r]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(m for _, m in self.logs)
+
+
+def _fmt_eta(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class _Run:
+    """State of one job run (kept in an object so the step stages stay small functions)."""
+
+    def __init__(self, job: EngineJob, events: EngineEvents, should_stop: Callable[[], bool]):
+        import torch
+
+        from opd_nb.engine import data, models
+
+        self.torch = torch
+        self.job, self.events, self.should_stop = job, events, should_stop
+        self.out = Path(job.output_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise EngineError(f"device {self.device!r} was asked for but CUDA is not available here")
+        self.log(f"job {job.job_id}: loading student {job.student_path} and teacher {job.teacher_path} on {self.device}")
+        student_src = job.resume_from or job.student_path
+        self.tok = models.load_tokenizer(student_src, "student")
+        try:
+            teacher_tok = models.load_tokenizer(job.teacher_path, "teacher")
+        except EngineError:
+            teacher_tok = None
+        self.student = models.load_model(student_src, "student", self.device)
+        self.teacher = models.load_model(job.teacher_path, "teacher", self.device)
+        models.check_vocab(self.tok, teacher_tok, self.student, self.teacher, student_src, job.teacher_path)
+        self.teacher.eval()
+        self.teacher.requires_grad_(False)
+        self.student.train()
+        self.n_student = models.n_params(self.student)
+        self.n_teacher = models.n_params(self.teacher)
+        self.plan = hp_mod.resolve(job.hyper_parameters, student_params=self.n_student,
+                                   estimator=job.algorithm, local_learning_rate=job.local_learning_rate)
+        p = self.plan
+        self.log(f"learning rate: cloud {p.cloud_learning_rate:g} -> local {p.learning_rate:g} ({p.lr_rule})")
+        self.log(f"estimator {p.estimator}, policy loss {p.policy_loss}; batch_size={p.batch_size} prompts x "
+                 f"n_rollouts={p.n_rollouts} per step, ppo_mini_batch_size={p.ppo_mini_batch_size} sequences per "
+                 f"update ({p.updates_per_step} update(s) per step); teacher max_model_len={p.teacher_max_model_len}, "
+                 f"max_num_batched_tokens={p.teacher_max_num_batched_tokens}")
+        if job.rewards and p.n_rollouts < 2 and job.rollout is None:
+            self.log("n_rollouts = 1 with a reward: the group-normalised task advantage is always 0; "
+                     "use n_rollouts >= 2 for the reward to matter", "WARNING")
+        self.train_rows = data.tokenize_rows(data.read_rows(job.train_file), self.tok, p.max_prompt_length,
+                                             job.train_file, self.log)
+        self.val_rows = []
+        if job.validation_file:
+            self.val_rows = data.tokenize_rows(data.read_rows(job.validation_file), self.tok,
+                                               p.max_prompt_length, job.validation_file, self.log)
+        self.steps_per_epoch = math.ceil(len(self.train_rows) / p.batch_size)
+        self.total_steps = self.steps_per_epoch * p.n_epochs
+        self.opt = torch.optim.AdamW([q for q in self.student.parameters() if q.requires_grad],
+                                     lr=p.learning_rate, weight_decay=0.0)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(p, self.total_steps))
+        self.step = 0
+        self.metrics_tail: dict[str, float] = {}
+        self.best: tuple[float, str] | None = None
+        self.eos_ids = self._eos_ids()
+        self.agentic = None
+        max_pos = getattr(self.student.config, "max_position_embeddings", None) or 10**9
+        self.max_total = min(p.max_length, int(max_pos))
+        random.seed(job.seed)
+        torch.manual_seed(job.seed)
+        if job.resume_from:
+            self._load_state(Path(job.resume_from))
+
+    # ---- plumbing -------------------------------------------------------------------------------
+    def log(self, message: str, level: str = "INFO") -> None:
+        self.events.log(message, level)
+
+    def _eos_ids(self) -> list[int]:
+        ids = self.student.generation_config.eos_token_id
+        ids = list(ids) if isinstance(ids, list | tuple) else ([ids] if ids is not None else [])
+        if self.tok.eos_token_id is not None and self.tok.eos_token_id not in ids:
+            ids.append(self.tok.eos_token_id)
+        return ids
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        g = self.torch.Generator().manual_seed(self.job.seed * 1_000_003 + epoch)
+        return self.torch.randperm(len(self.train_rows), generator=g).tolist()
+
+    # ---- generation -----------------------------------------------------------------------------
+    def _generate(self, prompt_ids: list[list[int]], *, temperature: float, top_p: float, max_new: int):
+        """One batched generate call (KV cache) -> (sequences [B, P+C], prompt attention [B, P], P, eos mask)."""
+        torch = self.torch
+        pad = self.tok.pad_token_id
+        P = max(len(x) for x in prompt_ids)
+        ids = torch.full((len(prompt_ids), P), pad, dtype=torch.long)
+        att = torch.zeros((len(prompt_ids), P), dtype=torch.long)
+        for j, x in enumerate(prompt_ids):
+            ids[j, P - len(x):] = torch.tensor(x)
+            att[j, P - len(x):] = 1
+        ids, att = ids.to(self.device), att.to(self.device)
+        greedy = temperature <= 0
+        was_training = self.student.training
+        self.student.eval()
+        with torch.no_grad():
+            out = self.student.generate(
+                input_ids=ids, attention_mask=att, max_new_tokens=max(1, min(max_new, self.max_total - P)),
+                do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
+                top_p=None if greedy else top_p, pad_token_id=pad, eos_token_id=self.eos_ids, use_cache=True,
+            )
+        if was_training:
+            self.student.train()
+        comp = out[:, P:]
+        is_eos = torch.zeros_like(comp, dtype=torch.bool)
+        for e in self.eos_ids:
+            is_eos |= comp == e
+        before = (is_eos.cumsum(-1) - is_eos.long()) == 0  # tokens up to and including the first EOS
+        return out, att, P, before, is_eos.any(-1)
+
+    def generate_ids(self, prompt_ids: list[list[int]], *, temperature: float, top_p: float,
+                     max_new: int) -> list[tuple[list[int], bool]]:
+        """Completion ids (incl. EOS when produced) and whether EOS was produced, per prompt."""
+        out, _, P, before, has_eos = self._generate(prompt_ids, temperature=temperature, top_p=top_p,
+                                                    max_new=max_new)
+        lens = before.sum(-1).tolist()
+        return [(out[j, P:P + lens[j]].tolist(), bool(has_eos[j])) for j in range(len(prompt_ids))]
+
+    def generate(self, prompt_ids: list[list[int]], groups: list[int], *, greedy: bool):
+        """Native rollouts as a SeqBatch; completions are marked up to and including EOS."""
+        from opd_nb.engine.batch import SeqBatch
+
+        torch = self.torch
+        out, att, P, before, has_eos = self._generate(
+            prompt_ids, temperature=0.0 if greedy else self.plan.temperature, top_p=1.0, max_new=self.max_total)
+        tmask = torch.zeros_like(out, dtype=torch.bool)
+        tmask[:, P:] = before
+        att_full = torch.cat([att, before.long()], dim=1)
+        lengths = before.sum(-1).tolist()
+        comp = out[:, P:]
+        texts = self.tok.batch_decode(
+            [comp[j, : lengths[j] - (1 if has_eos[j] else 0)].tolist() for j in range(len(prompt_ids))],
+            skip_special_tokens=True,
+        )
+        return SeqBatch(out, att_full, tmask, torch.tensor(groups, device=self.device), texts, ~has_eos)
+
+    # ---- teacher --------------------------------------------------------------------------------
+    def teacher_score(self, b, window: int):
+        """Teacher log-probs of the trained tokens ([B, W]) or, for gkd, its hidden states ([B, W, H])."""
+        from opd_nb.engine import losses
+        from opd_nb.engine.batch import hidden_window, targets_window
+
+        torch = self.torch
+        L = b.input_ids.shape[1]
+        rows = max(1, self.plan.teacher_max_num_batched_tokens // L)
+        w, bias = losses.head_params(self.teacher)
+        parts = []
+        with torch.no_grad():
+            for s in range(0, len(b), rows):
+                sub = b.select(list(range(s, min(len(b), s + rows))))
+                h = hidden_window(self.teacher, sub, window)
+                if self.plan.estimator == "gkd":
+                    parts.append(h)
+                else:
+                    ids, _, _ = targets_window(sub, window)
+                    lp = losses.token_logprobs(h.reshape(-1, h.shape[-1]), w, bias, ids.reshape(-1))
+                    parts.append(lp.view(ids.shape))
+        return torch.cat(parts)
+
+    # ---- one step -------------------------------------------------------------------------------
+    def student_logprobs(self, b, window: int):
+        from opd_nb.engine import losses
+        from opd_nb.engine.batch import hidden_window, targets_window
+
+        h = hidden_window(self.student, b, window)
+        ids, _, _ = targets_window(b, window)
+        w, bias = losses.head_params(self.student)
+        return h, losses.token_logprobs(h.reshape(-1, h.shape[-1]), w, bias, ids.reshape(-1)).view(ids.shape)
+
+    def update(self, b, t_vals, adv_task, window: int, metrics: dict[str, Any]) -> None:
+        """Optimizer updates over mini-batches of the step's sequences."""
+        from opd_nb.engine import losses
+        from opd_nb.engine.batch import targets_window
+
+        torch = self.torch
+        p = self.plan
+        _, tmask, pos = targets_window(b, window)
+        valid = tmask & (pos < p.teacher_max_model_len)
+        has_task = adv_task is not None
+        order = torch.randperm(len(b)).tolist()
+        mbs = [order[i:i + p.ppo_mini_batch_size] for i in range(0, len(b), p.ppo_mini_batch_size)]
+        lp_old = None
+        if len(mbs) > 1:  # later updates are off-policy: freeze the sampling policy's log-probs first
+            with torch.no_grad():
+                lp_old = torch.cat([self.student_logprobs(b.select(list(range(s, min(len(b), s + p.ppo_mini_batch_size)))),
+                                                          window)[1]
+                                    for s in range(0, len(b), p.ppo_mini_batch_size)])
+        d_sum = d_cnt = 0.0
+        norms, clipfracs, ppo_kls = [], [], []
+        for mb in mbs:
+            sub = b.select(mb)
+            idx = torch.tensor(mb, device=b.input_ids.device)
+            h, lp = self.student_logprobs(sub, window)
+            lp_o = lp.detach() if lp_old is None else lp_old[idx]
+            v = valid[idx]
+            tm = tmask[idx]
+            at = adv_task[idx][:, None].expand_as(lp) * tm if has_task else None
+            if p.estimator == "pg_opd":
+                k1 = (lp_o - t_vals[idx]).clamp(-p.kl_clamp, p.kl_clamp)
+                adv = -k1 * v
+                if at is not None:
+                    adv = adv + at
+                loss, extra = losses.policy_loss(lp, lp_o, adv.detach(), tm if has_task else v, kind=p.policy_loss,
+                                                 clip_low=p.clip_low, clip_high=p.clip_high)
+                d_sum += float((k1 * v).sum())
+                d_cnt += float(v.sum())
+            else:
+                ws, bs = losses.head_params(self.student)
+                wt, bt = losses.head_params(self.teacher)
+                rkl = losses.reverse_kl(h[v], ws, bs, t_vals[idx][v], wt, bt)
+                loss = rkl.sum() / v.sum().clamp(min=1)
+                d_sum += float(rkl.detach().sum())
+                d_cnt += float(v.sum())
+                extra = {}
+                if at is not None:
+                    pg, extra = losses.policy_loss(lp, lp_o, at.detach(), tm, kind=p.policy_loss,
+                                                   clip_low=p.clip_low, clip_high=p.clip_high)
+                    loss = loss + pg
+            if not torch.isfinite(loss):
+                raise EngineError(f"the loss became {float(loss)} at step {self.step}; lower the learning rate")
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            norms.append(float(torch.nn.utils.clip_grad_norm_(self.student.parameters(), 1.0)))
+            self.opt.step()
+            if extra:
+                clipfracs.append(extra["actor/pg_clipfrac"])
+                ppo_kls.append(extra["actor/ppo_kl"])
+        metrics["actor/distillation/loss"] = d_sum / max(1.0, d_cnt)
+        metrics["actor/grad_norm"] = sum(norms) / len(norms)
+        n_gen = float(tmask.sum())
+        metrics["trace/distillation/valid_token_rate"] = float(valid.sum()) / max(1.0, n_gen)
+        if clipfracs:
+            metrics["actor/pg_clipfrac"] = sum(clipfracs) / len(clipfracs)
+            metrics["actor/ppo_kl"] = sum(ppo_kls) / len(ppo_kls)
+
+    def rollout(self, rows, step_tag: str):
+        """Native or agentic rollouts for `rows` (n_rollouts each)."""
+        n = self.plan.n_rollouts
+        prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
+        groups = [g for g in range(len(rows)) for _ in range(n)]
+        b = self.generate(prompt_ids, groups, greedy=False)
+        b.messages = [rows[g].messages + [{"role": "assistant", "content": t}] for g, t in zip(groups, b.texts, strict=True)]
+        return b
+
+    def reward(self, rows, b, where: str):
+        from opd_nb.engine import rewards
+
+        groups = b.group.tolist()
+        samples = [rewards.Sample(messages=b.messages[i], rollout_extra=rows[g].rollout_extra, group=g,
+                                  sample_id=f"{where}-{g}", rollout_id=str(i)) for i, g in enumerate(groups)]
+        return rewards.score(self.job.rewards, samples, self.job.job_id, where=where, log=self.log)
+
+    def train_step(self, rows, epoch: int) -> dict[str, Any]:
+        from opd_nb.engine import rewards
+
+        torch = self.torch
+        t0 = time.perf_counter()
+        where = f"step {self.step + 1}"
+        metrics: dict[str, Any] = {}
+        adv_task = None
+        if self.agentic is not None:
+            b, m, adv_task = self.agentic.collect(rows, self.plan.n_rollouts, where)
+            metrics.update(m)
+        else:
+            b = self.rollout(rows, where)
+        t1 = time.perf_counter()
+        if self.job.rewards and self.agentic is None:
+            res = self.reward(rows, b, where)
+            metrics.update(res.metrics)
+            adv = rewards.group_advantages(res.totals, b.group.tolist())
+            adv_task = torch.tensor(adv, dtype=torch.float32, device=self.device)
+        t2 = time.perf_counter()
+        window = b.window
+        t_vals = self.teacher_score(b, window)
+        t3 = time.perf_counter()
+        metrics["actor/lr"] = self.sched.get_last_lr()[0]
+        self.update(b, t_vals, adv_task, window, metrics)
+        self.sched.step()
+        t4 = time.perf_counter()
+        resp = b.target_mask.sum(-1).float()
+        metrics["response_length/mean"] = float(resp.mean())
+        if b.truncated is not None:
+            metrics["completions/truncated_fraction"] = float(b.truncated.float().mean())
+        metrics["timing_s/gen"] = t1 - t0
+        metrics["timing_s/reward"] = t2 - t1
+        metrics["timing_s/teacher"] = t3 - t2
+        metrics["timing_s/update"] = t4 - t3
+        metrics["timing_s/step"] = t4 - t0
+        metrics["perf/tokens_per_s"] = float(b.attention_mask.sum()) / max(1e-9, t4 - t0)
+        return metrics
+
+    # ---- evaluation -----------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """Greedy single sample per validation prompt: accuracy (task rows) and reward mean@1."""
+        from opd_nb.engine import task
+
+        if not self.val_rows:
+            return {}
+        out: dict[str, float] = {}
+        rows = self.val_rows
+        texts: list[str] = []
+        chunk = 512
+        batches = []
+        for s in range(0, len(rows), chunk):
+            part = rows[s:s + chunk]
+            b = self.generate([r.prompt_ids for r in part], list(range(s, s + len(part))), greedy=True)
+            texts.extend(t if not b.truncated[j] else "\x00" for j, t in enumerate(b.texts))
+            batches.append(b)
+        solved = [(t, r.solution) for t, r in zip(texts, rows, strict=True) if isinstance(r.solution, str)]
+        if solved:
+            out["validation/accuracy"] = sum(task.is_correct(t, s) for t, s in solved) / len(solved)
+        if self.job.rewards and self.job.rollout is None:
+            from opd_nb.engine import rewards
+
+            samples = [rewards.Sample(messages=r.messages + [{"role": "assistant", "content": t.replace("\x00", "")}],
+                                      rollout_extra=r.rollout_extra, group=i, sample_id=f"val-{i}", rollout_id="0")
+                       for i, (t, r) in enumerate(zip(texts, rows, strict=True))]
+            res = rewards.score(self.job.rewards, samples, self.job.job_id, where=f"validation at step {self.step}",
+                                log=self.log)
+            ok = [x for x in res.totals if not math.isnan(x)]
+            if ok:
+                out["validation/data/reward/mean@1"] = sum(ok) / len(ok)
+        return out
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def save_checkpoint(self, epoch: int, cursor: int, metrics: dict[str, float]) -> str:
+        torch = self.torch
+        ck_root = self.out / "checkpoints"
+        path = ck_root / f"checkpoint-{self.step}"
+        tmp = ck_root / f".tmp-checkpoint-{self.step}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        self.student.save_pretrained(tmp, safe_serialization=True)
+        self.tok.save_pretrained(tmp)
+        state = {
+            "step": self.step, "epoch": epoch, "cursor": cursor, "total_steps": self.total_steps,
+            "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
+            "rng": {"python": random.getstate(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+            "metrics_tail": self.metrics_tail, "plan": self.plan.model_dump(), "job_id": self.job.job_id,
+            "seed": self.job.seed, "n_train": len(self.train_rows),
+        }
+        torch.save(state, tmp / STATE_FILE)
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+        self._retain(ck_root)
+        self.events.checkpoint(self.step, str(path), dict(metrics))
+        self.log(f"saved checkpoint-{self.step} to {path}")
+        return str(path)
+
+    def _retain(self, ck_root: Path) -> None:
+        limit = self.plan.save_total_limit
+        if not limit:
+            return
+        cks = sorted((p for p in ck_root.glob("checkpoint-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[-1]))
+        for old in cks[:-limit]:
+            shutil.rmtree(old, ignore_errors=True)
+            self.log(f"removed {old.name} (save_total_limit={limit})")
+
+    def _load_state(self, path: Path) -> None:
+        torch = self.torch
+        f = path / STATE_FILE
+        if not f.is_file():
+            raise EngineError(f"cannot resume from {str(path)!r}: it has no {STATE_FILE} (only checkpoint-N "
+                              "directories saved by the engine can be resumed; to start from weights only, "
+                              "use it as the student model instead)")
+        state = torch.load(f, map_location="cpu", weights_only=False)
+        if state.get("n_train") != len(self.train_rows):
+            self.log(f"the training file has {len(self.train_rows)} rows, the checkpoint was made with "
+                     f"{state.get('n_train')}; the data cursor may not line up", "WARNING")
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        random.setstate(state["rng"]["python"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"].get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self.step = int(state["step"])
+        self.resume_epoch, self.resume_cursor = int(state["epoch"]), int(state["cursor"])
+        self.metrics_tail = dict(state.get("metrics_tail") or {})
+        self.log(f"resumed from {path.name}: step {self.step}, epoch {self.resume_epoch + 1}, "
+                 f"data cursor {self.resume_cursor}")
+
+    def publish(self) -> str:
+        final = self.out / "final"
+        tmp = self.out / ".tmp-final"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        self.student.save_pretrained(tmp, safe_serialization=True)
+        self.tok.save_pretrained(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        return str(final)
+
+    # ---- main loop ------------------------------------------------------------------------------
+    def emit(self, row: dict[str, Any]) -> None:
+        clean = {k: (float(v) if isinstance(v, float | int) and k not in ("step",) else v) for k, v in row.items()}
+        with (self.out / METRICS_FILE).open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(clean) + "\n")
+        self.events.metrics(clean)
+
+    def run(self) -> EngineResult:
+        if self.job.rollout is not None:
+            from opd_nb.engine.agentic import Agentic
+
+            self.agentic = Agentic(self)
+        try:
+            return self._loop()
+        finally:
+            if self.agentic is not None:
+                self.agentic.close()
+
+    def _loop(self) -> EngineResult:
+        p = self.plan
+        start_epoch = getattr(self, "resume_epoch", 0)
+        start_cursor = getattr(self, "resume_cursor", 0)
+        if self.step == 0 and self.val_rows:
+            ev = self.evaluate()
+            if ev:
+                self.emit({"step": 0, "epoch": 0.0, **ev})
+                self.log("before training: " + ", ".join(f"{k}={v:.4f}" for k, v in ev.items()))
+        self.log(f"training {self.total_steps} steps ({p.n_epochs} epoch(s) x {self.steps_per_epoch} steps over "
+                 f"{len(self.train_rows)} prompts)")
+        t_start = time.perf_counter()
+        steps_here = 0
+        every = max(1, self.total_steps // 20)
+        stopped = False
+        for epoch in range(start_epoch, p.n_epochs):
+            order = self.epoch_order(epoch)
+            cursor = start_cursor if epoch == start_epoch else 0
+            while cursor < len(order):
+                if self.should_stop():
+                    self.log(f"stop requested; stopping after step {self.step}/{self.total_steps}", "WARNING")
+                    stopped = True
+                    break
+                rows = [self.train_rows[i] for i in order[cursor:cursor + p.batch_size]]
+                cursor += len(rows)
+                metrics = self.train_step(rows, epoch)
+                self.step += 1
+                steps_here += 1
+                if self.step % p.eval_steps == 0 or self.step == self.total_steps:
+                    metrics.update(self.evaluate())
+                row = {"step": self.step, "epoch": round(self.step / self.steps_per_epoch, 4), **metrics}
+                self.emit(row)
+                self.metrics_tail = {k: float(v) for k, v in row.items() if isinstance(v, int | float)}
+                elapsed = time.perf_counter() - t_start
+                eta = elapsed / steps_here * (self.total_steps - self.step)
+                self.events.progress(self.step, self.total_steps, epoch + 1, p.n_epochs, eta)
+                if self.step % every == 0 or self.step in (1, self.total_steps):
+                    extra = "".join(f", {k.split('/')[-1]}={row[k]:.3f}" for k in
+                                    ("validation/accuracy", "validation/data/reward/mean@1") if k in row)
+                    self.log(f"step {self.step}/{self.total_steps} (epoch {epoch + 1}/{p.n_epochs}): "
+                             f"loss={row['actor/distillation/loss']:.4f}, valid_token_rate="
+                             f"{row['trace/distillation/valid_token_rate']:.3f}{extra}, "
+                             f"{row['timing_s/step'] * 1000:.0f} ms/step, ETA {_fmt_eta(eta)}")
+                save = (p.save_strategy == "steps" and self.step % p.save_steps == 0) or (
+                    p.save_strategy == "epoch" and cursor >= len(order))
+                if save:
+                    path = self.save_checkpoint(epoch if cursor < len(order) else epoch + 1,
+                                                cursor if cursor < len(order) else 0, self.metrics_tail)
+                    score = row.get("validation/data/reward/mean@1", row.get("validation/accuracy"))
+                    if score is not None and (self.best is None or score > self.best[0]):
+                        self.best = (float(score), path)
+            if stopped:
+                break
+        final = self.publish()
+        self.log(f"published the final model to {final} after {self.step} step(s)")
+        return EngineResult(final_checkpoint=final, best_checkpoint=self.best[1] if self.best else None,
+                            steps=self.step, epochs=p.n_epochs, metrics_tail=self.metrics_tail)
+
+
+def run(job: EngineJob, events: EngineEvents, should_stop: Callable[[], bool] = lambda: False) -> EngineResult:
+    """Run one job to completion; raises EngineError (plain words) for job-level failures."""
+    try:
+        return _Run(job, events, should_stop).run()
+    except EngineError as exc:
+        events.log(f"job failed: {exc}", "ERROR")
+        raise

@@ -1,0 +1,137 @@
+"""Which local model directory serves a model id named in a job.
+
+A workspace's ``config.yaml`` must run unchanged against Bailian and against ``opd serve``, so the
+local control plane accepts cloud model ids and runs them on stand-ins. Resolution order:
+
+1. ``--model-map ID=PATH`` entries (kind ``mapped``);
+2. ``opd-local/<job_id>``: the published final checkpoint of a SUCCEEDED local job (``checkpoint``);
+3. ``local/tiny-student`` / ``local/tiny-teacher``: the bundled pair, by name (``stand-in``);
+4. an absolute path to an existing Hugging Face model directory (``path``);
+5. any other plain cloud id (no ``/``, e.g. ``qwen3.5-9b``): the bundled tiny student when it is
+   the job's ``model``, the bundled tiny teacher when it is the ``teacher_model`` (``stand-in``).
+
+"Cannot be served" means: an id with a ``/`` that none of the above resolve (it looks like a Hugging
+Face repo id, and there is no model hub here), a path that does not exist, an ``opd-local/…`` id
+whose job has not published a checkpoint, or a string that is not a model id at all.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from opd_nb.server.store import Store
+
+LOCAL_PREFIX = "opd-local/"
+STUDENT_ID = "local/tiny-student"
+TEACHER_ID = "local/tiny-teacher"
+_CLOUD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+
+
+class ModelNotServable(Exception):
+    """The id names no model this machine can run; the message says why and what to do."""
+
+
+class ResolvedModel(BaseModel):
+    model_id: str
+    kind: Literal["stand-in", "mapped", "checkpoint", "path"]
+    path: str
+    note: str = ""  # one line for the job log when this is a substitution
+
+
+def default_pair() -> tuple[Path, Path]:
+    """The (student, teacher) stand-ins: ``$OPD_STANDIN_STUDENT``/``$OPD_STANDIN_TEACHER``, else the bundled pair."""
+    import os
+
+    if os.environ.get("OPD_STANDIN_STUDENT") and os.environ.get("OPD_STANDIN_TEACHER"):
+        return Path(os.environ["OPD_STANDIN_STUDENT"]), Path(os.environ["OPD_STANDIN_TEACHER"])
+    try:
+        from opd_nb.engine.models import default_pair as engine_pair
+
+        student, teacher = engine_pair()
+        return Path(student), Path(teacher)
+    except ImportError:
+        assets = Path(__file__).resolve().parent.parent / "engine" / "assets"
+        return assets / "tiny-student", assets / "tiny-teacher"
+
+
+class ModelRegistry:
+    def __init__(self, store: Store, model_map: dict[str, str] | None = None):
+        self.store = store
+        self.model_map = {k: str(Path(v).expanduser().resolve()) for k, v in (model_map or {}).items()}
+
+    def resolve(self, model_id: object, role: Literal["student", "teacher"] = "student") -> ResolvedModel:
+        if not isinstance(model_id, str) or not model_id.strip():
+            raise ModelNotServable(f"model id must be a non-empty string, got {model_id!r}")
+        model_id = model_id.strip()
+        if model_id in self.model_map:
+            path = Path(self.model_map[model_id])
+            if not (path / "config.json").is_file():
+                raise ModelNotServable(
+                    f"--model-map maps {model_id!r} to {path}, which is not a Hugging Face model directory "
+                    "(no config.json); restart `opd serve` with a correct --model-map"
+                )
+            return ResolvedModel(model_id=model_id, kind="mapped", path=str(path),
+                                 note=f"{role} model {model_id!r} runs on the mapped local model {path}")
+        if model_id.startswith(LOCAL_PREFIX):
+            job_id = model_id[len(LOCAL_PREFIX):]
+            job = self.store.job(job_id)
+            final = (job or {}).get("meta", {}).get("final_checkpoint")
+            if not job or job["status"] != "SUCCEEDED" or not final or not Path(final).is_dir():
+                raise ModelNotServable(
+                    f"{model_id!r} is not a published local model: job {job_id!r} has no final checkpoint "
+                    "(it is unknown, was deleted, or has not SUCCEEDED); pick one from GET /api/v1/models"
+                )
+            return ResolvedModel(model_id=model_id, kind="checkpoint", path=final,
+                                 note=f"{role} model {model_id!r} is the final checkpoint of job {job_id}: {final}")
+        student, teacher = default_pair()
+        if model_id in (STUDENT_ID, TEACHER_ID):
+            path = student if model_id == STUDENT_ID else teacher
+            return self._standin(model_id, path, f"{role} model {model_id!r} is the bundled model {path}")
+        if model_id.startswith("/") or model_id.startswith("~"):
+            path = Path(model_id).expanduser()
+            if not (path / "config.json").is_file():
+                raise ModelNotServable(
+                    f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
+                )
+            return ResolvedModel(model_id=model_id, kind="path", path=str(path.resolve()))
+        if "/" in model_id or not _CLOUD_ID.match(model_id):
+            raise ModelNotServable(
+                f"model {model_id!r} cannot be served locally: it looks like a Hugging Face repo id and this "
+                "server has no model hub; map it to a local directory with `opd serve --model-map "
+                f"{model_id}=/path/to/model`, or use a cloud model id (it then runs on the bundled stand-in)"
+            )
+        path = student if role == "student" else teacher
+        return self._standin(
+            model_id, path,
+            f"{role} model {model_id!r} is a cloud model; it runs locally on the bundled stand-in {path.name} ({path})",
+        )
+
+    @staticmethod
+    def _standin(model_id: str, path: Path, note: str) -> ResolvedModel:
+        if not (path / "config.json").is_file():
+            raise ModelNotServable(
+                f"the bundled stand-in model {path} is missing; reinstall opd-nb (pip install 'opd-nb[engine]') "
+                f"or map {model_id!r} with --model-map"
+            )
+        return ResolvedModel(model_id=model_id, kind="stand-in", path=str(path), note=note)
+
+    def listing(self) -> list[dict]:
+        """Everything this server can run, as listed by GET /api/v1/models."""
+        student, teacher = default_pair()
+        out = [
+            {"model_id": STUDENT_ID, "kind": "stand-in", "path": str(student), "role": "student",
+             "stands_in_for": "any cloud `model` id"},
+            {"model_id": TEACHER_ID, "kind": "stand-in", "path": str(teacher), "role": "teacher",
+             "stands_in_for": "any cloud `teacher_model` id"},
+        ]  # fmt: skip
+        out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
+        for job in self.store.jobs_with_status("SUCCEEDED"):
+            final = job["meta"].get("final_checkpoint")
+            if final and Path(final).is_dir():
+                out.append({"model_id": job["finetuned_output"], "kind": "checkpoint", "path": final,
+                            "job_id": job["job_id"]})  # fmt: skip
+        return out

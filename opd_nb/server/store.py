@@ -1,0 +1,200 @@
+"""SQLite (WAL) persistence shared by the control plane and its job workers.
+
+Both the server process and each worker subprocess open the same database file. WAL mode lets
+readers (the many watchers polling a job) run while a worker writes a log line or a metrics row,
+and the busy timeout absorbs the short write locks. Blobs (zips, datasets, checkpoints) live on
+disk next to the database; rows only hold their paths.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    file_id TEXT PRIMARY KEY, name TEXT NOT NULL, path TEXT NOT NULL, bytes INTEGER NOT NULL,
+    lines INTEGER NOT NULL, purpose TEXT, description TEXT, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS uploads (
+    key TEXT PRIMARY KEY, path TEXT, bytes INTEGER, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS layers (
+    layer_code TEXT PRIMARY KEY, name TEXT, requirements TEXT, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS functions (
+    entity_id TEXT PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, func TEXT NOT NULL,
+    processor TEXT NOT NULL, unique_key TEXT, code_dir TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS instances (
+    instance_id TEXT PRIMARY KEY, entity_id TEXT NOT NULL, tag TEXT, status TEXT NOT NULL,
+    url TEXT, token TEXT NOT NULL, pid INTEGER, log_path TEXT NOT NULL, runtime TEXT,
+    created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, job_name TEXT NOT NULL, status TEXT NOT NULL,
+    request TEXT NOT NULL, meta TEXT NOT NULL, finetuned_output TEXT, message TEXT, code TEXT,
+    create_time TEXT NOT NULL, start_time TEXT, end_time TEXT, cancel_requested INTEGER DEFAULT 0,
+    worker_pid INTEGER, progress TEXT, deleted INTEGER DEFAULT 0);
+CREATE INDEX IF NOT EXISTS jobs_seq ON jobs(seq);
+CREATE TABLE IF NOT EXISTS logs (
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL, line TEXT NOT NULL,
+    PRIMARY KEY (job_id, seq));
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id TEXT NOT NULL, step INTEGER NOT NULL, row TEXT NOT NULL, PRIMARY KEY (job_id, step));
+CREATE TABLE IF NOT EXISTS checkpoints (
+    job_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, path TEXT NOT NULL,
+    created_at TEXT NOT NULL, metrics TEXT, PRIMARY KEY (job_id, step));
+"""
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELED"})
+
+
+def now_text() -> str:
+    """Bailian's timestamp style: local wall time, second precision."""
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+class Store:
+    """Thread-safe access to one data dir's database (a connection per thread)."""
+
+    def __init__(self, data_dir: str | Path):
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.data_dir / "opd.sqlite3"
+        self._local = threading.local()
+        self.conn().executescript(SCHEMA)
+
+    def conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+        return conn
+
+    class _Tx:
+        def __init__(self, conn: sqlite3.Connection):
+            self.conn = conn
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.conn.execute("BEGIN IMMEDIATE")
+            return self.conn
+
+        def __exit__(self, exc_type: Any, *_: Any) -> None:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+    def tx(self) -> Store._Tx:
+        """A write transaction (takes the write lock up front, so no upgrade deadlocks)."""
+        return Store._Tx(self.conn())
+
+    def one(self, sql: str, *args: Any) -> sqlite3.Row | None:
+        return self.conn().execute(sql, args).fetchone()
+
+    def all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        return self.conn().execute(sql, args).fetchall()
+
+    def run(self, sql: str, *args: Any) -> int:
+        cur = self.conn().execute(sql, args)
+        return cur.rowcount
+
+    # ---- jobs ---------------------------------------------------------------------------------
+    def insert_job(self, job_id: str, job_name: str, request: dict, meta: dict) -> None:
+        with self.tx() as conn:
+            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
+            conn.execute(
+                "INSERT INTO jobs(job_id, seq, job_name, status, request, meta, create_time) VALUES (?,?,?,?,?,?,?)",
+                (job_id, seq, job_name, "PENDING", json.dumps(request), json.dumps(meta), now_text()),
+            )
+
+    def job(self, job_id: str) -> dict | None:
+        row = self.one("SELECT * FROM jobs WHERE job_id = ? AND deleted = 0", job_id)
+        return _job_dict(row) if row else None
+
+    def jobs(self, offset: int, limit: int) -> tuple[list[dict], int]:
+        total = self.one("SELECT COUNT(*) FROM jobs WHERE deleted = 0")[0]
+        rows = self.all("SELECT * FROM jobs WHERE deleted = 0 ORDER BY seq DESC LIMIT ? OFFSET ?", limit, offset)
+        return [_job_dict(r) for r in rows], total
+
+    def jobs_with_status(self, *statuses: str) -> list[dict]:
+        marks = ",".join("?" * len(statuses))
+        rows = self.all(f"SELECT * FROM jobs WHERE status IN ({marks}) AND deleted = 0 ORDER BY seq", *statuses)
+        return [_job_dict(r) for r in rows]
+
+    def set_job(self, job_id: str, *, only_if_status: tuple[str, ...] | None = None, **fields: Any) -> bool:
+        """Update columns; with `only_if_status`, only when the current status is one of those."""
+        for key in ("meta", "progress"):
+            if key in fields and not isinstance(fields[key], str | None):
+                fields[key] = json.dumps(fields[key])
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        sql = f"UPDATE jobs SET {cols} WHERE job_id = ?"
+        args: list[Any] = [*fields.values(), job_id]
+        if only_if_status:
+            sql += f" AND status IN ({','.join('?' * len(only_if_status))})"
+            args += list(only_if_status)
+        with self.tx() as conn:
+            return conn.execute(sql, args).rowcount > 0
+
+    def merge_meta(self, job_id: str, **extra: Any) -> None:
+        with self.tx() as conn:
+            row = conn.execute("SELECT meta FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                return
+            meta = json.loads(row[0])
+            meta.update(extra)
+            conn.execute("UPDATE jobs SET meta = ? WHERE job_id = ?", (json.dumps(meta), job_id))
+
+    # ---- logs, metrics, checkpoints ---------------------------------------------------------
+    def add_log(self, job_id: str, *lines: str) -> None:
+        ts = time.time()
+        with self.tx() as conn:
+            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", (job_id,)).fetchone()[0]
+            conn.executemany(
+                "INSERT INTO logs(job_id, seq, ts, line) VALUES (?,?,?,?)",
+                [(job_id, seq + i + 1, ts, line) for i, line in enumerate(lines)],
+            )
+
+    def logs(self, job_id: str, start_seq: int, limit: int) -> list[tuple[int, str]]:
+        rows = self.all(
+            "SELECT seq, line FROM logs WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?", job_id, start_seq, limit
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def log_count(self, job_id: str) -> int:
+        return self.one("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)[0]
+
+    def add_metrics(self, job_id: str, step: int, row: dict) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO metrics(job_id, step, row) VALUES (?,?,?)", (job_id, step, json.dumps(row))
+            )
+
+    def metrics(self, job_id: str) -> list[dict]:
+        return [json.loads(r[0]) for r in self.all("SELECT row FROM metrics WHERE job_id = ? ORDER BY step", job_id)]
+
+    def add_checkpoint(self, job_id: str, step: int, name: str, path: str, metrics: dict) -> None:
+        with self.tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints(job_id, step, name, path, created_at, metrics) VALUES (?,?,?,?,?,?)",
+                (job_id, step, name, path, now_text(), json.dumps(metrics)),
+            )
+
+    def checkpoints(self, job_id: str) -> list[dict]:
+        rows = self.all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)
+        return [
+            {
+                "name": r["name"], "step": r["step"], "path": r["path"], "created_at": r["created_at"],
+                "metrics": json.loads(r["metrics"] or "{}"),
+            }
+            for r in rows
+        ]  # fmt: skip
+
+
+def _job_dict(row: sqlite3.Row) -> dict:
+    out = dict(row)
+    out["request"] = json.loads(out["request"])
+    out["meta"] = json.loads(out["meta"])
+    out["progress"] = json.loads(out["progress"]) if out.get("progress") else None
+    return out

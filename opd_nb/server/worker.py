@@ -1,0 +1,222 @@
+"""Job worker subprocess: ``python -m opd_nb.server.worker DATA_DIR JOB_ID``.
+
+Runs one job with the local OPD engine. It starts the job's function servers, builds the
+:class:`~opd_nb.engine.api.EngineJob`, and writes everything the engine reports (logs, progress,
+metrics, checkpoints, the final state) straight into the shared SQLite store. Running in its own
+process means a crash in training or in user code never takes the control plane down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from opd_nb.server.store import Store, now_text
+
+_STOP_POLL_S = 0.5
+
+
+class StoreEvents:
+    """`EngineEvents` that persist into the store; cheap enough to call every step."""
+
+    def __init__(self, store: Store, job_id: str):
+        self.store = store
+        self.job_id = job_id
+        self._last_progress = 0.0
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        lines = str(message).splitlines() or [""]
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.store.add_log(self.job_id, *[f"[{level}] {stamp} {line}" for line in lines])
+
+    def progress(self, step: int, total_steps: int, epoch: int, n_epochs: int, eta_s: float | None) -> None:
+        data = {"step": step, "total_steps": total_steps, "epoch": epoch, "n_epochs": n_epochs,
+                "eta_s": eta_s, "percent": round(100.0 * step / total_steps, 1) if total_steps else None}  # fmt: skip
+        self.store.set_job(self.job_id, progress=data)
+        now = time.monotonic()
+        if now - self._last_progress >= 1.0 or step == total_steps:
+            self._last_progress = now
+            eta = f", eta {eta_s:.0f}s" if eta_s is not None else ""
+            self.log(f"progress: step {step}/{total_steps}, epoch {epoch}/{n_epochs}{eta}")
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        step = int(row.get("step", 0))
+        self.store.add_metrics(self.job_id, step, _jsonable(row))
+
+    def checkpoint(self, step: int, path: str, metrics: dict[str, float]) -> None:
+        self.store.add_checkpoint(self.job_id, step, Path(path).name, str(path), _jsonable(metrics))
+        self.log(f"checkpoint saved: {Path(path).name} ({path})")
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, float) and value != value:  # NaN is not JSON
+            value = None
+        out[str(key)] = value
+    return out
+
+
+class StopFlag:
+    """`should_stop` for the engine: the cancel flag in the store (polled at most every 0.5 s)."""
+
+    def __init__(self, store: Store, job_id: str):
+        self.store = store
+        self.job_id = job_id
+        self._last = 0.0
+        self._stopped = False
+        self.signalled = False
+
+    def __call__(self) -> bool:
+        if self._stopped or self.signalled:
+            return True
+        now = time.monotonic()
+        if now - self._last >= _STOP_POLL_S:
+            self._last = now
+            row = self.store.one("SELECT cancel_requested FROM jobs WHERE job_id = ?", self.job_id)
+            self._stopped = bool(row is None or row[0])
+        return self._stopped
+
+
+def _watch_parent(cleanup: list[Any]) -> None:
+    """If the control plane dies (even by SIGKILL) stop at once; the restarted server settles the job."""
+    parent = os.getppid()
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            for server in cleanup:
+                try:
+                    server.stop(timeout=1.0)
+                except Exception:
+                    pass
+            os._exit(3)
+
+
+def run_job(data_dir: Path, job_id: str) -> int:
+    store = Store(data_dir)
+    job = store.job(job_id)
+    if job is None:
+        print(f"job {job_id} not found", file=sys.stderr)
+        return 2
+    events = StoreEvents(store, job_id)
+    should_stop = StopFlag(store, job_id)
+    servers: list[Any] = []
+    threading.Thread(target=_watch_parent, args=(servers,), daemon=True).start()
+
+    def on_term(signum: int, frame: Any) -> None:
+        should_stop.signalled = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    meta = job["meta"]
+    try:
+        from opd_nb.engine.api import EngineJob, RewardEndpoint, RolloutEndpoint
+
+        events.log(f"job {job_id} running on the local OPD engine ({meta.get('training_type')})")
+        for note in meta.get("substitutions", []):
+            events.log(note)
+        rewards, rollout = [], None
+        fn_dir = data_dir / "jobs" / job_id / "functions"
+        for spec in meta.get("functions", []):
+            from opd_nb.functions import FunctionServer
+
+            events.log(f"starting {spec['kind']} function {spec['name']!r} ({spec['processor']})")
+            server = FunctionServer.start(
+                spec["code_dir"], spec["kind"], spec["processor"],
+                log_path=fn_dir / f"{spec['entity_id']}.log", env=spec.get("env") or {}, startup_timeout=90.0,
+            )  # fmt: skip
+            servers.append(server)
+            events.log(f"{spec['kind']} function {spec['name']!r} serving at {server.url}")
+            opts = {k: spec[k] for k in ("timeout", "concurrency") if spec.get(k) is not None}
+            if spec["kind"] == "rollout":
+                rollout = RolloutEndpoint(name=spec["name"], url=server.url, **opts)
+            else:
+                rewards.append(RewardEndpoint(
+                    name=spec["name"], url=server.url, kind=spec["kind"], weight=spec.get("weight") or 1.0,
+                    reward_metric_weight=spec.get("reward_metric_weight"), **opts,
+                ))  # fmt: skip
+        output_dir = data_dir / "jobs" / job_id / "output"
+        engine_job = EngineJob(
+            job_id=job_id, student_path=meta["student_path"], teacher_path=meta["teacher_path"],
+            train_file=meta["train_file"], validation_file=meta.get("validation_file"),
+            hyper_parameters=job["request"].get("hyper_parameters") or {}, rewards=rewards, rollout=rollout,
+            output_dir=str(output_dir),
+        )  # fmt: skip
+        from opd_nb.engine.trainer import run as engine_run
+
+        result = engine_run(engine_job, events, should_stop)
+        if should_stop():
+            events.log("job stopped on request")
+            store.set_job(job_id, only_if_status=("RUNNING",), status="CANCELED", end_time=now_text(),
+                          message="canceled by user", worker_pid=None)
+            return 0
+        published = f"opd-local/{job_id}"
+        store.merge_meta(job_id, final_checkpoint=result.final_checkpoint, best_checkpoint=result.best_checkpoint,
+                         steps=result.steps, epochs=result.epochs, metrics_tail=result.metrics_tail)
+        events.log(f"published final checkpoint as {published!r} ({result.final_checkpoint}); pass it as "
+                   "`model` in a later job to continue training")
+        store.set_job(job_id, only_if_status=("RUNNING",), status="SUCCEEDED", finetuned_output=published,
+                      end_time=now_text(), worker_pid=None, message="")
+        events.log("job SUCCEEDED")
+        return 0
+    except Exception as exc:
+        from opd_nb.errors import OpdError
+
+        engine_error = type(exc).__name__ == "EngineError" or isinstance(exc, OpdError)
+        try:
+            from opd_nb.engine.api import EngineError as _EE
+
+            engine_error = engine_error or isinstance(exc, _EE)
+        except ImportError:
+            pass
+        if should_stop():
+            store.set_job(job_id, only_if_status=("RUNNING",), status="CANCELED", end_time=now_text(),
+                          message="canceled by user", worker_pid=None)
+            return 0
+        if isinstance(exc, ImportError) and "opd_nb.engine" in str(exc):
+            message = f"the local OPD engine is not available: {exc} (install opd-nb[engine])"
+        elif engine_error:
+            message = str(exc)
+        else:
+            message = f"internal error in the local engine: {type(exc).__name__}: {exc}"
+        events.log(f"FAILED: {message}", level="ERROR")
+        if not engine_error:
+            for line in traceback.format_exc().splitlines():
+                events.log(line, level="ERROR")
+        for server in servers:
+            for line in server.log_lines(10):
+                events.log(f"[{server.func_type} function] {line}", level="ERROR")
+        store.set_job(job_id, only_if_status=("RUNNING",), status="FAILED", code="JobFailed", message=message,
+                      end_time=now_text(), worker_pid=None)
+        return 1
+    finally:
+        for server in servers:
+            try:
+                server.stop()
+            except Exception:
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m opd_nb.server.worker DATA_DIR JOB_ID", file=sys.stderr)
+        return 2
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, int(os.environ.get("OPD_TORCH_THREADS", "2"))))
+    except ImportError:
+        pass
+    return run_job(Path(args[0]), args[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,378 @@
+"""Pydantic models of the job YAML, mirroring dashscope 2.0.2's `TuningModel` field for field.
+
+Same field names, types, defaults and `extra="forbid"` as the SDK, so a config loads here if and only
+if `TuningModel.load_from_yaml` accepts it (tests compare both on generated configs). Unlike the SDK,
+errors point at `file:line` and say how to fix them. The YAML is read with PyYAML's SafeLoader, as
+the SDK does, so `1e-6` stays a string here too (the checks flag it).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+
+from opd_nb.errors import OpdError
+
+FunctionKind = Literal["rollout", "reward", "group_reward"]
+DEFAULT_REQUIREMENTS = "./requirements.txt"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MountStorage(_Strict):
+    region: str | None = None
+    bucket: str | None = None
+    file_path: str | None = None
+
+
+class DatasetSpec(_Strict):
+    type: Literal["training", "validation", "testing"] = "training"
+    data_source_type: Literal["file_id", "download_url", "oss_mount"] | None = "file_id"
+    file_name: str | None = None
+    file_id: str | None = None
+    download_url: str | None = None
+    mount_storage: MountStorage | None = None
+
+
+class FoundationModel(_Strict):
+    name: str = None  # type: ignore[assignment]  # as in the SDK: omitted is fine, an explicit null is not
+
+
+class TrainingSpec(_Strict):
+    type: Literal["reinforcement", "pg_opd"] = "reinforcement"
+    hyper_parameters: dict[str, Any] = None  # type: ignore[assignment]  # SDK: explicit null is refused
+    resources: dict[str, Any] = None  # type: ignore[assignment]
+
+
+class Observability(BaseModel):
+    """Empty in the SDK (and, unlike the others, not strict)."""
+
+
+class FcModel(_Strict):
+    zipdir: str = "./"
+    classpath: str | None = ""
+    filepath: str = ""
+    classname: str = ""
+    requirements_path: str | None = DEFAULT_REQUIREMENTS
+    extra_files: list[str] | None = Field(default_factory=list)
+    oss_id: str | None = None
+    oss_signed_url: str | None = None
+
+
+class Runtime(_Strict):
+    layer_code: str | None = None
+    cpu: float | None = None
+    memory_size: int | None = None
+    disk_size: int | None = None
+    concurrency: int | None = None
+    capacity: int | None = None
+    max_capacity: int | None = None
+    min_capacity: int | None = None
+    memory_scale_threshold: float | None = None
+    concurrency_scale_threshold: float | None = None
+    enable_vpc_config: bool | None = None
+    security_group_id: str | None = None
+    switch_ids: list[str] | None = None
+    vpc_id: str | None = None
+    vpc_role: str | None = None
+    enable_log: bool | None = None
+    env: dict[str, Any] | None = None
+
+
+class _FunctionBase(_Strict):
+    name: str | None = None
+    timeout: int | None = None
+    fcmodel: FcModel | None = Field(default_factory=FcModel)
+    runtime: Runtime | None = None
+    entity_id: str | None = None
+    instance_id: str | None = None
+    instance_status: int | None = -1
+    instance_url: str | None = None
+    instance_token: str | None = None
+    weight: float | None = None
+    reward_metric_weight: dict[str, float] | None = None
+
+
+class RolloutFunction(_FunctionBase):
+    type: Literal["rollout"] = "rollout"
+
+
+class RewardFunction(_FunctionBase):
+    type: Literal["reward"] = "reward"
+
+
+class GroupRewardFunction(_FunctionBase):
+    type: Literal["group_reward"] = "group_reward"
+
+
+def _function_tag(v: Any) -> Any:
+    """The SDK's discriminator: a mapping without `type` is a rollout."""
+    if isinstance(v, dict):
+        return v.get("type", "rollout")
+    return getattr(v, "type", "rollout")
+
+
+FunctionSpec = Annotated[
+    Annotated[RolloutFunction, Tag("rollout")]
+    | Annotated[RewardFunction, Tag("reward")]
+    | Annotated[GroupRewardFunction, Tag("group_reward")],
+    Discriminator(_function_tag),
+]
+
+
+class JobConfig(_Strict):
+    """The whole job as the SDK's YAML defines it (`TuningModel`)."""
+
+    name: str = Field(default="agentic-rl", min_length=1, max_length=256)
+    model: FoundationModel = FoundationModel()
+    teacher_model: str | None = None
+    functions: list[FunctionSpec] = Field(default_factory=list)
+    datasets: list[DatasetSpec] = Field(default_factory=list)
+    training: TrainingSpec = TrainingSpec()
+    observability: Observability | None = Observability()
+
+    @property
+    def hyper_parameters(self) -> dict[str, Any]:
+        return dict(self.training.hyper_parameters or {})
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return dict(self.training.resources or {})
+
+    def functions_of(self, *kinds: str) -> list[Any]:
+        return [f for f in self.functions if f.type in kinds]
+
+    @property
+    def training_type(self) -> str:
+        """What the SDK submits: a teacher forces `pg_opd`."""
+        return "pg_opd" if self.teacher_model else self.training.type
+
+
+# ---------------------------------------------------------------- line-aware YAML
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclass
+class LineMap:
+    """Where each key (or list item) of a YAML document starts, 1-based."""
+
+    filename: str
+    lines: dict[KeyPath, int] = field(default_factory=dict)
+
+    def line(self, path: KeyPath) -> int | None:
+        """Line of `path`, or of its longest prefix present in the document."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return None
+
+    def where(self, path: KeyPath) -> str:
+        """`file:line` when the key (or a parent) is in the file, else `file: a.b[0].c`."""
+        line = self.line(path)
+        if line is not None:
+            return f"{self.filename}:{line}"
+        return f"{self.filename}: {key_path_text(path)}" if path else self.filename
+
+
+def key_path_text(path: KeyPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _record(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            sub = (*path, key)
+            lines.setdefault(sub, key_node.start_mark.line + 1)
+            _record(value_node, sub, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            sub = (*path, i)
+            lines.setdefault(sub, item.start_mark.line + 1)
+            _record(item, sub, lines)
+
+
+def load_yaml_with_lines(text: str, filename: str = "config.yaml") -> tuple[Any, LineMap]:
+    """Parse like the SDK (SafeLoader) and remember each key's line. Syntax errors -> OpdError."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{filename}:{mark.line + 1}" if mark else filename
+        problem = " ".join(x for x in (exc.context, exc.problem) if x)
+        raise OpdError(f"YAML syntax error: {problem}", where=where,
+                       fix="fix the indentation or quoting on that line") from None
+    except yaml.YAMLError as exc:
+        raise OpdError(f"YAML error: {exc}", where=filename) from None
+    finally:
+        loader.dispose()
+    lines: dict[KeyPath, int] = {}
+    if node is not None:
+        _record(node, (), lines)
+    return data, LineMap(filename, lines)
+
+
+# ---------------------------------------------------------------- parsing with explained errors
+
+
+@dataclass
+class ConfigProblem:
+    """One reason the SDK would refuse this config (its error 1001/1002), explained."""
+
+    path: KeyPath
+    where: str
+    message: str
+    fix: str
+    kind: str = "schema"  # schema | functions-null | empty | syntax
+
+
+@dataclass
+class ParsedConfig:
+    data: Any
+    lines: LineMap
+    config: JobConfig | None
+    problems: list[ConfigProblem]
+
+    @property
+    def ok(self) -> bool:
+        return self.config is not None and not self.problems
+
+
+_FIELDS: dict[str, list[str]] = {
+    "top": list(JobConfig.model_fields),
+    "model": list(FoundationModel.model_fields),
+    "function": list(RewardFunction.model_fields),
+    "fcmodel": list(FcModel.model_fields),
+    "runtime": list(Runtime.model_fields),
+    "dataset": list(DatasetSpec.model_fields),
+    "mount_storage": list(MountStorage.model_fields),
+    "training": list(TrainingSpec.model_fields),
+}
+
+
+def _context_of(path: KeyPath) -> str:
+    """Which model a key path lands in (to suggest the right field names)."""
+    if not path:
+        return "top"
+    head = path[0]
+    if head == "functions":
+        if len(path) >= 3 and path[2] in ("fcmodel", "runtime"):
+            return str(path[2])
+        return "function"
+    if head == "datasets":
+        return "mount_storage" if len(path) >= 3 and path[2] == "mount_storage" else "dataset"
+    if head in ("model", "training"):
+        return str(head)
+    return "top"
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> KeyPath:
+    """Drop the union tags pydantic inserts after `functions[i]`."""
+    out: list[str | int] = []
+    for i, part in enumerate(loc):
+        if i == 2 and loc[0] == "functions" and part in ("rollout", "reward", "group_reward"):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
+    path = _clean_loc(tuple(err.get("loc", ())))
+    etype = err.get("type", "")
+    where = lines.where(path)
+    dotted = key_path_text(path)
+    if etype == "extra_forbidden":
+        key = str(path[-1]) if path else "?"
+        ctx = _context_of(path[:-1])
+        if ctx == "function" and key in _FIELDS["fcmodel"]:
+            fix = f"move `{key}` under `fcmodel:` of that function"
+        elif ctx == "top" and key == "job_name":
+            fix = "the YAML key is `name` (the SDK appends a random suffix)"
+        elif ctx == "top" and key in ("hyper_parameters", "resources"):
+            fix = f"put `{key}` under `training:`"
+        else:
+            near = difflib.get_close_matches(key, _FIELDS[ctx], n=1, cutoff=0.6)
+            fix = f"did you mean `{near[0]}`?" if near else f"allowed keys here: {', '.join(_FIELDS[ctx])}"
+        return ConfigProblem(path, where, f"unknown key `{dotted}`: the SDK refuses the whole config (error 1002)",
+                             fix)
+    if etype in ("union_tag_invalid", "union_tag_not_found"):
+        return ConfigProblem(path, where, f"`{dotted}.type` must be rollout, reward or group_reward",
+                             "set `type: reward` (or rollout / group_reward)")
+    if etype == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        return ConfigProblem(path, where, f"`{dotted}` is {err.get('input')!r}; expected {expected}",
+                             f"use one of {expected}")
+    if etype in ("string_too_short", "string_too_long") and path == ("name",):
+        return ConfigProblem(path, where, "the job name must be 1 to 256 characters",
+                             "set `name:` to a short id such as my-opd-job", kind="name")
+    msg = err.get("msg", "invalid value")
+    return ConfigProblem(path, where, f"`{dotted or 'config'}`: {msg} (got {err.get('input')!r})",
+                         "fix the value to the type the SDK expects (see `opd config --help` and the docs)")
+
+
+def parse_config_text(text: str, filename: str = "config.yaml") -> ParsedConfig:
+    """Parse a job YAML without raising for schema problems: every problem comes back explained."""
+    try:
+        data, lines = load_yaml_with_lines(text, filename)
+    except OpdError as exc:
+        lm = LineMap(filename)
+        return ParsedConfig(None, lm, None, [ConfigProblem((), exc.where or filename, exc.message,
+                                                           exc.fix or "", kind="syntax")])
+    if data is None:
+        return ParsedConfig(None, lines, None, [ConfigProblem(
+            (), filename, "the config is empty (the SDK fails with error 1001)",
+            "write at least `name`, `model`, `teacher_model` and `datasets`", kind="empty")])
+    if not isinstance(data, dict):
+        return ParsedConfig(data, lines, None, [ConfigProblem(
+            (), f"{filename}:1", f"the config must be a mapping of keys, not a {type(data).__name__}",
+            "start the file with `name: my-opd-job`", kind="schema")])
+    problems: list[ConfigProblem] = []
+    if "functions" in data and data["functions"] is None:
+        problems.append(ConfigProblem(
+            ("functions",), lines.where(("functions",)),
+            "`functions: null` is rejected by the SDK's loader (error 1002), although the docs suggest it",
+            "delete the `functions:` line for pure distillation", kind="functions-null"))
+    try:
+        config = JobConfig.model_validate(data)
+    except ValidationError as exc:
+        config = None
+        for err in exc.errors():
+            loc = tuple(err.get("loc", ()))
+            if loc and loc[0] == "functions" and data.get("functions") is None:
+                continue  # already explained above
+            problems.append(_explain(err, lines))
+    return ParsedConfig(data, lines, config, problems)
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Load a job YAML like the SDK would; any mistake -> OpdError with `file:line` and a fix."""
+    p = Path(path)
+    if not p.is_file():
+        raise OpdError(f"config file not found: {p}", where=str(p),
+                       fix="create it with `opd new` or pass the right path")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OpdError(f"cannot read the config: {exc}", where=str(p)) from None
+    parsed = parse_config_text(text, str(p))
+    if parsed.problems:
+        first = parsed.problems[0]
+        more = f" (+{len(parsed.problems) - 1} more; run `opd check`)" if len(parsed.problems) > 1 else ""
+        raise OpdError(first.message + more, where=first.where, fix=first.fix)
+    assert parsed.config is not None
+    return parsed.config

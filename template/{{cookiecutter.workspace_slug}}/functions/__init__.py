@@ -1,0 +1,1 @@
+"""Functions this workspace registers with Bailian (the directory must be an importable package)."""

@@ -1,0 +1,1 @@
+"""Reward function: scores each student answer against the ground truth."""

@@ -1,0 +1,1 @@
+"""Rollout function: drives multi-turn generation with tools (Agentic OPD)."""

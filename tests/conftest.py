@@ -1,0 +1,85 @@
+"""Shared fixtures. `local_server`: one real `opd serve` (background subprocess) for the session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A running local control plane on a free port with its own data dir; yields the ServerHandle."""
+    from opd_nb.server import start
+
+    data_dir = tmp_path_factory.mktemp("opd-serve")
+    handle = start(port=0, data_dir=data_dir)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture()
+def api(local_server: object) -> object:
+    """An httpx client for the local server's /api/v1 with a Bearer set."""
+    import httpx
+
+    with httpx.Client(base_url=local_server.api_base, headers={"Authorization": "Bearer test"}, timeout=60) as c:
+        yield c
+
+
+def sdk_env(server: object, **extra: str) -> dict[str, str]:
+    """A clean environment for running the unmodified SDK: only the two variables it needs (+ basics)."""
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")}
+    keep.update(server.env())  # type: ignore[attr-defined]
+    keep["NO_PROXY"] = "127.0.0.1,localhost"
+    keep.update(extra)
+    return keep
+
+
+def run_sdk(server: object, code: str, cwd: Path | str, *args: str, timeout: float = 300,
+            **env: str) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run Python `code` (with `args` as sys.argv[1:]) in a subprocess with only the SDK's env vars set."""
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=sdk_env(server, **env),
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+TINY_HP = {"n_epochs": 1, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 16, "eval_steps": 2,
+           "save_strategy": "steps", "save_steps": 2, "max_prompt_length": 40, "max_length": 64}
+
+
+def tiny_workspace(mode: str, dest: Path, *, train_rows: int = 16, val_rows: int = 8, **hp: object) -> Path:
+    """A template workspace shrunk to a job that trains in seconds on a CPU (config stays SDK-valid)."""
+    import yaml
+
+    from opd_nb.workspace import create
+
+    path = Path(create(mode, dest).path)
+    for name, n in (("train.jsonl", train_rows), ("validation.jsonl", val_rows)):
+        data = path / "data" / name
+        data.write_text("".join(data.read_text().splitlines(keepends=True)[:n]))
+    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    cfg["training"]["hyper_parameters"].update({**TINY_HP, **hp})
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def wait_status(client: object, job_id: str, statuses: set[str], timeout: float = 240) -> object:
+    """Poll until the job is in one of `statuses` (fails the test on timeout, showing the log tail)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(job_id)  # type: ignore[attr-defined]
+        if job.status in statuses:
+            return job
+        time.sleep(0.5)
+    tail = client.logs(job_id, lines=10000).lines[-30:]  # type: ignore[attr-defined]
+    raise AssertionError(f"job {job_id} still {job.status} after {timeout}s:\n" + "\n".join(tail))

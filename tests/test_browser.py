@@ -1,0 +1,175 @@
+"""End to end in a real browser: JupyterLab (headless) + Chromium driven by Selenium.
+
+A notebook loads the extension, targets a local control plane, shows the config form and the
+reward playground, and submits a job with `%opd submit`: the job monitor must render, its plot
+must update while the job runs, and the job must reach SUCCEEDED. Screenshots of the form, the
+playground and the monitor are saved under tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+DRIVER = shutil.which("chromedriver")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _notebook(workspace: str, api_base: str) -> dict:
+    cells = [
+        "%load_ext opd_nb",
+        f"%opd use local --base-url {api_base}",
+        f"%opd form {workspace}",
+        f"%opd playground {workspace}",
+        f"%opd submit {workspace}",
+    ]
+    return {
+        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
+                  for c in cells],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def _write_settings(settings: Path) -> None:
+    """No virtual scrolling (all cells in the DOM), no news/update pop-ups."""
+    tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True, exist_ok=True)
+    tracker.write_text(json.dumps({"windowingMode": "none"}))
+    notif = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notif.parent.mkdir(parents=True, exist_ok=True)
+    notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian packages chromium and chromium-driver")
+def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    import opd_nb.server
+    from opd_nb.workspace import create
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    root = tmp_path / "nb"
+    root.mkdir()
+    create("reward", root / "sorter")
+    server = opd_nb.server.start(data_dir=tmp_path / "server")
+    (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", server.api_base)))
+    settings = tmp_path / "lab-settings"
+    _write_settings(settings)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    env.update(JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
+               JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrt"),
+               DASHSCOPE_API_KEY="local")
+    lab_log = open(tmp_path / "lab.log", "wb")
+    lab = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
+         "--allow-root", "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=root, env=env, stdout=lab_log, stderr=subprocess.STDOUT)
+    driver = None
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert lab.poll() is None, (tmp_path / "lab.log").read_text()[-2000:]
+            time.sleep(0.3)
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = CHROMIUM
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                    f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,2400"):
+            opts.add_argument(arg)
+        driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+        driver.set_page_load_timeout(60)
+        driver.get(f"http://127.0.0.1:{port}/lab/tree/e2e.ipynb?token={token}")
+
+        def wait_for(fn, timeout: float, what: str):
+            end = time.monotonic() + timeout
+            last = None
+            while time.monotonic() < end:
+                try:
+                    last = fn()
+                    if last:
+                        return last
+                except Exception as exc:  # element not there yet / went stale
+                    last = exc
+                time.sleep(0.25)
+            driver.save_screenshot(str(ARTIFACTS / "failure.png"))
+            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"), 60, "the notebook")
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
+                 90, "an idle kernel")
+        # Run > Run All Cells, through the menus as a user would.
+        wait_for(lambda: driver.find_element(
+            By.XPATH, "//div[contains(@class,'lm-MenuBar-itemLabel') and text()='Run']"), 30, "the Run menu").click()
+        wait_for(lambda: driver.find_element(
+            By.XPATH, "//div[contains(@class,'lm-Menu-itemLabel') and text()='Run All Cells']"), 10,
+            "Run All Cells").click()
+
+        form = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-config-form"), 90, "the config form")
+        assert "learning_rate" in form.text
+        playground = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-reward-playground"), 60,
+                              "the reward playground")
+        monitor = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor"), 180, "the job monitor")
+        driver.execute_script("arguments[0].scrollIntoView()", form)
+        form.screenshot(str(ARTIFACTS / "config_form.png"))
+        driver.execute_script("arguments[0].scrollIntoView()", playground)
+        playground.screenshot(str(ARTIFACTS / "reward_playground.png"))
+
+        plot_srcs: set[str] = set()
+
+        def finished() -> bool:
+            m = driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor")
+            for img in m.find_elements(By.TAG_NAME, "img"):
+                src = img.get_attribute("src") or ""
+                if src:
+                    plot_srcs.add(src)
+            return "SUCCEEDED" in m.text
+
+        wait_for(finished, 240, "the job to reach SUCCEEDED in the monitor")
+        monitor = driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor")
+        driver.execute_script("arguments[0].scrollIntoView()", monitor)
+        time.sleep(1.0)
+        finished()
+        monitor.screenshot(str(ARTIFACTS / "job_monitor.png"))
+        assert len(plot_srcs) >= 2, f"the plot never updated ({len(plot_srcs)} image(s))"
+        assert "SUCCEEDED" in monitor.text
+    finally:
+        if driver is not None:
+            driver.quit()
+        lab.terminate()
+        try:
+            lab.wait(15)
+        except subprocess.TimeoutExpired:
+            lab.kill()
+        lab_log.close()
+        server.stop()

@@ -1,0 +1,252 @@
+"""Config rules: each one planted in a hand-written workspace, and the clean case beside it."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from opd_nb.checks import RULES, check, check_config_text
+from opd_nb.engine.task import make_rows
+
+BASE_CONFIG = """\
+name: my-opd-job
+model:
+  name: qwen3.5-9b
+teacher_model: qwen3.5-397b-a17b
+datasets:
+  - type: training
+    data_source_type: file_id
+    file_name: data/train.jsonl
+  - type: validation
+    data_source_type: file_id
+    file_name: data/validation.jsonl
+{functions}training:
+  hyper_parameters:
+    learning_rate: 1.0e-6
+    lr_scheduler_type: cosine
+    n_epochs: 1
+    batch_size: 16
+    n_rollouts: 8
+    ppo_mini_batch_size: 32
+    eval_steps: 2
+{extra_hp}  resources:
+    charge_type: mtu_postpaid
+    mtu_spec_code: MTU4
+    mtu_capacity: 24
+"""
+
+REWARD_FUNCTIONS = """\
+functions:
+  - type: reward
+    name: exact-match
+    weight: 1.0
+    timeout: 30
+    fcmodel:
+      zipdir: ./
+      classpath: functions.reward.reward.MyRewardProcessor
+"""
+
+REWARD_CODE = '''\
+import os
+
+from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardInput, RewardOutput
+
+
+class MyRewardProcessor(AbstractRewardProcessor):
+    async def process(self, input: RewardInput) -> RewardOutput:
+        solution = (input.agent_output.rollout_extra or {}).get("solution")
+        text = (input.agent_output.messages or [{}])[-1].get("content", "")
+        return RewardOutput(reward=Reward(reward_score=float(text.strip() == solution)))
+'''
+
+
+def config_text(*, functions: str = "", extra_hp: str = "", replace: dict[str, str] | None = None) -> str:
+    text = BASE_CONFIG.format(functions=functions, extra_hp=textwrap.indent(extra_hp, "    ") if extra_hp else "")
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def make_workspace(root: Path, *, config: str | None = None, reward: bool = False, n_train: int = 120,
+                   n_val: int = 12, requirements: bool = True) -> Path:
+    """A small workspace written by hand: config.yaml, data/*.jsonl, optional reward function."""
+    ws = root / "ws"
+    ws.mkdir(parents=True, exist_ok=True)
+    train = make_rows(n_train, seed=1)
+    val = make_rows(n_val, seed=2, exclude={r["messages"][1]["content"] for r in train})
+    write_rows(ws / "data" / "train.jsonl", train)
+    write_rows(ws / "data" / "validation.jsonl", val)
+    if config is None:
+        config = config_text(functions=REWARD_FUNCTIONS if reward else "")
+    (ws / "config.yaml").write_text(config, encoding="utf-8")
+    if requirements:
+        (ws / "requirements.txt").write_text("", encoding="utf-8")
+    if reward:
+        (ws / "functions" / "reward").mkdir(parents=True, exist_ok=True)
+        (ws / "functions" / "__init__.py").write_text("", encoding="utf-8")
+        (ws / "functions" / "reward" / "__init__.py").write_text("", encoding="utf-8")
+        (ws / "functions" / "reward" / "reward.py").write_text(REWARD_CODE, encoding="utf-8")
+    return ws
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch):
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-test-key-for-checks")
+    monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL", raising=False)
+
+
+def rules_of(report, prefix: str = "config.") -> set[str]:
+    return {f.rule for f in report.findings if f.rule.startswith(prefix)}
+
+
+# ---------------------------------------------------------------- clean cases
+
+
+@pytest.mark.parametrize("reward", [False, True])
+def test_clean_workspace_has_no_findings(tmp_path, reward):
+    ws = make_workspace(tmp_path, reward=reward)
+    report = check(ws)
+    assert report.ok, str(report)
+    assert report.findings == [], str(report)
+
+
+# ---------------------------------------------------------------- planted mistakes, each with its fix
+# (rule, severity, planted config edits, fixed config edits). The fixed variant must not trip the rule.
+
+CASES = [
+    ("config.mini-batch-too-large", "error", {"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 512"},
+     {"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 128"}),
+    ("config.teacher-missing", "error",
+     {"teacher_model: qwen3.5-397b-a17b\n": "", "training:\n": "training:\n  type: pg_opd\n"},
+     {"training:\n": "training:\n  type: pg_opd\n"}),
+    ("config.no-teacher", "warning", {"teacher_model: qwen3.5-397b-a17b\n": ""}, {}),
+    ("config.unknown-hyperparameter", "error", {"n_epochs: 1": "n_epoch: 1"}, {}),
+    ("config.numeric-string", "error", {"learning_rate: 1.0e-6": "learning_rate: 1e-6"}, {}),
+    ("config.learning-rate-high", "warning", {"learning_rate: 1.0e-6": "learning_rate: 1.0e-4"},
+     {"learning_rate: 1.0e-6": "learning_rate: 2.0e-6"}),
+    ("config.model-id-not-cloud", "error", {"teacher_model: qwen3.5-397b-a17b": "teacher_model: Qwen/Qwen3-235B"}, {}),
+    ("config.model-id-not-cloud", "error", {"name: qwen3.5-9b": "name: ./models/student"}, {}),
+    ("config.functions-null", "error", {"training:\n": "functions: null\ntraining:\n"}, {}),
+    ("config.duplicate-function-name", "error",
+     {"training:\n": REWARD_FUNCTIONS + REWARD_FUNCTIONS.replace("functions:\n", "") + "training:\n"},
+     {"training:\n": REWARD_FUNCTIONS + REWARD_FUNCTIONS.replace("functions:\n", "").replace(
+         "exact-match", "exact-match-2") + "training:\n"}),
+    ("config.job-name", "error", {"name: my-opd-job": "name: ''"}, {"name: my-opd-job": "name: opd-2"}),
+    ("config.job-name", "error", {"name: my-opd-job": "name: " + "x" * 257}, {"name: my-opd-job": "name: " + "x" * 200}),
+    ("config.eval-steps-too-sparse", "warning", {"eval_steps: 2": "eval_steps: 5"}, {"eval_steps: 2": "eval_steps: 1"}),
+    ("config.teacher-context-short", "warning",
+     {"eval_steps: 2": "eval_steps: 2\n    max_length: 8192\n    opd_teacher_max_model_len: 4096"},
+     {"eval_steps: 2": "eval_steps: 2\n    max_length: 8192\n    opd_teacher_max_model_len: 8192"}),
+    ("config.kl-loss-coef", "info", {"eval_steps: 2": "eval_steps: 2\n    kl_loss_coef: 0.001"}, {}),
+    ("config.bad-value", "error", {"lr_scheduler_type: cosine": "lr_scheduler_type: cosinus"}, {}),
+    ("config.bad-value", "error", {"n_rollouts: 8": "n_rollouts: 0"}, {}),
+    ("config.misplaced-key", "error", {"eval_steps: 2": "eval_steps: 2\n    mtu_capacity: 4"}, {}),
+    ("config.schema", "error", {"teacher_model: qwen3.5-397b-a17b": "teacher_model: qwen3.5-397b-a17b\njob_name: x"}, {}),
+    ("config.model-missing", "error", {"model:\n  name: qwen3.5-9b\n": ""}, {}),
+    ("config.testing-dataset", "warning", {"  - type: validation": "  - type: testing"}, {}),
+    ("config.no-training-data", "error", {"  - type: training": "  - type: validation"}, {}),
+    ("config.yaml-syntax", "error", {"model:\n  name: qwen3.5-9b": "model:\n  name: [qwen3.5-9b"}, {}),
+]
+
+
+@pytest.mark.parametrize("rule,severity,planted,fixed", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_planted_and_fixed(tmp_path, rule, severity, planted, fixed):
+    assert rule in RULES
+    ws = make_workspace(tmp_path)
+    bad = check_config_text(config_text(replace=planted), ws)
+    hits = bad.by_rule(rule)
+    assert hits, f"{rule} not reported:\n{bad}"
+    assert hits[0].severity == severity
+    assert hits[0].where.startswith("config.yaml"), hits[0].where
+    assert hits[0].message and hits[0].fix
+    good = check_config_text(config_text(replace=fixed), ws)
+    assert rule not in good.rules(), str(good)
+
+
+def test_where_points_at_the_yaml_line(tmp_path):
+    ws = make_workspace(tmp_path)
+    text = config_text(replace={"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 512"})
+    line = text.splitlines().index("    ppo_mini_batch_size: 512") + 1
+    f = check_config_text(text, ws).by_rule("config.mini-batch-too-large")[0]
+    assert f.where == f"config.yaml:{line}"
+    assert "512" in f.message and "16 x n_rollouts 8 = 128" in f.message
+
+
+def test_unknown_hyperparameter_names_closest_key(tmp_path):
+    ws = make_workspace(tmp_path)
+    rep = check_config_text(config_text(replace={"learning_rate: 1.0e-6": "learnin_rate: 1.0e-6"}), ws)
+    f = rep.by_rule("config.unknown-hyperparameter")[0]
+    assert "`learning_rate`" in f.fix
+    far = check_config_text(config_text(extra_hp="my_custom_knob: 3\n"), ws).by_rule("config.unknown-hyperparameter")[0]
+    assert far.severity == "warning"
+
+
+def test_numeric_string_fix_is_loadable_yaml(tmp_path):
+    ws = make_workspace(tmp_path)
+    rep = check_config_text(config_text(replace={"learning_rate: 1.0e-6": "learning_rate: 1e-6"}), ws)
+    fix = rep.by_rule("config.numeric-string")[0].fix
+    import yaml
+
+    assert yaml.safe_load(fix.split("write ", 1)[1].split(" (")[0]) == {"learning_rate": 1e-6}
+
+
+def test_reward_with_single_rollout(tmp_path):
+    ws = make_workspace(tmp_path, reward=True)
+    bad = check_config_text(config_text(functions=REWARD_FUNCTIONS, replace={"n_rollouts: 8": "n_rollouts: 1",
+                                                                             "ppo_mini_batch_size: 32": "ppo_mini_batch_size: 16"}), ws)
+    assert bad.by_rule("config.reward-single-rollout")[0].severity == "warning"
+    # The same n_rollouts without a reward is fine (pure distillation needs no group).
+    pure = check_config_text(config_text(replace={"n_rollouts: 8": "n_rollouts: 1",
+                                                  "ppo_mini_batch_size: 32": "ppo_mini_batch_size: 16"}), ws)
+    assert "config.reward-single-rollout" not in pure.rules()
+
+
+def test_unregistered_reward_code(tmp_path):
+    ws = make_workspace(tmp_path, reward=True, config=config_text())  # code present, config registers nothing
+    f = check(ws).by_rule("config.unregistered-code")
+    assert f and f[0].where.startswith("functions/reward/reward.py:")
+    assert "pure distillation" in f[0].message
+    assert "config.unregistered-code" not in check(make_workspace(tmp_path / "b", reward=True)).rules()
+
+
+def test_local_target_without_server_warns_not_crashes(tmp_path):
+    ws = make_workspace(tmp_path)
+    rep = check(ws, "local", base_url="http://127.0.0.1:9/api/v1")
+    assert rep.by_rule("env.local-server-unreachable")[0].severity == "warning"
+    assert rep.ok
+    # HF-style ids are fine for the local target (the local plane decides), and no key is needed.
+    assert "config.model-id-not-cloud" not in rep.rules()
+
+
+@pytest.mark.slow
+def test_local_target_asks_the_real_control_plane(tmp_path):
+    """`--target local` asks `opd serve` (GET /models/{id}); a HF repo id it cannot serve is an error."""
+    from opd_nb.server import start
+
+    models = {}
+    for name in ("my-student", "my-teacher"):
+        d = tmp_path / "models" / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}", encoding="utf-8")
+        models[name] = str(d)
+    ws = make_workspace(tmp_path, config=config_text(replace={"name: qwen3.5-9b": "name: my-student",
+                                                               "teacher_model: qwen3.5-397b-a17b": "teacher_model: Qwen/Qwen3-235B"}))
+    with start(port=0, data_dir=tmp_path / "serve", model_map=models) as server:
+        rep = check(ws, "local", base_url=server.api_base)
+        bad = rep.by_rule("config.model-not-servable")
+        assert len(bad) == 1 and "Qwen/Qwen3-235B" in bad[0].message and bad[0].where == "config.yaml:4", str(rep)
+        assert "env.no-api-key" not in rep.rules()
+        fixed = config_text(replace={"name: qwen3.5-9b": "name: my-student",
+                                     "teacher_model: qwen3.5-397b-a17b": "teacher_model: my-teacher"})
+        (ws / "config.yaml").write_text(fixed, encoding="utf-8")
+        good = check(ws, "local", base_url=server.api_base)
+        assert good.ok and not good.by_rule("config.model-not-servable"), str(good)

@@ -1,0 +1,187 @@
+"""`%opd` / `%%opd` in a real IPython InteractiveShell: every subcommand, help, and bad input.
+
+User mistakes must show one UsageError line and never a traceback; results come back as the
+commands' typed objects (rendered by their reprs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def ip() -> InteractiveShell:
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "opd_nb")
+    return shell
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from opd_nb.workspace import create
+
+    return create("reward", tmp_path_factory.mktemp("ws") / "sorter").path
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("DASHSCOPE_HTTP_BASE_URL", "DASHSCOPE_API_KEY", "OPD_NB_LOCAL_KEY"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def run(ip: InteractiveShell, code: str, capsys: pytest.CaptureFixture) -> tuple[object, str]:
+    """Run a cell; return (result object, everything printed)."""
+    result = ip.run_cell(code, store_history=False)
+    out = capsys.readouterr()
+    return result, out.out + out.err
+
+
+def assert_usage_error(result: object, printed: str, *needles: str) -> None:
+    assert isinstance(result.error_in_exec, UsageError), (result.error_in_exec, printed)
+    assert "Traceback" not in printed
+    assert "UsageError" in printed
+    for needle in needles:
+        assert needle in printed, printed
+
+
+def test_load_ext_is_light() -> None:
+    code = (
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance(); ip.run_line_magic('load_ext', 'opd_nb')\n"
+        "print(sorted(m for m in ('dashscope','torch','transformers','ipywidgets','matplotlib') if m in sys.modules))\n"
+        "print('opd' in ip.magics_manager.magics['line'], 'opd' in ip.magics_manager.magics['cell'])"
+    )
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "True True"]
+
+
+def test_help_lists_every_verb_and_notebook_extras(ip, capsys) -> None:
+    result, printed = run(ip, "%opd --help", capsys)
+    assert result.success
+    assert "Usage: %opd" in printed
+    for verb in ("new", "check", "test", "use"):
+        assert f"  {verb} " in printed
+    assert "%%opd config [PATH]" in printed and "%opd form" in printed
+
+
+def test_every_subcommand_has_help(ip, capsys) -> None:
+    from opd_nb.cli import command
+
+    names = sorted(command().commands)
+    assert {"test", "use"} <= set(names)
+    for name in names:
+        result, printed = run(ip, f"%opd {name} --help", capsys)
+        assert result.success, (name, printed)
+        assert f"Usage: %opd {name}" in printed, name
+
+
+def test_unknown_subcommand_and_bad_quoting(ip, capsys) -> None:
+    assert_usage_error(*run(ip, "%opd frobnicate", capsys), "No such command 'frobnicate'")
+    assert_usage_error(*run(ip, "%opd test 'unclosed", capsys), "cannot parse")
+    assert_usage_error(*run(ip, "%opd use nowhere", capsys), "unknown target 'nowhere'")
+
+
+def test_test_runs_workspace_tests_and_returns_report(ip, capsys, workspace) -> None:
+    result, printed = run(ip, f"%opd test {workspace}", capsys)
+    report = result.result
+    assert type(report).__name__ == "TestReport"
+    assert report.ok and report.passed >= 5 and report.failed == 0
+    html = report._repr_html_()
+    assert "test_hit_scores_one" in html and "passed" in html
+
+
+def test_test_shows_assertion_text_of_a_failure(ip, capsys, workspace, tmp_path) -> None:
+    broken = tmp_path / "ws"
+    broken.mkdir()
+    (broken / "tests").mkdir()
+    (broken / "tests" / "test_x.py").write_text("def test_sum():\n    total = 1 + 1\n    assert total == 3, 'sum is off'\n")
+    result, _ = run(ip, f"%opd test {broken}", capsys)
+    report = result.result
+    assert not report.ok and report.failed == 1
+    assert "sum is off" in report.failures[0].message
+    assert "sum is off" in report._repr_html_()
+
+
+def test_missing_workspace_is_a_message(ip, capsys, tmp_path) -> None:
+    assert_usage_error(*run(ip, f"%opd test {tmp_path / 'nope'}", capsys), "does not exist")
+
+
+def test_use_local_and_cloud_never_echo_the_key(ip, capsys, monkeypatch) -> None:
+    secret = "sk-very-secret-123456"
+    monkeypatch.setenv("DASHSCOPE_API_KEY", secret)
+    result, printed = run(ip, "%opd use local --base-url http://127.0.0.1:9999", capsys)
+    info = result.result
+    assert os.environ["DASHSCOPE_HTTP_BASE_URL"] == "http://127.0.0.1:9999/api/v1"
+    assert info.kind == "local" and info.key_set
+    rendered = printed + str(info) + info._repr_html_() + repr(info) + info.model_dump_json()
+    assert secret not in rendered
+    result, printed = run(ip, "%opd use cloud", capsys)
+    assert result.result.kind == "cloud"
+    assert os.environ["DASHSCOPE_HTTP_BASE_URL"].startswith("https://")
+    assert os.environ["DASHSCOPE_API_KEY"] == secret  # untouched
+    assert_usage_error(*run(ip, "%opd use cloud --base-url http://127.0.0.1:1", capsys), "loopback")
+
+
+def test_use_local_placeholder_key_is_removed_by_use_cloud(ip, capsys) -> None:
+    run(ip, "%opd use local", capsys)
+    assert os.environ.get("DASHSCOPE_API_KEY") == "local"
+    result, _ = run(ip, "%opd use cloud", capsys)
+    assert "DASHSCOPE_API_KEY" not in os.environ
+    assert not result.result.key_set
+
+
+def test_cell_magic_writes_only_valid_yaml(ip, capsys, workspace) -> None:
+    config = workspace / "config.yaml"
+    original = config.read_text()
+    changed = original.replace("eval_steps: 5", "eval_steps: 4")
+    assert changed != original
+    ip.user_ns["_body"] = changed
+    result, printed = run(ip, f"%%opd config {workspace}\n" + changed, capsys)
+    res = result.result
+    assert res.written and config.read_text() == changed
+    assert "-    eval_steps: 5" in res.diff and "+    eval_steps: 4" in res.diff
+    # An error finding (a learning rate as a YAML 1.1 string) is shown and nothing is written.
+    bad = changed.replace("learning_rate: 1.0e-6", "learning_rate: fast")
+    result, printed = run(ip, f"%%opd config {workspace}\n" + bad, capsys)
+    assert not result.result.written and config.read_text() == changed
+    assert "learning_rate" in result.result._repr_html_()
+    config.write_text(original)
+
+
+def test_cell_magic_invalid_yaml_and_misuse(ip, capsys, workspace) -> None:
+    config = workspace / "config.yaml"
+    before = config.read_text()
+    result, printed = run(ip, f"%%opd config {workspace}\nname: [unclosed\n  model: x\n", capsys)
+    if result.error_in_exec is not None:
+        assert_usage_error(result, printed, "config.yaml")
+    else:
+        assert not result.result.written
+    assert config.read_text() == before
+    assert_usage_error(*run(ip, "%%opd jobs\nwhatever\n", capsys), "only `%%opd config")
+    assert_usage_error(*run(ip, f"%%opd config {workspace / 'missing'}\nname: x\n", capsys), "does not exist")
+    assert_usage_error(*run(ip, f"%%opd config {workspace}\n\n", capsys), "empty")
+
+
+def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
+    form = run(ip, f"%opd form {workspace}", capsys)[0].result
+    assert type(form).__name__ == "ConfigForm" and form.values["learning_rate"] == 1e-6
+    pg = run(ip, f"%opd playground {workspace}", capsys)[0].result
+    assert type(pg).__name__ == "RewardPlayground" and pg.processor_class.endswith(":RewardProcessor")
+    assert_usage_error(*run(ip, f"%opd form {workspace / 'nope'}", capsys), "not found")
+
+
+def test_json_flag_in_cli_parity(workspace) -> None:
+    out = subprocess.run([PY, "-m", "opd_nb", "test", str(workspace), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["ok"] and data["failed"] == 0

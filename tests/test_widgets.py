@@ -1,0 +1,333 @@
+"""Widget behaviour on widget state (no browser): config form, reward playground, job monitor."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opd_nb.errors import OpdError
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from opd_nb.workspace import create
+
+    return create("reward", tmp_path_factory.mktemp("wsw") / "sorter").path
+
+
+# ----------------------------------------------------------------------------- config form
+@pytest.fixture()
+def form_ws(workspace: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    dest = tmp_path / "ws"
+    shutil.copytree(workspace, dest)
+    return dest
+
+
+def test_form_fields_come_from_the_spec_table(form_ws: Path) -> None:
+    from opd_nb.notebook.form import ConfigForm
+    from opd_nb.spec.hyperparams import PARAMS
+
+    form = ConfigForm(form_ws)
+    assert set(form.values) == {p.name for p in PARAMS}
+    current = yaml.safe_load((form_ws / "config.yaml").read_text())["training"]["hyper_parameters"]
+    for name, value in current.items():
+        assert form.values[name] == value
+    fields = form._widgets["fields"]
+    assert type(fields["lr_scheduler_type"]).__name__ == "Dropdown"
+    assert type(fields["learning_rate"]).__name__ == "Text"
+    assert form.ok and not form._widgets["save"].disabled
+
+
+def test_form_live_validation_blocks_save(form_ws: Path) -> None:
+    from opd_nb.notebook.form import ConfigForm
+
+    form = ConfigForm(form_ws)
+    before = (form_ws / "config.yaml").read_text()
+    form._widgets["fields"]["n_rollouts"].value = "lots"  # what a user types
+    assert "n_rollouts" in form.field_problems()
+    assert "not a whole number" in form._widgets["notes"]["n_rollouts"].value
+    assert form._widgets["save"].disabled
+    form.set("n_rollouts", 1000)  # out of the spec's range
+    assert "above the maximum" in form.field_problems()["n_rollouts"]
+    result = form.save()
+    assert not result.written and (form_ws / "config.yaml").read_text() == before
+
+
+def test_form_save_keeps_comments_and_shows_diff(form_ws: Path) -> None:
+    from opd_nb.notebook.form import ConfigForm
+
+    form = ConfigForm(form_ws)
+    form.set("learning_rate", "2e-6")
+    form.set("eval_steps", 7)
+    form.set("lr_warmup_steps", "")  # unset -> key removed
+    assert form.ok, form.report
+    assert "+    eval_steps: 7" in form.diff()
+    result = form.save()
+    text = (form_ws / "config.yaml").read_text()
+    assert result.written
+    data = yaml.safe_load(text)["training"]["hyper_parameters"]
+    assert data["learning_rate"] == 2e-6 and isinstance(data["learning_rate"], float)
+    assert data["eval_steps"] == 7 and "lr_warmup_steps" not in data
+    assert "# validate every 5 steps" in text or "# validate every" in text  # trailing comment kept
+    assert "# OPD job configuration" in text  # header comment kept
+    assert "eval_steps" in form._widgets["result"].value
+
+
+def test_form_presets(form_ws: Path) -> None:
+    from opd_nb.notebook.form import ConfigForm
+    from opd_nb.spec.hyperparams import starting_point
+
+    form = ConfigForm(form_ws)
+    form._widgets["large"].click()
+    for section in starting_point("large").values():
+        for name, value in section.items():
+            assert form.values[name] == value, name
+    form._widgets["small"].click()
+    assert form.values["batch_size"] == starting_point("small")["hyper_parameters"]["batch_size"]
+
+
+def test_form_missing_config_is_a_message(tmp_path: Path) -> None:
+    from opd_nb.notebook.form import ConfigForm
+
+    with pytest.raises(OpdError, match="config.yaml not found"):
+        ConfigForm(tmp_path)
+
+
+# ----------------------------------------------------------------------------- playground
+@pytest.fixture()
+def pg_ws(workspace: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    dest = tmp_path / "pg"
+    shutil.copytree(workspace, dest)
+    return dest
+
+
+def test_playground_scores_a_sample_with_the_workspace_processor(pg_ws: Path) -> None:
+    from opd_nb.notebook.playground import RewardPlayground
+
+    pg = RewardPlayground(pg_ws)
+    w = pg._widgets
+    assert pg.samples and w["prompt"].value
+    truth = w["truth"].value
+    hit = pg.score(f"<think>n={len(truth)}</think>{truth}")
+    assert hit.reward_score == 1.0 and hit.status == "success" and hit.cleaned == truth
+    assert hit.reward_metrics and all(isinstance(v, float) for v in hit.reward_metrics.values())
+    assert "1" in w["result"].value and truth in w["result"].value
+    miss = pg.score(truth[::-1] + "9")
+    assert miss.reward_score == 0.0
+    w["truth"].value = ""
+    w["sample"].value = -1  # typed prompt, no ground truth
+    w["prompt"].value = "31"
+    nog = pg.score("13")
+    assert nog.status == "failed" and "ground truth" in (nog.error or "")
+
+
+def test_playground_picks_up_edits_without_restarting(pg_ws: Path) -> None:
+    from opd_nb.notebook.playground import score_one
+
+    before = score_one(pg_ws, "123", prompt="321", ground_truth="123")
+    assert before.reward_score == 1.0
+    reward = pg_ws / "functions" / "reward" / "reward.py"
+    reward.write_text(reward.read_text().replace(
+        '"reward_score": float(any(answer_n == t for t in truths_n))', '"reward_score": 0.25'))
+    after = score_one(pg_ws, "123", prompt="321", ground_truth="123")
+    assert after.reward_score == 0.25
+
+
+def test_playground_batch_progress_distribution_and_failures(pg_ws: Path) -> None:
+    from opd_nb.notebook.playground import RewardPlayground
+
+    rows = [json.loads(line) for line in (pg_ws / "data" / "train.jsonl").read_text().splitlines()[:12]]
+    lines = []
+    for i, row in enumerate(rows):
+        sol = row["rollout_extra"]["solution"]
+        lines.append({**row, "candidate": f"<think>x</think>{sol if i % 2 == 0 else sol[::-1] + '0'}"})
+    lines.append({"prompt": "21", "candidate": "12"})  # no ground truth -> a failure
+    path = pg_ws / "candidates.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    pg = RewardPlayground(pg_ws, concurrency=4)
+    seen: list[int] = []
+    pg._widgets["progress"].observe(lambda ch: seen.append(ch["new"]), names="value")
+    batch = pg.score_batch("candidates.jsonl")
+    assert len(batch.results) == 13 and [r.index for r in batch.results] == list(range(13))
+    assert batch.scores.count(1.0) == 6
+    assert len(batch.failures) == 1 and batch.failures[0].index == 12
+    assert seen and seen[-1] == 13 and seen == sorted(seen)
+    assert pg._widgets["progress"].description == "13/13"
+    assert bytes(pg._widgets["hist"].value).startswith(b"\x89PNG")
+    assert "failures" in pg._widgets["failures"].value and "ground truth" in pg._widgets["failures"].value
+
+
+def test_playground_bad_batch_file_says_where(pg_ws: Path) -> None:
+    from opd_nb.notebook.playground import load_candidates
+
+    bad = pg_ws / "bad.jsonl"
+    bad.write_text('{"candidate": "1"}\n{not json\n')
+    with pytest.raises(OpdError) as err:
+        load_candidates(bad)
+    assert f"{bad}:2" in str(err.value)
+
+
+def test_playground_broken_processor_is_a_message(pg_ws: Path) -> None:
+    from opd_nb.notebook.playground import score_one
+
+    reward = pg_ws / "functions" / "reward" / "reward.py"
+    reward.write_text(reward.read_text() + "\nraise RuntimeError('half-edited file')\n")
+    with pytest.raises(OpdError, match="half-edited file"):
+        score_one(pg_ws, "1", prompt="1", ground_truth="1")
+
+
+# ----------------------------------------------------------------------------- monitor rules
+def _rows(losses, vtr=1.0, reward=None):
+    rows = []
+    for i, loss in enumerate(losses, start=1):
+        row = {"step": i, "epoch": 1, "actor/distillation/loss": loss, "trace/distillation/valid_token_rate": vtr}
+        if reward is not None and i in reward:
+            row["validation/data/reward/mean@1"] = reward[i]
+        rows.append(row)
+    return rows
+
+
+def test_health_alerts_follow_the_docs() -> None:
+    from opd_nb.notebook.monitor import health_alerts
+
+    assert health_alerts(_rows([1.0, 0.8, 0.6, 0.5, 0.4, 0.35]), eval_steps=2) == []
+    rules = {a["rule"] for a in health_alerts(_rows([1.0, 0.8], vtr=0.9), eval_steps=2)}
+    assert rules == {"valid_token_rate"}
+    flat = health_alerts(_rows([0.5, 0.52, 0.5, 0.51, 0.53, 0.52]), eval_steps=2)
+    assert [a["rule"] for a in flat] == ["loss_not_decreasing"] and "eval_steps × 3 = 6" in flat[0]["message"]
+    assert health_alerts(_rows([0.5, 0.52, 0.5, 0.51, 0.53]), eval_steps=2) == []  # too early to judge
+
+
+def test_best_checkpoint_rule() -> None:
+    from opd_nb.notebook.monitor import best_checkpoint
+
+    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (2, 4, 6)]
+    rows = _rows([1, 0.9, 0.8, 0.7, 0.6, 0.5], reward={2: 0.2, 4: 0.7, 6: 0.6})
+    best, reason = best_checkpoint(ckpts, rows)
+    assert best["name"] == "checkpoint-4" and "mean@1" in reason  # not the last one
+    plateau = _rows([1.0, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
+    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (3, 6, 9)]
+    best, reason = best_checkpoint(ckpts, plateau)
+    assert best["name"] == "checkpoint-6" and "plateau" in reason
+
+
+# ----------------------------------------------------------------------------- monitor on real jobs
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    import opd_nb.server
+
+    handle = opd_nb.server.start(data_dir=tmp_path_factory.mktemp("server"))
+    yield handle
+    handle.stop()
+
+
+def _client(server, kind: str = "local"):
+    from pydantic import SecretStr
+
+    from opd_nb.client import JobClient, Target
+
+    return JobClient(Target(kind=kind, base_url=server.api_base, api_key=SecretStr("local")))
+
+
+def _submit(server, workspace: Path, **overrides) -> str:
+    from opd_nb.client import resolve_target, submit
+
+    return submit(workspace, resolve_target("local", base_url=server.api_base), **overrides).job_id
+
+
+@pytest.mark.slow
+def test_monitor_follows_a_job_to_succeeded(server, workspace: Path) -> None:
+    from opd_nb.notebook.monitor import JobMonitor
+
+    job_id = _submit(server, workspace)
+    monitor = JobMonitor([job_id], _client(server), poll_s=0.5)
+    w = monitor._ensure_widgets()
+    seen_status, seen_steps = set(), []
+    monitor.start()
+    while not monitor._done.wait(0.3):
+        view = monitor.state["jobs"][job_id]
+        seen_status.add(view["status"])
+        seen_steps.append(view["step"])
+    monitor.wait(timeout_s=5)
+    view = monitor.state["jobs"][job_id]
+    assert view["status"] == "SUCCEEDED" and monitor.done
+    assert seen_steps == sorted(seen_steps) and view["step"] >= 1
+    assert seen_status & {"PENDING", "QUEUING", "RUNNING"}, seen_status
+    assert view["n_metric_rows"] == view["step"] and view["metrics_available"] is True
+    assert "actor/distillation/loss" in view["last_metrics"]
+    assert monitor.plot_updates >= 1 and bytes(w["plot"].value).startswith(b"\x89PNG")
+    assert w["bars"][job_id].value == 1.0 and w["bars"][job_id].bar_style == "success"
+    assert w["cancel"][job_id].disabled
+    assert "SUCCEEDED" in w["status"].value
+    assert view["log_tail"], "no log lines were collected"
+    if view["checkpoints"]:
+        assert view["best_checkpoint"]["name"] in {c["name"] for c in view["checkpoints"]}
+        assert "best" in w["checkpoints"].value
+    bundle = monitor._repr_mimebundle_()
+    assert "data:image/png;base64," in bundle["text/html"] and "SUCCEEDED" in bundle["text/html"]
+    png = bundle["text/html"].split("data:image/png;base64,", 1)[1].split('"', 1)[0]
+    assert base64.b64decode(png).startswith(b"\x89PNG")
+    assert job_id in bundle["text/plain"] and "SUCCEEDED" in bundle["text/plain"]
+
+
+@pytest.mark.slow
+def test_monitor_cancel_button_cancels(server, workspace: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from opd_nb.notebook.monitor import JobMonitor
+
+    ws = tmp_path / "long"
+    shutil.copytree(workspace, ws)
+    cfg = ws / "config.yaml"
+    cfg.write_text(re.sub(r"n_epochs: \d+", "n_epochs: 50", cfg.read_text()))
+    job_id = _submit(server, ws)
+    monitor = JobMonitor([job_id], _client(server), poll_s=0.3)
+    w = monitor._ensure_widgets()
+    monitor.start()
+    deadline = time.monotonic() + 60
+    while monitor.state["jobs"][job_id]["status"] not in ("RUNNING",) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    w["cancel"][job_id].click()
+    assert "cancel sent" in w["message"].value
+    monitor.wait(timeout_s=60)
+    assert monitor.state["jobs"][job_id]["status"] == "CANCELED"
+    assert w["cancel"][job_id].disabled and w["bars"][job_id].bar_style == "warning"
+
+
+@pytest.mark.slow
+def test_monitor_against_a_cloud_api_without_metrics(server, workspace: Path) -> None:
+    """The cloud API has status, logs and events but no metrics: the monitor says so."""
+    from opd_nb.notebook.monitor import CLOUD_NOTE, JobMonitor
+
+    job_id = _submit(server, workspace)
+    monitor = JobMonitor(job_id, _client(server, kind="cloud"), poll_s=0.5)
+    monitor.start().wait(timeout_s=240)
+    view = monitor.state["jobs"][job_id]
+    assert view["status"] == "SUCCEEDED" and view["metrics_available"] is False
+    assert view["n_metric_rows"] == 0 and monitor.plot_updates == 0
+    assert CLOUD_NOTE in monitor.to_html() and CLOUD_NOTE in str(monitor)
+    assert view["log_tail"]
+
+
+def test_monitor_unknown_job_shows_the_error(server) -> None:
+    from opd_nb.notebook.monitor import JobMonitor
+
+    monitor = JobMonitor(["ft-does-not-exist"], _client(server), poll_s=0.2)
+    state = monitor.poll_once()
+    view = state["jobs"]["ft-does-not-exist"]
+    assert view["status"] == "NOT_FOUND" and "ft-does-not-exist" in (view["error"] or "")
+    assert monitor.done and "ft-does-not-exist" in monitor.to_html()
+    with pytest.raises(OpdError, match="ft-does-not-exist"):
+        JobMonitor(["ft-does-not-exist"], _client(server)).start()
+    with pytest.raises(OpdError):
+        JobMonitor([])
