@@ -128,6 +128,20 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"), 60, "the notebook")
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
                  90, "an idle kernel")
+        # JupyterLab may ask which kernel to start: accept the notebook's own (python3).
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            buttons = driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept")
+            if buttons:
+                buttons[0].click()
+                break
+            if driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"):
+                time.sleep(1.0)
+                if not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"):
+                    break
+            time.sleep(0.25)
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
+                 90, "an idle kernel")
         # Run > Run All Cells, through the menus as a user would.
         wait_for(lambda: driver.find_element(
             By.XPATH, "//div[contains(@class,'lm-MenuBar-itemLabel') and text()='Run']"), 30, "the Run menu").click()
@@ -139,11 +153,11 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
         assert "learning_rate" in form.text
         playground = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-reward-playground"), 60,
                               "the reward playground")
-        monitor = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor"), 180, "the job monitor")
         driver.execute_script("arguments[0].scrollIntoView()", form)
         form.screenshot(str(ARTIFACTS / "config_form.png"))
         driver.execute_script("arguments[0].scrollIntoView()", playground)
         playground.screenshot(str(ARTIFACTS / "reward_playground.png"))
+        wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor"), 180, "the job monitor")
 
         plot_srcs: set[str] = set()
 

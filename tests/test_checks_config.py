@@ -250,3 +250,11 @@ def test_local_target_asks_the_real_control_plane(tmp_path):
         (ws / "config.yaml").write_text(fixed, encoding="utf-8")
         good = check(ws, "local", base_url=server.api_base)
         assert good.ok and not good.by_rule("config.model-not-servable"), str(good)
+
+
+@pytest.mark.parametrize("mode", ["pure-distill", "reward", "agentic"])
+def test_fresh_template_workspace_has_no_errors(tmp_path, mode):
+    workspace = pytest.importorskip("opd_nb.workspace")
+    ws = workspace.create(mode, tmp_path / f"ws-{mode}")
+    report = check(ws.path)
+    assert report.ok and not report.warnings, str(report)

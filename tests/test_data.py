@@ -75,7 +75,7 @@ def test_stats_text_and_html(tmp_path):
     assert s.role_patterns == {"system>user": 50, "user": 1}
     chars = [sum(len(m["content"]) for m in r["messages"]) for r in rows]
     assert s.prompt_chars["max"] == max(chars) and s.prompt_chars["min"] == min(chars)
-    assert s.prompt_tokens["max"] == max(data.estimate_tokens(c, len(r["messages"])) for c, r in zip(chars, rows))
+    assert s.prompt_tokens["max"] == max(data.estimate_tokens(c, len(r["messages"])) for c, r in zip(chars, rows, strict=True))
     assert "system>user" in str(s) and "<table>" in s._repr_html_() and json.loads(s.to_json())["rows"] == 51
     assert data.stats(rows).rows == 51
 

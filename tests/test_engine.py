@@ -132,7 +132,7 @@ def test_gspo_first_update_is_reinforce_on_the_advantage():
     loss, extra = losses.policy_loss(lp, lp.detach(), adv, mask, kind="gspo", clip_low=3e-4, clip_high=4e-4)
     loss.backward()
     assert loss.item() == pytest.approx(0.0)  # -(1 - 1) / 2
-    assert lp.grad.tolist() == pytest.approx([[-0.5, 0.5, 0.0]])
+    assert lp.grad[0].tolist() == pytest.approx([-0.5, 0.5, 0.0])
     assert extra["actor/pg_clipfrac"] == 0.0
 
 
