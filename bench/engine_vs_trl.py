@@ -68,12 +68,11 @@ def greedy_accuracy(model, tok, rows: list[dict], device: str = "cpu") -> float:
     return ok / len(rows)
 
 
-def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: int) -> dict:
+def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: int, pair: tuple) -> dict:
     from opd_nb.engine.api import EngineJob
-    from opd_nb.engine.models import default_pair
     from opd_nb.engine.trainer import ListEvents, run
 
-    student, teacher = default_pair()
+    student, teacher = pair
     n_train = sum(1 for _ in open(train))
     epochs = max(1, -(-steps * batch // n_train))
     job = EngineJob(job_id="bench", student_path=str(student), teacher_path=str(teacher), train_file=train,
@@ -90,16 +89,15 @@ def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: i
             "final": str(work / "engine" / "final"), "steps": len(ev.rows)}
 
 
-def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: int) -> dict:
+def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: int, pair: tuple) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl.experimental.gkd import GKDConfig, GKDTrainer
 
     from opd_nb.engine import task
-    from opd_nb.engine.models import default_pair
 
-    student, teacher = default_pair()
+    student, teacher = pair
     tok = AutoTokenizer.from_pretrained(student)
     rows = [{"messages": r["messages"] + [{"role": "assistant", "content": task.target_completion(
         r["messages"][-1]["content"])}]} for r in train_rows]
@@ -136,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--val", type=int, default=256)
+    ap.add_argument("--student", default=None, help="student model dir (default: the bundled tiny student)")
+    ap.add_argument("--teacher", default=None, help="teacher model dir (default: the bundled tiny teacher)")
     args = ap.parse_args(argv)
 
     import torch
@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     held = {r["messages"][-1]["content"] for r in val_rows}
     train_rows = task.make_rows(args.steps * args.batch // 4 + args.batch, seed=1, exclude=held)
     student, teacher = default_pair()
+    student, teacher = Path(args.student or student), Path(args.teacher or teacher)
+    pair = (student, teacher)
     tok = AutoTokenizer.from_pretrained(student)
     n_s = n_params(AutoModelForCausalLM.from_pretrained(student))
     n_t = n_params(AutoModelForCausalLM.from_pretrained(teacher))
@@ -167,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         val = work / "validation.jsonl"
         val.write_text("\n".join(json.dumps(r) for r in val_rows) + "\n")
         t0 = time.perf_counter()
-        eng = run_engine(work, str(train), str(val), args.steps, args.batch, args.seed)
+        eng = run_engine(work, str(train), str(val), args.steps, args.batch, args.seed, pair)
         acc_e = greedy_accuracy(AutoModelForCausalLM.from_pretrained(eng["final"]), tok, val_rows)
         print(f"engine: {eng['steps']} steps, {eng['s_per_step'] * 1000:.1f} ms/step (median after {WARMUP}), "
               f"accuracy {acc_e:.3f}, wall {time.perf_counter() - t0:.1f}s", flush=True)
         t0 = time.perf_counter()
-        trl = run_trl(work, train_rows, args.steps, args.batch, args.seed)
+        trl = run_trl(work, train_rows, args.steps, args.batch, args.seed, pair)
         acc_t = greedy_accuracy(trl["model"], trl["tok"], val_rows)
         print(f"trl GKDTrainer: {trl['steps']} steps, {trl['s_per_step'] * 1000:.1f} ms/step, accuracy {acc_t:.3f}, "
               f"wall {time.perf_counter() - t0:.1f}s", flush=True)

@@ -26,8 +26,15 @@ t0 = time.perf_counter()
 ip.run_line_magic("load_ext", "opd_nb")
 dt = time.perf_counter() - t0
 new = sorted(set(sys.modules) - before)
+import contextlib, io
+t1 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    ip.run_line_magic("opd", "version")
+first = time.perf_counter() - t1
+after_first = sorted({m.split(".")[0] for m in set(sys.modules) - before if m.split(".")[0] in HEAVY})
 heavy = sorted({m.split(".")[0] for m in new if m.split(".")[0] in HEAVY})
-print(json.dumps({"ms": dt * 1000, "heavy": heavy, "new_modules": len(new),
+print(json.dumps({"ms": dt * 1000, "heavy": heavy, "new_modules": len(new), "first_ms": first * 1000,
+                  "heavy_after_first": after_first,
                   "registered": "opd" in ip.magics_manager.magics["line"]}))
 """
 
@@ -48,6 +55,9 @@ def main() -> None:
           f"(min {min(ms):.1f}, max {max(ms):.1f}); target < 300 ms -> {'OK' if median < 300 else 'SLOW'}")
     print(f"new modules imported: {samples[-1]['new_modules']}; %opd registered: {samples[-1]['registered']}")
     print(f"heavy modules imported: {', '.join(heavy) if heavy else 'none'} (checked: {', '.join(HEAVY)})")
+    first = statistics.median(s["first_ms"] for s in samples)
+    print(f"first `%opd version` (builds the CLI parser): median {first:.1f} ms; "
+          f"heavy modules then: {', '.join(samples[-1]['heavy_after_first']) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ distillation visibly works within seconds on a CPU. Nothing here touches the net
 
 What it writes (Hugging Face format, safetensors, a few MB in total)::
 
-    opd_nb/engine/assets/tiny-teacher/   Qwen2, ~0.74M params, SFT'd to >= 95% greedy exact match
-    opd_nb/engine/assets/tiny-student/   Qwen2, ~0.1M params, a short SFT that leaves it weak (<= 40%)
+    opd_nb/engine/assets/tiny-teacher/   Qwen3, ~0.74M params, SFT'd to >= 95% greedy exact match
+    opd_nb/engine/assets/tiny-student/   Qwen3, ~0.1M params, a short SFT that leaves it weak (<= 40%)
 
 Both share one character-level tokenizer (printable ASCII plus atomic special tokens) and a
 compact chat template that renders system/user/assistant/tool turns and tool calls.
@@ -81,13 +81,16 @@ def build_tokenizer():
 
 def build_model(tokenizer, shape: dict, seed: int):
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen2Config(
+    # Qwen3, not Qwen2: AutoTokenizer forces Qwen2Tokenizer (byte-level) on every qwen2 checkpoint,
+    # which would silently re-tokenise our character-level vocabulary.
+    cfg = Qwen3Config(
         vocab_size=len(tokenizer),
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=shape["hidden_size"] // 4,
         max_position_embeddings=256,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
@@ -95,7 +98,7 @@ def build_model(tokenizer, shape: dict, seed: int):
         bos_token_id=None,
         **shape,
     )
-    model = Qwen2ForCausalLM(cfg)
+    model = Qwen3ForCausalLM(cfg)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = None
@@ -201,13 +204,19 @@ def save(model, tokenizer, out: Path, card: dict) -> None:
     )
 
 
+def train_teacher(teacher, tokenizer, train_rows, eval_rows, args) -> float:
+    return sft(teacher, tokenizer, train_rows, eval_rows, lr=3e-3, steps=args.teacher_steps, batch=96,
+               seed=args.seed, stop=lambda a: a >= 0.985, eval_every=200, label="teacher")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "opd_nb" / "engine" / "assets"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--teacher-steps", type=int, default=3000)
+    ap.add_argument("--teacher-steps", type=int, default=1000)
     ap.add_argument("--student-steps", type=int, default=400)
-    ap.add_argument("--student-target", type=float, default=0.30, help="stop the student's SFT at this accuracy")
+    ap.add_argument("--student-target", type=float, default=0.25, help="stop the student's SFT at this accuracy")
+    ap.add_argument("--reuse-teacher", action="store_true", help="keep an existing tiny-teacher in --out")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
@@ -220,9 +229,16 @@ def main(argv: list[str] | None = None) -> int:
     held = {r["messages"][-1]["content"] for r in eval_rows}
     train_rows = task.make_rows(20_000, seed=args.seed, exclude=held)
 
-    teacher = build_model(tokenizer, TEACHER, args.seed)
-    t_acc = sft(teacher, tokenizer, train_rows, eval_rows, lr=3e-3, steps=args.teacher_steps, batch=128,
-                seed=args.seed, stop=lambda a: a >= 0.985, eval_every=250, label="teacher")
+    if args.reuse_teacher and (out / "tiny-teacher" / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        teacher = AutoModelForCausalLM.from_pretrained(out / "tiny-teacher")
+        ev_prompts, _ = encode_rows(tokenizer, eval_rows)
+        t_acc = greedy_accuracy(teacher, tokenizer, eval_rows, ev_prompts)
+        print(f"[teacher] reused, acc={t_acc:.3f}")
+    else:
+        teacher = build_model(tokenizer, TEACHER, args.seed)
+        t_acc = train_teacher(teacher, tokenizer, train_rows, eval_rows, args)
     if t_acc < 0.95:
         print(f"teacher reached only {t_acc:.3f} < 0.95; raise --teacher-steps", file=sys.stderr)
         return 1

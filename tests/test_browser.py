@@ -38,7 +38,8 @@ def _notebook(workspace: str, api_base: str) -> dict:
         "%load_ext opd_nb",
         f"%opd use local --base-url {api_base}",
         f"%opd form {workspace}",
-        f"%opd playground {workspace}",
+        f"pg = %opd playground {workspace}\n"
+        "pg.score('<think>n</think>' + pg.samples[0]['rollout_extra']['solution'])\npg",
         f"%opd submit {workspace}",
     ]
     return {
@@ -62,17 +63,17 @@ def _write_settings(settings: Path) -> None:
 
 @pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian packages chromium and chromium-driver")
 def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
+    from conftest import tiny_workspace
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     import opd_nb.server
-    from opd_nb.workspace import create
 
     ARTIFACTS.mkdir(exist_ok=True)
     root = tmp_path / "nb"
     root.mkdir()
-    create("reward", root / "sorter")
+    tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=4)  # ~8 steps: several plot updates
     server = opd_nb.server.start(data_dir=tmp_path / "server")
     (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", server.api_base)))
     settings = tmp_path / "lab-settings"
@@ -157,7 +158,15 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
         form.screenshot(str(ARTIFACTS / "config_form.png"))
         driver.execute_script("arguments[0].scrollIntoView()", playground)
         playground.screenshot(str(ARTIFACTS / "reward_playground.png"))
-        wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor"), 180, "the job monitor")
+        def monitor_or_error():
+            errors = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+                      if "UsageError" in e.text or "Traceback" in e.text]
+            if errors:
+                driver.save_screenshot(str(ARTIFACTS / "failure.png"))
+                pytest.fail("a cell failed: " + errors[0][:1000])
+            return driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor")
+
+        wait_for(monitor_or_error, 180, "the job monitor")
 
         plot_srcs: set[str] = set()
 

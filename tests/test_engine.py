@@ -184,6 +184,10 @@ def test_short_run_metrics_checkpoints_and_max_model_len(tmp_path):
     assert (Path(res.final_checkpoint) / "config.json").is_file()
     assert any("local 0.001" in m for _, m in ev.logs)  # the LR rule is logged
     assert any("step 4/4" in m and "ETA" in m for _, m in ev.logs)
+    # a published model continues training as a new job's student
+    res2, ev2 = run_job(make_job(tmp_path, train, None, "continued", student_path=res.final_checkpoint,
+                                 hp={"batch_size": 16, "n_rollouts": 1, "ppo_mini_batch_size": 16}))
+    assert res2.steps == 2 and len(ev2.rows) == 2
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -212,21 +216,32 @@ def test_resume_from_weights_only_dir_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_acceptance_gkd_and_pg_opd_on_the_tiny_pair(tmp_path):
-    """Issue 5 'done when': <=40% -> >=80% within 300 steps (gkd), >= +20 points (pg_opd), loss falls."""
+@pytest.mark.parametrize("algo,gain", [("gkd", None), ("pg_opd", 0.20)])
+def test_acceptance_on_the_tiny_pair(tmp_path, algo, gain):
+    """Issue 5 'done when': <=40% -> >=80% within 300 steps (gkd), >= +20 points (pg_opd), loss falls.
+
+    The run stops early once the target is met (evaluations every 25 steps), so a fast learner is a fast test.
+    """
+    from opd_nb.engine.trainer import ListEvents, run
+
     train, val = task_files(tmp_path, 4800, 256)
-    hp = {"batch_size": 64, "n_rollouts": 1, "ppo_mini_batch_size": 64, "n_epochs": 4, "eval_steps": 100}
-    results = {}
-    for algo in ("gkd", "pg_opd"):
-        res, ev = run_job(make_job(tmp_path, train, val, algo, algorithm=algo, hp=hp))
+    hp = {"batch_size": 64, "n_rollouts": 1, "ppo_mini_batch_size": 64, "n_epochs": 4, "eval_steps": 25}
+    ev = ListEvents()
+
+    def reached() -> bool:
         acc = ev.series("validation/accuracy")
-        loss = [v for _, v in ev.series("actor/distillation/loss")]
-        assert res.steps == 300
-        assert acc[0][0] == 0 and acc[0][1] <= 0.40
-        results[algo] = (acc, loss)
-        assert sum(loss[-20:]) / 20 < 0.5 * sum(loss[:20]) / 20, f"{algo}: loss did not fall"
-        assert all(v == 1.0 for _, v in ev.series("trace/distillation/valid_token_rate"))
-    gkd_acc, _ = results["gkd"]
-    pg_acc, _ = results["pg_opd"]
-    assert max(v for _, v in gkd_acc) >= 0.80, gkd_acc
-    assert max(v for _, v in pg_acc) - pg_acc[0][1] >= 0.20, pg_acc
+        if len(acc) < 3:  # at least 50 steps, so that the loss trend is measurable
+            return False
+        return acc[-1][1] >= (0.80 if gain is None else acc[0][1] + gain + 0.02)
+
+    res = run(make_job(tmp_path, train, val, algo, algorithm=algo, hp=hp), ev, reached)
+    acc = ev.series("validation/accuracy")
+    loss = [v for _, v in ev.series("actor/distillation/loss")]
+    assert res.steps <= 300
+    assert acc[0][0] == 0 and acc[0][1] <= 0.40, acc
+    if gain is None:
+        assert max(v for _, v in acc) >= 0.80, acc
+    else:
+        assert max(v for _, v in acc) - acc[0][1] >= gain, acc
+    assert sum(loss[-10:]) < 0.7 * sum(loss[:10]), f"{algo}: loss did not fall: {loss[:10]} ... {loss[-10:]}"
+    assert all(v == 1.0 for _, v in ev.series("trace/distillation/valid_token_rate"))

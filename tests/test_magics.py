@@ -180,8 +180,76 @@ def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
     assert_usage_error(*run(ip, f"%opd form {workspace / 'nope'}", capsys), "not found")
 
 
-def test_json_flag_in_cli_parity(workspace) -> None:
-    out = subprocess.run([PY, "-m", "opd_nb", "test", str(workspace), "--json"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+def test_json_flag_and_exit_code_in_cli_parity(tmp_path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_y.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 2 + 2 == 5\n")
+    out = subprocess.run([PY, "-m", "opd_nb", "test", str(tmp_path), "--json"], capture_output=True, text=True)
+    assert out.returncode == 1, out.stderr
     data = json.loads(out.stdout)
-    assert data["ok"] and data["failed"] == 0
+    assert not data["ok"] and data["failed"] == 1 and data["passed"] == 1
+    bad = next(c for c in data["cases"] if c["outcome"] == "failed")
+    assert bad["name"] == "test_bad" and "assert (2 + 2) == 5" in bad["message"]
+
+
+# --------------------------------------------------------------------------- against a local control plane
+@pytest.fixture()
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`opd serve start` records its server in $XDG_CACHE_HOME: keep ours apart from other tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_new_check_config_and_serve_lifecycle(ip, capsys, isolated_cache) -> None:
+    dest = isolated_cache / "fresh"
+    ws = run(ip, f"%opd new reward {dest} --no-input", capsys)[0].result
+    assert (dest / "config.yaml").is_file() and (dest / "functions" / "reward" / "reward.py").is_file()
+    assert "reward" in str(getattr(ws, "mode", ws))
+    assert_usage_error(*run(ip, f"%opd new reward {dest} --no-input", capsys))  # DEST not empty
+    report = run(ip, f"%opd check {dest} --target local", capsys)[0].result
+    assert hasattr(report, "findings") and report.ok, str(report)
+    effective = run(ip, f"%opd config {dest}", capsys)[0].result
+    assert effective is not None and "learning_rate" in (effective._repr_html_() if hasattr(effective, "_repr_html_") else str(effective))
+
+    info = run(ip, f"%opd serve start --port 0 --data-dir {isolated_cache / 'srv'}", capsys)[0].result
+    try:
+        status, printed = run(ip, "%opd serve status", capsys)
+        assert status.success and "127.0.0.1" in (str(status.result) + printed)
+        used = run(ip, "%opd use local", capsys)[0].result  # finds the running server
+        assert used.base_url.startswith("http://127.0.0.1:") and used.base_url != "http://127.0.0.1:8765/api/v1"
+        jobs = run(ip, "%opd jobs", capsys)[0].result
+        assert hasattr(jobs, "jobs") and jobs.jobs == []
+        for line in ("watch ft-nope", "logs ft-nope", "cancel ft-nope"):
+            assert_usage_error(*run(ip, f"%opd {line}", capsys), "ft-nope")
+    finally:
+        stopped = run(ip, "%opd serve stop", capsys)[0]
+        assert stopped.success
+    assert info is not None
+
+
+@pytest.mark.slow
+def test_submit_returns_a_live_monitor_then_logs_and_jobs(ip, capsys, isolated_cache) -> None:
+    from conftest import tiny_workspace
+
+    import opd_nb.server
+
+    workspace = tiny_workspace("reward", isolated_cache / "job")
+
+    with opd_nb.server.start(data_dir=isolated_cache / "srv") as server:
+        run(ip, f"%opd use local --base-url {server.api_base}", capsys)
+        result, printed = run(ip, f"%opd submit {workspace}", capsys)
+        monitor = result.result
+        assert type(monitor).__name__ == "JobMonitor", printed
+        assert "Traceback" not in printed
+        job_id = monitor.job_ids[0]
+        monitor.wait(timeout_s=240)
+        assert monitor.state["jobs"][job_id]["status"] == "SUCCEEDED"
+        again = run(ip, f"%opd watch {job_id}", capsys)[0].result
+        assert again.wait(timeout_s=30).state["jobs"][job_id]["status"] == "SUCCEEDED"
+        logs = run(ip, f"%opd logs {job_id}", capsys)[0].result
+        assert logs.lines
+        listed = run(ip, "%opd jobs", capsys)[0].result
+        assert job_id in {j.job_id for j in listed.jobs}
+        cancel = run(ip, f"%opd cancel {job_id}", capsys)[0]  # already finished: a message or the job, no traceback
+        assert "Traceback" not in capsys.readouterr().err
+        assert cancel.success or isinstance(cancel.error_in_exec, UsageError)

@@ -68,6 +68,7 @@ def test_form_save_keeps_comments_and_shows_diff(form_ws: Path) -> None:
     form.set("learning_rate", "2e-6")
     form.set("eval_steps", 7)
     form.set("lr_warmup_steps", "")  # unset -> key removed
+    form.set("algorithm", "grpo")  # the template has it commented out: uncommented in place
     assert form.ok, form.report
     assert "+    eval_steps: 7" in form.diff()
     result = form.save()
@@ -78,6 +79,8 @@ def test_form_save_keeps_comments_and_shows_diff(form_ws: Path) -> None:
     assert data["eval_steps"] == 7 and "lr_warmup_steps" not in data
     assert "# validate every 5 steps" in text or "# validate every" in text  # trailing comment kept
     assert "# OPD job configuration" in text  # header comment kept
+    algo = next(line for line in text.splitlines() if "algorithm:" in line)
+    assert algo.strip().startswith("algorithm: grpo") and "#" in algo and data["algorithm"] == "grpo"
     assert "eval_steps" in form._widgets["result"].value
 
 
@@ -239,6 +242,14 @@ def _client(server, kind: str = "local"):
     return JobClient(Target(kind=kind, base_url=server.api_base, api_key=SecretStr("local")))
 
 
+@pytest.fixture(scope="module")
+def job_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A reward workspace shrunk to a job of a few steps (trains in seconds on a CPU)."""
+    from conftest import tiny_workspace
+
+    return tiny_workspace("reward", tmp_path_factory.mktemp("job") / "sorter", n_epochs=3)
+
+
 def _submit(server, workspace: Path, **overrides) -> str:
     from opd_nb.client import resolve_target, submit
 
@@ -246,10 +257,10 @@ def _submit(server, workspace: Path, **overrides) -> str:
 
 
 @pytest.mark.slow
-def test_monitor_follows_a_job_to_succeeded(server, workspace: Path) -> None:
+def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     from opd_nb.notebook.monitor import JobMonitor
 
-    job_id = _submit(server, workspace)
+    job_id = _submit(server, job_ws)
     monitor = JobMonitor([job_id], _client(server), poll_s=0.5)
     w = monitor._ensure_widgets()
     seen_status, seen_steps = set(), []
@@ -281,13 +292,13 @@ def test_monitor_follows_a_job_to_succeeded(server, workspace: Path) -> None:
 
 
 @pytest.mark.slow
-def test_monitor_cancel_button_cancels(server, workspace: Path, tmp_path: Path) -> None:
+def test_monitor_cancel_button_cancels(server, job_ws: Path, tmp_path: Path) -> None:
     import shutil
 
     from opd_nb.notebook.monitor import JobMonitor
 
     ws = tmp_path / "long"
-    shutil.copytree(workspace, ws)
+    shutil.copytree(job_ws, ws)
     cfg = ws / "config.yaml"
     cfg.write_text(re.sub(r"n_epochs: \d+", "n_epochs: 50", cfg.read_text()))
     job_id = _submit(server, ws)
@@ -305,11 +316,11 @@ def test_monitor_cancel_button_cancels(server, workspace: Path, tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_monitor_against_a_cloud_api_without_metrics(server, workspace: Path) -> None:
+def test_monitor_against_a_cloud_api_without_metrics(server, job_ws: Path) -> None:
     """The cloud API has status, logs and events but no metrics: the monitor says so."""
     from opd_nb.notebook.monitor import CLOUD_NOTE, JobMonitor
 
-    job_id = _submit(server, workspace)
+    job_id = _submit(server, job_ws)
     monitor = JobMonitor(job_id, _client(server, kind="cloud"), poll_s=0.5)
     monitor.start().wait(timeout_s=240)
     view = monitor.state["jobs"][job_id]

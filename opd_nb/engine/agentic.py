@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from opd_nb.engine.api import EngineError
 
@@ -62,8 +64,6 @@ class _Server:
 
     def __init__(self, tokenizer: Any, model_name: str, max_total: int):
         import uvicorn
-        from fastapi import FastAPI, Request
-        from fastapi.responses import JSONResponse
 
         from opd_nb.engine.data import template_ids
         from opd_nb.functions import free_port

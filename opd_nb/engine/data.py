@@ -91,11 +91,15 @@ def tokenize_rows(rows: list[Row], tokenizer: Any, max_prompt_length: int, path:
     """Fill `prompt_ids`; rows longer than max_prompt_length are dropped (and counted in the log)."""
     kept: list[Row] = []
     dropped: list[int] = []
+    unk = getattr(tokenizer, "unk_token_id", None)
+    unk_lines: list[int] = []
     for r in rows:
         try:
             r.prompt_ids = template_ids(tokenizer, r.messages, tools=r.tools, add_generation_prompt=True)
         except Exception as exc:  # noqa: BLE001 - template errors are data errors
             raise EngineError(f"{path}:{r.line}: the chat template failed on this row's messages: {exc}") from exc
+        if unk is not None and unk in r.prompt_ids:
+            unk_lines.append(r.line)
         if len(r.prompt_ids) > max_prompt_length:
             dropped.append(r.line)
         else:
@@ -103,6 +107,9 @@ def tokenize_rows(rows: list[Row], tokenizer: Any, max_prompt_length: int, path:
     if dropped and log is not None:
         log(f"{path}: dropped {len(dropped)} prompt(s) longer than max_prompt_length={max_prompt_length} tokens "
             f"(lines {', '.join(map(str, dropped[:10]))}{'...' if len(dropped) > 10 else ''})", "WARNING")
+    if unk_lines and log is not None:
+        log(f"{path}: {len(unk_lines)} prompt(s) contain characters the tokenizer maps to its unknown token "
+            f"(lines {', '.join(map(str, unk_lines[:10]))}); check that the model's tokenizer fits the data", "WARNING")
     if not kept:
         raise EngineError(f"{path}: every prompt is longer than max_prompt_length={max_prompt_length} tokens")
     return kept

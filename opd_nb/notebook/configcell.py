@@ -82,14 +82,24 @@ class ConfigWriteResult(BaseModel):
         return render.box(f'<div class="{cls}"><b>{render.esc(self._verdict())}</b></div>{html_report}{diff}')
 
 
+def default_target() -> str:
+    """The target the kernel points at now (`%opd use`): local for a loopback base URL, else cloud."""
+    import os
+    from urllib.parse import urlparse
+
+    host = (urlparse(os.environ.get("DASHSCOPE_HTTP_BASE_URL", "")).hostname or "").lower()
+    return "local" if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.") else "cloud"
+
+
 def check_text(yaml_text: str, workspace: Path, target: str, config_name: str) -> Any:
     from opd_nb.checks import check_config_text
 
     return check_config_text(yaml_text, workspace, target=target, config_name=config_name)
 
 
-def write_config_text(yaml_text: str, path: str | Path = ".", *, target: str = "cloud") -> ConfigWriteResult:
+def write_config_text(yaml_text: str, path: str | Path = ".", *, target: str | None = None) -> ConfigWriteResult:
     """Check `yaml_text` as the workspace's config; write it only when the report has no errors."""
+    target = target or default_target()
     if target not in ("cloud", "local"):
         raise OpdError(f"unknown target {target!r}", fix="use --target cloud or --target local")
     workspace, config = resolve_config_path(path)

@@ -16,7 +16,14 @@ import yaml
 
 from opd_nb.errors import OpdError
 from opd_nb.notebook import render
-from opd_nb.notebook.configcell import ConfigWriteResult, blocking_errors, check_text, diff_html, unified_diff
+from opd_nb.notebook.configcell import (
+    ConfigWriteResult,
+    blocking_errors,
+    check_text,
+    default_target,
+    diff_html,
+    unified_diff,
+)
 
 UNSET = ""  # an empty field: the key is left out of the YAML
 
@@ -75,6 +82,11 @@ def edit_section(text: str, section: str, values: dict[str, Any]) -> str | None:
         pat = re.compile(rf"^{pad}{re.escape(key)}:(\s*)([^#]*?)(\s*#.*)?$")
         commented = re.compile(rf"^{pad}#\s*{re.escape(key)}:(\s*)([^#]*?)(\s*#.*)?$")
         hit = next((i for i in range(head + 1, end) if pat.match(lines[i])), None)
+        # Commented-out keys may trail the last real key: look until the next less-indented line.
+        scan_end = end
+        while scan_end < len(lines) and (not lines[scan_end].strip() or (
+                lines[scan_end].lstrip().startswith("#") and len(lines[scan_end]) - len(lines[scan_end].lstrip()) > head_indent)):
+            scan_end += 1
         if value is None:
             if hit is not None:
                 del lines[hit]
@@ -82,7 +94,7 @@ def edit_section(text: str, section: str, values: dict[str, Any]) -> str | None:
             continue
         scalar = yaml_scalar(value)
         if hit is None:
-            hit_c = next((i for i in range(head + 1, end) if commented.match(lines[i])), None)
+            hit_c = next((i for i in range(head + 1, scan_end) if commented.match(lines[i])), None)
             if hit_c is not None:
                 m = commented.match(lines[hit_c])
                 lines[hit_c] = _with_comment(f"{pad}{key}: {scalar}", lines[hit_c], m.group(3))
@@ -142,7 +154,7 @@ def parse_field(spec: Any, raw: Any) -> tuple[Any, str | None]:
 class ConfigForm:
     """A form over the spec table for one workspace's config.yaml."""
 
-    def __init__(self, workspace: str | Path = ".", *, config: str = "config.yaml", target: str = "cloud"):
+    def __init__(self, workspace: str | Path = ".", *, config: str = "config.yaml", target: str | None = None):
         from opd_nb.spec.hyperparams import PARAMS
 
         self.workspace = Path(workspace).expanduser()
@@ -150,7 +162,7 @@ class ConfigForm:
         if not self.path.is_file():
             raise OpdError(f"{self.path} not found", where=str(self.path),
                            fix="create a workspace with `%opd new` or pass its folder")
-        self.target = target
+        self.target = target or default_target()
         self.params = list(PARAMS)
         self.original = self.path.read_text(encoding="utf-8")
         try:
@@ -198,7 +210,11 @@ class ConfigForm:
             raise OpdError(f"unknown field {name!r}", fix="see opd_nb.spec.hyperparams.PARAMS for the names")
         raw = self._to_raw(spec, value) if not isinstance(value, str) else value
         if self._widgets is not None:
-            self._widgets["fields"][name].value = raw if raw is not None else UNSET  # observer re-validates
+            widget = self._widgets["fields"][name]
+            options = getattr(widget, "options", None)
+            if options is not None and raw not in [o[1] if isinstance(o, tuple) else o for o in options]:
+                widget.options = [*options, (f"{raw!r} (invalid)", raw)]  # shown, and flagged by validation
+            widget.value = raw if raw is not None else UNSET  # the observer re-validates
         else:
             self.raw[name] = raw
             self.validate()
@@ -351,6 +367,6 @@ class ConfigForm:
         return "\n".join(lines)
 
 
-def config_form(workspace: str | Path = ".", *, target: str = "cloud") -> ConfigForm:
+def config_form(workspace: str | Path = ".", *, target: str | None = None) -> ConfigForm:
     """The config form for `workspace` (display it as a cell's last value)."""
     return ConfigForm(workspace, target=target)

@@ -17,7 +17,7 @@ from typing import Any
 _NOTEBOOK_VERBS = ("form", "playground")
 
 CELL_USAGE = """\
-%%opd config [PATH] [--target cloud|local]
+%%opd config [PATH] [--target cloud|local]   (default: the current `%opd use` target)
     The cell body is a config.yaml. It is checked by the spec and the preflight rules, the findings
     are shown, and it is written to PATH (a workspace folder or a .yaml file; default ./config.yaml)
     only if there are no errors."""
@@ -90,7 +90,7 @@ def run_cell(line: str, cell: str) -> Any:
     if {"-h", "--help"} & set(args):
         print(CELL_USAGE)
         return None
-    target = "cloud"
+    target = None
     if "--target" in args:
         i = args.index("--target")
         if i + 1 >= len(args):

@@ -357,7 +357,12 @@ class JobMonitor:
         if st.status == "SUCCEEDED" and step:
             total = total or step
         eta = None
-        if total and step and st.status not in TERMINAL:
+        reported = _find_key(raw, ("progress",))  # the local engine reports its own progress and ETA
+        if isinstance(reported, Mapping) and st.status not in TERMINAL:
+            eta = reported.get("eta_s") if isinstance(reported.get("eta_s"), int | float) else None
+            epoch = reported.get("epoch", epoch) if epoch is None else epoch
+            n_epochs = n_epochs or reported.get("n_epochs")
+        if eta is None and total and step and st.status not in TERMINAL:
             times = [r.get("timing_s/step") for r in rows if isinstance(r.get("timing_s/step"), int | float)]
             per_step = (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
             eta = max(0.0, (int(total) - step) * per_step)

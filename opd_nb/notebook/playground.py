@@ -319,7 +319,7 @@ class RewardPlayground:
                       layout=W.Layout(width="70%"))
         batch = W.Button(description="Score batch", icon="list")
         progress = W.IntProgress(min=0, max=1, value=0, description="0/0")
-        hist = W.Image(format="png")
+        hist = W.Image(format="png", layout=W.Layout(display="none"))  # shown once it has a plot
         failures = W.HTML()
         title = W.HTML(f"<b>reward playground</b> — <code>{render.esc(self.processor_class)}</code> "
                        f"in {render.esc(self.workspace)}")
@@ -399,6 +399,7 @@ class RewardPlayground:
             png = self.last_batch.histogram_png()
             if png:
                 w["hist"].value = png
+                w["hist"].layout.display = ""
             w["failures"].value = render.box("<b>failures</b>" + self.last_batch.failures_html(),
                                              title=self.last_batch.summary())
         return self.last_batch

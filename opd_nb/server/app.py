@@ -45,7 +45,34 @@ from opd_nb.server.store import TERMINAL, Store, now_text
 MAX_DATASET_BYTES = 1024**3  # the SDK's own limit (DATASETS_FILE_SIZE_WARNING)
 OSS_PREFIX = "/api/v1/local-oss/"
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
-_NO_AUTH = ("/health", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect")
+
+
+class BearerAuth:
+    """Pure ASGI middleware (cheaper than BaseHTTPMiddleware): /api/* needs a non-empty Bearer.
+
+    Any value is accepted locally; the signed-URL zip PUT is exempt, as OSS URLs are on the cloud.
+    """
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path = scope.get("path", "")
+            if path.startswith("/api/") and not path.startswith(OSS_PREFIX):
+                auth = ""
+                for key, value in scope.get("headers", []):
+                    if key == b"authorization":
+                        auth = value.decode("latin-1")
+                        break
+                scheme, _, token = auth.partition(" ")
+                if scheme.lower() != "bearer" or not token.strip():
+                    response = err(401, "InvalidApiKey", "missing or empty API key: send 'Authorization: Bearer "
+                                   "<key>' (any non-empty value works locally; set DASHSCOPE_API_KEY before "
+                                   "importing dashscope)")
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
 
 
 def _rid() -> str:
@@ -76,6 +103,29 @@ async def json_body(request: Request, *, required: bool = True) -> dict:
     return data
 
 
+def _body(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """OpenAPI request body for endpoints that parse JSON themselves (documents and lets fuzzers reach them)."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return {"requestBody": {"required": bool(required), "content": {"application/json": {"schema": schema}}}}
+
+
+_OBJ: dict[str, Any] = {"type": "object"}
+_STR: dict[str, Any] = {"type": "string"}
+_DATASETS: dict[str, Any] = {"type": "array", "items": {"type": "object", "properties": {
+    "type": _STR, "data_source_type": _STR, "file_id": _STR, "file_name": _STR}}}
+JOB_BODY = _body({
+    "model": _STR, "teacher_model": _STR, "training_type": {"type": "string", "enum": ["pg_opd", "reinforcement"]},
+    "job_name": _STR, "training_datasets": _DATASETS, "validation_datasets": _DATASETS,
+    "rewards": {"type": "array", "items": {"type": "object", "properties": {
+        "reward_id": _STR, "name": _STR, "weight": {"type": "number"}, "timeout": {"type": "number"},
+        "concurrency": {"type": "integer"}, "env": _OBJ}}},
+    "rollout": {"type": "object", "properties": {"rollout_id": _STR, "name": _STR}},
+    "hyper_parameters": _OBJ, "resource_config": _OBJ,
+}, ["model"])  # fmt: skip
+
+
 def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *, max_running: int = 1) -> FastAPI:
     data_dir = Path(data_dir).expanduser().resolve()
     store = Store(data_dir)
@@ -103,16 +153,7 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
     app.state.data_dir = data_dir
 
     # ---- auth and errors ----------------------------------------------------------------------
-    @app.middleware("http")
-    async def require_bearer(request: Request, call_next):  # noqa: ANN001, ANN202
-        path = request.url.path
-        if path.startswith("/api/") and not path.startswith(OSS_PREFIX):
-            auth = request.headers.get("authorization", "")
-            scheme, _, token = auth.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                return err(401, "InvalidApiKey", "missing or empty API key: send 'Authorization: Bearer <key>' "
-                           "(any non-empty value works locally; set DASHSCOPE_API_KEY before importing dashscope)")
-        return await call_next(request)
+    app.add_middleware(BearerAuth)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -137,7 +178,8 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return {"status": "healthy", "data_dir": str(data_dir)}
 
     # ---- function code upload, layers, registration ------------------------------------------
-    @app.post("/api/v1/fine-tunes/generate/faas/upload/url", tags=["functions"])
+    @app.post("/api/v1/fine-tunes/generate/faas/upload/url", tags=["functions"],
+              openapi_extra=_body({"unique_key": _STR}, ["unique_key"]))
     async def upload_url(request: Request) -> JSONResponse:
         body = await json_body(request)
         key = body.get("unique_key")
@@ -173,7 +215,8 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         )
         return JSONResponse({"request_id": _rid(), "output": {"key": key, "bytes": size}}, status_code=200)
 
-    @app.post("/api/v1/fine-tunes/create/faas/layer", tags=["functions"])
+    @app.post("/api/v1/fine-tunes/create/faas/layer", tags=["functions"],
+              openapi_extra=_body({"layer_name": _STR, "requirements_content": _STR}))
     async def create_layer(request: Request) -> JSONResponse:
         body = await json_body(request)
         reqs = body.get("requirements_content", "")
@@ -192,7 +235,9 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
             raise ApiError(404, "LayerNotFound", f"layer {layer_code!r} does not exist")
         return ok({"layer_code": layer_code, "status": "SUCCESS"})
 
-    @app.post("/api/v1/fine-tunes/create/{kind}", tags=["functions"])
+    @app.post("/api/v1/fine-tunes/create/{kind}", tags=["functions"],
+              openapi_extra=_body({"name": _STR, "unique_key": _STR, "func": _STR, "code_url": _STR},
+                                  ["name", "unique_key", "func"]))
     async def register(kind: str, request: Request) -> JSONResponse:
         kinds = {"rollout": "rollout", "reward": "reward", "group-reward": "group_reward"}
         if kind not in kinds:
@@ -222,12 +267,13 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         )
         return ok({f"{kinds[kind]}_id": entity_id, "name": name, "func": func})
 
-    @app.post("/api/v1/fine-tunes/online/faas/{tag}/{entity_id}", tags=["functions"])
+    @app.post("/api/v1/fine-tunes/online/faas/{tag}/{entity_id}", tags=["functions"], openapi_extra=_body({}))
     async def load(tag: str, entity_id: str, request: Request) -> JSONResponse:
         runtime = await json_body(request, required=False)
         return ok(await run_in_threadpool(instances.load, entity_id, tag, runtime))
 
-    @app.post("/api/v1/fine-tunes/query/faas/log/{instance_id}", tags=["functions"])
+    @app.post("/api/v1/fine-tunes/query/faas/log/{instance_id}", tags=["functions"], openapi_extra=_body({
+        "pageNumber": {"type": "integer"}, "pageSize": {"type": "integer"}, "keywords": {"type": "array"}}))
     async def instance_logs(instance_id: str, request: Request) -> JSONResponse:
         body = await json_body(request, required=False)
         page, size = body.get("pageNumber", 1), body.get("pageSize", 100)
@@ -317,14 +363,14 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return ok({"file_id": file_id, "status": "DELETED"})
 
     # ---- jobs ---------------------------------------------------------------------------------
-    @app.post("/api/v1/fine-tunes", tags=["jobs"])
+    @app.post("/api/v1/fine-tunes", tags=["jobs"], openapi_extra=JOB_BODY)
     async def create_job(request: Request) -> JSONResponse:
         body = await json_body(request)
         job = await run_in_threadpool(_submit, store, registry, manager, body)
         return ok(job_output(job))
 
     @app.get("/api/v1/fine-tunes", tags=["jobs"])
-    def list_jobs(page_no: int = Query(1, ge=1), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
+    async def list_jobs(page_no: int = Query(1, ge=1), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
         jobs, total = store.jobs((page_no - 1) * page_size, page_size)
         return ok({"page_no": page_no, "page_size": page_size, "total": total,
                    "jobs": [job_output(j) for j in jobs]})  # fmt: skip
@@ -336,7 +382,7 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return job
 
     @app.get("/api/v1/fine-tunes/{job_id}", tags=["jobs"])
-    def get_job(job_id: str) -> JSONResponse:
+    async def get_job(job_id: str) -> JSONResponse:
         return ok(job_output(_job(job_id)))
 
     @app.post("/api/v1/fine-tunes/{job_id}/cancel", tags=["jobs"])
@@ -356,7 +402,7 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return ok({"job_id": job_id, "status": "DELETED"})
 
     @app.get("/api/v1/fine-tunes/{job_id}/logs", tags=["jobs"])
-    def job_logs(job_id: str, offset: int = Query(1, ge=0), line: int = Query(1000, ge=1, le=10000)) -> JSONResponse:
+    async def job_logs(job_id: str, offset: int = Query(1, ge=0), line: int = Query(1000, ge=1, le=10000)) -> JSONResponse:
         _job(job_id)
         start = max(offset, 1)  # 1-based line number, as the SDK's default offset=1 implies
         rows = store.logs(job_id, start, line)
@@ -387,6 +433,11 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         cps = store.checkpoints(job_id)
         for cp in cps:
             cp["published"] = bool(final) and Path(cp["path"]).resolve() == Path(final).resolve()
+        if final and not any(cp["published"] for cp in cps):
+            meta = job["meta"]
+            cps.append({"name": Path(final).name, "step": int(meta.get("steps") or 0), "path": final,
+                        "created_at": job.get("end_time"), "metrics": meta.get("metrics_tail") or {},
+                        "published": True})  # fmt: skip
         return ok({"job_id": job_id, "checkpoints": cps, "finetuned_output": job.get("finetuned_output"),
                    "final_checkpoint": final})  # fmt: skip
 

@@ -209,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m opd_nb.server.worker DATA_DIR JOB_ID", file=sys.stderr)
         return 2
+    try:  # training is background work: the control plane (and the user's notebook) stay responsive
+        os.nice(int(os.environ.get("OPD_WORKER_NICE", "10")))
+    except (OSError, ValueError):
+        pass
     try:
         import torch
 

@@ -1,0 +1,124 @@
+"""The job client and the `opd` job commands against a real local control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import tiny_workspace, wait_status
+
+from opd_nb.client import AsyncJobClient, JobClient, resolve_target, submit
+from opd_nb.client.target import Target
+from opd_nb.errors import OpdError
+
+
+@pytest.fixture(scope="module")
+def client(local_server):
+    return JobClient(resolve_target("local", base_url=local_server.base_url))
+
+
+def test_target_resolution_and_key_masking(tmp_path, monkeypatch):
+    monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL", raising=False)
+    monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("DASHSCOPE_API_KEY=sk-secret-value\n")
+    cloud = resolve_target()
+    assert cloud.kind == "cloud" and cloud.base_url == "https://dashscope.aliyuncs.com/api/v1"
+    assert "sk-secret-value" not in repr(cloud) and "sk-secret-value" not in str(cloud)
+    assert cloud.api_key.get_secret_value() == "sk-secret-value"  # read from .env, re-read on every call
+    monkeypatch.setenv("DASHSCOPE_HTTP_BASE_URL", "http://127.0.0.1:9999/api/v1")
+    local = resolve_target()
+    assert local.kind == "local" and local.base_url == "http://127.0.0.1:9999/api/v1"
+    assert resolve_target("local", base_url="http://localhost:8000").base_url == "http://localhost:8000/api/v1"
+    with pytest.raises(OpdError):
+        resolve_target("moon")
+
+
+def test_errors_are_opd_errors(client, local_server):
+    with pytest.raises(OpdError, match="JobNotFound"):
+        client.get("ft-missing")
+    unreachable = JobClient(Target(kind="local", base_url="http://127.0.0.1:9/api/v1"), retries=1, timeout=2)
+    with pytest.raises(OpdError, match="cannot reach the local control plane") as info:
+        unreachable.list()
+    assert "opd serve" in str(info.value)
+    no_key = JobClient(Target(kind="local", base_url=local_server.api_base, api_key=None), retries=0)
+    with pytest.raises(OpdError, match="401"):
+        no_key.list()
+
+
+def test_models_listing(client):
+    models = client.models()
+    assert models and {m["kind"] for m in models} >= {"stand-in"}
+
+
+@pytest.mark.slow
+def test_submit_watch_metrics_events_cancel_delete(client, local_server, tmp_path):
+    """`submit()` runs the workspace's own submit_job.py through the SDK; the client follows the job."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=8)
+    result = submit(ws, client.target)
+    assert result.runner == "submit_job.py" and result.job_id.startswith("ft-")
+    assert "sk-" not in json.dumps(result.model_dump())
+    events = list(client.events(result.job_id))  # SSE until the job ends
+    assert events[-1].kind == "status" and events[-1].status == "SUCCEEDED", [e.data for e in events[-5:]]
+    assert any(e.kind == "log" and "progress: step" in e.data for e in events)
+    job = client.wait(result.job_id, poll_s=0.2, timeout_s=60)
+    assert job.terminal and job.finetuned_output == f"opd-local/{job.job_id}"
+    rows = client.metrics(job.job_id)
+    assert rows and all("step" in r for r in rows)
+    page = client.logs(job.job_id, offset=0, lines=3)
+    more = client.logs(job.job_id, offset=page.next_offset, lines=3)
+    assert len(page.lines) == 3 and more.offset == page.next_offset and more.lines != page.lines
+    assert "SUCCEEDED" in job._repr_html_() and job.job_id in str(client.list())
+    cps = client.checkpoints(job.job_id)
+    assert cps and cps[-1].published and cps[-1].path == job.raw["local"]["final_checkpoint"]
+
+    async def async_side() -> tuple[str, int]:
+        aclient = AsyncJobClient(client.target)
+        got = await aclient.get(job.job_id)
+        listed = await aclient.list()
+        return got.status, listed.total
+
+    status, total = asyncio.run(async_side())
+    assert status == "SUCCEEDED" and total >= 1
+    client.delete(job.job_id)
+    with pytest.raises(OpdError, match="404"):
+        client.get(job.job_id)
+
+
+@pytest.mark.slow
+def test_cli_commands(local_server, client, tmp_path):
+    """`opd submit --local URL`, `opd status`, `opd jobs`, `opd logs`, `opd cancel` in a terminal."""
+    ws = tiny_workspace("pure-distill", tmp_path / "cli", train_rows=64, n_epochs=50)
+    opd = [sys.executable, "-c", "from opd_nb.cli import main; main()"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*opd, *args], capture_output=True, text=True, timeout=240)
+
+    sub = run("submit", str(ws), "--local", local_server.base_url, "--json")
+    assert sub.returncode == 0, sub.stderr[-2000:]
+    job_id = json.loads(sub.stdout)["job_id"]
+    wait_status(client, job_id, {"RUNNING"}, timeout=240)
+    status = run("status", job_id, "--local", local_server.base_url)
+    assert status.returncode == 0 and "RUNNING" in status.stdout
+    assert job_id in run("jobs", "--local", local_server.base_url).stdout
+    assert "[server]" in run("logs", job_id, "--local", local_server.base_url).stdout
+    cancel = run("cancel", job_id, "--local", local_server.base_url)
+    assert cancel.returncode == 0, cancel.stderr
+    assert wait_status(client, job_id, {"CANCELED"}, timeout=30).status == "CANCELED"
+    missing = run("status", "ft-missing", "--local", local_server.base_url)
+    assert missing.returncode == 2 and "JobNotFound" in missing.stderr and "Traceback" not in missing.stderr
+
+    # under the %opd magic the same commands return objects; watch returns the notebook's live monitor
+    from opd_nb.cli import invoke
+    from opd_nb.client import JobList
+    from opd_nb.notebook.monitor import JobMonitor
+
+    assert isinstance(invoke(["jobs", "--local", local_server.base_url]), JobList)
+    monitor = invoke(["watch", job_id, "--local", local_server.base_url])
+    assert isinstance(monitor, JobMonitor) and monitor.job_ids == [job_id]
+    monitor.wait(timeout_s=30)
+    with pytest.raises(OpdError, match="JobNotFound"):
+        invoke(["status", "ft-missing", "--local", local_server.base_url])

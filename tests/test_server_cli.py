@@ -1,0 +1,36 @@
+"""`opd serve start|status|stop` from separate processes (state file), and what it prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+
+
+def test_serve_start_status_stop(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    opd = [sys.executable, "-c", "from opd_nb.cli import main; main()"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*opd, "serve", *args], env=env, capture_output=True, text=True, timeout=120)
+
+    started = run("start", "--port", "0", "--data-dir", str(tmp_path / "data"))
+    assert started.returncode == 0, started.stderr
+    assert "export DASHSCOPE_HTTP_BASE_URL=http://127.0.0.1:" in started.stdout
+    assert "export DASHSCOPE_API_KEY=local" in started.stdout
+    url = next(line.split("=", 1)[1] for line in started.stdout.splitlines() if "DASHSCOPE_HTTP_BASE_URL" in line)
+    try:
+        assert httpx.get(url + "/fine-tunes", headers={"Authorization": "Bearer k"}).status_code == 200
+        again = run("start", "--port", "0")
+        assert again.returncode == 0 and "already running" in again.stdout
+        status = run("status")
+        assert status.returncode == 0 and "running at" in status.stdout
+    finally:
+        stopped = run("stop")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    after = run("status")
+    assert after.returncode == 1 and "not running" in after.stdout
+    bad = run("start", "--model-map", "nope")
+    assert bad.returncode == 2 and "ID=PATH" in bad.stderr and "Traceback" not in bad.stderr
