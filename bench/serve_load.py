@@ -36,7 +36,8 @@ def submit_job(api: str) -> str:
     file_id = up["data"]["uploaded_files"][0]["file_id"]
     job = {"model": "qwen3-8b", "teacher_model": "qwen3-max", "training_type": "pg_opd",
            "training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": file_id}],
-           "hyper_parameters": {"n_epochs": 100, "batch_size": 16, "n_rollouts": 4, "ppo_mini_batch_size": 32,
+           "hyper_parameters": {"n_epochs": 100, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 16,
+                                "max_prompt_length": 40, "max_length": 64,
                                 "eval_steps": 100000}}  # fmt: skip
     resp = httpx.post(api + "/fine-tunes", headers=H, json=job, timeout=60)
     resp.raise_for_status()

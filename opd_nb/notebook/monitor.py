@@ -242,7 +242,8 @@ class JobMonitor:
             page = self._call(st, client.logs, st.job_id, offset=st.log_offset, lines=200)
             if page is not _FAILED and page is not None:
                 lines = list(_get(page, "lines", []) or [])
-                st.logs.extend(str(line) for line in lines)
+                with self._lock:  # `state` iterates the deque from the main thread
+                    st.logs.extend(str(line) for line in lines)
                 nxt = _get(page, "next_offset")
                 st.log_offset = int(nxt) if nxt is not None else st.log_offset + len(lines)
             if st.terminal:
@@ -258,11 +259,13 @@ class JobMonitor:
                 if self._stop.is_set():
                     return
                 kind, data = _get(event, "kind"), _get(event, "data") or _get(event, "message")
-                st.events.append(f"{kind}: {data}" if kind and data is not None else str(event))
+                with self._lock:
+                    st.events.append(f"{kind}: {data}" if kind and data is not None else str(event))
                 if st.final:
                     return
         except Exception as exc:  # events are a nice-to-have; never crash the monitor
-            st.events.append(f"(event stream ended: {type(exc).__name__})")
+            with self._lock:
+                st.events.append(f"(event stream ended: {type(exc).__name__})")
 
     @property
     def done(self) -> bool:
