@@ -138,9 +138,16 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
 
 
 def _watch_with_progress(client: Any, job_id: str, console: Any) -> Any:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),  # '?' while the total is unknown
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{job_id} PENDING", total=None)

@@ -193,11 +193,20 @@ def sft(model, tokenizer, train_rows, eval_rows, *, lr, steps, batch, seed, stop
     return acc
 
 
+def embed_chat_template(out: Path) -> None:
+    """Also keep the template in tokenizer_config.json, where older transformers releases look for it."""
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = CHAT_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
 def save(model, tokenizer, out: Path, card: dict) -> None:
     if out.exists():
         shutil.rmtree(out)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+    embed_chat_template(out)
     (out / "README.md").write_text(
         f"# {card['name']}\n\nTiny stand-in made by `scripts/make_tiny_models.py` (offline, from scratch) for the "
         "digit-sorting task in `opd_nb/engine/task.py`.\n\n```json\n" + json.dumps(card, indent=2) + "\n```\n"
@@ -217,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--student-steps", type=int, default=400)
     ap.add_argument("--student-target", type=float, default=0.25, help="stop the student's SFT at this accuracy")
     ap.add_argument("--reuse-teacher", action="store_true", help="keep an existing tiny-teacher in --out")
+    ap.add_argument("--student-only", action="store_true", help="only (re)make the student")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
@@ -229,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     held = {r["messages"][-1]["content"] for r in eval_rows}
     train_rows = task.make_rows(20_000, seed=args.seed, exclude=held)
 
-    if args.reuse_teacher and (out / "tiny-teacher" / "config.json").is_file():
+    if args.student_only:
+        t_acc, n_t = float("nan"), 0
+    elif args.reuse_teacher and (out / "tiny-teacher" / "config.json").is_file():
         from transformers import AutoModelForCausalLM
 
         teacher = AutoModelForCausalLM.from_pretrained(out / "tiny-teacher")
@@ -239,12 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         teacher = build_model(tokenizer, TEACHER, args.seed)
         t_acc = train_teacher(teacher, tokenizer, train_rows, eval_rows, args)
-    if t_acc < 0.95:
-        print(f"teacher reached only {t_acc:.3f} < 0.95; raise --teacher-steps", file=sys.stderr)
-        return 1
-    n_t = sum(p.numel() for p in teacher.parameters())
-    save(teacher, tokenizer, out / "tiny-teacher",
-         {"name": "tiny-teacher", "params": n_t, "greedy_exact_match": round(t_acc, 4), **TEACHER})
+    if not args.student_only:
+        if t_acc < 0.95:
+            print(f"teacher reached only {t_acc:.3f} < 0.95; raise --teacher-steps", file=sys.stderr)
+            return 1
+        n_t = sum(p.numel() for p in teacher.parameters())
+        save(teacher, tokenizer, out / "tiny-teacher",
+             {"name": "tiny-teacher", "params": n_t, "greedy_exact_match": round(t_acc, 4), **TEACHER})
 
     student = build_model(tokenizer, STUDENT, args.seed + 1)
     s_acc = sft(student, tokenizer, train_rows, eval_rows, lr=3e-3, steps=args.student_steps, batch=64,

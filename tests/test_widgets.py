@@ -274,7 +274,7 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     assert view["status"] == "SUCCEEDED" and monitor.done
     assert seen_steps == sorted(seen_steps) and view["step"] >= 1
     assert seen_status & {"PENDING", "QUEUING", "RUNNING"}, seen_status
-    assert view["n_metric_rows"] == view["step"] and view["metrics_available"] is True
+    assert view["n_metric_rows"] >= view["step"] and view["metrics_available"] is True
     assert "actor/distillation/loss" in view["last_metrics"]
     assert monitor.plot_updates >= 1 and bytes(w["plot"].value).startswith(b"\x89PNG")
     assert w["bars"][job_id].value == 1.0 and w["bars"][job_id].bar_style == "success"
