@@ -258,10 +258,12 @@ def _submit(server, workspace: Path, **overrides) -> str:
 
 @pytest.mark.slow
 def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
-    from opd_nb.notebook.monitor import JobMonitor
+    """One job, watched twice: through the local API (metrics) and as the cloud API sees it (none)."""
+    from opd_nb.notebook.monitor import CLOUD_NOTE, JobMonitor
 
     job_id = _submit(server, job_ws)
     monitor = JobMonitor([job_id], _client(server), poll_s=0.5)
+    cloud = JobMonitor(job_id, _client(server, kind="cloud"), poll_s=0.5).start()
     w = monitor._ensure_widgets()
     seen_status, seen_steps = set(), []
     monitor.start()
@@ -289,6 +291,12 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     png = bundle["text/html"].split("data:image/png;base64,", 1)[1].split('"', 1)[0]
     assert base64.b64decode(png).startswith(b"\x89PNG")
     assert job_id in bundle["text/plain"] and "SUCCEEDED" in bundle["text/plain"]
+    # The cloud API has status, logs and events but no metrics: the monitor says so.
+    cloud.wait(timeout_s=60)
+    cview = cloud.state["jobs"][job_id]
+    assert cview["status"] == "SUCCEEDED" and cview["metrics_available"] is False
+    assert cview["n_metric_rows"] == 0 and cloud.plot_updates == 0
+    assert CLOUD_NOTE in cloud.to_html() and CLOUD_NOTE in str(cloud) and cview["log_tail"]
 
 
 @pytest.mark.slow
@@ -313,21 +321,6 @@ def test_monitor_cancel_button_cancels(server, job_ws: Path, tmp_path: Path) -> 
     monitor.wait(timeout_s=60)
     assert monitor.state["jobs"][job_id]["status"] == "CANCELED"
     assert w["cancel"][job_id].disabled and w["bars"][job_id].bar_style == "warning"
-
-
-@pytest.mark.slow
-def test_monitor_against_a_cloud_api_without_metrics(server, job_ws: Path) -> None:
-    """The cloud API has status, logs and events but no metrics: the monitor says so."""
-    from opd_nb.notebook.monitor import CLOUD_NOTE, JobMonitor
-
-    job_id = _submit(server, job_ws)
-    monitor = JobMonitor(job_id, _client(server, kind="cloud"), poll_s=0.5)
-    monitor.start().wait(timeout_s=240)
-    view = monitor.state["jobs"][job_id]
-    assert view["status"] == "SUCCEEDED" and view["metrics_available"] is False
-    assert view["n_metric_rows"] == 0 and monitor.plot_updates == 0
-    assert CLOUD_NOTE in monitor.to_html() and CLOUD_NOTE in str(monitor)
-    assert view["log_tail"]
 
 
 def test_monitor_unknown_job_shows_the_error(server) -> None:

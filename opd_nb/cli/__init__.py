@@ -16,6 +16,7 @@ from opd_nb.cli import new as _new  # noqa: E402,F401
 from opd_nb.cli import serve as _serve  # noqa: E402,F401
 from opd_nb.cli import session as _session  # noqa: E402,F401
 from opd_nb.cli._app import app
+from opd_nb.cli._argv import normalize
 from opd_nb.cli._output import reset_magic, set_magic
 from opd_nb.errors import OpdError
 
@@ -35,7 +36,7 @@ def invoke(argv: list[str], *, prog_name: str = "%opd") -> Any:
     """
     token = set_magic(True)
     try:
-        rv = command().main(args=list(argv), prog_name=prog_name, standalone_mode=False)
+        rv = command().main(args=normalize(list(argv)), prog_name=prog_name, standalone_mode=False)
     except typer.Abort:
         raise OpdError("aborted") from None
     except typer.Exit as exc:
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user mistakes print one line on stderr, never a traceback."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
-        rv = command().main(args=args, prog_name="opd", standalone_mode=False)
+        rv = command().main(args=normalize(args), prog_name="opd", standalone_mode=False)
     except OpdError as exc:
         typer.secho(f"error: {exc}", err=True, fg="red")
         sys.exit(exc.exit_code)

@@ -9,16 +9,15 @@ from typing import Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
+from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
 from opd_nb.cli._output import emit, in_magic
 from opd_nb.errors import OpdError
 
-_LOCAL_DEFAULT = "__default_local__"
-
+# `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
     str | None,
-    typer.Option("--local", is_flag=False, flag_value=_LOCAL_DEFAULT, metavar="[URL]",
-                 help="use a local `opd serve` (default http://127.0.0.1:8765)"),
-]  # fmt: skip
+    typer.Option("--local", metavar="[URL]", help="use a local `opd serve` (default http://127.0.0.1:8765)"),
+]
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 

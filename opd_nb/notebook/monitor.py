@@ -544,15 +544,16 @@ class JobMonitor:
         except ImportError:
             return None
         status = W.HTML()
-        bars = {jid: W.FloatProgress(min=0.0, max=1.0, value=0.0, description=jid[-12:],
-                                     layout=W.Layout(width="60%")) for jid in self.job_ids}
+        bars = {jid: W.FloatProgress(min=0.0, max=1.0, value=0.0, description=jid, style={"description_width": "initial"},
+                                     layout=W.Layout(width="70%")) for jid in self.job_ids}
         plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
         alerts = W.HTML()
         checkpoints = W.HTML()
         logs = W.HTML()
         cancel = {}
         for jid in self.job_ids:
-            button = W.Button(description=f"Cancel {jid[-12:]}", button_style="danger", icon="stop")
+            button = W.Button(description=f"Cancel {jid}", button_style="danger", icon="stop",
+                              layout=W.Layout(width="auto"))
             button.on_click(lambda _b, jid=jid: self._on_cancel(jid))
             cancel[jid] = button
         message = W.HTML()
