@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 WARMUP = 5
+MAX_PROMPT = 27  # longest task prompt in tokens (system + user turn of 8 digits + generation prompt)
+MAX_NEW = 16  # response budget for both trainers (the longest answer is 14 tokens incl. EOS)
 
 
 def matmul_gflops(torch, n: int = 1024, reps: int = 20) -> float:
@@ -57,7 +59,7 @@ def greedy_accuracy(model, tok, rows: list[dict], device: str = "cpu") -> float:
             ids[j, P - len(x):] = torch.tensor(x)
             att[j, P - len(x):] = 1
         with torch.no_grad():
-            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=24,
+            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=MAX_NEW,
                                  do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
         for j, r in enumerate(part):
             comp = out[j, P:].tolist()
@@ -79,7 +81,7 @@ def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: i
                     validation_file=None, algorithm="gkd", output_dir=str(work / "engine"), seed=seed,
                     local_learning_rate=1e-3,
                     hyper_parameters={"batch_size": batch, "n_rollouts": 1, "ppo_mini_batch_size": batch,
-                                      "n_epochs": epochs, "lr_scheduler_type": "constant", "max_length": 64,
+                                      "n_epochs": epochs, "lr_scheduler_type": "constant", "max_length": MAX_PROMPT + MAX_NEW,
                                       "eval_steps": 10**6, "save_strategy": "no"})
     ev = ListEvents()
     run(job, ev, lambda: len(ev.rows) >= steps)
@@ -111,10 +113,10 @@ def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: in
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003
             times.append(time.perf_counter() - self.t)
 
-    cfg = GKDConfig(output_dir=str(work / "trl"), lmbda=1.0, beta=1.0, temperature=1.0, max_new_tokens=24,
+    cfg = GKDConfig(output_dir=str(work / "trl"), lmbda=1.0, beta=1.0, temperature=1.0, max_new_tokens=MAX_NEW,
                     learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                     per_device_train_batch_size=batch, max_steps=steps, max_grad_norm=1.0, seed=seed,
-                    report_to=[], logging_steps=50, save_strategy="no", use_cpu=True, max_length=64,
+                    report_to=[], logging_steps=50, save_strategy="no", use_cpu=True, max_length=MAX_PROMPT + MAX_NEW,
                     dataloader_num_workers=0, bf16=False, fp16=False)
     trainer = GKDTrainer(model=AutoModelForCausalLM.from_pretrained(student),
                          teacher_model=AutoModelForCausalLM.from_pretrained(teacher), args=cfg,

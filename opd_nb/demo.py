@@ -72,12 +72,21 @@ def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any 
 
     console.rule("[bold]2. Start a local control plane")
     server = start(port=port, data_dir=root / ".opd-server")
+    _exit_on_sigterm()  # so that `finally` stops the control plane when the demo is killed
     try:
         console.print(f"local control plane at {server.api_base}")
         return _run_with_server(root, Path(ws.path), server, console, started)
     finally:
         server.stop()
         console.print("local control plane stopped")
+
+
+def _exit_on_sigterm() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: float) -> DemoResult:

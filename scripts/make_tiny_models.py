@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--teacher-steps", type=int, default=1000)
     ap.add_argument("--student-steps", type=int, default=400)
-    ap.add_argument("--student-target", type=float, default=0.25, help="stop the student's SFT at this accuracy")
+    ap.add_argument("--student-target", type=float, default=0.20, help="stop the student's SFT at this accuracy")
     ap.add_argument("--reuse-teacher", action="store_true", help="keep an existing tiny-teacher in --out")
     ap.add_argument("--student-only", action="store_true", help="only (re)make the student")
     ap.add_argument("--threads", type=int, default=2)
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     student = build_model(tokenizer, STUDENT, args.seed + 1)
     s_acc = sft(student, tokenizer, train_rows, eval_rows, lr=3e-3, steps=args.student_steps, batch=64,
-                seed=args.seed + 1, stop=lambda a: a >= args.student_target, eval_every=10, label="student")
+                seed=args.seed + 1, stop=lambda a: a >= args.student_target, eval_every=5, label="student")
     if s_acc > 0.40:
         print(f"student is too strong ({s_acc:.3f} > 0.40); lower --student-target", file=sys.stderr)
         return 1

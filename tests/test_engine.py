@@ -35,7 +35,7 @@ def task_files(tmp: Path, n_train: int, n_val: int, seed: int = 1) -> tuple[str,
 
 def make_job(tmp: Path, train: str, val: str | None, name: str = "out", **kw) -> EngineJob:
     student, teacher = default_pair()
-    hp = {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "max_length": 64, "save_strategy": "no"}
+    hp = {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "max_length": 48, "save_strategy": "no"}
     hp.update(kw.pop("hp", {}))
     return EngineJob(job_id=f"job-{name}", student_path=kw.pop("student_path", str(student)),
                      teacher_path=kw.pop("teacher_path", str(teacher)), train_file=train, validation_file=val,

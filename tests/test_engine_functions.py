@@ -90,7 +90,7 @@ def files(tmp: Path, n_train: int, n_val: int) -> tuple[str, str]:
 
 def job(tmp: Path, train: str, val: str | None, **kw) -> EngineJob:
     student, teacher = default_pair()
-    hp = {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "max_length": 64, "save_strategy": "no"}
+    hp = {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "max_length": 48, "save_strategy": "no"}
     hp.update(kw.pop("hp", {}))
     return EngineJob(job_id="job-fn", student_path=str(student), teacher_path=str(teacher), train_file=train,
                      validation_file=val, hyper_parameters=hp, output_dir=str(tmp / "out"), **kw)
@@ -102,15 +102,20 @@ def test_reward_through_function_server_rises(tmp_path, code_dir):
     with FunctionServer.start(code_dir, "reward", "my_rewards.CleanExact") as fs:
         ep = RewardEndpoint(name="exact", url=fs.url, weight=1.0, timeout=30, concurrency=8)
         ev = ListEvents()
+
+        def risen() -> bool:  # stop early once the reward has clearly risen (at least 20 steps in)
+            m = ev.series("validation/data/reward/mean@1")
+            return len(m) >= 3 and m[-1][1] >= m[0][1] + 0.25
+
         res = run(job(tmp_path, train, val, algorithm="gkd", rewards=[ep],
-                      hp={"batch_size": 16, "n_rollouts": 4, "ppo_mini_batch_size": 64, "eval_steps": 20,
-                          "n_epochs": 2}), ev, lambda: False)
-    assert res.steps == 80
+                      hp={"batch_size": 16, "n_rollouts": 4, "ppo_mini_batch_size": 64, "eval_steps": 10,
+                          "n_epochs": 2}), ev, risen)
+    assert 20 <= res.steps <= 80
     mean1 = ev.series("validation/data/reward/mean@1")
-    assert mean1[0][0] == 0 and mean1[-1][0] == 80
+    assert mean1[0][0] == 0 and mean1[-1][0] == res.steps
     assert mean1[-1][1] >= mean1[0][1] + 0.2, mean1
     loss = [v for _, v in ev.series("actor/distillation/loss")]
-    assert sum(loss[-10:]) < 0.6 * sum(loss[:10]), loss
+    assert sum(loss[-5:]) < 0.7 * sum(loss[:5]), loss
     steps = [r for r in ev.rows if r["step"] > 0]
     assert all(r["trace/reward/failure_rate"] == 0.0 for r in steps)
     assert all(0.0 <= r["trace/reward_metrics/exact"] <= 1.0 and r["trace/reward_metrics/chars"] > 0 for r in steps)
@@ -139,7 +144,7 @@ def test_agentic_rollout_drives_the_student_endpoint(tmp_path, code_dir):
         ev = ListEvents()
         res = run(job(tmp_path, train, val, rollout=RolloutEndpoint(name="two-turns", url=rs.url, concurrency=8),
                       rewards=[RewardEndpoint(name="exact", url=fs.url)],
-                      hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 16, "eval_steps": 3}),
+                      hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 8, "eval_steps": 3}),
                   ev, lambda: False)
     assert res.steps == 6
     steps = [r for r in ev.rows if r["step"] > 0]

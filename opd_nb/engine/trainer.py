@@ -165,12 +165,7 @@ class _Run:
         greedy = temperature <= 0
         was_training = self.student.training
         self.student.eval()
-        with torch.no_grad():
-            out = self.student.generate(
-                input_ids=ids, attention_mask=att, max_new_tokens=max(1, min(max_new, self.max_total - P)),
-                do_sample=not greedy, temperature=None if greedy else temperature, top_k=None if greedy else 0,
-                top_p=None if greedy else top_p, pad_token_id=pad, eos_token_id=self.eos_ids, use_cache=True,
-            )
+        out = self._sample(ids, att, max(1, min(max_new, self.max_total - P)), temperature, top_p, greedy)
         if was_training:
             self.student.train()
         comp = out[:, P:]
@@ -179,6 +174,47 @@ class _Run:
             is_eos |= comp == e
         before = (is_eos.cumsum(-1) - is_eos.long()) == 0  # tokens up to and including the first EOS
         return out, att, P, before, is_eos.any(-1)
+
+    def _sample(self, ids, att, max_new: int, temperature: float, top_p: float, greedy: bool):
+        """A lean decode loop (KV cache, one forward per token, stops when every row has ended).
+
+        Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
+        """
+        from transformers import DynamicCache
+
+        torch = self.torch
+        pad = self.tok.pad_token_id
+        eos = torch.tensor(self.eos_ids, device=ids.device)
+        B = ids.shape[0]
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        toks = []
+        done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+        with torch.inference_mode():
+            out = self.student(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=cache,
+                               use_cache=True, logits_to_keep=1)
+            last = pos[:, -1:]
+            for _ in range(max_new):
+                logits = out.logits[:, -1].float()
+                if greedy:
+                    nxt = logits.argmax(-1)
+                else:
+                    probs = torch.softmax(logits / temperature, -1)
+                    if top_p < 1.0:
+                        sp, si = probs.sort(-1, descending=True)
+                        keep = (sp.cumsum(-1) - sp) < top_p
+                        probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+                    nxt = torch.multinomial(probs, 1).squeeze(-1)
+                nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+                toks.append(nxt)
+                done = done | torch.isin(nxt, eos)
+                if bool(done.all()):
+                    break
+                att = torch.cat([att, torch.ones((B, 1), dtype=att.dtype, device=att.device)], dim=1)
+                last = last + 1
+                out = self.student(input_ids=nxt[:, None], attention_mask=att, position_ids=last,
+                                   past_key_values=cache, use_cache=True)
+        return torch.cat([ids, torch.stack(toks, 1)], dim=1).clone()
 
     def generate_ids(self, prompt_ids: list[list[int]], *, temperature: float, top_p: float,
                      max_new: int) -> list[tuple[list[int], bool]]:
