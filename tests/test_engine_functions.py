@@ -144,7 +144,8 @@ def test_agentic_rollout_drives_the_student_endpoint(tmp_path, code_dir):
         ev = ListEvents()
         res = run(job(tmp_path, train, val, rollout=RolloutEndpoint(name="two-turns", url=rs.url, concurrency=8),
                       rewards=[RewardEndpoint(name="exact", url=fs.url)],
-                      hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 8, "eval_steps": 3}),
+                      hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 8, "eval_steps": 3,
+                          "max_length": 96}),  # two turns need room for the first answer in context
                   ev, lambda: False)
     assert res.steps == 6
     steps = [r for r in ev.rows if r["step"] > 0]
