@@ -245,3 +245,67 @@ def test_acceptance_on_the_tiny_pair(tmp_path, algo, gain):
         assert max(v for _, v in acc) - acc[0][1] >= gain, acc
     assert sum(loss[-10:]) < 0.7 * sum(loss[:10]), f"{algo}: loss did not fall: {loss[:10]} ... {loss[-10:]}"
     assert all(v == 1.0 for _, v in ev.series("trace/distillation/valid_token_rate"))
+
+
+def test_shared_prefix_forward_matches_the_plain_forward():
+    """The prompts' common prefix runs once; hidden states and gradients equal the per-row forward."""
+    from opd_nb.engine import batch as bm
+    from opd_nb.engine.data import template_ids
+    from opd_nb.engine.models import load_model, load_tokenizer
+
+    student, _ = default_pair()
+    tok = load_tokenizer(student)
+    model = load_model(student, "student", "cpu")
+    seqs, masks = [], []
+    for r in task.make_rows(12, seed=7):
+        p = template_ids(tok, r["messages"], add_generation_prompt=True)
+        c = tok(task.target_completion(r["messages"][-1]["content"]), add_special_tokens=False)["input_ids"]
+        c = c[: len(c) - len(seqs) % 3] + [tok.eos_token_id]  # uneven completions, right-padded like rollouts
+        seqs.append(p + c)
+        masks.append([False] * len(p) + [True] * len(c))
+    b = bm.left_pad(seqs, masks, list(range(len(seqs))), tok.pad_token_id, "cpu")
+    window = b.window
+    system = template_ids(tok, [{"role": "system", "content": task.SYSTEM_PROMPT}], add_generation_prompt=False)
+    k = bm.shared_prefix(b, window)
+    assert k >= min(len(system), 8), k  # at least the system turn is shared
+    tm = bm.targets_window(b, window)[1]
+
+    def hidden_and_grads(min_prefix: int):
+        bm.MIN_SHARED_PREFIX = min_prefix
+        model.zero_grad(set_to_none=True)
+        h = bm.hidden_window(model, b, window)
+        (h[tm] ** 2).sum().backward()
+        return h.detach(), [q.grad.clone() for q in model.parameters()]
+
+    default = bm.MIN_SHARED_PREFIX
+    try:
+        h_shared, g_shared = hidden_and_grads(default)
+        h_plain, g_plain = hidden_and_grads(10**9)  # sharing off
+    finally:
+        bm.MIN_SHARED_PREFIX = default
+    assert torch.allclose(h_shared[tm], h_plain[tm], atol=1e-4)
+    for a, c in zip(g_shared, g_plain, strict=True):
+        assert torch.allclose(a, c, rtol=1e-3, atol=1e-4)
+    # rows with nothing in common share nothing
+    b2 = bm.left_pad([[5, 6, 7, 8, 9, 10], [6, 6, 7, 8, 9, 10]], [[False] * 4 + [True] * 2] * 2, [0, 1],
+                     tok.pad_token_id, "cpu")
+    assert bm.shared_prefix(b2, b2.window) == 0
+
+
+def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
+    """Greedy rollouts are the same tokens whether the prompts' common prefix runs once or per row."""
+    from opd_nb.engine import batch as bm
+    from opd_nb.engine.trainer import ListEvents, _Run
+
+    train, val = task_files(tmp_path, 32, 32)
+    r = _Run(make_job(tmp_path, train, val), ListEvents(), lambda: False)
+    prompts = [row.prompt_ids for row in r.val_rows]
+    default = bm.MIN_SHARED_PREFIX
+    try:
+        shared = r.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
+        bm.MIN_SHARED_PREFIX = 10**9
+        plain = r.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
+    finally:
+        bm.MIN_SHARED_PREFIX = default
+    assert shared == plain
+    assert any(has_eos and len(ids) > 3 for ids, has_eos in shared)  # real completions, not empty ones

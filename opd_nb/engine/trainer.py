@@ -121,7 +121,7 @@ class _Run:
         self.steps_per_epoch = math.ceil(len(self.train_rows) / p.batch_size)
         self.total_steps = self.steps_per_epoch * p.n_epochs
         self.opt = torch.optim.AdamW([q for q in self.student.parameters() if q.requires_grad],
-                                     lr=p.learning_rate, weight_decay=0.0)
+                                     lr=p.learning_rate, weight_decay=0.0, foreach=True)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(p, self.total_steps))
         self.step = 0
         self.metrics_tail: dict[str, float] = {}
@@ -182,18 +182,27 @@ class _Run:
         """
         from transformers import DynamicCache
 
+        from opd_nb.engine.batch import SeqBatch, cache_kw, prefix_forward, shared_prefix
+
         torch = self.torch
         pad = self.tok.pad_token_id
         eos = torch.tensor(self.eos_ids, device=ids.device)
         B = ids.shape[0]
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
+        ckw = cache_kw(self.student, cache)
         toks = []
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         with torch.inference_mode():
-            out = self.student(input_ids=ids, attention_mask=att, position_ids=pos, past_key_values=cache,
-                               use_cache=True, logits_to_keep=1)
+            k = shared_prefix(SeqBatch(ids, att, torch.zeros_like(ids, dtype=torch.bool), done), 0)
+            if k:  # the prompts' common prefix (system prompt, template) runs once
+                out, att = prefix_forward(self.student, ids, att, pos, k, cache, logits_to_keep=1)
+            else:
+                out = self.student(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True,
+                                   logits_to_keep=1, **ckw)
             last = pos[:, -1:]
+            n_att = att.shape[1]
+            att = torch.cat([att, torch.ones((B, max_new), dtype=att.dtype, device=att.device)], dim=1)
             for _ in range(max_new):
                 logits = out.logits[:, -1].float()
                 if greedy:
@@ -210,10 +219,10 @@ class _Run:
                 done = done | torch.isin(nxt, eos)
                 if bool(done.all()):
                     break
-                att = torch.cat([att, torch.ones((B, 1), dtype=att.dtype, device=att.device)], dim=1)
+                n_att += 1
                 last = last + 1
-                out = self.student(input_ids=nxt[:, None], attention_mask=att, position_ids=last,
-                                   past_key_values=cache, use_cache=True)
+                out = self.student(input_ids=nxt[:, None], attention_mask=att[:, :n_att], position_ids=last,
+                                   use_cache=True, **ckw)
         return torch.cat([ids, torch.stack(toks, 1)], dim=1).clone()
 
     def generate_ids(self, prompt_ids: list[list[int]], *, temperature: float, top_p: float,
@@ -253,7 +262,7 @@ class _Run:
         rows = max(1, self.plan.teacher_max_num_batched_tokens // L)
         w, bias = losses.head_params(self.teacher)
         parts = []
-        with torch.no_grad():
+        with torch.inference_mode():
             for s in range(0, len(b), rows):
                 sub = b.select(list(range(s, min(len(b), s + rows))))
                 h = hidden_window(self.teacher, sub, window)
