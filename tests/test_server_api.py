@@ -157,3 +157,15 @@ def test_models_listing_and_lookup(api):
         assert teacher.json()["output"]["path"].endswith("tiny-teacher")
     err = _error(api.get("/models/Qwen/Qwen3-8B"), 404)
     assert err["code"] == "ModelNotFound" and "--model-map" in err["message"]
+
+
+def test_huge_paging_numbers_are_a_400_not_a_500(api):
+    """Found by the schema fuzz: numbers beyond SQLite's 64-bit INTEGER used to overflow into a 500."""
+    for path, params in [
+        ("/fine-tunes", {"page_no": "999999999999999999999"}),
+        ("/files", {"page_no": "999999999999999999999"}),
+        ("/fine-tunes/no-such-job/logs", {"offset": "999999999999999999999999"}),
+    ]:
+        resp = api.get(path, params=params)
+        assert resp.status_code == 400, (path, resp.text)
+        assert resp.json()["code"] == "InvalidParameter"

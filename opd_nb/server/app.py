@@ -43,6 +43,8 @@ from opd_nb.server.models import ModelNotServable, ModelRegistry
 from opd_nb.server.store import TERMINAL, Store, now_text
 
 MAX_DATASET_BYTES = 1024**3  # the SDK's own limit (DATASETS_FILE_SIZE_WARNING)
+MAX_PAGE = 10**9  # paging and log offsets stay far inside SQLite's 64-bit INTEGER
+MAX_OFFSET = 2**53
 OSS_PREFIX = "/api/v1/local-oss/"
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -340,7 +342,7 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
                 "purpose": row["purpose"], "description": row["description"], "created_at": row["created_at"]}  # fmt: skip
 
     @app.get("/api/v1/files", tags=["files"])
-    def list_files(page_no: int = Query(1, ge=1), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
+    def list_files(page_no: int = Query(1, ge=1, le=MAX_PAGE), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
         total = store.one("SELECT COUNT(*) FROM files")[0]
         rows = store.all("SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?",
                          page_size, (page_no - 1) * page_size)
@@ -370,7 +372,7 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return ok(job_output(job))
 
     @app.get("/api/v1/fine-tunes", tags=["jobs"])
-    async def list_jobs(page_no: int = Query(1, ge=1), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
+    async def list_jobs(page_no: int = Query(1, ge=1, le=MAX_PAGE), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
         jobs, total = store.jobs((page_no - 1) * page_size, page_size)
         return ok({"page_no": page_no, "page_size": page_size, "total": total,
                    "jobs": [job_output(j) for j in jobs]})  # fmt: skip
@@ -402,7 +404,7 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return ok({"job_id": job_id, "status": "DELETED"})
 
     @app.get("/api/v1/fine-tunes/{job_id}/logs", tags=["jobs"])
-    async def job_logs(job_id: str, offset: int = Query(1, ge=0), line: int = Query(1000, ge=1, le=10000)) -> JSONResponse:
+    async def job_logs(job_id: str, offset: int = Query(1, ge=0, le=MAX_OFFSET), line: int = Query(1000, ge=1, le=10000)) -> JSONResponse:
         _job(job_id)
         start = max(offset, 1)  # 1-based line number, as the SDK's default offset=1 implies
         rows = store.logs(job_id, start, line)
@@ -412,10 +414,10 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
                    "total": total, "next_offset": nxt})  # fmt: skip
 
     @app.get("/api/v1/fine-tunes/{job_id}/stream", tags=["jobs"])
-    async def job_stream(job_id: str, request: Request, offset: int = Query(1, ge=0)) -> StreamingResponse:
+    async def job_stream(job_id: str, request: Request, offset: int = Query(1, ge=0, le=MAX_OFFSET)) -> StreamingResponse:
         await run_in_threadpool(_job, job_id)
         last_id = request.headers.get("last-event-id", "")
-        start = int(last_id) + 1 if last_id.isdigit() else max(offset, 1)
+        start = min(int(last_id), MAX_OFFSET) + 1 if last_id.isdigit() else max(offset, 1)
         return StreamingResponse(_sse(store, job_id, start, request), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
