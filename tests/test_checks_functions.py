@@ -8,6 +8,8 @@ from test_checks_config import REWARD_FUNCTIONS, config_text, make_workspace
 from opd_nb.checks import check
 from opd_nb.checks.functions import excluded_by, split_classpath, zip_members
 
+FAKE_KEY = "sk-" + "0123456789abcdef" * 2  # assembled so no key-like literal is committed
+
 
 @pytest.fixture(autouse=True)
 def _api_key(monkeypatch):
@@ -137,11 +139,11 @@ def test_zip_over_200_mib(tmp_path, monkeypatch):
 
 def test_secret_in_zip(tmp_path, monkeypatch):
     ws = reward_ws(tmp_path)
-    (ws / ".env").write_text("DASHSCOPE_API_KEY=sk-0123456789abcdef0123456789abcdef\n")  # excluded: fine
+    (ws / ".env").write_text("DASHSCOPE_API_KEY=" + FAKE_KEY + "\n")  # excluded: fine
     (ws / ".env.example").write_text("DASHSCOPE_API_KEY=sk-your-api-key\n")  # placeholder: fine
     assert "functions.secret-in-zip" not in check(ws).rules()
     code = (ws / "functions" / "reward" / "reward.py").read_text()
-    (ws / "functions" / "reward" / "reward.py").write_text(code + '\nKEY = "sk-0123456789abcdef0123456789abcdef"\n')
+    (ws / "functions" / "reward" / "reward.py").write_text(code + f'\nKEY = "{FAKE_KEY}"\n')
     hit = check(ws).by_rule("functions.secret-in-zip")[0]
     assert hit.where.startswith("functions/reward/reward.py:") and "sk-0123" not in hit.message
     (ws / "functions" / "reward" / "reward.py").write_text(code)
