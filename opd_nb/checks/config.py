@@ -199,14 +199,8 @@ def _hyper_parameters(ctx: CheckContext) -> None:
             continue
         if value is None:
             continue
-        numeric_str = _numeric_string(ctx, "hyper_parameters", key, value)
-        checked = as_number(value) if numeric_str else value
-        if spec.type == "int" and numeric_str and checked is not None and float(checked).is_integer():
-            checked = int(checked)
-        problem = spec.problem(checked)
-        if problem:
-            rep.add("config.bad-value", "error", ctx.where(path), f"{key}: {problem}",
-                    f"allowed: {spec.range_text()}; starting point {spec.small!r}")
+        _check_value(rep, ctx, "hyper_parameters", key, value, spec, path,
+                     f"allowed: {spec.range_text()}; starting point {spec.small!r}")
         if key == "kl_loss_coef":
             rep.add("config.kl-loss-coef", "info", ctx.where(path),
                     "kl_loss_coef is accepted but not consumed by OPD (the learning rate alone sets how fast the "
@@ -270,14 +264,7 @@ def _resources(ctx: CheckContext) -> None:
             continue
         if value is None:
             continue
-        numeric_str = _numeric_string(ctx, "resources", key, value)
-        checked = as_number(value) if numeric_str else value
-        if spec.type == "int" and numeric_str and checked is not None and float(checked).is_integer():
-            checked = int(checked)
-        problem = spec.problem(checked)
-        if problem:
-            rep.add("config.bad-value", "error", ctx.where(path), f"{key}: {problem}",
-                    f"allowed: {spec.range_text()}")
+        _check_value(rep, ctx, "resources", key, value, spec, path, f"allowed: {spec.range_text()}")
 
 
 def _functions(ctx: CheckContext) -> None:
@@ -343,3 +330,14 @@ def dataset_files(ctx: CheckContext) -> list[tuple[int, str, Path, str]]:
         if src == "file_id" and isinstance(name, str) and name:
             out.append((i, str(d.get("type", "training")), ctx.resolve(name), name))
     return out
+
+
+def _check_value(rep, ctx, section: str, key: str, value, spec, path, fix: str) -> None:
+    """Type/range check of one hyper-parameter or resource value (numbers YAML read as strings included)."""
+    numeric_str = _numeric_string(ctx, section, key, value)
+    checked = as_number(value) if numeric_str else value
+    if spec.type == "int" and numeric_str and checked is not None and float(checked).is_integer():
+        checked = int(checked)
+    problem = spec.problem(checked)
+    if problem:
+        rep.add("config.bad-value", "error", ctx.where(path), f"{key}: {problem}", fix)
