@@ -309,3 +309,18 @@ def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
         bm.MIN_SHARED_PREFIX = default
     assert shared == plain
     assert any(has_eos and len(ids) > 3 for ids, has_eos in shared)  # real completions, not empty ones
+
+
+def test_allocator_tuning_applies_once_and_can_be_turned_off():
+    """The engine keeps freed blocks in the heap (glibc mallopt); OPD_ENGINE_MALLOC=0 opts out."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from opd_nb.engine import allocator as a; print(a.keep_freed_memory(), a.keep_freed_memory())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPD_ENGINE_MALLOC": "0"})
+    glibc = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION")
+    assert on.stdout.split() == (["True", "True"] if glibc else ["False", "False"])
+    assert off.stdout.split() == ["False", "False"]

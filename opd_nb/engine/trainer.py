@@ -1,7 +1,7 @@
 """The local OPD engine: what Bailian does to an OPD job, on local Hugging Face models.
 
 One step: take ``batch_size`` prompts, sample ``n_rollouts`` completions each from the student
-(one ``generate`` call, KV cache) or, in agentic mode, let the user's rollout function drive the
+(one batched decode loop, KV cache) or, in agentic mode, let the user's rollout function drive the
 student through a local OpenAI-compatible endpoint; score every student token with the teacher
 (one no-grad forward per ``opd_teacher_max_num_batched_tokens`` budget, heads only on the
 response window); optionally score each trajectory with the reward functions; then make
@@ -11,6 +11,11 @@ Estimators: ``pg_opd`` (default, the cloud's): per-token advantage -(log pi_s - 
 sampled tokens, discount 0, GSPO-token clipped policy loss. ``gkd`` (local): exact reverse KL over
 the full vocabulary, computed in chunks. A task reward adds a group-normalised advantage.
 The local meaning of the cloud's hyper-parameters is in :mod:`opd_nb.engine.hparams`.
+
+Speed: Llama-family models (Qwen3, Qwen2, Llama) run through :mod:`opd_nb.engine.lean`, the same
+function with fused projections and a preallocated KV cache; others through ``transformers``. The
+prompts' shared prefix runs once (:mod:`opd_nb.engine.batch`), and the process keeps freed memory
+for reuse (:mod:`opd_nb.engine.allocator`).
 """
 
 from __future__ import annotations
@@ -77,7 +82,9 @@ class _Run:
     def __init__(self, job: EngineJob, events: EngineEvents, should_stop: Callable[[], bool]):
         import torch
 
-        from opd_nb.engine import data, models
+        from opd_nb.engine import allocator, data, models
+
+        allocator.keep_freed_memory()
 
         self.torch = torch
         self.job, self.events, self.should_stop = job, events, should_stop
@@ -99,6 +106,12 @@ class _Run:
         self.teacher.eval()
         self.teacher.requires_grad_(False)
         self.student.train()
+        from opd_nb.engine import lean
+
+        self.s_lean, self.t_lean = lean.wrap(self.student), lean.wrap(self.teacher)
+        self.log("forward: " + ", ".join(
+            f"{role} {'lean fused' if fast else 'transformers'} ({m.config.model_type})"
+            for role, fast, m in (("student", self.s_lean, self.student), ("teacher", self.t_lean, self.teacher))))
         self.n_student = models.n_params(self.student)
         self.n_teacher = models.n_params(self.teacher)
         self.plan = hp_mod.resolve(job.hyper_parameters, student_params=self.n_student,
@@ -188,6 +201,24 @@ class _Run:
         pad = self.tok.pad_token_id
         eos = torch.tensor(self.eos_ids, device=ids.device)
         B = ids.shape[0]
+
+        def pick(logits):
+            if greedy:
+                return logits.argmax(-1)
+            probs = torch.softmax(logits / temperature, -1)
+            if top_p < 1.0:
+                sp, si = probs.sort(-1, descending=True)
+                keep = (sp.cumsum(-1) - sp) < top_p
+                probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+            # inverse-CDF draw: the same distribution as torch.multinomial at a sixth of its cost here;
+            # a token of probability 0 is never drawn (its CDF step is empty)
+            cdf = probs.cumsum(-1)
+            u = torch.rand((probs.shape[0], 1), device=probs.device) * cdf[:, -1:]
+            return (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
+
+        if self.s_lean is not None:
+            k = shared_prefix(SeqBatch(ids, att, torch.zeros_like(ids, dtype=torch.bool), ids[:, 0]), 0)
+            return self.s_lean.decode(ids, att, k, max_new, pick, eos, pad).clone()
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         ckw = cache_kw(self.student, cache)
@@ -204,16 +235,7 @@ class _Run:
             n_att = att.shape[1]
             att = torch.cat([att, torch.ones((B, max_new), dtype=att.dtype, device=att.device)], dim=1)
             for _ in range(max_new):
-                logits = out.logits[:, -1].float()
-                if greedy:
-                    nxt = logits.argmax(-1)
-                else:
-                    probs = torch.softmax(logits / temperature, -1)
-                    if top_p < 1.0:
-                        sp, si = probs.sort(-1, descending=True)
-                        keep = (sp.cumsum(-1) - sp) < top_p
-                        probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
-                    nxt = torch.multinomial(probs, 1).squeeze(-1)
+                nxt = pick(out.logits[:, -1].float())
                 nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
                 toks.append(nxt)
                 done = done | torch.isin(nxt, eos)
@@ -251,11 +273,20 @@ class _Run:
         )
         return SeqBatch(out, att_full, tmask, torch.tensor(groups, device=self.device), texts, ~has_eos)
 
+    def hidden(self, lean_model, model, b, window: int):
+        """Final hidden states predicting the last `window` tokens, through the lean forward where it applies."""
+        from opd_nb.engine.batch import hidden_window, shared_prefix
+
+        if lean_model is None:
+            return hidden_window(model, b, window)
+        return lean_model.hidden_window(b.input_ids, b.attention_mask, b.position_ids, window,
+                                        shared_prefix(b, window))
+
     # ---- teacher --------------------------------------------------------------------------------
     def teacher_score(self, b, window: int):
         """Teacher log-probs of the trained tokens ([B, W]) or, for gkd, its hidden states ([B, W, H])."""
         from opd_nb.engine import losses
-        from opd_nb.engine.batch import hidden_window, targets_window
+        from opd_nb.engine.batch import targets_window
 
         torch = self.torch
         L = b.input_ids.shape[1]
@@ -264,8 +295,8 @@ class _Run:
         parts = []
         with torch.inference_mode():
             for s in range(0, len(b), rows):
-                sub = b.select(list(range(s, min(len(b), s + rows))))
-                h = hidden_window(self.teacher, sub, window)
+                sub = b if rows >= len(b) else b.select(list(range(s, min(len(b), s + rows))))
+                h = self.hidden(self.t_lean, self.teacher, sub, window)
                 if self.plan.estimator == "gkd":
                     parts.append(h)
                 else:
@@ -275,11 +306,14 @@ class _Run:
         return torch.cat(parts)
 
     # ---- one step -------------------------------------------------------------------------------
-    def student_logprobs(self, b, window: int):
+    def student_logprobs(self, b, window: int, need_logprobs: bool = True):
+        """(final hidden states, log-probs of the window's tokens or None when not needed)."""
         from opd_nb.engine import losses
-        from opd_nb.engine.batch import hidden_window, targets_window
+        from opd_nb.engine.batch import targets_window
 
-        h = hidden_window(self.student, b, window)
+        h = self.hidden(self.s_lean, self.student, b, window)
+        if not need_logprobs:
+            return h, None
         ids, _, _ = targets_window(b, window)
         w, bias = losses.head_params(self.student)
         return h, losses.token_logprobs(h.reshape(-1, h.shape[-1]), w, bias, ids.reshape(-1)).view(ids.shape)
@@ -296,8 +330,9 @@ class _Run:
         has_task = adv_task is not None
         order = torch.randperm(len(b)).tolist()
         mbs = [order[i:i + p.ppo_mini_batch_size] for i in range(0, len(b), p.ppo_mini_batch_size)]
+        need_lp = p.estimator == "pg_opd" or has_task
         lp_old = None
-        if len(mbs) > 1:  # later updates are off-policy: freeze the sampling policy's log-probs first
+        if len(mbs) > 1 and need_lp:  # later updates are off-policy: freeze the sampling policy's log-probs first
             with torch.no_grad():
                 lp_old = torch.cat([self.student_logprobs(b.select(list(range(s, min(len(b), s + p.ppo_mini_batch_size)))),
                                                           window)[1]
@@ -305,13 +340,16 @@ class _Run:
         d_sum = d_cnt = 0.0
         norms, clipfracs, ppo_kls = [], [], []
         for mb in mbs:
-            sub = b.select(mb)
+            if len(mbs) == 1:  # one update per step: the whole batch in its own order (no copy)
+                mb = list(range(len(b)))
+            sub = b if len(mbs) == 1 else b.select(mb)
             idx = torch.tensor(mb, device=b.input_ids.device)
-            h, lp = self.student_logprobs(sub, window)
-            lp_o = lp.detach() if lp_old is None else lp_old[idx]
+            # gkd without a task reward needs no sampled-token log-probs (the KL uses full distributions)
+            h, lp = self.student_logprobs(sub, window, need_logprobs=need_lp)
+            lp_o = None if lp is None else (lp.detach() if lp_old is None else lp_old[idx])
             v = valid[idx]
             tm = tmask[idx]
-            at = adv_task[idx][:, None].expand_as(lp) * tm if has_task else None
+            at = adv_task[idx][:, None].expand_as(tm).to(h.dtype) * tm if has_task else None
             if p.estimator == "pg_opd":
                 k1 = (lp_o - t_vals[idx]).clamp(-p.kl_clamp, p.kl_clamp)
                 adv = -k1 * v
