@@ -7,7 +7,8 @@ after a warm-up; accuracy is the same greedy exact-match on the same held-out pr
 The FLOP bound per step is (2 N_s + 2 N_t + 6 N_s) x tokens per step (student sampling + teacher
 scoring + student training; tokens = real prompt + completion tokens, as if every token were
 computed, although the engine runs the prompts' shared prefix once) at a measured matmul rate.
-Two rates are measured right after the engine run, with the same thread count:
+Two rates are measured right after the engine run, in a child process (see ``calibrate``), with
+the same thread count:
 
 * the headline ``flop_bound_ratio`` uses the *model-shape* rate: every nn.Linear GEMM of one step
   at its real shape (M = tokens per step; student forward twice, its two backward GEMMs, teacher
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +83,32 @@ def model_gemm_gflops(torch, models: dict, tokens: int, reps: int = 5) -> float:
         flops += 2 * m * k * n * count
         secs += best * count
     return flops / secs / 1e9
+
+
+def calibrate(tokens: int, threads: int, student: Path, teacher: Path) -> tuple[float, float]:
+    """(1024^2 rate, model-shape rate) in GFLOP/s, measured in a child process.
+
+    Why a child: switching this process's thread count for the best-over-threads search was seen to
+    leave the next trainer ~20% slower (OpenMP/MKL pools resized mid-run), which would tilt
+    whichever trainer ran after it; a child process leaves both trainers untouched.
+    """
+    out = subprocess.run([sys.executable, __file__, "--calibrate-tokens", str(tokens), "--threads", str(threads),
+                          "--student", str(student), "--teacher", str(teacher)],
+                         capture_output=True, text=True, check=True)
+    rates = json.loads(out.stdout.strip().splitlines()[-1])
+    return rates["square"], rates["shapes"]
+
+
+def _calibrate_main(tokens: int, threads: int, student: str, teacher: str) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    models = {"student": AutoModelForCausalLM.from_pretrained(student),
+              "teacher": AutoModelForCausalLM.from_pretrained(teacher)}
+    square = best_over_threads(torch, lambda: matmul_gflops(torch), threads)
+    shapes = best_over_threads(torch, lambda: model_gemm_gflops(torch, models, tokens), threads)
+    print(json.dumps({"square": square, "shapes": shapes}))
+    return 0
 
 
 def best_over_threads(torch, fn, threads: int) -> float:
@@ -140,8 +168,10 @@ def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: i
     run(job, ev, lambda: len(ev.rows) >= steps)
     step_s = [r["timing_s/step"] for r in ev.rows][WARMUP:]
     tokens = [r["perf/tokens_per_s"] * r["timing_s/step"] for r in ev.rows]
+    stages = {k: statistics.median(r[f"timing_s/{k}"] for r in ev.rows[WARMUP:]) for k in ("gen", "teacher", "update")}
     return {"s_per_step": statistics.median(step_s), "tokens_per_step": statistics.mean(tokens),
-            "final": str(work / "engine" / "final"), "steps": len(ev.rows)}
+            "final": str(work / "engine" / "final"), "steps": len(ev.rows), "stages": stages,
+            "forward": next((m for _, m in ev.logs if m.startswith("forward:")), "")}
 
 
 def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: int, pair: tuple) -> dict:
@@ -191,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val", type=int, default=256)
     ap.add_argument("--student", default=None, help="student model dir (default: the bundled tiny student)")
     ap.add_argument("--teacher", default=None, help="teacher model dir (default: the bundled tiny teacher)")
+    ap.add_argument("--calibrate-tokens", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.calibrate_tokens is not None:
+        return _calibrate_main(args.calibrate_tokens, args.threads, args.student, args.teacher)
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -213,9 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     n_s = n_params(AutoModelForCausalLM.from_pretrained(student))
     n_t = n_params(AutoModelForCausalLM.from_pretrained(teacher))
     acc0 = greedy_accuracy(AutoModelForCausalLM.from_pretrained(student), tok, val_rows)
-    gflops = best_over_threads(torch, lambda: matmul_gflops(torch), args.threads)
-    print(f"student {n_s:,} params, teacher {n_t:,} params; matmul rate {gflops:.1f} GFLOP/s; "
-          f"student accuracy before training {acc0:.3f}", flush=True)
+    print(f"student {n_s:,} params, teacher {n_t:,} params; student accuracy before training {acc0:.3f}",
+          flush=True)
 
     with tempfile.TemporaryDirectory(prefix="opd-bench-") as tmp:
         work = Path(tmp)
@@ -226,12 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         eng = run_engine(work, str(train), str(val), args.steps, args.batch, args.seed, pair)
         acc_e = greedy_accuracy(AutoModelForCausalLM.from_pretrained(eng["final"]), tok, val_rows)
-        pair_models = {"student": AutoModelForCausalLM.from_pretrained(student),
-                       "teacher": AutoModelForCausalLM.from_pretrained(teacher)}
-        shape_gflops = best_over_threads(
-            torch, lambda: model_gemm_gflops(torch, pair_models, round(eng["tokens_per_step"])), args.threads)
-        print(f"engine: {eng['steps']} steps, {eng['s_per_step'] * 1000:.1f} ms/step (median after {WARMUP}), "
-              f"accuracy {acc_e:.3f}, wall {time.perf_counter() - t0:.1f}s", flush=True)
+        gflops, shape_gflops = calibrate(round(eng["tokens_per_step"]), args.threads, student, teacher)
+        print(f"engine: {eng['steps']} steps, {eng['s_per_step'] * 1000:.1f} ms/step (median after {WARMUP}; "
+              + ", ".join(f"{k} {v * 1000:.1f}" for k, v in eng["stages"].items())
+              + f"), accuracy {acc_e:.3f}, wall {time.perf_counter() - t0:.1f}s; {eng['forward']}", flush=True)
         t0 = time.perf_counter()
         trl = run_trl(work, train_rows, args.steps, args.batch, args.seed, pair)
         acc_t = greedy_accuracy(trl["model"], trl["tok"], val_rows)
