@@ -153,6 +153,11 @@ def test_agentic_rollout_drives_the_student_endpoint(tmp_path, code_dir):
     assert all(r["trace/rollout/failure_rate"] == 0.0 for r in steps)
     assert all(r["response_length/mean"] > 0 and r["trace/distillation/valid_token_rate"] == 1.0 for r in steps)
     assert all("trace/reward_metrics/exact" in r for r in steps)
+    # validation runs through the rollout function too (greedy, one rollout per row) and is scored by the reward
+    evals = [r for r in ev.rows if "validation/data/reward/mean@1" in r]
+    assert [r["step"] for r in evals] == [0, 3, 6]
+    assert all(0.0 <= r["validation/data/reward/mean@1"] <= 1.0 and 0.0 <= r["validation/accuracy"] <= 1.0
+               for r in evals)
     # every assistant turn was generated through the endpoint, so training used the recorded ids
     assert not any("not generated through the student endpoint" in m for _, m in ev.logs)
     assert any("agentic mode: student served at http://127.0.0.1:" in m for _, m in ev.logs)

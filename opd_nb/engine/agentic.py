@@ -218,12 +218,11 @@ class Agentic:
         async with httpx.AsyncClient(trust_env=False) as client:
             return await asyncio.gather(*(one(client, p) for p in payloads))
 
-    def collect(self, rows: list, n: int, where: str):
-        """Run n rollouts per row; returns (SeqBatch of assistant turns, reward metrics, task advantages)."""
-        from opd_nb.engine import rewards
-        from opd_nb.engine.batch import left_pad
-        from opd_nb.engine.data import template_ids
+    def _rollouts(self, rows: list, n: int, where: str, temperature: float):
+        """Call the rollout function n times per row -> (tokens, groups, ok indices, trajectories, metrics).
 
+        A failing call is logged and counted; every call failing fails the job with the first error.
+        """
         run = self.run
         job = run.job
         tokens, payloads, groups = [], [], []
@@ -235,7 +234,7 @@ class Agentic:
                 payloads.append({
                     "func_type": "rollout", "messages": r.messages, "tools": r.tools,
                     "ground_truth": r.rollout_extra.get("solution"), "rollout_extra": r.rollout_extra,
-                    "sampling_params": {"temperature": run.plan.temperature, "top_p": 1.0,
+                    "sampling_params": {"temperature": temperature, "top_p": 1.0,
                                         "max_tokens": run.max_total - len(r.prompt_ids)},
                     "model_resource": {"model_name": self.server.model_name, "base_url": self.server.base_url,
                                        "api_key": tok},
@@ -272,7 +271,6 @@ class Agentic:
                               f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit")
         ok = [i for i, (_, e) in enumerate(results) if e is None]
         trajs = [results[i][0] for i in ok]
-        # task reward per trajectory
         metrics: dict[str, float] = {"trace/rollout/failure_rate": len(failed) / len(results)}
         rsum: dict[str, list[float]] = {}
         for t in trajs:
@@ -280,17 +278,54 @@ class Agentic:
                 if isinstance(v, int | float):
                     rsum.setdefault(k, []).append(float(v))
         metrics.update({f"trace/rollout_metrics/{k}": sum(v) / len(v) for k, v in rsum.items()})
-        totals = None
+        return tokens, groups, ok, trajs, metrics
+
+    def _task_scores(self, rows: list, groups: list[int], ok: list[int], trajs: list[dict], where: str):
+        """(reward metrics, total per trajectory or None): the job's reward functions, else the rollout's own
+        ``reward_score`` when every trajectory carries one."""
+        from opd_nb.engine import rewards
+
+        job = self.run.job
         if job.rewards:
             samples = [rewards.Sample(messages=t["messages"], rollout_extra=rows[groups[i]].rollout_extra,
                                       group=groups[i], sample_id=f"{where}-{groups[i]}", rollout_id=str(i))
                        for i, t in zip(ok, trajs, strict=True)]
-            res = rewards.score(job.rewards, samples, job.job_id, where=where, log=run.log)
-            metrics.update(res.metrics)
-            totals = res.totals
-        elif trajs and all(isinstance(t.get("reward_score"), int | float) for t in trajs):
+            res = rewards.score(job.rewards, samples, job.job_id, where=where, log=self.run.log)
+            return dict(res.metrics), res.totals
+        if trajs and all(isinstance(t.get("reward_score"), int | float) for t in trajs):
             totals = [float(t["reward_score"]) for t in trajs]
-            metrics["trace/reward/mean"] = sum(totals) / len(totals)
+            return {"trace/reward/mean": sum(totals) / len(totals)}, totals
+        return {}, None
+
+    def validate(self, rows: list, where: str) -> dict[str, float]:
+        """One greedy rollout per validation row through the rollout function, as training rollouts run:
+        ``validation/data/reward/mean@1`` (with a reward) and ``validation/accuracy`` (task rows, judged on
+        the trajectory's last assistant message; a failed rollout counts as wrong)."""
+        from opd_nb.engine import task
+
+        _, groups, ok, trajs, _ = self._rollouts(rows, 1, where, temperature=0.0)
+        out: dict[str, float] = {}
+        last = {groups[i]: next((m.get("content") or "" for m in reversed(t["messages"])
+                                 if m.get("role") == "assistant"), "") for i, t in zip(ok, trajs, strict=True)}
+        solved = [(g, r.solution) for g, r in enumerate(rows) if isinstance(r.solution, str)]
+        if solved:
+            out["validation/accuracy"] = sum(g in last and task.is_correct(last[g], sol) for g, sol in solved) / len(solved)
+        _, totals = self._task_scores(rows, groups, ok, trajs, where)
+        good = [x for x in (totals or []) if not math.isnan(x)]
+        if good:
+            out["validation/data/reward/mean@1"] = sum(good) / len(good)
+        return out
+
+    def collect(self, rows: list, n: int, where: str):
+        """Run n rollouts per row; returns (SeqBatch of assistant turns, reward metrics, task advantages)."""
+        from opd_nb.engine import rewards
+        from opd_nb.engine.batch import left_pad
+        from opd_nb.engine.data import template_ids
+
+        run = self.run
+        tokens, groups, ok, trajs, metrics = self._rollouts(rows, n, where, run.plan.temperature)
+        reward_metrics, totals = self._task_scores(rows, groups, ok, trajs, where)
+        metrics.update(reward_metrics)
         adv = rewards.group_advantages(totals, [groups[i] for i in ok]) if totals is not None else None
         # training samples: one per assistant turn, with the ids the student actually generated
         seqs, masks, sgroups, sadv, texts, missing = [], [], [], [], [], 0

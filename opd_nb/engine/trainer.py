@@ -451,6 +451,8 @@ class _Run:
 
         if not self.val_rows:
             return {}
+        if self.agentic is not None:  # validation rollouts go through the rollout function, as in training
+            return self.agentic.validate(self.val_rows, where=f"validation at step {self.step}")
         out: dict[str, float] = {}
         rows = self.val_rows
         texts: list[str] = []
