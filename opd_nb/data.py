@@ -487,8 +487,9 @@ class DataStats:
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=f"{self.source}: {self.rows} rows", show_header=True)
+        table = Table(title=Text(f"{self.source}: {self.rows} rows"), show_header=True)
         table.add_column("measure")
         for col in ("min", "p50", "p90", "p99", "max", "mean"):
             table.add_column(col, justify="right")
@@ -496,7 +497,7 @@ class DataStats:
                         ("prompt chars", self.prompt_chars)):
             table.add_row(name, *(str(d[k]) for k in ("min", "p50", "p90", "p99", "max", "mean")))
         for pat, n in self.role_patterns.items():
-            table.add_row(f"pattern {pat}", str(n), "", "", "", "", "")
+            table.add_row(Text(f"pattern {pat}"), str(n), "", "", "", "", "")
         return table
 
     def _repr_html_(self) -> str:

@@ -66,7 +66,7 @@ def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any 
 
     console.rule("[bold]1. Scaffold a reward workspace")
     ws = create("reward", root / "reward-demo", name="reward-demo")
-    console.print(f"workspace: {ws.path}")
+    console.print(f"workspace: {ws.path}", markup=False)
 
     from opd_nb.server import start
 
@@ -74,7 +74,7 @@ def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any 
     server = start(port=port, data_dir=root / ".opd-server")
     _exit_on_sigterm()  # so that `finally` stops the control plane when the demo is killed
     try:
-        console.print(f"local control plane at {server.api_base}")
+        console.print(f"local control plane at {server.api_base}", markup=False)
         return _run_with_server(root, Path(ws.path), server, console, started)
     finally:
         server.stop()
@@ -111,7 +111,7 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
         [sys.executable, "submit_job.py", "--local", server.api_base],
         cwd=ws, env=env, capture_output=True, text=True, timeout=300,
     )
-    console.print(proc.stdout.strip())
+    console.print(proc.stdout.strip(), markup=False)
     job_id = parse_job_id(proc.stdout)
     if proc.returncode != 0 or not job_id:
         raise OpdError(f"submit_job.py failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}", exit_code=1)
@@ -126,6 +126,8 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
         raise OpdError(f"job {job_id} ended {job.status}:\n" + "\n".join(logs[-40:]), exit_code=1)
 
     console.rule("[bold]7. Metrics")
+    from rich.markup import escape
+
     from opd_nb.plots import render_png, summarize
 
     rows = client.metrics(job_id) or []
@@ -136,13 +138,13 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
     if png:
         png_path = root / f"{ws.name}-metrics.png"
         png_path.write_bytes(png)
-        console.print(f"metric curves written to [bold]{png_path}[/bold]")
+        console.print(f"metric curves written to [bold]{escape(str(png_path))}[/bold]")
     result = DemoResult(
         workspace=ws, job_id=job_id, status=job.status, finetuned_output=job.finetuned_output,
         png=png_path, summary=summary, seconds=time.monotonic() - started,
     )
     console.rule("[bold green]Done")
-    console.print(str(result))
+    console.print(str(result), markup=False)
     return result
 
 
@@ -178,10 +180,12 @@ def _watch_with_progress(client: Any, job_id: str, console: Any) -> Any:
 
 def _summary_table(summary: list[dict[str, Any]]) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="metrics over the job")
     for column in ("metric", "first", "last", "min", "max", "points"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for row in summary:
-        table.add_row(row["metric"], *(f"{row[c]:.4g}" for c in ("first", "last", "min", "max")), str(row["points"]))
+        table.add_row(Text(row["metric"]), *(f"{row[c]:.4g}" for c in ("first", "last", "min", "max")),
+                      str(row["points"]))
     return table

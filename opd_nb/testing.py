@@ -94,14 +94,18 @@ class TestReport(BaseModel):
 
     def __rich__(self):  # noqa: ANN204 - rich renderable
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=self.summary(), show_lines=False)
-        for col in ("outcome", "test", "time", "assertion"):
-            table.add_column(col)
+        table = Table(title=Text(self.summary()), show_lines=False)
+        table.add_column("outcome", no_wrap=True)
+        table.add_column("test", overflow="fold")  # long parametrised ids wrap instead of being cut off
+        table.add_column("time", no_wrap=True, justify="right")
+        table.add_column("assertion", overflow="fold")
         colors = {"passed": "green", "failed": "red", "error": "red", "skipped": "yellow"}
         for case in self.cases:
-            table.add_row(f"[{colors[case.outcome]}]{case.outcome}[/]", case.nodeid,
-                          f"{case.time_s:.2f}s", case.message)
+            # ids and messages are plain text: a parametrised id's "[...]" must not be read as rich markup
+            table.add_row(Text(case.outcome, style=colors[case.outcome]), Text(case.nodeid),
+                          f"{case.time_s:.2f}s", Text(case.message))
         return table
 
     def _repr_html_(self) -> str:

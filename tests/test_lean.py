@@ -130,7 +130,7 @@ def test_cached_fused_weights_follow_an_optimizer_step(tok):
     args = (b.input_ids, b.attention_mask, b.position_ids, b.window, 0)
     with torch.no_grad():
         before = fast.hidden_window(*args)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)  # as the trainer steps
     h = fast.hidden_window(*args)
     h.pow(2).sum().backward()
     opt.step()

@@ -112,6 +112,26 @@ def test_test_shows_assertion_text_of_a_failure(ip, capsys, workspace, tmp_path)
     assert "sum is off" in report._repr_html_()
 
 
+def test_test_table_keeps_long_parametrised_names_on_a_narrow_terminal(tmp_path) -> None:
+    from rich.console import Console
+
+    from opd_nb.testing import run_workspace_tests
+
+    ws = tmp_path / "ws"
+    (ws / "tests").mkdir(parents=True)
+    (ws / "tests" / "test_long.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('case', ['a-very-long-parametrised-case-name-that-goes-on-and-on'])\n"
+        "def test_reward_cleanup_handles_every_kind_of_thinking_block(case):\n    assert case\n")
+    report = run_workspace_tests(ws)
+    assert report.ok and report.passed == 1
+    console = Console(width=60, record=True, color_system=None)
+    console.print(report)
+    # the test column may wrap over lines, but every character of the id is there
+    cells = [line.split("│")[2].strip() for line in console.export_text().splitlines() if line.count("│") >= 4]
+    text = "".join(cells)
+    assert "test_reward_cleanup_handles_every_kind_of_thinking_block[a-very-long-parametrised-case-name-that-goes-on-and-on]" in text
+
+
 def test_missing_workspace_is_a_message(ip, capsys, tmp_path) -> None:
     assert_usage_error(*run(ip, f"%opd test {tmp_path / 'nope'}", capsys), "does not exist")
 

@@ -112,7 +112,7 @@ class CheckReport(BaseModel):
             text = Text(f.message)
             if f.fix:
                 text.append(f"\nfix: {f.fix}", style="dim")
-            table.add_row(Text(f.severity, style=_COLOR[f.severity]), f.rule, f.where, text)
+            table.add_row(Text(f.severity, style=_COLOR[f.severity]), Text(f.rule), Text(f.where), text)
         if self.findings:
             yield table
         yield verdict

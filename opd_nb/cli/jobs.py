@@ -121,6 +121,7 @@ def _watch_terminal(client: Any, job_id: str) -> Any:
     from rich.live import Live
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -139,7 +140,7 @@ def _watch_terminal(client: Any, job_id: str) -> Any:
         for key in shown:
             if key in last:
                 value = last[key]
-                table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+                table.add_row(Text(key), f"{value:.4g}" if isinstance(value, float) else Text(str(value)))
         if "step" in last:
             table.add_row("step", str(last["step"]))
         return Group(progress, table)

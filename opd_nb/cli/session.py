@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
 import typer
@@ -48,8 +48,10 @@ class TargetInfo(BaseModel):
             lines += ["run in your shell:", *[f"  {line}" for line in self.exports]]
         return "\n".join(lines)
 
-    def __rich__(self) -> str:
-        return str(self)
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(str(self))  # plain text: a "[...]" in a URL or path is not rich markup
 
     def _repr_html_(self) -> str:
         from opd_nb.notebook import render

@@ -85,11 +85,12 @@ class Job(BaseModel):
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(show_header=False, box=None)
-        for key, value in self._rows():
+        for key, value in self._rows():  # cells are Text: user strings are not read as rich markup
             style = _STATUS_COLOR.get(value, "") if key == "status" else ""
-            table.add_row(key, f"[{style}]{value}[/]" if style else str(value))
+            table.add_row(Text(key), Text(str(value), style=style))
         return table
 
 
@@ -113,14 +114,14 @@ class JobList(BaseModel):
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=f"{len(self.jobs)} of {self.total} jobs")
         for col in ("job", "status", "model", "created", "output"):
             table.add_column(col)
-        for j in self.jobs:
-            color = _STATUS_COLOR.get(j.status, "")
-            table.add_row(j.job_id, f"[{color}]{j.status}[/]" if color else j.status, j.model or "",
-                          j.create_time or "", j.finetuned_output or "")  # fmt: skip
+        for j in self.jobs:  # cells are Text: user strings are not read as rich markup
+            table.add_row(Text(j.job_id), Text(j.status, style=_STATUS_COLOR.get(j.status, "")), Text(j.model or ""),
+                          Text(j.create_time or ""), Text(j.finetuned_output or ""))  # fmt: skip
         return table
 
     def __str__(self) -> str:

@@ -64,7 +64,9 @@ class SubmitResult(BaseModel):
                 f"{self.target_kind} <code>{html.escape(self.base_url)}</code></div>")
 
     def __rich__(self) -> Any:
-        return str(self)
+        from rich.text import Text
+
+        return Text(str(self))  # plain text: a "[...]" in a job name or path is not rich markup
 
 
 def submit(

@@ -72,8 +72,10 @@ class ConfigWriteResult(BaseModel):
             parts.append(self.diff)
         return "\n".join(p for p in parts if p)
 
-    def __rich__(self) -> str:
-        return str(self)
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(str(self))  # plain text: findings quote keys like "functions[0]"
 
     def _repr_html_(self) -> str:
         cls = "ok" if self.written else "bad"

@@ -523,6 +523,7 @@ class JobMonitor:
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         state = self.state
         table = Table(title="opd job monitor")
@@ -530,9 +531,9 @@ class JobMonitor:
             table.add_column(col)
         for jid, v in state["jobs"].items():
             last = v["last_metrics"]
-            table.add_row(jid, v["status"], str(v["step"]), render.fmt(v["epoch"]), render.fmt(last.get(LOSS)),
-                          render.fmt(last.get(VALID_TOKEN_RATE)), render.fmt(last.get(REWARD_MEAN)),
-                          "; ".join(a["message"] for a in v["alerts"]))
+            table.add_row(Text(jid), Text(v["status"]), str(v["step"]), render.fmt(v["epoch"]),
+                          render.fmt(last.get(LOSS)), render.fmt(last.get(VALID_TOKEN_RATE)),
+                          render.fmt(last.get(REWARD_MEAN)), Text("; ".join(a["message"] for a in v["alerts"])))
         return table
 
     # ------------------------------------------------------------ widgets
