@@ -44,18 +44,23 @@ MAX_PROMPT = 27  # longest task prompt in tokens (system + user turn of 8 digits
 MAX_NEW = 16  # response budget for both trainers (the longest answer is 14 tokens incl. EOS)
 
 
-def matmul_gflops(torch, n: int = 1024, reps: int = 10) -> float:
-    """Rate of a square n x n GEMM (best of 5 timings)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def gemm_seconds(torch, m: int, k: int, n: int, reps: int, tries: int) -> float:
+    """Best seconds per [m, k] x [k, n] product over `tries` timings of `reps` products (after a warm-up)."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
     for _ in range(3):
         a @ b
     best = float("inf")
-    for _ in range(5):
+    for _ in range(tries):
         t = time.perf_counter()
         for _ in range(reps):
             a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 * reps / best / 1e9
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best
+
+
+def matmul_gflops(torch, n: int = 1024, reps: int = 10) -> float:
+    """Rate of a square n x n GEMM (best of 5 timings)."""
+    return 2 * n**3 / gemm_seconds(torch, n, n, n, reps, tries=5) / 1e9
 
 
 def model_gemm_gflops(torch, models: dict, tokens: int, reps: int = 5) -> float:
@@ -71,17 +76,8 @@ def model_gemm_gflops(torch, models: dict, tokens: int, reps: int = 5) -> float:
                     shapes.append((tokens, in_f, out_f, 1))
     flops = secs = 0.0
     for m, k, n, count in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
-            a @ b
-        best = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            for _ in range(reps):
-                a @ b
-            best = min(best, (time.perf_counter() - t) / reps)
         flops += 2 * m * k * n * count
-        secs += best * count
+        secs += gemm_seconds(torch, m, k, n, reps, tries=3) * count
     return flops / secs / 1e9
 
 

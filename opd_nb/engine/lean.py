@@ -235,6 +235,25 @@ class LeanLM:
         self._stack(self._embed(ids), pos, kv, None)
         return kv
 
+    def _split_prefix(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, prefix: int):
+        """(prefix keys/values or None, first suffix column, key validity [B, prefix + suffix columns]).
+
+        Rows are left-padded; with `prefix` > 0 every row's first `prefix` real tokens are the same
+        and run once (one row); each row's own copy of them is masked out of its keys.
+        """
+        valid = att.bool()
+        if not prefix:
+            return None, 0, valid
+        B, L = ids.shape
+        npad = att.argmax(-1)
+        c0 = int(npad.min()) + prefix
+        s0 = int(npad[0])
+        past = self._prefix(ids[:1, s0:s0 + prefix], pos[:1, s0:s0 + prefix])
+        col = torch.arange(c0, L, device=ids.device)
+        s_valid = valid[:, c0:] & (col[None, :] >= (npad + prefix)[:, None])  # drop each row's prefix copy
+        key_valid = torch.cat([torch.ones((B, prefix), dtype=torch.bool, device=ids.device), s_valid], 1)
+        return past, c0, key_valid
+
     # ---- full-sequence forward (training, teacher scoring) ----------------------------------------
     def hidden_window(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, window: int,
                       prefix: int) -> torch.Tensor:
@@ -244,19 +263,9 @@ class LeanLM:
         and run once (one row), every row attending to that one copy (gradients included).
         """
         B, L = ids.shape
-        valid = att.bool()
-        if prefix == 0:
-            x = self._stack(self._embed(ids), pos, _Cat(None, B), self._mask(valid, 0, L), keep=window + 1)
-        else:
-            npad = att.argmax(-1)
-            c0 = int(npad.min()) + prefix
-            s0 = int(npad[0])
-            past = self._prefix(ids[:1, s0:s0 + prefix], pos[:1, s0:s0 + prefix])
-            col = torch.arange(c0, L, device=ids.device)
-            s_valid = valid[:, c0:] & (col[None, :] >= (npad + prefix)[:, None])  # drop each row's prefix copy
-            key_valid = torch.cat([torch.ones((B, prefix), dtype=torch.bool, device=ids.device), s_valid], 1)
-            x = self._stack(self._embed(ids[:, c0:]), pos[:, c0:], _Cat(past, B),
-                            self._mask(key_valid, prefix, L - c0), keep=window + 1)
+        past, c0, key_valid = self._split_prefix(ids, att, pos, prefix)
+        x = self._stack(self._embed(ids[:, c0:]), pos[:, c0:], _Cat(past, B), self._mask(key_valid, prefix, L - c0),
+                        keep=window + 1)
         return self.final_norm(x[:, :window])
 
     # ---- decoding -------------------------------------------------------------------------------
@@ -270,22 +279,11 @@ class LeanLM:
         """
         B, P = ids.shape
         pos = (att.cumsum(-1) - 1).clamp(min=0)
-        valid = att.bool()
-        if prefix:
-            npad = att.argmax(-1)
-            c0 = int(npad.min()) + prefix
-            s0 = int(npad[0])
-            past = self._prefix(ids[:1, s0:s0 + prefix], pos[:1, s0:s0 + prefix])
-            col = torch.arange(c0, P, device=ids.device)
-            s_valid = valid[:, c0:] & (col[None, :] >= (npad + prefix)[:, None])
-            key_valid = torch.cat([torch.ones((B, prefix), dtype=torch.bool, device=ids.device), s_valid], 1)
-        else:
-            past, c0, key_valid = None, 0, valid
+        past, c0, key_valid = self._split_prefix(ids, att, pos, prefix)
         n0 = key_valid.shape[1]
         kv = _Buffer(len(self.layers), B, self.kvh, n0 + max_new, self.D, ids.device, self.cos.dtype, past)
         kv.valid[:, :n0] = key_valid
-        n_past = prefix
-        x = self._stack(self._embed(ids[:, c0:]), pos[:, c0:], kv, self._mask(key_valid, n_past, P - c0), keep=1)
+        x = self._stack(self._embed(ids[:, c0:]), pos[:, c0:], kv, self._mask(key_valid, prefix, P - c0), keep=1)
         last = pos[:, -1:]
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks = []

@@ -216,8 +216,9 @@ class _Run:
             u = torch.rand((probs.shape[0], 1), device=probs.device) * cdf[:, -1:]
             return (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
 
+        # the prompts' common prefix (system prompt, template) runs once
+        k = shared_prefix(SeqBatch(ids, att, torch.zeros_like(ids, dtype=torch.bool), ids[:, 0]), 0)
         if self.s_lean is not None:
-            k = shared_prefix(SeqBatch(ids, att, torch.zeros_like(ids, dtype=torch.bool), ids[:, 0]), 0)
             return self.s_lean.decode(ids, att, k, max_new, pick, eos, pad).clone()
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
@@ -225,8 +226,7 @@ class _Run:
         toks = []
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         with torch.inference_mode():
-            k = shared_prefix(SeqBatch(ids, att, torch.zeros_like(ids, dtype=torch.bool), done), 0)
-            if k:  # the prompts' common prefix (system prompt, template) runs once
+            if k:
                 out, att = prefix_forward(self.student, ids, att, pos, k, cache, logits_to_keep=1)
             else:
                 out = self.student(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True,
