@@ -88,9 +88,23 @@ def calibrate(tokens: int, threads: int, student: Path, teacher: Path) -> tuple[
     leave the next trainer ~20% slower (OpenMP/MKL pools resized mid-run), which would tilt
     whichever trainer ran after it; a child process leaves both trainers untouched.
     """
-    out = subprocess.run([sys.executable, __file__, "--calibrate-tokens", str(tokens), "--threads", str(threads),
-                          "--student", str(student), "--teacher", str(teacher)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--calibrate-tokens",
+            str(tokens),
+            "--threads",
+            str(threads),
+            "--student",
+            str(student),
+            "--teacher",
+            str(teacher),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rates = json.loads(out.stdout.strip().splitlines()[-1])
     return rates["square"], rates["shapes"]
 
@@ -99,8 +113,10 @@ def _calibrate_main(tokens: int, threads: int, student: str, teacher: str) -> in
     import torch
     from transformers import AutoModelForCausalLM
 
-    models = {"student": AutoModelForCausalLM.from_pretrained(student),
-              "teacher": AutoModelForCausalLM.from_pretrained(teacher)}
+    models = {
+        "student": AutoModelForCausalLM.from_pretrained(student),
+        "teacher": AutoModelForCausalLM.from_pretrained(teacher),
+    }
     square = best_over_threads(torch, lambda: matmul_gflops(torch), threads)
     shapes = best_over_threads(torch, lambda: model_gemm_gflops(torch, models, tokens), threads)
     print(json.dumps({"square": square, "shapes": shapes}))
@@ -127,17 +143,23 @@ def greedy_accuracy(model, tok, rows: list[dict], device: str = "cpu") -> float:
     model.eval()
     ok = 0
     for s in range(0, len(rows), 256):
-        part = rows[s:s + 256]
+        part = rows[s : s + 256]
         prompts = [template_ids(tok, r["messages"], add_generation_prompt=True) for r in part]
         P = max(map(len, prompts))
         ids = torch.full((len(part), P), tok.pad_token_id)
         att = torch.zeros((len(part), P), dtype=torch.long)
         for j, x in enumerate(prompts):
-            ids[j, P - len(x):] = torch.tensor(x)
-            att[j, P - len(x):] = 1
+            ids[j, P - len(x) :] = torch.tensor(x)
+            att[j, P - len(x) :] = 1
         with torch.no_grad():
-            out = model.generate(input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=MAX_NEW,
-                                 do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            out = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=att.to(device),
+                max_new_tokens=MAX_NEW,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
         for j, r in enumerate(part):
             comp = out[j, P:].tolist()
             if tok.eos_token_id not in comp:
@@ -154,20 +176,43 @@ def run_engine(work: Path, train: str, val: str, steps: int, batch: int, seed: i
     student, teacher = pair
     n_train = sum(1 for _ in open(train))
     epochs = max(1, -(-steps * batch // n_train))
-    job = EngineJob(job_id="bench", student_path=str(student), teacher_path=str(teacher), train_file=train,
-                    validation_file=None, algorithm="gkd", output_dir=str(work / "engine"), seed=seed,
-                    local_learning_rate=1e-3,
-                    hyper_parameters={"batch_size": batch, "n_rollouts": 1, "ppo_mini_batch_size": batch,
-                                      "n_epochs": epochs, "lr_scheduler_type": "constant", "max_length": MAX_PROMPT + MAX_NEW,
-                                      "eval_steps": 10**6, "save_strategy": "no"})
+    job = EngineJob(
+        job_id="bench",
+        student_path=str(student),
+        teacher_path=str(teacher),
+        train_file=train,
+        validation_file=None,
+        algorithm="gkd",
+        output_dir=str(work / "engine"),
+        seed=seed,
+        local_learning_rate=1e-3,
+        hyper_parameters={
+            "batch_size": batch,
+            "n_rollouts": 1,
+            "ppo_mini_batch_size": batch,
+            "n_epochs": epochs,
+            "lr_scheduler_type": "constant",
+            "max_length": MAX_PROMPT + MAX_NEW,
+            "eval_steps": 10**6,
+            "save_strategy": "no",
+        },
+    )
     ev = ListEvents()
     run(job, ev, lambda: len(ev.rows) >= steps)
     step_s = [r["timing_s/step"] for r in ev.rows][WARMUP:]
     tokens = [r["perf/tokens_per_s"] * r["timing_s/step"] for r in ev.rows]
-    stages = {k: statistics.median(r[f"timing_s/{k}"] for r in ev.rows[WARMUP:]) for k in ("gen", "teacher", "update")}
-    return {"s_per_step": statistics.median(step_s), "tokens_per_step": statistics.mean(tokens),
-            "final": str(work / "engine" / "final"), "steps": len(ev.rows), "stages": stages,
-            "forward": next((m for _, m in ev.logs if m.startswith("forward:")), "")}
+    stages = {
+        k: statistics.median(r[f"timing_s/{k}"] for r in ev.rows[WARMUP:])
+        for k in ("gen", "teacher", "update")
+    }
+    return {
+        "s_per_step": statistics.median(step_s),
+        "tokens_per_step": statistics.mean(tokens),
+        "final": str(work / "engine" / "final"),
+        "steps": len(ev.rows),
+        "stages": stages,
+        "forward": next((m for _, m in ev.logs if m.startswith("forward:")), ""),
+    }
 
 
 def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: int, pair: tuple) -> dict:
@@ -180,8 +225,13 @@ def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: in
 
     student, teacher = pair
     tok = AutoTokenizer.from_pretrained(student)
-    rows = [{"messages": r["messages"] + [{"role": "assistant", "content": task.target_completion(
-        r["messages"][-1]["content"])}]} for r in train_rows]
+    rows = [
+        {
+            "messages": r["messages"]
+            + [{"role": "assistant", "content": task.target_completion(r["messages"][-1]["content"])}]
+        }
+        for r in train_rows
+    ]
     ds = Dataset.from_list(rows)
     times: list[float] = []
 
@@ -192,14 +242,37 @@ def run_trl(work: Path, train_rows: list[dict], steps: int, batch: int, seed: in
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003
             times.append(time.perf_counter() - self.t)
 
-    cfg = GKDConfig(output_dir=str(work / "trl"), lmbda=1.0, beta=1.0, temperature=1.0, max_new_tokens=MAX_NEW,
-                    learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                    per_device_train_batch_size=batch, max_steps=steps, max_grad_norm=1.0, seed=seed,
-                    report_to=[], logging_steps=50, save_strategy="no", use_cpu=True, max_length=MAX_PROMPT + MAX_NEW,
-                    dataloader_num_workers=0, bf16=False, fp16=False)
-    trainer = GKDTrainer(model=AutoModelForCausalLM.from_pretrained(student),
-                         teacher_model=AutoModelForCausalLM.from_pretrained(teacher), args=cfg,
-                         train_dataset=ds, processing_class=tok, callbacks=[Timer()])
+    cfg = GKDConfig(
+        output_dir=str(work / "trl"),
+        lmbda=1.0,
+        beta=1.0,
+        temperature=1.0,
+        max_new_tokens=MAX_NEW,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        per_device_train_batch_size=batch,
+        max_steps=steps,
+        max_grad_norm=1.0,
+        seed=seed,
+        report_to=[],
+        logging_steps=50,
+        save_strategy="no",
+        use_cpu=True,
+        max_length=MAX_PROMPT + MAX_NEW,
+        dataloader_num_workers=0,
+        bf16=False,
+        fp16=False,
+    )
+    trainer = GKDTrainer(
+        model=AutoModelForCausalLM.from_pretrained(student),
+        teacher_model=AutoModelForCausalLM.from_pretrained(teacher),
+        args=cfg,
+        train_dataset=ds,
+        processing_class=tok,
+        callbacks=[Timer()],
+    )
     trainer.generation_config.top_k = 0
     trainer.train()
     model = trainer.model
@@ -242,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     n_s = n_params(AutoModelForCausalLM.from_pretrained(student))
     n_t = n_params(AutoModelForCausalLM.from_pretrained(teacher))
     acc0 = greedy_accuracy(AutoModelForCausalLM.from_pretrained(student), tok, val_rows)
-    print(f"student {n_s:,} params, teacher {n_t:,} params; student accuracy before training {acc0:.3f}",
-          flush=True)
+    print(
+        f"student {n_s:,} params, teacher {n_t:,} params; student accuracy before training {acc0:.3f}",
+        flush=True,
+    )
 
     with tempfile.TemporaryDirectory(prefix="opd-bench-") as tmp:
         work = Path(tmp)
@@ -255,24 +330,34 @@ def main(argv: list[str] | None = None) -> int:
         eng = run_engine(work, str(train), str(val), args.steps, args.batch, args.seed, pair)
         acc_e = greedy_accuracy(AutoModelForCausalLM.from_pretrained(eng["final"]), tok, val_rows)
         gflops, shape_gflops = calibrate(round(eng["tokens_per_step"]), args.threads, student, teacher)
-        print(f"engine: {eng['steps']} steps, {eng['s_per_step'] * 1000:.1f} ms/step (median after {WARMUP}; "
-              + ", ".join(f"{k} {v * 1000:.1f}" for k, v in eng["stages"].items())
-              + f"), accuracy {acc_e:.3f}, wall {time.perf_counter() - t0:.1f}s; {eng['forward']}", flush=True)
+        print(
+            f"engine: {eng['steps']} steps, {eng['s_per_step'] * 1000:.1f} ms/step (median after {WARMUP}; "
+            + ", ".join(f"{k} {v * 1000:.1f}" for k, v in eng["stages"].items())
+            + f"), accuracy {acc_e:.3f}, wall {time.perf_counter() - t0:.1f}s; {eng['forward']}",
+            flush=True,
+        )
         t0 = time.perf_counter()
         trl = run_trl(work, train_rows, args.steps, args.batch, args.seed, pair)
         acc_t = greedy_accuracy(trl["model"], trl["tok"], val_rows)
-        print(f"trl GKDTrainer: {trl['steps']} steps, {trl['s_per_step'] * 1000:.1f} ms/step, accuracy {acc_t:.3f}, "
-              f"wall {time.perf_counter() - t0:.1f}s", flush=True)
+        print(
+            f"trl GKDTrainer: {trl['steps']} steps, {trl['s_per_step'] * 1000:.1f} ms/step, accuracy {acc_t:.3f}, "
+            f"wall {time.perf_counter() - t0:.1f}s",
+            flush=True,
+        )
 
     flops = (2 * n_s + 2 * n_t + 6 * n_s) * eng["tokens_per_step"]
     bound = flops / (shape_gflops * 1e9)
     bound_1024 = flops / (gflops * 1e9)
-    print(f"FLOP bound: {flops / 1e9:.2f} GFLOP/step ({eng['tokens_per_step']:.0f} tokens) -> {bound * 1000:.1f} ms/step "
-          f"at the model-shape rate {shape_gflops:.1f} GFLOP/s (headline), {bound_1024 * 1000:.1f} ms/step at the "
-          f"1024^2 rate {gflops:.1f} GFLOP/s (flop_bound_ratio_1024={eng['s_per_step'] / bound_1024:.2f})")
+    print(
+        f"FLOP bound: {flops / 1e9:.2f} GFLOP/step ({eng['tokens_per_step']:.0f} tokens) -> {bound * 1000:.1f} ms/step "
+        f"at the model-shape rate {shape_gflops:.1f} GFLOP/s (headline), {bound_1024 * 1000:.1f} ms/step at the "
+        f"1024^2 rate {gflops:.1f} GFLOP/s (flop_bound_ratio_1024={eng['s_per_step'] / bound_1024:.2f})"
+    )
     speedup = trl["s_per_step"] / eng["s_per_step"]
-    print(f"speedup_vs_trl={speedup:.2f} accuracy_engine={acc_e:.3f} accuracy_trl={acc_t:.3f} "
-          f"flop_bound_ratio={eng['s_per_step'] / bound:.2f}")
+    print(
+        f"speedup_vs_trl={speedup:.2f} accuracy_engine={acc_e:.3f} accuracy_trl={acc_t:.3f} "
+        f"flop_bound_ratio={eng['s_per_step'] / bound:.2f}"
+    )
     return 0
 
 

@@ -15,7 +15,17 @@ import statistics
 import subprocess
 import sys
 
-HEAVY = ("dashscope", "torch", "transformers", "ipywidgets", "matplotlib", "typer", "httpx", "fastapi", "pandas")
+HEAVY = (
+    "dashscope",
+    "torch",
+    "transformers",
+    "ipywidgets",
+    "matplotlib",
+    "typer",
+    "httpx",
+    "fastapi",
+    "pandas",
+)
 
 PROBE = r"""
 import json, sys, time
@@ -51,13 +61,17 @@ def main() -> None:
     ms = [s["ms"] for s in samples]
     heavy = sorted({m for s in samples for m in s["heavy"]})
     median = statistics.median(ms)
-    print(f"%load_ext opd_nb: median {median:.1f} ms over {len(ms)} fresh interpreters "
-          f"(min {min(ms):.1f}, max {max(ms):.1f}); target < 300 ms -> {'OK' if median < 300 else 'SLOW'}")
+    print(
+        f"%load_ext opd_nb: median {median:.1f} ms over {len(ms)} fresh interpreters "
+        f"(min {min(ms):.1f}, max {max(ms):.1f}); target < 300 ms -> {'OK' if median < 300 else 'SLOW'}"
+    )
     print(f"new modules imported: {samples[-1]['new_modules']}; %opd registered: {samples[-1]['registered']}")
     print(f"heavy modules imported: {', '.join(heavy) if heavy else 'none'} (checked: {', '.join(HEAVY)})")
     first = statistics.median(s["first_ms"] for s in samples)
-    print(f"first `%opd version` (builds the CLI parser): median {first:.1f} ms; "
-          f"heavy modules then: {', '.join(samples[-1]['heavy_after_first']) or 'none'}")
+    print(
+        f"first `%opd version` (builds the CLI parser): median {first:.1f} ms; "
+        f"heavy modules then: {', '.join(samples[-1]['heavy_after_first']) or 'none'}"
+    )
 
 
 if __name__ == "__main__":

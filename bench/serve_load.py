@@ -34,18 +34,29 @@ def submit_job(api: str) -> str:
     body = "".join(json.dumps(r) + "\n" for r in make_rows(256, seed=7)).encode()
     up = httpx.post(api + "/files", headers=H, files={"files": ("train.jsonl", body)}, timeout=60).json()
     file_id = up["data"]["uploaded_files"][0]["file_id"]
-    job = {"model": "qwen3-8b", "teacher_model": "qwen3-max", "training_type": "pg_opd",
-           "training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": file_id}],
-           "hyper_parameters": {"n_epochs": 100, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 16,
-                                "max_prompt_length": 40, "max_length": 64,
-                                "eval_steps": 100000}}  # fmt: skip
+    job = {
+        "model": "qwen3-8b",
+        "teacher_model": "qwen3-max",
+        "training_type": "pg_opd",
+        "training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": file_id}],
+        "hyper_parameters": {
+            "n_epochs": 100,
+            "batch_size": 8,
+            "n_rollouts": 2,
+            "ppo_mini_batch_size": 16,
+            "max_prompt_length": 40,
+            "max_length": 64,
+            "eval_steps": 100000,
+        },
+    }
     resp = httpx.post(api + "/fine-tunes", headers=H, json=job, timeout=60)
     resp.raise_for_status()
     return resp.json()["output"]["job_id"]
 
 
-async def watcher(api: str, job_id: str, hz: float, count_from: float, stop_at: float, lat: list[float],
-                  errors: list[str]) -> None:  # fmt: skip
+async def watcher(
+    api: str, job_id: str, hz: float, count_from: float, stop_at: float, lat: list[float], errors: list[str]
+) -> None:
     period = 1.0 / hz
     offset = 1
     async with httpx.AsyncClient(base_url=api, headers=H, timeout=10) as client:
@@ -56,7 +67,9 @@ async def watcher(api: str, job_id: str, hz: float, count_from: float, stop_at: 
                 if n % 2 == 0:
                     resp = await client.get(f"/fine-tunes/{job_id}")
                 else:
-                    resp = await client.get(f"/fine-tunes/{job_id}/logs", params={"offset": offset, "line": 200})
+                    resp = await client.get(
+                        f"/fine-tunes/{job_id}/logs", params={"offset": offset, "line": 200}
+                    )
                     if resp.status_code == 200:
                         offset = resp.json()["output"]["next_offset"]
                 if started >= count_from:
@@ -69,13 +82,16 @@ async def watcher(api: str, job_id: str, hz: float, count_from: float, stop_at: 
             await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
 
-async def run_load(api: str, job_id: str, watchers: int, hz: float, duration: float,
-                   warmup: float) -> tuple[list[float], list[str]]:  # fmt: skip
+async def run_load(
+    api: str, job_id: str, watchers: int, hz: float, duration: float, warmup: float
+) -> tuple[list[float], list[str]]:
     lat: list[float] = []
     errors: list[str] = []
     count_from = time.monotonic() + warmup  # connection set-up of 50 clients is not steady state
     stop_at = count_from + duration
-    await asyncio.gather(*(watcher(api, job_id, hz, count_from, stop_at, lat, errors) for _ in range(watchers)))
+    await asyncio.gather(
+        *(watcher(api, job_id, hz, count_from, stop_at, lat, errors) for _ in range(watchers))
+    )
     return lat, errors
 
 
@@ -108,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() > deadline:
                 raise SystemExit("the job did not start within 120 s")
             time.sleep(0.5)
-        step0 = (httpx.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"].get("progress") or {}).get("step", 0)
+        step0 = (
+            httpx.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"].get("progress") or {}
+        ).get("step", 0)
         t0 = time.monotonic()
         lat, errors = asyncio.run(run_load(api, job_id, args.watchers, args.hz, args.duration, args.warmup))
         wall = time.monotonic() - t0 - args.warmup
@@ -120,12 +138,16 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     target = args.watchers * args.hz * args.duration
     p50, p99 = pct(lat, 0.50) * 1000, pct(lat, 0.99) * 1000
-    print(f"watchers={args.watchers} hz={args.hz} duration={args.duration:.0f}s after {args.warmup:.0f}s warm-up "
-          f"(wall {wall:.1f}s)")
+    print(
+        f"watchers={args.watchers} hz={args.hz} duration={args.duration:.0f}s after {args.warmup:.0f}s warm-up "
+        f"(wall {wall:.1f}s)"
+    )
     print(f"requests served: {len(lat)} (offered {target:.0f}; {len(lat) / wall:.0f} req/s)")
     print(f"errors: {len(errors)}" + (f" e.g. {sorted(set(errors))[:5]}" if errors else ""))
-    print(f"latency ms: p50 {p50:.1f}  p90 {pct(lat, 0.90) * 1000:.1f}  p99 {p99:.1f}  max {max(lat) * 1000:.1f}"
-          f"  mean {statistics.fmean(lat) * 1000:.1f}")  # fmt: skip
+    print(
+        f"latency ms: p50 {p50:.1f}  p90 {pct(lat, 0.90) * 1000:.1f}  p99 {p99:.1f}  max {max(lat) * 1000:.1f}"
+        f"  mean {statistics.fmean(lat) * 1000:.1f}"
+    )
     print(f"training during the run: job {job_id} {job['status']}, steps {step0} -> {step1}")
     ok = not errors and p99 < 100
     print(f"target (0 errors, p99 < 100 ms): {'MET' if ok else 'NOT MET'}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
 
 try:  # 3-4x faster than json.loads; optional
     import orjson as _orjson
@@ -141,7 +142,8 @@ def scan_jsonl(path: str | Path, *, collect_patterns: bool = False) -> ScanResul
             msgs = row.get("messages")
             if type(msgs) is not list:
                 issue("data.missing-messages").add(
-                    lineno, "no `messages` key" if msgs is None else f"`messages` is a {type(msgs).__name__}")
+                    lineno, "no `messages` key" if msgs is None else f"`messages` is a {type(msgs).__name__}"
+                )
                 continue
             if not msgs:
                 issue("data.empty-messages").add(lineno)
@@ -234,7 +236,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """All rows of a JSONL file; the first unparsable line -> OpdError with `file:line` and the parser's message."""
     p = Path(path)
     if not p.is_file():
-        raise OpdError(f"data file not found: {p}", where=str(p), fix="check the path (relative to the workspace)")
+        raise OpdError(
+            f"data file not found: {p}", where=str(p), fix="check the path (relative to the workspace)"
+        )
     rows: list[dict[str, Any]] = []
     with open(p, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
@@ -243,11 +247,17 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             try:
                 row = _loads(raw)
             except ValueError:
-                raise OpdError(f"line is not valid JSON: {_json_error(raw)}", where=f"{p}:{lineno}",
-                               fix="one JSON object per line; no trailing commas, double quotes only") from None
+                raise OpdError(
+                    f"line is not valid JSON: {_json_error(raw)}",
+                    where=f"{p}:{lineno}",
+                    fix="one JSON object per line; no trailing commas, double quotes only",
+                ) from None
             if not isinstance(row, dict):
-                raise OpdError(f"each line must be a JSON object, got a {type(row).__name__}", where=f"{p}:{lineno}",
-                               fix='write {"messages": [...], "rollout_extra": {...}} per line')
+                raise OpdError(
+                    f"each line must be a JSON object, got a {type(row).__name__}",
+                    where=f"{p}:{lineno}",
+                    fix='write {"messages": [...], "rollout_extra": {...}} per line',
+                )
             rows.append(row)
     return rows
 
@@ -258,13 +268,19 @@ def load_jsonl(path: str | Path, *, require_solution: bool = False) -> list[dict
     for rule, issue in res.issues.items():
         if rule == "data.blank-line":
             continue
-        raise OpdError(f"{_RULE_TEXT.get(rule, rule)}: {issue.detail or 'see the row'} "
-                       f"({issue.count} row(s): lines {issue.lines_text()})",
-                       where=f"{path}:{issue.lines[0]}", fix=_RULE_FIX.get(rule, "fix the row"))
+        raise OpdError(
+            f"{_RULE_TEXT.get(rule, rule)}: {issue.detail or 'see the row'} "
+            f"({issue.count} row(s): lines {issue.lines_text()})",
+            where=f"{path}:{issue.lines[0]}",
+            fix=_RULE_FIX.get(rule, "fix the row"),
+        )
     if require_solution and res.missing_solution.count:
         ms = res.missing_solution
-        raise OpdError(f"{ms.count} row(s) have no rollout_extra.solution (lines {ms.lines_text()})",
-                       where=f"{path}:{ms.lines[0]}", fix='add "rollout_extra": {"solution": "..."} to each row')
+        raise OpdError(
+            f"{ms.count} row(s) have no rollout_extra.solution (lines {ms.lines_text()})",
+            where=f"{path}:{ms.lines[0]}",
+            fix='add "rollout_extra": {"solution": "..."} to each row',
+        )
     return read_jsonl(path)
 
 
@@ -318,17 +334,30 @@ def _columns(source: Any) -> tuple[list[dict[str, Any]], list[str]]:
         cols: list[str] = []
         for r in records[:100]:
             if not isinstance(r, dict):
-                raise OpdError(f"expected a list of dicts, found a {type(r).__name__}", where="to_rows",
-                               fix="pass a list of dicts, a pandas DataFrame or a datasets.Dataset")
+                raise OpdError(
+                    f"expected a list of dicts, found a {type(r).__name__}",
+                    where="to_rows",
+                    fix="pass a list of dicts, a pandas DataFrame or a datasets.Dataset",
+                )
             cols.extend(k for k in r if k not in cols)
         return records, cols
-    raise OpdError(f"cannot build rows from a {type(source).__name__}", where="to_rows",
-                   fix="pass a list of dicts, a pandas DataFrame or a datasets.Dataset")
+    raise OpdError(
+        f"cannot build rows from a {type(source).__name__}",
+        where="to_rows",
+        fix="pass a list of dicts, a pandas DataFrame or a datasets.Dataset",
+    )
 
 
-def to_rows(source: Any, *, prompt: str | None = "prompt", solution: str | None = "solution",
-            system: str | None = None, system_prompt: str | None = None, messages: str | None = None,
-            extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+def to_rows(
+    source: Any,
+    *,
+    prompt: str | None = "prompt",
+    solution: str | None = "solution",
+    system: str | None = None,
+    system_prompt: str | None = None,
+    messages: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[dict[str, Any]]:
     """Bailian OPD rows from records, with a column mapping.
 
     `prompt` names the user-text column (or `messages` a column that already holds a chat list);
@@ -343,8 +372,11 @@ def to_rows(source: Any, *, prompt: str | None = "prompt", solution: str | None 
         solution = None
     missing = [c for c in wanted if c not in cols]
     if missing:
-        raise OpdError(f"column(s) not found: {', '.join(missing)}", where="to_rows",
-                       fix=f"map to existing columns ({', '.join(cols) or 'none'}), e.g. prompt='question'")
+        raise OpdError(
+            f"column(s) not found: {', '.join(missing)}",
+            where="to_rows",
+            fix=f"map to existing columns ({', '.join(cols) or 'none'}), e.g. prompt='question'",
+        )
     rows: list[dict[str, Any]] = []
     for i, rec in enumerate(records):
         if messages:
@@ -359,8 +391,11 @@ def to_rows(source: Any, *, prompt: str | None = "prompt", solution: str | None 
                 msgs.append({"role": "system", "content": str(sys_text)})
             text = rec[prompt]
             if text is None or (isinstance(text, float) and math.isnan(text)):
-                raise OpdError(f"record {i} has no value in column {prompt!r}", where=f"to_rows: record {i}",
-                               fix="drop or fill empty prompts first")
+                raise OpdError(
+                    f"record {i} has no value in column {prompt!r}",
+                    where=f"to_rows: record {i}",
+                    fix="drop or fill empty prompts first",
+                )
             msgs.append({"role": "user", "content": str(text)})
         row: dict[str, Any] = {"messages": msgs}
         rollout_extra: dict[str, Any] = {}
@@ -400,7 +435,9 @@ class Split:
     train: list[dict[str, Any]]
     validation: list[dict[str, Any]]
 
-    def write(self, directory: str | Path, train: str = "train.jsonl", validation: str = "validation.jsonl") -> tuple[Path, Path]:
+    def write(
+        self, directory: str | Path, train: str = "train.jsonl", validation: str = "validation.jsonl"
+    ) -> tuple[Path, Path]:
         d = Path(directory)
         return write_jsonl(self.train, d / train), write_jsonl(self.validation, d / validation)
 
@@ -422,14 +459,20 @@ def split(rows: Sequence[dict[str, Any]], validation: float | int = 0.1, *, seed
     random.Random(seed).shuffle(keys)
     if isinstance(validation, float):
         if not 0 < validation < 1:
-            raise OpdError(f"validation fraction must be between 0 and 1, got {validation}", where="split",
-                           fix="e.g. validation=0.1 or validation=50 (rows)")
+            raise OpdError(
+                f"validation fraction must be between 0 and 1, got {validation}",
+                where="split",
+                fix="e.g. validation=0.1 or validation=50 (rows)",
+            )
         n_val = max(1, round(len(keys) * validation)) if len(keys) > 1 else 0
     else:
         n_val = int(validation)
     if len(keys) and not 0 <= n_val < len(keys):
-        raise OpdError(f"cannot hold out {n_val} of {len(keys)} distinct prompts", where="split",
-                       fix="use a smaller validation size")
+        raise OpdError(
+            f"cannot hold out {n_val} of {len(keys)} distinct prompts",
+            where="split",
+            fix="use a smaller validation size",
+        )
     val_keys = set(keys[:n_val])
     train_idx = sorted(i for k in keys if k not in val_keys for i in groups[k])
     val_idx = sorted(i for k in val_keys for i in groups[k])
@@ -447,12 +490,18 @@ def _quantiles(values: list[int]) -> dict[str, float]:
     def q(f: float) -> int:
         return s[min(len(s) - 1, int(f * (len(s) - 1) + 0.5))]
 
-    return {"min": s[0], "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": s[-1],
-            "mean": round(sum(s) / len(s), 1)}
+    return {
+        "min": s[0],
+        "p50": q(0.5),
+        "p90": q(0.9),
+        "p99": q(0.99),
+        "max": s[-1],
+        "mean": round(sum(s) / len(s), 1),
+    }
 
 
 @dataclass
-class DataStats:
+class DataStats(ResultMixin):
     """Rows, role patterns and prompt lengths of a data set (text and HTML reprs)."""
 
     source: str
@@ -467,18 +516,20 @@ class DataStats:
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+    def to_payload(self) -> dict[str, Any]:
+        return self.to_dict()
 
     def _lines(self) -> list[str]:
         kind = "exact" if self.tokens_exact else "estimated, chars/3.5"
         t, c = self.prompt_tokens, self.prompt_chars
-        out = [f"{self.source}: {self.rows} rows, {self.with_solution} with rollout_extra.solution"
-               + (f", {self.problems} invalid" if self.problems else ""),
-               f"prompt tokens ({kind}): min {t['min']}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  "
-               f"max {t['max']}  mean {t['mean']}",
-               f"prompt chars: min {c['min']}  p50 {c['p50']}  max {c['max']}",
-               "role patterns:"]
+        out = [
+            f"{self.source}: {self.rows} rows, {self.with_solution} with rollout_extra.solution"
+            + (f", {self.problems} invalid" if self.problems else ""),
+            f"prompt tokens ({kind}): min {t['min']}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  "
+            f"max {t['max']}  mean {t['mean']}",
+            f"prompt chars: min {c['min']}  p50 {c['p50']}  max {c['max']}",
+            "role patterns:",
+        ]
         out += [f"  {n:>8}  {pat}" for pat, n in self.role_patterns.items()]
         return out
 
@@ -493,8 +544,10 @@ class DataStats:
         table.add_column("measure")
         for col in ("min", "p50", "p90", "p99", "max", "mean"):
             table.add_column(col, justify="right")
-        for name, d in (("prompt tokens" + ("" if self.tokens_exact else " (est.)"), self.prompt_tokens),
-                        ("prompt chars", self.prompt_chars)):
+        for name, d in (
+            ("prompt tokens" + ("" if self.tokens_exact else " (est.)"), self.prompt_tokens),
+            ("prompt chars", self.prompt_chars),
+        ):
             table.add_row(name, *(str(d[k]) for k in ("min", "p50", "p90", "p99", "max", "mean")))
         for pat, n in self.role_patterns.items():
             table.add_row(Text(f"pattern {pat}"), str(n), "", "", "", "", "")
@@ -505,14 +558,20 @@ class DataStats:
             cells = "".join(f"<td>{d[k]}</td>" for k in ("min", "p50", "p90", "p99", "max", "mean"))
             return f"<tr><th>{html.escape(name)}</th>{cells}</tr>"
 
-        pats = "".join(f"<tr><td><code>{html.escape(p)}</code></td><td>{n}</td></tr>"
-                       for p, n in self.role_patterns.items())
+        pats = "".join(
+            f"<tr><td><code>{html.escape(p)}</code></td><td>{n}</td></tr>"
+            for p, n in self.role_patterns.items()
+        )
         tok = "prompt tokens" + ("" if self.tokens_exact else " (estimated)")
-        return (f"<div><b>{html.escape(self.source)}</b>: {self.rows} rows, {self.with_solution} with solution"
-                + (f", <span style='color:#b00'>{self.problems} invalid</span>" if self.problems else "")
-                + "<table><tr><th></th><th>min</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
-                + row(tok, self.prompt_tokens) + row("prompt chars", self.prompt_chars) + "</table>"
-                + f"<table><tr><th>role pattern</th><th>rows</th></tr>{pats}</table></div>")
+        return (
+            f"<div><b>{html.escape(self.source)}</b>: {self.rows} rows, {self.with_solution} with solution"
+            + (f", <span style='color:#b00'>{self.problems} invalid</span>" if self.problems else "")
+            + "<table><tr><th></th><th>min</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
+            + row(tok, self.prompt_tokens)
+            + row("prompt chars", self.prompt_chars)
+            + "</table>"
+            + f"<table><tr><th>role pattern</th><th>rows</th></tr>{pats}</table></div>"
+        )
 
 
 def stats(source: Any, *, tokenizer_path: str | Path | None = None) -> DataStats:
@@ -538,10 +597,16 @@ def stats(source: Any, *, tokenizer_path: str | Path | None = None) -> DataStats
         valid = [r for r in rows_for_tok if isinstance(r.get("messages"), list) and r["messages"]]
         tokens = prompt_token_counts(valid, tokenizer_path)
         exact = True
-    return DataStats(source=name, rows=res.n_rows, with_solution=res.n_with_solution,
-                     role_patterns=dict(res.patterns.most_common()),
-                     prompt_chars=_quantiles(res.prompt_chars), prompt_tokens=_quantiles(tokens),
-                     tokens_exact=exact, problems=problems)
+    return DataStats(
+        source=name,
+        rows=res.n_rows,
+        with_solution=res.n_with_solution,
+        role_patterns=dict(res.patterns.most_common()),
+        prompt_chars=_quantiles(res.prompt_chars),
+        prompt_tokens=_quantiles(tokens),
+        tokens_exact=exact,
+        problems=problems,
+    )
 
 
 def load_tokenizer(tokenizer_path: str | Path) -> Any:
@@ -549,16 +614,24 @@ def load_tokenizer(tokenizer_path: str | Path) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise OpdError("exact token counts need `transformers`", where="tokenizer",
-                       fix="pip install 'opd-nb[engine]' or drop --tokenizer to use the estimate") from None
+        raise OpdError(
+            "exact token counts need `transformers`",
+            where="tokenizer",
+            fix="pip install 'opd-nb[engine]' or drop --tokenizer to use the estimate",
+        ) from None
     p = Path(tokenizer_path)
     if not p.exists():
-        raise OpdError(f"tokenizer path not found: {p}", where=str(p), fix="pass a local model or tokenizer directory")
+        raise OpdError(
+            f"tokenizer path not found: {p}", where=str(p), fix="pass a local model or tokenizer directory"
+        )
     try:
         return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
     except Exception as exc:  # transformers raises many types for a bad directory
-        raise OpdError(f"cannot load a tokenizer from {p}: {exc}", where=str(p),
-                       fix="pass a directory with tokenizer.json / tokenizer_config.json") from None
+        raise OpdError(
+            f"cannot load a tokenizer from {p}: {exc}",
+            where=str(p),
+            fix="pass a directory with tokenizer.json / tokenizer_config.json",
+        ) from None
 
 
 def prompt_token_counts(rows: Iterable[dict[str, Any]], tokenizer: Any) -> list[int]:
@@ -579,10 +652,16 @@ def prompt_token_counts(rows: Iterable[dict[str, Any]], tokenizer: Any) -> list[
     return out
 
 
-def validate(path: str | Path, *, require_solution: bool = False, max_prompt_length: int | None = None,
-             min_rows: int | None = None) -> Any:
+def validate(
+    path: str | Path,
+    *,
+    require_solution: bool = False,
+    max_prompt_length: int | None = None,
+    min_rows: int | None = None,
+) -> Any:
     """Check one JSONL file with the same rules as `opd check`; returns a CheckReport."""
     from opd_nb.checks.data import check_data_file
 
-    return check_data_file(path, require_solution=require_solution, max_prompt_length=max_prompt_length,
-                           min_rows=min_rows)
+    return check_data_file(
+        path, require_solution=require_solution, max_prompt_length=max_prompt_length, min_rows=min_rows
+    )

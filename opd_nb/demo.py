@@ -109,12 +109,18 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
     proc = subprocess.run(
         [sys.executable, "submit_job.py", "--local", server.api_base],
-        cwd=ws, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     console.print(proc.stdout.strip(), markup=False)
     job_id = parse_job_id(proc.stdout)
     if proc.returncode != 0 or not job_id:
-        raise OpdError(f"submit_job.py failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}", exit_code=1)
+        raise OpdError(
+            f"submit_job.py failed (exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}", exit_code=1
+        )
 
     console.rule(f"[bold]6. Watch job {job_id}")
     from opd_nb.client import JobClient, resolve_target
@@ -140,8 +146,13 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
         png_path.write_bytes(png)
         console.print(f"metric curves written to [bold]{escape(str(png_path))}[/bold]")
     result = DemoResult(
-        workspace=ws, job_id=job_id, status=job.status, finetuned_output=job.finetuned_output,
-        png=png_path, summary=summary, seconds=time.monotonic() - started,
+        workspace=ws,
+        job_id=job_id,
+        status=job.status,
+        finetuned_output=job.finetuned_output,
+        png=png_path,
+        summary=summary,
+        seconds=time.monotonic() - started,
     )
     console.rule("[bold green]Done")
     console.print(str(result), markup=False)
@@ -158,8 +169,13 @@ def _watch_with_progress(client: Any, job_id: str, console: Any) -> Any:
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),  # '?' while the total is unknown
-               TimeElapsedColumn(), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),  # '?' while the total is unknown
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"{job_id} PENDING", total=None)
 
@@ -186,6 +202,9 @@ def _summary_table(summary: list[dict[str, Any]]) -> Any:
     for column in ("metric", "first", "last", "min", "max", "points"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for row in summary:
-        table.add_row(Text(row["metric"]), *(f"{row[c]:.4g}" for c in ("first", "last", "min", "max")),
-                      str(row["points"]))
+        table.add_row(
+            Text(row["metric"]),
+            *(f"{row[c]:.4g}" for c in ("first", "last", "min", "max")),
+            str(row["points"]),
+        )
     return table

@@ -36,7 +36,9 @@ def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[
     present: set[str] = set()
     for rows in rows_by_job.values():
         for row in rows:
-            present.update(k for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool))
+            present.update(
+                k for k, v in row.items() if isinstance(v, int | float) and not isinstance(v, bool)
+            )
     names = [m for m in KEY_METRICS if m in present]
     names += sorted(k for k in present if k.startswith(REWARD_METRIC_PREFIX))
     return names
@@ -88,7 +90,13 @@ def summarize(rows: Sequence[Mapping[str, Any]], names: Sequence[str] | None = N
         steps, values = metric_series(rows, name)
         if values:
             table.append(
-                {"metric": name, "first": values[0], "last": values[-1], "min": min(values),
-                 "max": max(values), "points": len(values)}
+                {
+                    "metric": name,
+                    "first": values[0],
+                    "last": values[-1],
+                    "min": min(values),
+                    "max": max(values),
+                    "points": len(values),
+                }
             )
     return table

@@ -19,8 +19,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from opd_nb import render
 from opd_nb.errors import OpdError
-from opd_nb.notebook import render
+from opd_nb.results import ResultMixin
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
 
@@ -43,7 +44,7 @@ class TestCase(BaseModel):
         return f"{self.classname}::{self.name}" if self.classname else self.name
 
 
-class TestReport(BaseModel):
+class TestReport(ResultMixin, BaseModel):
     """What `opd test` / `%opd test` returns."""
 
     __test__ = False
@@ -76,10 +77,12 @@ class TestReport(BaseModel):
 
     def summary(self) -> str:
         verdict = "OK" if self.ok else "FAILED"
-        return (f"{verdict}: {self.passed} passed, {self.failed} failed, {self.skipped} skipped "
-                f"in {self.duration_s:.1f}s ({self.workspace})")
+        return (
+            f"{verdict}: {self.passed} passed, {self.failed} failed, {self.skipped} skipped "
+            f"in {self.duration_s:.1f}s ({self.workspace})"
+        )
 
-    def to_json(self) -> dict:
+    def to_payload(self) -> dict:
         return {**self.model_dump(), "passed": self.passed, "failed": self.failed, "ok": self.ok}
 
     def __str__(self) -> str:
@@ -104,8 +107,12 @@ class TestReport(BaseModel):
         colors = {"passed": "green", "failed": "red", "error": "red", "skipped": "yellow"}
         for case in self.cases:
             # ids and messages are plain text: a parametrised id's "[...]" must not be read as rich markup
-            table.add_row(Text(case.outcome, style=colors[case.outcome]), Text(case.nodeid),
-                          f"{case.time_s:.2f}s", Text(case.message))
+            table.add_row(
+                Text(case.outcome, style=colors[case.outcome]),
+                Text(case.nodeid),
+                f"{case.time_s:.2f}s",
+                Text(case.message),
+            )
         return table
 
     def _repr_html_(self) -> str:
@@ -117,7 +124,9 @@ class TestReport(BaseModel):
             if case.outcome in ("failed", "error"):
                 detail = f"<b>{render.esc(case.message)}</b>"
                 if case.details:
-                    detail += f"<details><summary>details</summary><pre>{render.esc(case.details)}</pre></details>"
+                    detail += (
+                        f"<details><summary>details</summary><pre>{render.esc(case.details)}</pre></details>"
+                    )
             rows.append((outcome, case.nodeid, f"{case.time_s:.2f}s", detail))
         body = render.table(["outcome", "test", "time", "assertion"], rows, raw_cols=(0, 3))
         if not self.cases and self.output_tail:
@@ -133,7 +142,9 @@ def _parse_junit(path: Path, workspace: Path) -> list[TestCase]:
         message = details = ""
         for child in tc:
             if child.tag in ("failure", "error", "skipped"):
-                outcome = "failed" if child.tag == "failure" else "error" if child.tag == "error" else "skipped"
+                outcome = (
+                    "failed" if child.tag == "failure" else "error" if child.tag == "error" else "skipped"
+                )
                 message = (child.get("message") or "").strip()
                 details = (child.text or "").strip()
                 break
@@ -143,29 +154,57 @@ def _parse_junit(path: Path, workspace: Path) -> list[TestCase]:
             if elines:
                 message = " ".join(elines[:3])
         file = tc.get("file")
-        cases.append(TestCase(
-            name=tc.get("name", "?"), classname=tc.get("classname", ""), file=file,
-            outcome=outcome, time_s=float(tc.get("time") or 0.0), message=message, details=details,
-        ))
+        cases.append(
+            TestCase(
+                name=tc.get("name", "?"),
+                classname=tc.get("classname", ""),
+                file=file,
+                outcome=outcome,
+                time_s=float(tc.get("time") or 0.0),
+                message=message,
+                details=details,
+            )
+        )
     return cases
 
 
-def run_workspace_tests(workspace: str | Path = ".", *, extra_args: Sequence[str] = (),
-                        timeout_s: float = 600.0) -> TestReport:
+def run_workspace_tests(
+    workspace: str | Path = ".", *, extra_args: Sequence[str] = (), timeout_s: float = 600.0
+) -> TestReport:
     """Run ``pytest`` in `workspace` (fresh interpreter, this environment) and parse the results."""
     ws = Path(workspace).expanduser()
     if not ws.is_dir():
-        raise OpdError(f"workspace {str(ws)!r} does not exist", where=str(ws),
-                       fix="pass the folder made by `opd new`, or cd into it")
+        raise OpdError(
+            f"workspace {str(ws)!r} does not exist",
+            where=str(ws),
+            fix="pass the folder made by `opd new`, or cd into it",
+        )
     ws = ws.resolve()
-    has_tests = any(ws.glob("tests/test_*.py")) or any(ws.glob("test_*.py")) or any(ws.glob("tests/*_test.py"))
+    has_tests = (
+        any(ws.glob("tests/test_*.py")) or any(ws.glob("test_*.py")) or any(ws.glob("tests/*_test.py"))
+    )
     if not has_tests and not extra_args:
-        raise OpdError("no tests found", where=str(ws / "tests"),
-                       fix="add tests/test_reward.py (the template has one), or pass test paths")
+        raise OpdError(
+            "no tests found",
+            where=str(ws / "tests"),
+            fix="add tests/test_reward.py (the template has one), or pass test paths",
+        )
     with tempfile.TemporaryDirectory(prefix="opd-test-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-               "-o", "junit_family=xunit1", "--rootdir", str(ws), *extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            "-o",
+            "junit_family=xunit1",
+            "--rootdir",
+            str(ws),
+            *extra_args,
+        ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ws), env.get("PYTHONPATH", "")) if p)
         env.pop("PYTEST_ADDOPTS", None)
@@ -174,14 +213,21 @@ def run_workspace_tests(workspace: str | Path = ".", *, extra_args: Sequence[str
         try:
             proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise OpdError(f"tests did not finish within {timeout_s:.0f}s", where=str(ws),
-                           fix="look for a test that waits on the network or loops forever") from None
+            raise OpdError(
+                f"tests did not finish within {timeout_s:.0f}s",
+                where=str(ws),
+                fix="look for a test that waits on the network or loops forever",
+            ) from None
         duration = time.perf_counter() - start
         output = (proc.stdout + proc.stderr).strip()
         if proc.returncode == 4 or (proc.returncode != 0 and not junit.exists()):
-            raise OpdError(f"pytest could not run: {output.splitlines()[-1] if output else proc.returncode}",
-                           where=str(ws), fix="check the test arguments")
+            raise OpdError(
+                f"pytest could not run: {output.splitlines()[-1] if output else proc.returncode}",
+                where=str(ws),
+                fix="check the test arguments",
+            )
         cases = _parse_junit(junit, ws) if junit.exists() else []
     tail = "\n".join(output.splitlines()[-30:])
-    return TestReport(workspace=str(ws), cases=cases, exit_code=proc.returncode, duration_s=duration,
-                      output_tail=tail)
+    return TestReport(
+        workspace=str(ws), cases=cases, exit_code=proc.returncode, duration_s=duration, output_tail=tail
+    )

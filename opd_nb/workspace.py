@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
 
 MODES: tuple[str, ...] = ("pure-distill", "reward", "agentic")
 Mode = Literal["pure-distill", "reward", "agentic"]
@@ -33,12 +34,20 @@ _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
 # Names the generated function modules import; a processor class must not shadow them.
 _RESERVED = {
-    "AbstractRewardProcessor", "AbstractRolloutProcessor", "AgentOutput", "Reward", "RewardInput",
-    "RewardOutput", "RolloutInput", "RolloutOutput", "TaskStatus", "observe_processor",
+    "AbstractRewardProcessor",
+    "AbstractRolloutProcessor",
+    "AgentOutput",
+    "Reward",
+    "RewardInput",
+    "RewardOutput",
+    "RolloutInput",
+    "RolloutOutput",
+    "TaskStatus",
+    "observe_processor",
 }
 
 
-class Workspace(BaseModel):
+class Workspace(ResultMixin, BaseModel):
     """A generated workspace: where it is, its mode and the files it holds (relative, sorted)."""
 
     model_config = ConfigDict(frozen=True)
@@ -93,15 +102,10 @@ class Workspace(BaseModel):
             f"<pre>{steps}</pre></div>"
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
 
 def template_dir() -> Path:
     """The cookiecutter template: inside the installed wheel, else the source checkout's `template/`."""
-    import opd_nb
-
-    package_dir = Path(opd_nb.__file__).resolve().parent
+    package_dir = Path(__file__).resolve().parent
     for candidate in (package_dir / "template", package_dir.parent / "template"):
         if (candidate / "cookiecutter.json").is_file():
             return candidate
@@ -146,18 +150,29 @@ def validate(
         raise OpdError(f"the workspace name is {len(name)} characters long", fix="use at most 100")
     slug = slugify(name)
     if not slug:
-        raise OpdError(f"the workspace name {name!r} has no letters or digits to build a job name from",
-                       fix="add some letters or digits")
+        raise OpdError(
+            f"the workspace name {name!r} has no letters or digits to build a job name from",
+            fix="add some letters or digits",
+        )
     if not _SLUG.match(slug) or len(slug) > 100:
-        raise OpdError(f"the workspace name {name!r} gives an unusable job name {slug!r}", fix="use a shorter name")
+        raise OpdError(
+            f"the workspace name {name!r} gives an unusable job name {slug!r}", fix="use a shorter name"
+        )
     for flag, value in (("--student", student), ("--teacher", teacher)):
         if not _MODEL_ID.match(value) or len(value) > 200:
-            raise OpdError(f"{flag} {value!r} is not a model id", fix="use an id such as qwen3.5-9b (no spaces or quotes)")
+            raise OpdError(
+                f"{flag} {value!r} is not a model id",
+                fix="use an id such as qwen3.5-9b (no spaces or quotes)",
+            )
     for flag, value in (("--reward-class", reward_class), ("rollout class", rollout_class)):
         if not value.isidentifier() or keyword.iskeyword(value):
-            raise OpdError(f"{flag} {value!r} is not a valid Python class name", fix="use e.g. MyRewardProcessor")
+            raise OpdError(
+                f"{flag} {value!r} is not a valid Python class name", fix="use e.g. MyRewardProcessor"
+            )
         if value in _RESERVED:
-            raise OpdError(f"{flag} {value!r} clashes with a name the SDK module imports", fix="pick another name")
+            raise OpdError(
+                f"{flag} {value!r} clashes with a name the SDK module imports", fix="pick another name"
+            )
     if reward_class == rollout_class:
         raise OpdError(f"--reward-class {reward_class!r} is the rollout class name", fix="pick another name")
     return slug
@@ -201,7 +216,11 @@ def create(
         raise OpdError(f"{kind}", where=str(dest_path), fix="choose a new directory name")
     parent = dest_path.parent
     if not parent.is_dir():
-        raise OpdError("the parent directory does not exist", where=str(parent), fix=f"mkdir -p {_shell_quote(str(parent))}")
+        raise OpdError(
+            "the parent directory does not exist",
+            where=str(parent),
+            fix=f"mkdir -p {_shell_quote(str(parent))}",
+        )
 
     context = {
         "workspace_name": name,
@@ -216,7 +235,9 @@ def create(
     try:
         staging = Path(tempfile.mkdtemp(prefix=".opd-new-", dir=parent))
     except OSError as exc:
-        raise OpdError(f"cannot write here: {exc.strerror}", where=str(parent), fix="choose a writable directory") from None
+        raise OpdError(
+            f"cannot write here: {exc.strerror}", where=str(parent), fix="choose a writable directory"
+        ) from None
     try:
         baked = _bake(context, staging)
         if dest_path.exists():
@@ -225,8 +246,16 @@ def create(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     files = sorted(p.relative_to(dest_path).as_posix() for p in dest_path.rglob("*") if p.is_file())
-    return Workspace(path=dest_path, mode=mode, name=name, slug=slug, student=student, teacher=teacher,
-                     with_reward=has_reward, files=files)
+    return Workspace(
+        path=dest_path,
+        mode=mode,
+        name=name,
+        slug=slug,
+        student=student,
+        teacher=teacher,
+        with_reward=has_reward,
+        files=files,
+    )
 
 
 def _bake(context: dict[str, Any], staging: Path) -> Path:

@@ -42,7 +42,7 @@ CHAT_TEMPLATE = (
     "{%- if m['content'] -%}{{ m['content'] }}{%- endif -%}"
     "{%- for tc in (m['tool_calls'] or []) -%}"
     "{%- set f = tc['function'] if tc['function'] is defined else tc -%}"
-    "<tool_call>{\"name\": \"{{ f['name'] }}\", \"arguments\": "
+    '<tool_call>{"name": "{{ f[\'name\'] }}", "arguments": '
     "{%- if f['arguments'] is string -%}{{ f['arguments'] }}{%- else -%}{{ f['arguments'] | tojson }}{%- endif -%}"
     "}</tool_call>"
     "{%- endfor -%}<|end|>"
@@ -130,9 +130,9 @@ def sft_batch(prompts, targets, idx, pad_id):
     labels = torch.full((len(idx), n), -100)
     att = torch.zeros((len(idx), n), dtype=torch.long)
     for j, (s, lb) in enumerate(zip(seqs, lab, strict=True)):
-        ids[j, n - len(s):] = torch.tensor(s)
-        labels[j, n - len(s):] = torch.tensor(lb)
-        att[j, n - len(s):] = 1
+        ids[j, n - len(s) :] = torch.tensor(s)
+        labels[j, n - len(s) :] = torch.tensor(lb)
+        att[j, n - len(s) :] = 1
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     return ids, att, pos, labels
 
@@ -149,8 +149,8 @@ def greedy_accuracy(model, tokenizer, rows, prompts, batch: int = 256) -> float:
             ids = torch.full((len(chunk), n), tokenizer.pad_token_id)
             att = torch.zeros((len(chunk), n), dtype=torch.long)
             for j, i in enumerate(chunk):
-                ids[j, n - len(prompts[i]):] = torch.tensor(prompts[i])
-                att[j, n - len(prompts[i]):] = 1
+                ids[j, n - len(prompts[i]) :] = torch.tensor(prompts[i])
+                att[j, n - len(prompts[i]) :] = 1
             out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=16, do_sample=False)
             for j, i in enumerate(chunk):
                 text = tokenizer.decode(out[j, n:], skip_special_tokens=False)
@@ -169,7 +169,10 @@ def sft(model, tokenizer, train_rows, eval_rows, *, lr, steps, batch, seed, stop
     ev_prompts, _ = encode_rows(tokenizer, eval_rows)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt,
+        lambda s: (
+            min(1.0, (s + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        ),
     )
     rng = random.Random(seed)
     model.train()
@@ -186,8 +189,10 @@ def sft(model, tokenizer, train_rows, eval_rows, *, lr, steps, batch, seed, stop
         sched.step()
         if step % eval_every == 0 or step == steps:
             acc = greedy_accuracy(model, tokenizer, eval_rows, ev_prompts)
-            print(f"[{label}] step {step}/{steps} loss={loss.item():.4f} acc={acc:.3f} ({time.time() - t0:.0f}s)",
-                  flush=True)
+            print(
+                f"[{label}] step {step}/{steps} loss={loss.item():.4f} acc={acc:.3f} ({time.time() - t0:.0f}s)",
+                flush=True,
+            )
             if stop(acc):
                 break
     return acc
@@ -214,8 +219,19 @@ def save(model, tokenizer, out: Path, card: dict) -> None:
 
 
 def train_teacher(teacher, tokenizer, train_rows, eval_rows, args) -> float:
-    return sft(teacher, tokenizer, train_rows, eval_rows, lr=3e-3, steps=args.teacher_steps, batch=96,
-               seed=args.seed, stop=lambda a: a >= 0.985, eval_every=200, label="teacher")
+    return sft(
+        teacher,
+        tokenizer,
+        train_rows,
+        eval_rows,
+        lr=3e-3,
+        steps=args.teacher_steps,
+        batch=96,
+        seed=args.seed,
+        stop=lambda a: a >= 0.985,
+        eval_every=200,
+        label="teacher",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--teacher-steps", type=int, default=1000)
     ap.add_argument("--student-steps", type=int, default=400)
-    ap.add_argument("--student-target", type=float, default=0.20, help="stop the student's SFT at this accuracy")
+    ap.add_argument(
+        "--student-target", type=float, default=0.20, help="stop the student's SFT at this accuracy"
+    )
     ap.add_argument("--reuse-teacher", action="store_true", help="keep an existing tiny-teacher in --out")
     ap.add_argument("--student-only", action="store_true", help="only (re)make the student")
     ap.add_argument("--threads", type=int, default=2)
@@ -256,18 +274,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"teacher reached only {t_acc:.3f} < 0.95; raise --teacher-steps", file=sys.stderr)
             return 1
         n_t = sum(p.numel() for p in teacher.parameters())
-        save(teacher, tokenizer, out / "tiny-teacher",
-             {"name": "tiny-teacher", "params": n_t, "greedy_exact_match": round(t_acc, 4), **TEACHER})
+        save(
+            teacher,
+            tokenizer,
+            out / "tiny-teacher",
+            {"name": "tiny-teacher", "params": n_t, "greedy_exact_match": round(t_acc, 4), **TEACHER},
+        )
 
     student = build_model(tokenizer, STUDENT, args.seed + 1)
-    s_acc = sft(student, tokenizer, train_rows, eval_rows, lr=3e-3, steps=args.student_steps, batch=64,
-                seed=args.seed + 1, stop=lambda a: a >= args.student_target, eval_every=5, label="student")
+    s_acc = sft(
+        student,
+        tokenizer,
+        train_rows,
+        eval_rows,
+        lr=3e-3,
+        steps=args.student_steps,
+        batch=64,
+        seed=args.seed + 1,
+        stop=lambda a: a >= args.student_target,
+        eval_every=5,
+        label="student",
+    )
     if s_acc > 0.40:
         print(f"student is too strong ({s_acc:.3f} > 0.40); lower --student-target", file=sys.stderr)
         return 1
     n_s = sum(p.numel() for p in student.parameters())
-    save(student, tokenizer, out / "tiny-student",
-         {"name": "tiny-student", "params": n_s, "greedy_exact_match": round(s_acc, 4), **STUDENT})
+    save(
+        student,
+        tokenizer,
+        out / "tiny-student",
+        {"name": "tiny-student", "params": n_s, "greedy_exact_match": round(s_acc, 4), **STUDENT},
+    )
     print(f"teacher {n_t} params acc={t_acc:.3f}; student {n_s} params acc={s_acc:.3f}; written to {out}")
     return 0
 

@@ -12,4 +12,6 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 "$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+"$VENV/bin/lint-imports"
 "$VENV/bin/python" -m pytest tests notebooks --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider "$@"

@@ -31,28 +31,48 @@ def api(local_server: object) -> object:
     """An httpx client for the local server's /api/v1 with a Bearer set."""
     import httpx
 
-    with httpx.Client(base_url=local_server.api_base, headers={"Authorization": "Bearer test"}, timeout=60) as c:
+    with httpx.Client(
+        base_url=local_server.api_base, headers={"Authorization": "Bearer test"}, timeout=60
+    ) as c:
         yield c
 
 
 def sdk_env(server: object, **extra: str) -> dict[str, str]:
     """A clean environment for running the unmodified SDK: only the two variables it needs (+ basics)."""
-    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")}
+    keep = {
+        k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+    }
     keep.update(server.env())  # type: ignore[attr-defined]
     keep["NO_PROXY"] = "127.0.0.1,localhost"
     keep.update(extra)
     return keep
 
 
-def run_sdk(server: object, code: str, cwd: Path | str, *args: str, timeout: float = 300,
-            **env: str) -> subprocess.CompletedProcess:  # fmt: skip
+def run_sdk(
+    server: object, code: str, cwd: Path | str, *args: str, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess:
     """Run Python `code` (with `args` as sys.argv[1:]) in a subprocess with only the SDK's env vars set."""
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=sdk_env(server, **env),
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        env=sdk_env(server, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-TINY_HP = {"n_epochs": 1, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 16, "eval_steps": 2,
-           "save_strategy": "steps", "save_steps": 2, "max_prompt_length": 40, "max_length": 64}
+TINY_HP = {
+    "n_epochs": 1,
+    "batch_size": 8,
+    "n_rollouts": 2,
+    "ppo_mini_batch_size": 16,
+    "eval_steps": 2,
+    "save_strategy": "steps",
+    "save_steps": 2,
+    "max_prompt_length": 40,
+    "max_length": 64,
+}
 
 
 def tiny_workspace(mode: str, dest: Path, *, train_rows: int = 16, val_rows: int = 8, **hp: object) -> Path:

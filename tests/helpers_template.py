@@ -9,16 +9,33 @@ from typing import Any
 from opd_nb.workspace import template_dir
 
 COMMON = {
-    ".env.example", ".gitignore", "README.md", "config.yaml", "pyproject.toml", "requirements.txt",
-    "submit_job.py", "data/train.jsonl", "data/validation.jsonl", "tests/test_data.py",
+    ".env.example",
+    ".gitignore",
+    "README.md",
+    "config.yaml",
+    "pyproject.toml",
+    "requirements.txt",
+    "submit_job.py",
+    "data/train.jsonl",
+    "data/validation.jsonl",
+    "tests/test_data.py",
 }
-REWARD = {"functions/__init__.py", "functions/reward/__init__.py", "functions/reward/reward.py", "tests/test_reward.py"}
-ROLLOUT = {"functions/__init__.py", "functions/rollout/__init__.py", "functions/rollout/rollout.py",
-           "tests/test_rollout.py"}
+REWARD = {
+    "functions/__init__.py",
+    "functions/reward/__init__.py",
+    "functions/reward/reward.py",
+    "tests/test_reward.py",
+}
+ROLLOUT = {
+    "functions/__init__.py",
+    "functions/rollout/__init__.py",
+    "functions/rollout/rollout.py",
+    "tests/test_rollout.py",
+}
 
 # (mode, with_reward) for every valid combination; names are cycled over them (ccds pattern).
 COMBINATIONS = [("pure-distill", False), ("reward", True), ("agentic", True), ("agentic", False)]
-AWKWARD_NAMES = ["3d printing lab", "Ünïcødé 数据 workspace", "  spaced   out  ", "it's \"quoted\" & <b>"]
+AWKWARD_NAMES = ["3d printing lab", "Ünïcødé 数据 workspace", "  spaced   out  ", 'it\'s "quoted" & <b>']
 CASES = list(zip(COMBINATIONS, itertools.cycle(AWKWARD_NAMES), strict=False))
 CASE_IDS = [f"{mode}-{'reward' if r else 'noreward'}" for (mode, r), _ in CASES]
 
@@ -33,8 +50,14 @@ def expected_files(mode: str, with_reward: bool) -> set[str]:
 
 
 def files_of(path: Path) -> set[str]:
-    return {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-            and ".pytest_cache" not in p.parts and ".ruff_cache" not in p.parts}
+    return {
+        p.relative_to(path).as_posix()
+        for p in path.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and ".pytest_cache" not in p.parts
+        and ".ruff_cache" not in p.parts
+    }
 
 
 def bake(output_dir: Path, **context: Any) -> Path:
@@ -42,7 +65,16 @@ def bake(output_dir: Path, **context: Any) -> Path:
     from cookiecutter.main import cookiecutter
 
     config = output_dir.parent / f"{output_dir.name}-cookiecutterrc.yaml"
-    config.write_text(f"cookiecutters_dir: '{output_dir.parent / 'cc'}'\nreplay_dir: '{output_dir.parent / 'replay'}'\n")
+    config.write_text(
+        f"cookiecutters_dir: '{output_dir.parent / 'cc'}'\nreplay_dir: '{output_dir.parent / 'replay'}'\n"
+    )
     output_dir.mkdir(parents=True, exist_ok=True)
-    return Path(cookiecutter(str(template_dir()), no_input=True, extra_context=context,
-                             output_dir=str(output_dir), config_file=str(config)))
+    return Path(
+        cookiecutter(
+            str(template_dir()),
+            no_input=True,
+            extra_context=context,
+            output_dir=str(output_dir),
+            config_file=str(config),
+        )
+    )

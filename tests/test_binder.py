@@ -31,17 +31,25 @@ def _fresh_venv(root: Path) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(purelib) / "opd_nb_parent_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
 
 def _env(venv: Path, home: Path, **extra: str) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items()
-            if k in ("LANG", "LC_ALL", "TMPDIR") or k.startswith("PIP_")}  # fmt: skip
-    keep.update(PATH=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", HOME=str(home), VIRTUAL_ENV=str(venv),
-                NO_PROXY="127.0.0.1,localhost", **extra)  # fmt: skip
+    keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TMPDIR") or k.startswith("PIP_")}
+    keep.update(
+        PATH=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        HOME=str(home),
+        VIRTUAL_ENV=str(venv),
+        NO_PROXY="127.0.0.1,localhost",
+        **extra,
+    )
     return keep
 
 
@@ -64,8 +72,9 @@ def test_postbuild_and_start_leave_a_working_control_plane(tmp_path: Path) -> No
     venv = _fresh_venv(tmp_path)
     env = _env(venv, home)
 
-    build = subprocess.run(["bash", str(BINDER / "postBuild")], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=300)  # fmt: skip
+    build = subprocess.run(
+        ["bash", str(BINDER / "postBuild")], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     opd = venv / "bin" / "opd"
     assert opd.is_file(), "postBuild must install the `opd` command into the environment"
@@ -78,9 +87,14 @@ def test_postbuild_and_start_leave_a_working_control_plane(tmp_path: Path) -> No
     # the environment it was handed, proving both the exec and the exported variables.
     probe = "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('DASHSCOPE_HTTP_BASE_URL', 'DASHSCOPE_API_KEY')}))"
     try:
-        started = subprocess.run(["bash", str(BINDER / "start"), str(venv / "bin" / "python"), "-c", probe],
-                                 cwd=REPO, env=_env(venv, home, OPD_SERVE_PORT="0"), capture_output=True,
-                                 text=True, timeout=120)  # fmt: skip
+        started = subprocess.run(
+            ["bash", str(BINDER / "start"), str(venv / "bin" / "python"), "-c", probe],
+            cwd=REPO,
+            env=_env(venv, home, OPD_SERVE_PORT="0"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert started.returncode == 0, started.stderr[-3000:]
         seen = json.loads(started.stdout.strip().splitlines()[-1])
         api = seen["DASHSCOPE_HTTP_BASE_URL"]
@@ -96,11 +110,16 @@ def test_postbuild_and_start_leave_a_working_control_plane(tmp_path: Path) -> No
         jobs = httpx.get(api + "/fine-tunes", headers={"Authorization": "Bearer local"}, timeout=10)
         assert jobs.status_code == 200, jobs.text
 
-        status = subprocess.run([str(opd), "serve", "status", "--json"], env=env, capture_output=True, text=True,
-                                timeout=60)  # fmt: skip
-        assert status.returncode == 0 and json.loads(status.stdout)["api_base"] == api, status.stdout + status.stderr
+        status = subprocess.run(
+            [str(opd), "serve", "status", "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert status.returncode == 0 and json.loads(status.stdout)["api_base"] == api, (
+            status.stdout + status.stderr
+        )
     finally:
-        stop = subprocess.run([str(opd), "serve", "stop"], env=env, capture_output=True, text=True, timeout=60)
+        stop = subprocess.run(
+            [str(opd), "serve", "stop"], env=env, capture_output=True, text=True, timeout=60
+        )
         if stop.returncode != 0:
             _stop_recorded_server(home)
     assert stop.returncode == 0, stop.stderr

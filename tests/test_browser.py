@@ -43,8 +43,10 @@ def _notebook(workspace: str, api_base: str) -> dict:
         f"%opd submit {workspace}",
     ]
     return {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-                  for c in cells],
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
+            for c in cells
+        ],
         "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -80,15 +82,34 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
     _write_settings(settings)
     port, token = _free_port(), secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
-    env.update(JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrt"),
-               DASHSCOPE_API_KEY="local")
+    env.update(
+        JUPYTERLAB_SETTINGS_DIR=str(settings),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "jrt"),
+        DASHSCOPE_API_KEY="local",
+    )
     lab_log = open(tmp_path / "lab.log", "wb")
     lab = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
-         "--allow-root", "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=root, env=env, stdout=lab_log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--ServerApp.open_browser=False",
+            "--allow-root",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        cwd=root,
+        env=env,
+        stdout=lab_log,
+        stderr=subprocess.STDOUT,
+    )
     driver = None
     try:
         import httpx
@@ -96,7 +117,10 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1).status_code == 200:
+                if (
+                    httpx.get(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1).status_code
+                    == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass
@@ -104,9 +128,17 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
             time.sleep(0.3)
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                    f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,2400"):
+        for arg in (
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'chrome'}",
+            "--window-size=1400,2400",
+        ):
             opts.add_argument(arg)
         driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
         driver.set_page_load_timeout(60)
@@ -127,8 +159,13 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
             raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell"), 60, "the notebook")
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
-                 90, "an idle kernel")
+        wait_for(
+            lambda: driver.find_elements(
+                By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+            ),
+            90,
+            "an idle kernel",
+        )
         # JupyterLab may ask which kernel to start: accept the notebook's own (python3).
         end = time.monotonic() + 15
         while time.monotonic() < end:
@@ -141,26 +178,49 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
                 if not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"):
                     break
             time.sleep(0.25)
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"),
-                 90, "an idle kernel")
+        wait_for(
+            lambda: driver.find_elements(
+                By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+            ),
+            90,
+            "an idle kernel",
+        )
         # Run > Run All Cells, through the menus as a user would.
-        wait_for(lambda: driver.find_element(
-            By.XPATH, "//div[contains(@class,'lm-MenuBar-itemLabel') and text()='Run']"), 30, "the Run menu").click()
-        wait_for(lambda: driver.find_element(
-            By.XPATH, "//div[contains(@class,'lm-Menu-itemLabel') and text()='Run All Cells']"), 10,
-            "Run All Cells").click()
+        wait_for(
+            lambda: driver.find_element(
+                By.XPATH, "//div[contains(@class,'lm-MenuBar-itemLabel') and text()='Run']"
+            ),
+            30,
+            "the Run menu",
+        ).click()
+        wait_for(
+            lambda: driver.find_element(
+                By.XPATH, "//div[contains(@class,'lm-Menu-itemLabel') and text()='Run All Cells']"
+            ),
+            10,
+            "Run All Cells",
+        ).click()
 
-        form = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-config-form"), 90, "the config form")
+        form = wait_for(
+            lambda: driver.find_element(By.CSS_SELECTOR, ".opd-config-form"), 90, "the config form"
+        )
         assert "learning_rate" in form.text
-        playground = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-reward-playground"), 60,
-                              "the reward playground")
+        playground = wait_for(
+            lambda: driver.find_element(By.CSS_SELECTOR, ".opd-reward-playground"),
+            60,
+            "the reward playground",
+        )
         driver.execute_script("arguments[0].scrollIntoView()", form)
         form.screenshot(str(ARTIFACTS / "config_form.png"))
         driver.execute_script("arguments[0].scrollIntoView()", playground)
         playground.screenshot(str(ARTIFACTS / "reward_playground.png"))
+
         def monitor_or_error():
-            errors = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
-                      if "UsageError" in e.text or "Traceback" in e.text]
+            errors = [
+                e.text
+                for e in driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
+                if "UsageError" in e.text or "Traceback" in e.text
+            ]
             if errors:
                 driver.save_screenshot(str(ARTIFACTS / "failure.png"))
                 pytest.fail("a cell failed: " + errors[0][:1000])

@@ -49,7 +49,7 @@ functions:
       classpath: functions.reward.reward.MyRewardProcessor
 """
 
-REWARD_CODE = '''\
+REWARD_CODE = """\
 import os
 
 from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardInput, RewardOutput
@@ -60,11 +60,13 @@ class MyRewardProcessor(AbstractRewardProcessor):
         solution = (input.agent_output.rollout_extra or {}).get("solution")
         text = (input.agent_output.messages or [{}])[-1].get("content", "")
         return RewardOutput(reward=Reward(reward_score=float(text.strip() == solution)))
-'''
+"""
 
 
 def config_text(*, functions: str = "", extra_hp: str = "", replace: dict[str, str] | None = None) -> str:
-    text = BASE_CONFIG.format(functions=functions, extra_hp=textwrap.indent(extra_hp, "    ") if extra_hp else "")
+    text = BASE_CONFIG.format(
+        functions=functions, extra_hp=textwrap.indent(extra_hp, "    ") if extra_hp else ""
+    )
     for old, new in (replace or {}).items():
         assert old in text, old
         text = text.replace(old, new)
@@ -76,8 +78,15 @@ def write_rows(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def make_workspace(root: Path, *, config: str | None = None, reward: bool = False, n_train: int = 120,
-                   n_val: int = 12, requirements: bool = True) -> Path:
+def make_workspace(
+    root: Path,
+    *,
+    config: str | None = None,
+    reward: bool = False,
+    n_train: int = 120,
+    n_val: int = 12,
+    requirements: bool = True,
+) -> Path:
     """A small workspace written by hand: config.yaml, data/*.jsonl, optional reward function."""
     ws = root / "ws"
     ws.mkdir(parents=True, exist_ok=True)
@@ -123,34 +132,74 @@ def test_clean_workspace_has_no_findings(tmp_path, reward):
 # (rule, severity, planted config edits, fixed config edits). The fixed variant must not trip the rule.
 
 CASES = [
-    ("config.mini-batch-too-large", "error", {"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 512"},
-     {"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 128"}),
-    ("config.teacher-missing", "error",
-     {"teacher_model: qwen3.5-397b-a17b\n": "", "training:\n": "training:\n  type: pg_opd\n"},
-     {"training:\n": "training:\n  type: pg_opd\n"}),
+    (
+        "config.mini-batch-too-large",
+        "error",
+        {"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 512"},
+        {"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 128"},
+    ),
+    (
+        "config.teacher-missing",
+        "error",
+        {"teacher_model: qwen3.5-397b-a17b\n": "", "training:\n": "training:\n  type: pg_opd\n"},
+        {"training:\n": "training:\n  type: pg_opd\n"},
+    ),
     ("config.no-teacher", "warning", {"teacher_model: qwen3.5-397b-a17b\n": ""}, {}),
     ("config.unknown-hyperparameter", "error", {"n_epochs: 1": "n_epoch: 1"}, {}),
     ("config.numeric-string", "error", {"learning_rate: 1.0e-6": "learning_rate: 1e-6"}, {}),
-    ("config.learning-rate-high", "warning", {"learning_rate: 1.0e-6": "learning_rate: 1.0e-4"},
-     {"learning_rate: 1.0e-6": "learning_rate: 2.0e-6"}),
-    ("config.model-id-not-cloud", "error", {"teacher_model: qwen3.5-397b-a17b": "teacher_model: Qwen/Qwen3-235B"}, {}),
+    (
+        "config.learning-rate-high",
+        "warning",
+        {"learning_rate: 1.0e-6": "learning_rate: 1.0e-4"},
+        {"learning_rate: 1.0e-6": "learning_rate: 2.0e-6"},
+    ),
+    (
+        "config.model-id-not-cloud",
+        "error",
+        {"teacher_model: qwen3.5-397b-a17b": "teacher_model: Qwen/Qwen3-235B"},
+        {},
+    ),
     ("config.model-id-not-cloud", "error", {"name: qwen3.5-9b": "name: ./models/student"}, {}),
     ("config.functions-null", "error", {"training:\n": "functions: null\ntraining:\n"}, {}),
-    ("config.duplicate-function-name", "error",
-     {"training:\n": REWARD_FUNCTIONS + REWARD_FUNCTIONS.replace("functions:\n", "") + "training:\n"},
-     {"training:\n": REWARD_FUNCTIONS + REWARD_FUNCTIONS.replace("functions:\n", "").replace(
-         "exact-match", "exact-match-2") + "training:\n"}),
+    (
+        "config.duplicate-function-name",
+        "error",
+        {"training:\n": REWARD_FUNCTIONS + REWARD_FUNCTIONS.replace("functions:\n", "") + "training:\n"},
+        {
+            "training:\n": REWARD_FUNCTIONS
+            + REWARD_FUNCTIONS.replace("functions:\n", "").replace("exact-match", "exact-match-2")
+            + "training:\n"
+        },
+    ),
     ("config.job-name", "error", {"name: my-opd-job": "name: ''"}, {"name: my-opd-job": "name: opd-2"}),
-    ("config.job-name", "error", {"name: my-opd-job": "name: " + "x" * 257}, {"name: my-opd-job": "name: " + "x" * 200}),
-    ("config.eval-steps-too-sparse", "warning", {"eval_steps: 2": "eval_steps: 5"}, {"eval_steps: 2": "eval_steps: 1"}),
-    ("config.teacher-context-short", "warning",
-     {"eval_steps: 2": "eval_steps: 2\n    max_length: 8192\n    opd_teacher_max_model_len: 4096"},
-     {"eval_steps: 2": "eval_steps: 2\n    max_length: 8192\n    opd_teacher_max_model_len: 8192"}),
+    (
+        "config.job-name",
+        "error",
+        {"name: my-opd-job": "name: " + "x" * 257},
+        {"name: my-opd-job": "name: " + "x" * 200},
+    ),
+    (
+        "config.eval-steps-too-sparse",
+        "warning",
+        {"eval_steps: 2": "eval_steps: 5"},
+        {"eval_steps: 2": "eval_steps: 1"},
+    ),
+    (
+        "config.teacher-context-short",
+        "warning",
+        {"eval_steps: 2": "eval_steps: 2\n    max_length: 8192\n    opd_teacher_max_model_len: 4096"},
+        {"eval_steps: 2": "eval_steps: 2\n    max_length: 8192\n    opd_teacher_max_model_len: 8192"},
+    ),
     ("config.kl-loss-coef", "info", {"eval_steps: 2": "eval_steps: 2\n    kl_loss_coef: 0.001"}, {}),
     ("config.bad-value", "error", {"lr_scheduler_type: cosine": "lr_scheduler_type: cosinus"}, {}),
     ("config.bad-value", "error", {"n_rollouts: 8": "n_rollouts: 0"}, {}),
     ("config.misplaced-key", "error", {"eval_steps: 2": "eval_steps: 2\n    mtu_capacity: 4"}, {}),
-    ("config.schema", "error", {"teacher_model: qwen3.5-397b-a17b": "teacher_model: qwen3.5-397b-a17b\njob_name: x"}, {}),
+    (
+        "config.schema",
+        "error",
+        {"teacher_model: qwen3.5-397b-a17b": "teacher_model: qwen3.5-397b-a17b\njob_name: x"},
+        {},
+    ),
     ("config.model-missing", "error", {"model:\n  name: qwen3.5-9b\n": ""}, {}),
     ("config.testing-dataset", "warning", {"  - type: validation": "  - type: testing"}, {}),
     ("config.no-training-data", "error", {"  - type: training": "  - type: validation"}, {}),
@@ -158,7 +207,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("rule,severity,planted,fixed", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "rule,severity,planted,fixed", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_rule_planted_and_fixed(tmp_path, rule, severity, planted, fixed):
     assert rule in RULES
     ws = make_workspace(tmp_path)
@@ -186,7 +237,9 @@ def test_unknown_hyperparameter_names_closest_key(tmp_path):
     rep = check_config_text(config_text(replace={"learning_rate: 1.0e-6": "learnin_rate: 1.0e-6"}), ws)
     f = rep.by_rule("config.unknown-hyperparameter")[0]
     assert "`learning_rate`" in f.fix
-    far = check_config_text(config_text(extra_hp="my_custom_knob: 3\n"), ws).by_rule("config.unknown-hyperparameter")[0]
+    far = check_config_text(config_text(extra_hp="my_custom_knob: 3\n"), ws).by_rule(
+        "config.unknown-hyperparameter"
+    )[0]
     assert far.severity == "warning"
 
 
@@ -201,12 +254,21 @@ def test_numeric_string_fix_is_loadable_yaml(tmp_path):
 
 def test_reward_with_single_rollout(tmp_path):
     ws = make_workspace(tmp_path, reward=True)
-    bad = check_config_text(config_text(functions=REWARD_FUNCTIONS, replace={"n_rollouts: 8": "n_rollouts: 1",
-                                                                             "ppo_mini_batch_size: 32": "ppo_mini_batch_size: 16"}), ws)
+    bad = check_config_text(
+        config_text(
+            functions=REWARD_FUNCTIONS,
+            replace={"n_rollouts: 8": "n_rollouts: 1", "ppo_mini_batch_size: 32": "ppo_mini_batch_size: 16"},
+        ),
+        ws,
+    )
     assert bad.by_rule("config.reward-single-rollout")[0].severity == "warning"
     # The same n_rollouts without a reward is fine (pure distillation needs no group).
-    pure = check_config_text(config_text(replace={"n_rollouts: 8": "n_rollouts: 1",
-                                                  "ppo_mini_batch_size: 32": "ppo_mini_batch_size: 16"}), ws)
+    pure = check_config_text(
+        config_text(
+            replace={"n_rollouts: 8": "n_rollouts: 1", "ppo_mini_batch_size: 32": "ppo_mini_batch_size: 16"}
+        ),
+        ws,
+    )
     assert "config.reward-single-rollout" not in pure.rules()
 
 
@@ -238,15 +300,28 @@ def test_local_target_asks_the_real_control_plane(tmp_path):
         d.mkdir(parents=True)
         (d / "config.json").write_text("{}", encoding="utf-8")
         models[name] = str(d)
-    ws = make_workspace(tmp_path, config=config_text(replace={"name: qwen3.5-9b": "name: my-student",
-                                                               "teacher_model: qwen3.5-397b-a17b": "teacher_model: Qwen/Qwen3-235B"}))
+    ws = make_workspace(
+        tmp_path,
+        config=config_text(
+            replace={
+                "name: qwen3.5-9b": "name: my-student",
+                "teacher_model: qwen3.5-397b-a17b": "teacher_model: Qwen/Qwen3-235B",
+            }
+        ),
+    )
     with start(port=0, data_dir=tmp_path / "serve", model_map=models) as server:
         rep = check(ws, "local", base_url=server.api_base)
         bad = rep.by_rule("config.model-not-servable")
-        assert len(bad) == 1 and "Qwen/Qwen3-235B" in bad[0].message and bad[0].where == "config.yaml:4", str(rep)
+        assert len(bad) == 1 and "Qwen/Qwen3-235B" in bad[0].message and bad[0].where == "config.yaml:4", str(
+            rep
+        )
         assert "env.no-api-key" not in rep.rules()
-        fixed = config_text(replace={"name: qwen3.5-9b": "name: my-student",
-                                     "teacher_model: qwen3.5-397b-a17b": "teacher_model: my-teacher"})
+        fixed = config_text(
+            replace={
+                "name: qwen3.5-9b": "name: my-student",
+                "teacher_model: qwen3.5-397b-a17b": "teacher_model: my-teacher",
+            }
+        )
         (ws / "config.yaml").write_text(fixed, encoding="utf-8")
         good = check(ws, "local", base_url=server.api_base)
         assert good.ok and not good.by_rule("config.model-not-servable"), str(good)

@@ -33,12 +33,21 @@ BAD_LINES = [
     ("data.empty-messages", '{"messages": []}', ""),
     ("data.bad-message", '{"messages": ["hi"]}', "message 0"),
     ("data.unknown-role", '{"messages": [{"role": "human", "content": "hi"}]}', "'human'"),
-    ("data.role-order", '{"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]}',
-     "system message at position 1"),
-    ("data.role-order", '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}',
-     "last message is an assistant turn"),
-    ("data.role-order", '{"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}',
-     "tool message"),
+    (
+        "data.role-order",
+        '{"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]}',
+        "system message at position 1",
+    ),
+    (
+        "data.role-order",
+        '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}',
+        "last message is an assistant turn",
+    ),
+    (
+        "data.role-order",
+        '{"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}',
+        "tool message",
+    ),
     ("data.no-user-turn", '{"messages": [{"role": "system", "content": "Sort the digits."}]}', ""),
     ("data.empty-content", '{"messages": [{"role": "user", "content": "  "}]}', "message 0 (user)"),
     ("data.empty-content", '{"messages": [{"role": "user"}]}', "no content"),
@@ -46,7 +55,9 @@ BAD_LINES = [
 ]
 
 
-@pytest.mark.parametrize("rule,line,detail", BAD_LINES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(BAD_LINES)])
+@pytest.mark.parametrize(
+    "rule,line,detail", BAD_LINES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(BAD_LINES)]
+)
 def test_bad_row_reported_with_line_number(tmp_path, rule, line, detail):
     ws = make_workspace(tmp_path)
     train = ws / "data" / "train.jsonl"
@@ -87,8 +98,11 @@ def test_missing_solution_only_matters_with_a_reward(tmp_path):
 
 def test_validation_missing_or_empty(tmp_path):
     ws = make_workspace(tmp_path)
-    no_val = config_text(replace={"  - type: validation\n    data_source_type: file_id\n"
-                                  "    file_name: data/validation.jsonl\n": ""})
+    no_val = config_text(
+        replace={
+            "  - type: validation\n    data_source_type: file_id\n    file_name: data/validation.jsonl\n": ""
+        }
+    )
     (ws / "config.yaml").write_text(no_val, encoding="utf-8")
     assert check(ws).by_rule("data.no-validation")[0].severity == "warning"
     (ws / "config.yaml").write_text(config_text(), encoding="utf-8")
@@ -139,7 +153,9 @@ def test_exact_prompt_length_with_a_local_tokenizer(tmp_path):
     rows = [json.loads(x) for x in train.read_text().splitlines()]
     rows[2]["messages"][1]["content"] = "1" * 100  # 100 chars: ~29 estimated tokens, exactly 100+ tokens
     write_rows(train, rows)
-    (ws / "config.yaml").write_text(config_text(extra_hp="max_prompt_length: 60\nmax_length: 256\n"), encoding="utf-8")
+    (ws / "config.yaml").write_text(
+        config_text(extra_hp="max_prompt_length: 60\nmax_length: 256\n"), encoding="utf-8"
+    )
     assert "data.prompt-too-long" not in check(ws).rules()  # the estimate misses it
     hit = check(ws, tokenizer_path=str(tok_dir)).by_rule("data.prompt-too-long")[0]
     assert hit.where == "data/train.jsonl:3" and "exactly" in hit.message

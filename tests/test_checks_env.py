@@ -89,13 +89,23 @@ def test_cli_exit_codes_and_json(tmp_path, clean_env):
 
     ws = make_workspace(tmp_path)
     env = {"PATH": "", "DASHSCOPE_API_KEY": "sk-test-key-for-checks", "HOME": str(tmp_path)}
-    ok = subprocess.run([sys.executable, "-c", "from opd_nb.cli import main; main()", "check", str(ws)],
-                        capture_output=True, text=True, env=env, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-c", "from opd_nb.cli import main; main()", "check", str(ws)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "0 error(s)" in ok.stdout
     (ws / "config.yaml").write_text((ws / "config.yaml").read_text().replace("1.0e-6", "1e-6"))
-    bad = subprocess.run([sys.executable, "-c", "from opd_nb.cli import main; main()", "check", str(ws), "--json"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-c", "from opd_nb.cli import main; main()", "check", str(ws), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 1
     findings = json.loads(bad.stdout)
     assert isinstance(findings, list) and {"rule", "severity", "where", "message", "fix"} <= set(findings[0])

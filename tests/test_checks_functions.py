@@ -6,7 +6,7 @@ import pytest
 from test_checks_config import REWARD_FUNCTIONS, config_text, make_workspace
 
 from opd_nb.checks import check
-from opd_nb.checks.functions import excluded_by, split_classpath, zip_members
+from opd_nb.checks.function_code import excluded_by, split_classpath, zip_members
 
 FAKE_KEY = "sk-" + "0123456789abcdef" * 2  # assembled so no key-like literal is committed
 
@@ -22,7 +22,9 @@ def fn_rules(report) -> set[str]:
 
 
 def reward_ws(tmp_path, classpath: str = "functions.reward.reward.MyRewardProcessor"):
-    cfg = config_text(functions=REWARD_FUNCTIONS.replace("functions.reward.reward.MyRewardProcessor", classpath))
+    cfg = config_text(
+        functions=REWARD_FUNCTIONS.replace("functions.reward.reward.MyRewardProcessor", classpath)
+    )
     return make_workspace(tmp_path, reward=True, config=cfg)
 
 
@@ -36,7 +38,9 @@ def test_file_style_classpath_is_accepted(tmp_path):
 
 
 def test_classpath_file_missing(tmp_path):
-    hit = check(reward_ws(tmp_path, "functions.reward.rewards.MyRewardProcessor")).by_rule("functions.classpath-missing")
+    hit = check(reward_ws(tmp_path, "functions.reward.rewards.MyRewardProcessor")).by_rule(
+        "functions.classpath-missing"
+    )
     assert hit and "functions/reward/rewards.py does not exist" in hit[0].message
     assert hit[0].where.startswith("config.yaml:")
 
@@ -63,7 +67,8 @@ def test_wrong_base_class(tmp_path):
     ws = reward_ws(tmp_path)
     code = (ws / "functions" / "reward" / "reward.py").read_text()
     (ws / "functions" / "reward" / "reward.py").write_text(
-        code.replace("AbstractRewardProcessor", "AbstractRolloutProcessor"))
+        code.replace("AbstractRewardProcessor", "AbstractRolloutProcessor")
+    )
     hit = check(ws).by_rule("functions.wrong-base")[0]
     assert hit.severity == "error" and "AbstractRolloutProcessor" in hit.message
 
@@ -72,9 +77,11 @@ def test_base_class_followed_through_local_modules(tmp_path):
     ws = reward_ws(tmp_path)
     (ws / "functions" / "reward" / "base.py").write_text(
         "from dashscope.finetune.reinforcement import AbstractRewardProcessor as ARP\n\n"
-        "class Base(ARP):\n    async def process(self, x):\n        return None\n")
+        "class Base(ARP):\n    async def process(self, x):\n        return None\n"
+    )
     (ws / "functions" / "reward" / "reward.py").write_text(
-        "from functions.reward.base import Base\n\nclass MyRewardProcessor(Base):\n    pass\n")
+        "from functions.reward.base import Base\n\nclass MyRewardProcessor(Base):\n    pass\n"
+    )
     assert fn_rules(check(ws)) == set()
 
 
@@ -82,7 +89,8 @@ def test_no_process_method(tmp_path):
     ws = reward_ws(tmp_path)
     (ws / "functions" / "reward" / "reward.py").write_text(
         "from dashscope.finetune.reinforcement import AbstractRewardProcessor\n\n"
-        "class MyRewardProcessor(AbstractRewardProcessor):\n    def score(self, x):\n        return 1.0\n")
+        "class MyRewardProcessor(AbstractRewardProcessor):\n    def score(self, x):\n        return 1.0\n"
+    )
     assert check(ws).by_rule("functions.no-process")
 
 
@@ -103,13 +111,15 @@ def test_import_from_excluded_folder(tmp_path):
     (ws / "functions" / "reward" / "data" / "answers.py").write_text("ANSWERS = {}\n")
     code = (ws / "functions" / "reward" / "reward.py").read_text()
     (ws / "functions" / "reward" / "reward.py").write_text(
-        code.replace("import os\n", "import os\n\nfrom functions.reward.data.answers import ANSWERS\n"))
+        code.replace("import os\n", "import os\n\nfrom functions.reward.data.answers import ANSWERS\n")
+    )
     hit = check(ws).by_rule("functions.excluded-import")[0]
     assert hit.where == "functions/reward/reward.py:3" and "'data'" in hit.message
     # Renamed folder: fine.
     (ws / "functions" / "reward" / "data").rename(ws / "functions" / "reward" / "answer_data")
     (ws / "functions" / "reward" / "reward.py").write_text(
-        code.replace("import os\n", "import os\n\nfrom functions.reward.answer_data.answers import ANSWERS\n"))
+        code.replace("import os\n", "import os\n\nfrom functions.reward.answer_data.answers import ANSWERS\n")
+    )
     assert "functions.excluded-import" not in check(ws).rules()
 
 
@@ -121,12 +131,14 @@ def test_zip_members_follow_the_sdk_exclusions(tmp_path):
     names = {p.relative_to(ws).as_posix() for p in zip_members(ws)}
     assert "functions/reward/reward.py" in names and "config.yaml" in names and "requirements.txt" in names
     assert not {".env", "tests/test_reward.py", "data/train.jsonl"} & names
-    assert excluded_by("functions/tmp/x.py", ["tmp"]) == "tmp" and excluded_by("functions/a.py", ["tmp"]) is None
+    assert (
+        excluded_by("functions/tmp/x.py", ["tmp"]) == "tmp" and excluded_by("functions/a.py", ["tmp"]) is None
+    )
     assert split_classpath("a.b.C") == ("a/b.py", "C") and split_classpath("x/y:C") == ("x/y.py", "C")
 
 
 def test_zip_over_200_mib(tmp_path, monkeypatch):
-    import opd_nb.checks.functions as fn
+    import opd_nb.checks.function_code as fn
 
     ws = reward_ws(tmp_path)
     (ws / "functions" / "weights.bin").write_bytes(__import__("os").urandom(64 * 1024))

@@ -22,8 +22,13 @@ def rendered(obj) -> str:
 
 
 def test_job_and_job_list_keep_bracketed_user_text():
-    job = Job(job_id="ft-1", job_name=f"distill {BRACKETS}", status="FAILED", model=f"qwen{BRACKETS}",
-              message=f"reward raised KeyError{BRACKETS}")
+    job = Job(
+        job_id="ft-1",
+        job_name=f"distill {BRACKETS}",
+        status="FAILED",
+        model=f"qwen{BRACKETS}",
+        message=f"reward raised KeyError{BRACKETS}",
+    )
     text = rendered(job)
     assert f"distill {BRACKETS}" in text and f"qwen{BRACKETS}" in text and f"KeyError{BRACKETS}" in text
     listing = rendered(JobList(jobs=[job], total=1))
@@ -32,7 +37,13 @@ def test_job_and_job_list_keep_bracketed_user_text():
 
 def test_check_report_keeps_key_paths_and_messages(capsys):
     report = CheckReport(workspace="ws", target="local")
-    report.add("config.function", "error", "config.yaml:7 functions[reward].name", "unknown name [abc]", fix="use [x]")
+    report.add(
+        "config.function",
+        "error",
+        "config.yaml:7 functions[reward].name",
+        "unknown name [abc]",
+        fix="use [x]",
+    )
     text = rendered(report)
     assert "functions[reward].name" in text and "unknown name [abc]" in text and "use [x]" in text
     print_result(report)  # the CLI path

@@ -32,7 +32,9 @@ def test_target_resolution_and_key_masking(tmp_path, monkeypatch):
     monkeypatch.setenv("DASHSCOPE_HTTP_BASE_URL", "http://127.0.0.1:9999/api/v1")
     local = resolve_target()
     assert local.kind == "local" and local.base_url == "http://127.0.0.1:9999/api/v1"
-    assert resolve_target("local", base_url="http://localhost:8000").base_url == "http://localhost:8000/api/v1"
+    assert (
+        resolve_target("local", base_url="http://localhost:8000").base_url == "http://localhost:8000/api/v1"
+    )
     with pytest.raises(OpdError):
         resolve_target("moon")
 

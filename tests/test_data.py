@@ -32,24 +32,39 @@ def test_load_jsonl_validates(tmp_path):
 
 def test_rows_from_dicts_dataframe_and_dataset():
     records = [{"question": "321", "answer": "123", "id": 7}, {"question": "90", "answer": "09", "id": 8}]
-    rows = data.to_rows(records, prompt="question", solution="answer", system_prompt="Sort the digits.", extra=["id"])
-    assert rows[0] == {"messages": [{"role": "system", "content": "Sort the digits."},
-                                    {"role": "user", "content": "321"}],
-                       "rollout_extra": {"solution": "123", "id": 7}}
+    rows = data.to_rows(
+        records, prompt="question", solution="answer", system_prompt="Sort the digits.", extra=["id"]
+    )
+    assert rows[0] == {
+        "messages": [{"role": "system", "content": "Sort the digits."}, {"role": "user", "content": "321"}],
+        "rollout_extra": {"solution": "123", "id": 7},
+    }
     pd = pytest.importorskip("pandas")
-    assert data.to_rows(pd.DataFrame(records), prompt="question", solution="answer", system_prompt="Sort the digits.",
-                        extra=["id"]) == rows
+    assert (
+        data.to_rows(
+            pd.DataFrame(records),
+            prompt="question",
+            solution="answer",
+            system_prompt="Sort the digits.",
+            extra=["id"],
+        )
+        == rows
+    )
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_list(records)
-    assert data.to_rows(ds, prompt="question", solution="answer", system_prompt="Sort the digits.", extra=["id"]) == rows
+    assert (
+        data.to_rows(ds, prompt="question", solution="answer", system_prompt="Sort the digits.", extra=["id"])
+        == rows
+    )
     with pytest.raises(OpdError, match="column"):
         data.to_rows(records, prompt="prompt")
 
 
 def test_rows_from_a_messages_column():
     records = [{"chat": [{"role": "user", "content": "hi"}], "solution": "x"}]
-    assert data.to_rows(records, messages="chat") == [{"messages": [{"role": "user", "content": "hi"}],
-                                                        "rollout_extra": {"solution": "x"}}]
+    assert data.to_rows(records, messages="chat") == [
+        {"messages": [{"role": "user", "content": "hi"}], "rollout_extra": {"solution": "x"}}
+    ]
 
 
 def test_split_is_deterministic_and_never_overlaps():
@@ -75,7 +90,9 @@ def test_stats_text_and_html(tmp_path):
     assert s.role_patterns == {"system>user": 50, "user": 1}
     chars = [sum(len(m["content"]) for m in r["messages"]) for r in rows]
     assert s.prompt_chars["max"] == max(chars) and s.prompt_chars["min"] == min(chars)
-    assert s.prompt_tokens["max"] == max(data.estimate_tokens(c, len(r["messages"])) for c, r in zip(chars, rows, strict=True))
+    assert s.prompt_tokens["max"] == max(
+        data.estimate_tokens(c, len(r["messages"])) for c, r in zip(chars, rows, strict=True)
+    )
     assert "system>user" in str(s) and "<table>" in s._repr_html_() and json.loads(s.to_json())["rows"] == 51
     assert data.stats(rows).rows == 51
 

@@ -28,14 +28,27 @@ def test_demo_runs_to_succeeded_and_writes_the_curves(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "opd_nb", "demo", str(out)], env=_clean_env(home),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "demo", str(out)],
+        env=_clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
 
     # It narrates every stage of the issue, in order.
-    stages = ["Scaffold a reward workspace", "Start a local control plane", "Preflight checks",
-              "The workspace's own tests", "submit_job.py --local", "Watch job", "Metrics", "Done"]  # fmt: skip
+    stages = [
+        "Scaffold a reward workspace",
+        "Start a local control plane",
+        "Preflight checks",
+        "The workspace's own tests",
+        "submit_job.py --local",
+        "Watch job",
+        "Metrics",
+        "Done",
+    ]
     positions = [text.find(s) for s in stages]
     assert all(p >= 0 for p in positions), [s for s, p in zip(stages, positions, strict=True) if p < 0]
     assert positions == sorted(positions), "stages out of order"
@@ -75,8 +88,13 @@ def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     out = tmp_path / "busy"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    proc = subprocess.run([sys.executable, "-m", "opd_nb", "demo", str(out)], env=_clean_env(home),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "demo", str(out)],
+        env=_clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "is not empty" in proc.stderr and "Traceback" not in proc.stderr
     assert (out / "keep.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["keep.txt"]

@@ -37,9 +37,16 @@ def make_job(tmp: Path, train: str, val: str | None, name: str = "out", **kw) ->
     student, teacher = default_pair()
     hp = {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "max_length": 48, "save_strategy": "no"}
     hp.update(kw.pop("hp", {}))
-    return EngineJob(job_id=f"job-{name}", student_path=kw.pop("student_path", str(student)),
-                     teacher_path=kw.pop("teacher_path", str(teacher)), train_file=train, validation_file=val,
-                     hyper_parameters=hp, output_dir=str(tmp / name), **kw)
+    return EngineJob(
+        job_id=f"job-{name}",
+        student_path=kw.pop("student_path", str(student)),
+        teacher_path=kw.pop("teacher_path", str(teacher)),
+        train_file=train,
+        validation_file=val,
+        hyper_parameters=hp,
+        output_dir=str(tmp / name),
+        **kw,
+    )
 
 
 def run_job(job: EngineJob):
@@ -51,6 +58,7 @@ def run_job(job: EngineJob):
 
 
 # ---- fast: local meaning of hyper-parameters ------------------------------------------------------
+
 
 def test_lr_rule_scales_tiny_students_and_keeps_large_ones():
     tiny = hparams.resolve({"learning_rate": "1e-6"}, student_params=100_000)  # YAML's string form
@@ -91,7 +99,9 @@ def test_bad_rows_name_file_line_and_key(tmp_path):
     from opd_nb.engine.data import read_rows
 
     p = tmp_path / "bad.jsonl"
-    p.write_text(json.dumps(task.make_rows(1)[0]) + "\n" + json.dumps({"messages": [{"role": "bot", "content": "x"}]}))
+    p.write_text(
+        json.dumps(task.make_rows(1)[0]) + "\n" + json.dumps({"messages": [{"role": "bot", "content": "x"}]})
+    )
     with pytest.raises(EngineError, match=r"bad.jsonl:2: messages\[0\].role"):
         read_rows(p)
     p.write_text("{not json\n")
@@ -100,6 +110,7 @@ def test_bad_rows_name_file_line_and_key(tmp_path):
 
 
 # ---- fast: chunked losses match the plain computation --------------------------------------------
+
 
 def test_chunked_logprobs_and_reverse_kl_match_unchunked(monkeypatch):
     from opd_nb.engine import losses
@@ -146,13 +157,20 @@ def test_group_advantages():
 
 # ---- engine runs ---------------------------------------------------------------------------------
 
+
 def test_vocab_mismatch_is_a_clear_error(tmp_path):
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     student, _ = default_pair()
     tok = AutoTokenizer.from_pretrained(student)
-    cfg = Qwen2Config(vocab_size=len(tok) + 7, hidden_size=16, num_hidden_layers=1, intermediate_size=32,
-                      num_attention_heads=2, num_key_value_heads=1)
+    cfg = Qwen2Config(
+        vocab_size=len(tok) + 7,
+        hidden_size=16,
+        num_hidden_layers=1,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     other = tmp_path / "other-teacher"
     Qwen2ForCausalLM(cfg).save_pretrained(other)
     train, val = task_files(tmp_path, 8, 4)
@@ -162,19 +180,43 @@ def test_vocab_mismatch_is_a_clear_error(tmp_path):
 
 def test_short_run_metrics_checkpoints_and_max_model_len(tmp_path):
     train, val = task_files(tmp_path, 32, 16)
-    job = make_job(tmp_path, train, val, hp={"batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 8,
-                                             "eval_steps": 2, "save_strategy": "steps", "save_steps": 1,
-                                             "save_total_limit": 2, "opd_teacher_max_model_len": 30})
+    job = make_job(
+        tmp_path,
+        train,
+        val,
+        hp={
+            "batch_size": 8,
+            "n_rollouts": 2,
+            "ppo_mini_batch_size": 8,
+            "eval_steps": 2,
+            "save_strategy": "steps",
+            "save_steps": 1,
+            "save_total_limit": 2,
+            "opd_teacher_max_model_len": 30,
+        },
+    )
     res, ev = run_job(job)
     assert res.steps == 4
     rows = [r for r in ev.rows if r["step"] > 0]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for r in rows:
-        for k in ("actor/distillation/loss", "trace/distillation/valid_token_rate", "actor/lr", "actor/grad_norm",
-                  "response_length/mean", "timing_s/gen", "timing_s/teacher", "timing_s/update", "timing_s/step",
-                  "perf/tokens_per_s", "epoch"):
+        for k in (
+            "actor/distillation/loss",
+            "trace/distillation/valid_token_rate",
+            "actor/lr",
+            "actor/grad_norm",
+            "response_length/mean",
+            "timing_s/gen",
+            "timing_s/teacher",
+            "timing_s/update",
+            "timing_s/step",
+            "perf/tokens_per_s",
+            "epoch",
+        ):
             assert k in r, k
-        assert 0.0 < r["trace/distillation/valid_token_rate"] < 1.0  # prompts are ~27 tokens, responses reach past 30
+        assert (
+            0.0 < r["trace/distillation/valid_token_rate"] < 1.0
+        )  # prompts are ~27 tokens, responses reach past 30
     assert "validation/accuracy" in rows[1] and "validation/accuracy" not in rows[0]
     lines = (Path(job.output_dir) / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in lines] == ev.rows
@@ -185,15 +227,31 @@ def test_short_run_metrics_checkpoints_and_max_model_len(tmp_path):
     assert any("local 0.001" in m for _, m in ev.logs)  # the LR rule is logged
     assert any("step 4/4" in m and "ETA" in m for _, m in ev.logs)
     # a published model continues training as a new job's student
-    res2, ev2 = run_job(make_job(tmp_path, train, None, "continued", student_path=res.final_checkpoint,
-                                 hp={"batch_size": 16, "n_rollouts": 1, "ppo_mini_batch_size": 16}))
+    res2, ev2 = run_job(
+        make_job(
+            tmp_path,
+            train,
+            None,
+            "continued",
+            student_path=res.final_checkpoint,
+            hp={"batch_size": 16, "n_rollouts": 1, "ppo_mini_batch_size": 16},
+        )
+    )
     assert res2.steps == 2 and len(ev2.rows) == 2
 
 
 def test_resume_continues_exactly(tmp_path):
     train, val = task_files(tmp_path, 32, 8)
-    hp = {"batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 16, "eval_steps": 100, "save_strategy": "steps",
-          "save_steps": 2, "save_total_limit": 5, "n_epochs": 1}
+    hp = {
+        "batch_size": 8,
+        "n_rollouts": 2,
+        "ppo_mini_batch_size": 16,
+        "eval_steps": 100,
+        "save_strategy": "steps",
+        "save_steps": 2,
+        "save_total_limit": 5,
+        "n_epochs": 1,
+    }
     full_res, full = run_job(make_job(tmp_path, train, None, "full", hp=hp))
     part_job = make_job(tmp_path, train, None, "part", hp=hp)
     _, _ = run_job(part_job)
@@ -265,7 +323,9 @@ def test_shared_prefix_forward_matches_the_plain_forward():
         masks.append([False] * len(p) + [True] * len(c))
     b = bm.left_pad(seqs, masks, list(range(len(seqs))), tok.pad_token_id, "cpu")
     window = b.window
-    system = template_ids(tok, [{"role": "system", "content": task.SYSTEM_PROMPT}], add_generation_prompt=False)
+    system = template_ids(
+        tok, [{"role": "system", "content": task.SYSTEM_PROMPT}], add_generation_prompt=False
+    )
     k = bm.shared_prefix(b, window)
     assert k >= min(len(system), 8), k  # at least the system turn is shared
     tm = bm.targets_window(b, window)[1]
@@ -287,8 +347,13 @@ def test_shared_prefix_forward_matches_the_plain_forward():
     for a, c in zip(g_shared, g_plain, strict=True):
         assert torch.allclose(a, c, rtol=1e-3, atol=1e-4)
     # rows with nothing in common share nothing
-    b2 = bm.left_pad([[5, 6, 7, 8, 9, 10], [6, 6, 7, 8, 9, 10]], [[False] * 4 + [True] * 2] * 2, [0, 1],
-                     tok.pad_token_id, "cpu")
+    b2 = bm.left_pad(
+        [[5, 6, 7, 8, 9, 10], [6, 6, 7, 8, 9, 10]],
+        [[False] * 4 + [True] * 2] * 2,
+        [0, 1],
+        tok.pad_token_id,
+        "cpu",
+    )
     assert bm.shared_prefix(b2, b2.window) == 0
 
 
@@ -319,8 +384,13 @@ def test_allocator_tuning_applies_once_and_can_be_turned_off():
 
     code = "from opd_nb.engine import allocator as a; print(a.keep_freed_memory(), a.keep_freed_memory())"
     on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "OPD_ENGINE_MALLOC": "0"})
+    off = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "OPD_ENGINE_MALLOC": "0"},
+    )
     glibc = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION")
     assert on.stdout.split() == (["True", "True"] if glibc else ["False", "False"])
     assert off.stdout.split() == ["False", "False"]

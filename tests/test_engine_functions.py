@@ -19,7 +19,7 @@ from opd_nb.engine import task  # noqa: E402
 from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEndpoint  # noqa: E402
 from opd_nb.engine.models import default_pair  # noqa: E402
 from opd_nb.engine.trainer import ListEvents, run  # noqa: E402
-from opd_nb.functions import FunctionServer  # noqa: E402
+from opd_nb.function_server import FunctionServer  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -92,8 +92,16 @@ def job(tmp: Path, train: str, val: str | None, **kw) -> EngineJob:
     student, teacher = default_pair()
     hp = {"learning_rate": 1e-6, "lr_scheduler_type": "constant", "max_length": 48, "save_strategy": "no"}
     hp.update(kw.pop("hp", {}))
-    return EngineJob(job_id="job-fn", student_path=str(student), teacher_path=str(teacher), train_file=train,
-                     validation_file=val, hyper_parameters=hp, output_dir=str(tmp / "out"), **kw)
+    return EngineJob(
+        job_id="job-fn",
+        student_path=str(student),
+        teacher_path=str(teacher),
+        train_file=train,
+        validation_file=val,
+        hyper_parameters=hp,
+        output_dir=str(tmp / "out"),
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -107,9 +115,24 @@ def test_reward_through_function_server_rises(tmp_path, code_dir):
             m = ev.series("validation/data/reward/mean@1")
             return len(m) >= 3 and m[-1][1] >= m[0][1] + 0.25
 
-        res = run(job(tmp_path, train, val, algorithm="gkd", rewards=[ep],
-                      hp={"batch_size": 16, "n_rollouts": 4, "ppo_mini_batch_size": 64, "eval_steps": 10,
-                          "n_epochs": 2}), ev, risen)
+        res = run(
+            job(
+                tmp_path,
+                train,
+                val,
+                algorithm="gkd",
+                rewards=[ep],
+                hp={
+                    "batch_size": 16,
+                    "n_rollouts": 4,
+                    "ppo_mini_batch_size": 64,
+                    "eval_steps": 10,
+                    "n_epochs": 2,
+                },
+            ),
+            ev,
+            risen,
+        )
     assert 20 <= res.steps <= 80
     mean1 = ev.series("validation/data/reward/mean@1")
     assert mean1[0][0] == 0 and mean1[-1][0] == res.steps
@@ -118,7 +141,9 @@ def test_reward_through_function_server_rises(tmp_path, code_dir):
     assert sum(loss[-5:]) < 0.7 * sum(loss[:5]), loss
     steps = [r for r in ev.rows if r["step"] > 0]
     assert all(r["trace/reward/failure_rate"] == 0.0 for r in steps)
-    assert all(0.0 <= r["trace/reward_metrics/exact"] <= 1.0 and r["trace/reward_metrics/chars"] > 0 for r in steps)
+    assert all(
+        0.0 <= r["trace/reward_metrics/exact"] <= 1.0 and r["trace/reward_metrics/chars"] > 0 for r in steps
+    )
     # the reward's exact match agrees with the engine's own accuracy on the same greedy samples
     acc = dict(ev.series("validation/accuracy"))
     assert all(abs(acc[s] - v) <= 0.03 for s, v in mean1)
@@ -130,8 +155,17 @@ def test_reward_that_always_raises_fails_the_job(tmp_path, code_dir):
     with FunctionServer.start(code_dir, "reward", "my_rewards.Boom") as fs:
         ev = ListEvents()
         with pytest.raises(EngineError, match="boom: this reward is broken on purpose") as err:
-            run(job(tmp_path, train, None, rewards=[RewardEndpoint(name="boom", url=fs.url)],
-                    hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 8}), ev, lambda: False)
+            run(
+                job(
+                    tmp_path,
+                    train,
+                    None,
+                    rewards=[RewardEndpoint(name="boom", url=fs.url)],
+                    hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 8},
+                ),
+                ev,
+                lambda: False,
+            )
     assert "'boom'" in str(err.value) and "step 1" in str(err.value)
     assert any(level == "ERROR" and "boom: this reward is broken on purpose" in m for level, m in ev.logs)
 
@@ -139,25 +173,44 @@ def test_reward_that_always_raises_fails_the_job(tmp_path, code_dir):
 @pytest.mark.slow
 def test_agentic_rollout_drives_the_student_endpoint(tmp_path, code_dir):
     train, val = files(tmp_path, 24, 8)
-    with FunctionServer.start(code_dir, "rollout", "my_rollout.TwoTurns") as rs, \
-            FunctionServer.start(code_dir, "reward", "my_rewards.CleanExact") as fs:
+    with (
+        FunctionServer.start(code_dir, "rollout", "my_rollout.TwoTurns") as rs,
+        FunctionServer.start(code_dir, "reward", "my_rewards.CleanExact") as fs,
+    ):
         ev = ListEvents()
-        res = run(job(tmp_path, train, val, rollout=RolloutEndpoint(name="two-turns", url=rs.url, concurrency=8),
-                      rewards=[RewardEndpoint(name="exact", url=fs.url)],
-                      hp={"batch_size": 4, "n_rollouts": 2, "ppo_mini_batch_size": 8, "eval_steps": 3,
-                          "max_length": 96}),  # two turns need room for the first answer in context
-                  ev, lambda: False)
+        res = run(
+            job(
+                tmp_path,
+                train,
+                val,
+                rollout=RolloutEndpoint(name="two-turns", url=rs.url, concurrency=8),
+                rewards=[RewardEndpoint(name="exact", url=fs.url)],
+                hp={
+                    "batch_size": 4,
+                    "n_rollouts": 2,
+                    "ppo_mini_batch_size": 8,
+                    "eval_steps": 3,
+                    "max_length": 96,
+                },
+            ),  # two turns need room for the first answer in context
+            ev,
+            lambda: False,
+        )
     assert res.steps == 6
     steps = [r for r in ev.rows if r["step"] > 0]
     assert all(r["trace/rollout_metrics/turns"] == 2.0 for r in steps)
     assert all(r["trace/rollout/failure_rate"] == 0.0 for r in steps)
-    assert all(r["response_length/mean"] > 0 and r["trace/distillation/valid_token_rate"] == 1.0 for r in steps)
+    assert all(
+        r["response_length/mean"] > 0 and r["trace/distillation/valid_token_rate"] == 1.0 for r in steps
+    )
     assert all("trace/reward_metrics/exact" in r for r in steps)
     # validation runs through the rollout function too (greedy, one rollout per row) and is scored by the reward
     evals = [r for r in ev.rows if "validation/data/reward/mean@1" in r]
     assert [r["step"] for r in evals] == [0, 3, 6]
-    assert all(0.0 <= r["validation/data/reward/mean@1"] <= 1.0 and 0.0 <= r["validation/accuracy"] <= 1.0
-               for r in evals)
+    assert all(
+        0.0 <= r["validation/data/reward/mean@1"] <= 1.0 and 0.0 <= r["validation/accuracy"] <= 1.0
+        for r in evals
+    )
     # every assistant turn was generated through the endpoint, so training used the recorded ids
     assert not any("not generated through the student endpoint" in m for _, m in ev.logs)
     assert any("agentic mode: student served at http://127.0.0.1:" in m for _, m in ev.logs)

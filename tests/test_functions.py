@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from opd_nb.errors import OpdError
-from opd_nb.functions import FunctionServer, classpath_to_module
+from opd_nb.function_server import FunctionServer, classpath_to_module
 
-REWARD = '''
+REWARD = """
 from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardInput, RewardOutput
 
 
@@ -19,7 +19,7 @@ class ExactReward(AbstractRewardProcessor):
         text = (input_data.agent_output.messages or [{}])[-1].get("content", "")
         hit = text.strip() == str(input_data.ground_truth)
         return RewardOutput(reward=Reward(reward_score=float(hit), reward_metrics={"len": float(len(text))}))
-'''
+"""
 
 
 def _write_reward(root, body=REWARD):
@@ -45,13 +45,18 @@ def test_function_server_scores_and_stops(tmp_path):
     _write_reward(tmp_path)
     with FunctionServer.start(tmp_path, "reward", "functions/reward/reward.py:ExactReward") as server:
         assert server.url.startswith("http://127.0.0.1:")
-        body = {"func_type": "reward", "ground_truth": "123",
-                "agent_output": {"messages": [{"role": "assistant", "content": "123"}]}}
+        body = {
+            "func_type": "reward",
+            "ground_truth": "123",
+            "agent_output": {"messages": [{"role": "assistant", "content": "123"}]},
+        }
         out = httpx.post(f"{server.url}/api/v1", json=body, timeout=10).json()
         assert out["reward"]["reward_score"] == 1.0
         assert out["reward"]["reward_metrics"] == {"len": 3.0}
         body["ground_truth"] = "321"
-        assert httpx.post(f"{server.url}/api/v1", json=body, timeout=10).json()["reward"]["reward_score"] == 0.0
+        assert (
+            httpx.post(f"{server.url}/api/v1", json=body, timeout=10).json()["reward"]["reward_score"] == 0.0
+        )
     assert not server.alive()
 
 

@@ -25,8 +25,16 @@ def tiny_random(kind: str, tmp: Path, vocab: int) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    common = dict(vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                  num_attention_heads=6, max_position_embeddings=128, pad_token_id=0, eos_token_id=1)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        max_position_embeddings=128,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     if kind == "qwen2":  # q/k/v biases, GQA 6:2
         model = Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=2, **common))
     else:  # llama: no q/k norm, no GQA, untied head
@@ -83,7 +91,9 @@ def test_hidden_states_and_gradients_match_transformers(name, tmp_path, tok):
         model.zero_grad(set_to_none=True)
         h = fn()
         (h[tm] ** 2).sum().backward()
-        return h.detach(), [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
+        return h.detach(), [
+            torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()
+        ]
 
     default = bm.MIN_SHARED_PREFIX
     bm.MIN_SHARED_PREFIX = 10**9  # the reference: transformers, every row in full
@@ -92,7 +102,9 @@ def test_hidden_states_and_gradients_match_transformers(name, tmp_path, tok):
     finally:
         bm.MIN_SHARED_PREFIX = default
     for prefix in (0, k):
-        h, g = run(lambda k=prefix: fast.hidden_window(b.input_ids, b.attention_mask, b.position_ids, window, k))
+        h, g = run(
+            lambda k=prefix: fast.hidden_window(b.input_ids, b.attention_mask, b.position_ids, window, k)
+        )
         assert h.shape == h_ref.shape
         assert torch.allclose(h[tm], h_ref[tm], atol=2e-5), (prefix, (h[tm] - h_ref[tm]).abs().max())
         for (pname, _), a, c in zip(model.named_parameters(), g, g_ref, strict=True):
@@ -106,17 +118,32 @@ def test_hidden_states_and_gradients_match_transformers(name, tmp_path, tok):
 def test_greedy_decoding_matches_transformers_generate(name, tmp_path, tok):
     model = load(name, tmp_path, tok)
     fast = lean.wrap(model)
-    prompts = [template_ids(tok, r["messages"], add_generation_prompt=True) for r in task.make_rows(24, seed=3)]
+    prompts = [
+        template_ids(tok, r["messages"], add_generation_prompt=True) for r in task.make_rows(24, seed=3)
+    ]
     b = bm.left_pad(prompts, [[False] * len(p) for p in prompts], list(range(len(prompts))), 0, "cpu")
     k = bm.shared_prefix(bm.SeqBatch(b.input_ids, b.attention_mask, b.target_mask, b.group), 0)
     assert k >= 8
     eos = torch.tensor([tok.eos_token_id])
     with torch.inference_mode():
-        ref = model.generate(input_ids=b.input_ids, attention_mask=b.attention_mask, max_new_tokens=12,
-                             do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        ref = model.generate(
+            input_ids=b.input_ids,
+            attention_mask=b.attention_mask,
+            max_new_tokens=12,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
         for prefix in (0, k):
-            out = fast.decode(b.input_ids, b.attention_mask, prefix, 12, lambda logits: logits.argmax(-1), eos,
-                              tok.pad_token_id)
+            out = fast.decode(
+                b.input_ids,
+                b.attention_mask,
+                prefix,
+                12,
+                lambda logits: logits.argmax(-1),
+                eos,
+                tok.pad_token_id,
+            )
             n = min(out.shape[1], ref.shape[1])
             assert torch.equal(out[:, :n], ref[:, :n]), prefix
             assert (ref[:, n:] == tok.pad_token_id).all()  # generate only ran on after every row had ended
@@ -146,9 +173,16 @@ def test_unsupported_models_and_the_opt_out_use_transformers(tmp_path, monkeypat
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64))
     assert lean.wrap(gpt2) is None
-    scaled = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
-                                          num_hidden_layers=1, num_attention_heads=2,
-                                          rope_scaling={"rope_type": "linear", "factor": 2.0}))
+    scaled = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            rope_scaling={"rope_type": "linear", "factor": 2.0},
+        )
+    )
     assert lean.wrap(scaled) is None
     student = load_model(default_pair()[0], "student", "cpu")
     assert lean.wrap(student) is not None
@@ -180,8 +214,9 @@ print(json.dumps({{"rows": ev.rows, "log": ev.text}}))
 """
     import os
 
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, **env})
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 

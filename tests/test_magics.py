@@ -104,7 +104,9 @@ def test_test_shows_assertion_text_of_a_failure(ip, capsys, workspace, tmp_path)
     broken = tmp_path / "ws"
     broken.mkdir()
     (broken / "tests").mkdir()
-    (broken / "tests" / "test_x.py").write_text("def test_sum():\n    total = 1 + 1\n    assert total == 3, 'sum is off'\n")
+    (broken / "tests" / "test_x.py").write_text(
+        "def test_sum():\n    total = 1 + 1\n    assert total == 3, 'sum is off'\n"
+    )
     result, _ = run(ip, f"%opd test {broken}", capsys)
     report = result.result
     assert not report.ok and report.failed == 1
@@ -121,15 +123,21 @@ def test_test_table_keeps_long_parametrised_names_on_a_narrow_terminal(tmp_path)
     (ws / "tests").mkdir(parents=True)
     (ws / "tests" / "test_long.py").write_text(
         "import pytest\n\n@pytest.mark.parametrize('case', ['a-very-long-parametrised-case-name-that-goes-on-and-on'])\n"
-        "def test_reward_cleanup_handles_every_kind_of_thinking_block(case):\n    assert case\n")
+        "def test_reward_cleanup_handles_every_kind_of_thinking_block(case):\n    assert case\n"
+    )
     report = run_workspace_tests(ws)
     assert report.ok and report.passed == 1
     console = Console(width=60, record=True, color_system=None)
     console.print(report)
     # the test column may wrap over lines, but every character of the id is there
-    cells = [line.split("│")[2].strip() for line in console.export_text().splitlines() if line.count("│") >= 4]
+    cells = [
+        line.split("│")[2].strip() for line in console.export_text().splitlines() if line.count("│") >= 4
+    ]
     text = "".join(cells)
-    assert "test_reward_cleanup_handles_every_kind_of_thinking_block[a-very-long-parametrised-case-name-that-goes-on-and-on]" in text
+    assert (
+        "test_reward_cleanup_handles_every_kind_of_thinking_block[a-very-long-parametrised-case-name-that-goes-on-and-on]"
+        in text
+    )
 
 
 def test_missing_workspace_is_a_message(ip, capsys, tmp_path) -> None:
@@ -202,8 +210,12 @@ def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
 
 def test_json_flag_and_exit_code_in_cli_parity(tmp_path) -> None:
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_y.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 2 + 2 == 5\n")
-    out = subprocess.run([PY, "-m", "opd_nb", "test", str(tmp_path), "--json"], capture_output=True, text=True)
+    (tmp_path / "tests" / "test_y.py").write_text(
+        "def test_ok():\n    pass\n\ndef test_bad():\n    assert 2 + 2 == 5\n"
+    )
+    out = subprocess.run(
+        [PY, "-m", "opd_nb", "test", str(tmp_path), "--json"], capture_output=True, text=True
+    )
     assert out.returncode == 1, out.stderr
     data = json.loads(out.stdout)
     assert not data["ok"] and data["failed"] == 1 and data["passed"] == 1
@@ -229,14 +241,18 @@ def test_new_check_config_and_serve_lifecycle(ip, capsys, isolated_cache) -> Non
     report = run(ip, f"%opd check {dest} --target local", capsys)[0].result
     assert hasattr(report, "findings") and report.ok, str(report)
     effective = run(ip, f"%opd config {dest}", capsys)[0].result
-    assert effective is not None and "learning_rate" in (effective._repr_html_() if hasattr(effective, "_repr_html_") else str(effective))
+    assert effective is not None and "learning_rate" in (
+        effective._repr_html_() if hasattr(effective, "_repr_html_") else str(effective)
+    )
 
     info = run(ip, f"%opd serve start --port 0 --data-dir {isolated_cache / 'srv'}", capsys)[0].result
     try:
         status, printed = run(ip, "%opd serve status", capsys)
         assert status.success and "127.0.0.1" in (str(status.result) + printed)
         used = run(ip, "%opd use local", capsys)[0].result  # finds the running server
-        assert used.base_url.startswith("http://127.0.0.1:") and used.base_url != "http://127.0.0.1:8765/api/v1"
+        assert (
+            used.base_url.startswith("http://127.0.0.1:") and used.base_url != "http://127.0.0.1:8765/api/v1"
+        )
         jobs = run(ip, "%opd jobs", capsys)[0].result
         assert hasattr(jobs, "jobs") and jobs.jobs == []
         for line in ("watch ft-nope", "logs ft-nope", "cancel ft-nope"):
@@ -270,6 +286,8 @@ def test_submit_returns_a_live_monitor_then_logs_and_jobs(ip, capsys, isolated_c
         assert logs.lines
         listed = run(ip, "%opd jobs", capsys)[0].result
         assert job_id in {j.job_id for j in listed.jobs}
-        cancel = run(ip, f"%opd cancel {job_id}", capsys)[0]  # already finished: a message or the job, no traceback
+        cancel = run(ip, f"%opd cancel {job_id}", capsys)[
+            0
+        ]  # already finished: a message or the job, no traceback
         assert "Traceback" not in capsys.readouterr().err
         assert cancel.success or isinstance(cancel.error_in_exec, UsageError)

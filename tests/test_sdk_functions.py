@@ -63,16 +63,43 @@ def test_cli_register_and_test_functions(local_server, reward_ws):
     if probe.returncode != 0:
         cli = [str(__import__("pathlib").Path(sys.executable).parent / "dashscope")]
     reg = subprocess.run(
-        [*cli, "rl", "register_functions", "--reward-classpaths", "functions/reward/reward.py:RewardProcessor",
-         "--workspace-dir", "./", "--no-lazy-load", "-o", "json"],
-        cwd=reward_ws, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            *cli,
+            "rl",
+            "register_functions",
+            "--reward-classpaths",
+            "functions/reward/reward.py:RewardProcessor",
+            "--workspace-dir",
+            "./",
+            "--no-lazy-load",
+            "-o",
+            "json",
+        ],
+        cwd=reward_ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert reg.returncode == 0, reg.stderr[-2000:] + reg.stdout[-2000:]
     instance = next(tok.strip('",') for tok in reg.stdout.split() if tok.strip('",').startswith("rw-ins-"))
-    payload = json.dumps({"ground_truth": "12", "agent_output": {"messages": [
-        {"role": "assistant", "content": "<think>x</think>12"}], "rollout_extra": {"solution": "12"}},
-        "rollout_extra": {"solution": "12"}})  # fmt: skip
-    test = subprocess.run([*cli, "rl", "test_functions", instance, "-t", "REWARD", "-i", payload, "-o", "json"],
-                          cwd=reward_ws, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    payload = json.dumps(
+        {
+            "ground_truth": "12",
+            "agent_output": {
+                "messages": [{"role": "assistant", "content": "<think>x</think>12"}],
+                "rollout_extra": {"solution": "12"},
+            },
+            "rollout_extra": {"solution": "12"},
+        }
+    )
+    test = subprocess.run(
+        [*cli, "rl", "test_functions", instance, "-t", "REWARD", "-i", payload, "-o", "json"],
+        cwd=reward_ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert test.returncode == 0, test.stderr[-2000:] + test.stdout[-2000:]
     assert "reward_score" in test.stdout

@@ -53,8 +53,10 @@ def finished_jobs(local_server, client, tmp_path_factory):
     for mode in ("pure-distill", "reward", "agentic"):
         ws = tiny_workspace(mode, root / mode)
         ids[mode] = _job_id(run_sdk(local_server, SUBMIT, ws))
-    jobs = {mode: wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=400)
-            for mode, job_id in ids.items()}  # fmt: skip
+    jobs = {
+        mode: wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=400)
+        for mode, job_id in ids.items()
+    }
     return jobs
 
 
@@ -104,12 +106,14 @@ def test_rl_cli_run_get_list_logs_cancel_then_delete(local_server, client, tmp_p
     cli, env = _dashscope_cli(), sdk_env(local_server)
 
     def rl(*args: str) -> subprocess.CompletedProcess:
-        proc = subprocess.run([*cli, "rl", *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [*cli, "rl", *args], cwd=ws, env=env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, (args, proc.stdout[-1500:], proc.stderr[-1500:])
         return proc
 
     run = rl("run", "-c", "config.yaml", "--teacher-model", "qwen3-max", "-o", "json")
-    job_id = json.loads(run.stdout[run.stdout.index("{"):])["job_id"]
+    job_id = json.loads(run.stdout[run.stdout.index("{") :])["job_id"]
     assert client.get(job_id).teacher_model == "qwen3-max"
     wait_status(client, job_id, {"RUNNING"}, timeout=300)
     assert job_id in rl("get", job_id, "-o", "json").stdout
@@ -119,9 +123,19 @@ def test_rl_cli_run_get_list_logs_cancel_then_delete(local_server, client, tmp_p
     started = time.monotonic()
     job = wait_status(client, job_id, {"CANCELED", "FAILED", "SUCCEEDED"}, timeout=30)
     assert job.status == "CANCELED" and time.monotonic() - started < 15
-    proc = subprocess.run([sys.executable, "-c", "import sys\nfrom dashscope.finetune.agentic_rl import AgenticRL\n"
-                           "print(AgenticRL.delete(sys.argv[1]).status_code, AgenticRL.get(sys.argv[1]).status_code)",
-                           job_id], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom dashscope.finetune.agentic_rl import AgenticRL\n"
+            "print(AgenticRL.delete(sys.argv[1]).status_code, AgenticRL.get(sys.argv[1]).status_code)",
+            job_id,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout.split() == ["200", "404"], proc.stderr[-1500:]
 
 

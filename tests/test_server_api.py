@@ -35,8 +35,11 @@ def _zip(entries: dict[str, bytes], links: tuple[str, ...] = ()) -> bytes:
 
 def _upload_file(api: httpx.Client, rows: list[dict] | None = None, raw: bytes | None = None) -> dict:
     body = raw if raw is not None else "".join(json.dumps(r) + "\n" for r in rows or []).encode()
-    resp = api.post("/files", files={"files": ("train.jsonl", body, "application/octet-stream")},
-                    data={"purpose": "fine-tune"})  # fmt: skip
+    resp = api.post(
+        "/files",
+        files={"files": ("train.jsonl", body, "application/octet-stream")},
+        data={"purpose": "fine-tune"},
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()["data"]
 
@@ -45,7 +48,10 @@ def test_missing_or_empty_bearer_is_401(local_server):
     for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Basic x"}):
         body = _error(httpx.get(local_server.api_base + "/fine-tunes", headers=headers), 401)
         assert body["code"] == "InvalidApiKey"
-    assert httpx.get(local_server.api_base + "/fine-tunes", headers={"Authorization": "Bearer any"}).status_code == 200
+    assert (
+        httpx.get(local_server.api_base + "/fine-tunes", headers={"Authorization": "Bearer any"}).status_code
+        == 200
+    )
 
 
 def test_malformed_json_and_non_object_bodies_are_400(api):
@@ -55,28 +61,40 @@ def test_malformed_json_and_non_object_bodies_are_400(api):
 
 
 def test_unknown_ids_are_404(api):
-    for method, path in [("GET", "/fine-tunes/ft-nope"), ("POST", "/fine-tunes/ft-nope/cancel"),
-                         ("DELETE", "/fine-tunes/ft-nope"), ("GET", "/fine-tunes/ft-nope/logs"),
-                         ("GET", "/fine-tunes/ft-nope/stream"), ("GET", "/fine-tunes/ft-nope/metrics"),
-                         ("GET", "/fine-tunes/ft-nope/checkpoints"), ("GET", "/files/file-nope"),
-                         ("POST", "/fine-tunes/query/faas/rw-ins-nope"),
-                         ("POST", "/fine-tunes/delete/faas/rw-ins-nope"),
-                         ("POST", "/fine-tunes/online/faas/jobId-x/rw-nope")]:  # fmt: skip
+    for method, path in [
+        ("GET", "/fine-tunes/ft-nope"),
+        ("POST", "/fine-tunes/ft-nope/cancel"),
+        ("DELETE", "/fine-tunes/ft-nope"),
+        ("GET", "/fine-tunes/ft-nope/logs"),
+        ("GET", "/fine-tunes/ft-nope/stream"),
+        ("GET", "/fine-tunes/ft-nope/metrics"),
+        ("GET", "/fine-tunes/ft-nope/checkpoints"),
+        ("GET", "/files/file-nope"),
+        ("POST", "/fine-tunes/query/faas/rw-ins-nope"),
+        ("POST", "/fine-tunes/delete/faas/rw-ins-nope"),
+        ("POST", "/fine-tunes/online/faas/jobId-x/rw-nope"),
+    ]:
         _error(api.request(method, path, json={} if method == "POST" else None), 404)
 
 
 def test_submit_validation(api):
     train = _upload_file(api, make_rows(8, seed=1))["uploaded_files"][0]["file_id"]
-    base = {"model": "qwen3-8b", "training_datasets": [{"type": "training", "data_source_type": "file_id",
-                                                        "file_id": train}],
-            "training_type": "pg_opd", "teacher_model": "qwen3-max"}  # fmt: skip
+    base = {
+        "model": "qwen3-8b",
+        "training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": train}],
+        "training_type": "pg_opd",
+        "teacher_model": "qwen3-max",
+    }
     cases = [
         ({"training_type": "sft"}, "training_type"),
         ({"teacher_model": None}, "teacher_model"),
         ({"model": "Qwen/Qwen3-8B"}, "cannot be served"),
         ({"teacher_model": "/no/such/model/dir"}, "not a local Hugging Face model"),
         ({"model": "opd-local/ft-unknown"}, "not a published local model"),
-        ({"training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": "file-x"}]}, "file-x"),
+        (
+            {"training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": "file-x"}]},
+            "file-x",
+        ),
         ({"training_datasets": []}, "training_datasets"),
         ({"rewards": [{"reward_id": "rw-000000000000", "name": "r"}]}, "rw-000000000000"),
         ({"rollout": {"rollout_id": "ro-000000000000"}}, "ro-000000000000"),
@@ -102,11 +120,16 @@ def test_files_answer_under_data_and_reject_bad_jsonl(api):
 
 @pytest.mark.parametrize(
     "entries,links,needle",
-    [({"/abs/evil.py": b"x"}, (), "absolute"), ({"../evil.py": b"x"}, (), "'..'"),
-     ({"ok.py": b"x"}, ("link.py",), "symbolic link")],
-)  # fmt: skip
+    [
+        ({"/abs/evil.py": b"x"}, (), "absolute"),
+        ({"../evil.py": b"x"}, (), "'..'"),
+        ({"ok.py": b"x"}, ("link.py",), "symbolic link"),
+    ],
+)
 def test_unsafe_zips_are_refused(api, local_server, entries, links, needle):
-    url = api.post("/fine-tunes/generate/faas/upload/url", json={"unique_key": "reward-zip-test"}).json()["output"]["url"]
+    url = api.post("/fine-tunes/generate/faas/upload/url", json={"unique_key": "reward-zip-test"}).json()[
+        "output"
+    ]["url"]
     assert url.startswith(local_server.base_url)
     err = _error(httpx.put(url, content=_zip(entries, links)), 400)
     assert needle in err["message"]
@@ -118,26 +141,45 @@ def test_oversize_zip_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.setenv("OPD_MAX_ZIP_BYTES", "2000")
     with start(port=0, data_dir=tmp_path) as server:
-        url = httpx.post(server.api_base + "/fine-tunes/generate/faas/upload/url", json={"unique_key": "k1"},
-                         headers={"Authorization": "Bearer t"}).json()["output"]["url"]  # fmt: skip
+        url = httpx.post(
+            server.api_base + "/fine-tunes/generate/faas/upload/url",
+            json={"unique_key": "k1"},
+            headers={"Authorization": "Bearer t"},
+        ).json()["output"]["url"]
         err = _error(httpx.put(url, content=_zip({"big.py": bytes(range(256)) * 64})), 413)
         assert "MiB" in err["message"]
         assert httpx.put(url, content=_zip({"small.py": b"x = 1\n"})).status_code == 200
 
 
 def test_register_needs_uploaded_zip_and_existing_file(api):
-    _error(api.post("/fine-tunes/create/reward", json={"name": "r.py", "unique_key": "nope", "func": "R"}), 400)
-    url = api.post("/fine-tunes/generate/faas/upload/url", json={"unique_key": "reward-reg"}).json()["output"]["url"]
+    _error(
+        api.post("/fine-tunes/create/reward", json={"name": "r.py", "unique_key": "nope", "func": "R"}), 400
+    )
+    url = api.post("/fine-tunes/generate/faas/upload/url", json={"unique_key": "reward-reg"}).json()[
+        "output"
+    ]["url"]
     assert httpx.put(url, content=_zip({"rewards/r.py": b"class R: pass\n"})).status_code == 200
-    err = _error(api.post("/fine-tunes/create/reward", json={"name": "rewards/missing.py", "unique_key": "reward-reg",
-                                                               "func": "R"}), 400)  # fmt: skip
+    err = _error(
+        api.post(
+            "/fine-tunes/create/reward",
+            json={"name": "rewards/missing.py", "unique_key": "reward-reg", "func": "R"},
+        ),
+        400,
+    )
     assert "missing.py" in err["message"]
-    ok = api.post("/fine-tunes/create/reward", json={"name": "rewards/r.py", "unique_key": "reward-reg", "func": "R"})
+    ok = api.post(
+        "/fine-tunes/create/reward", json={"name": "rewards/r.py", "unique_key": "reward-reg", "func": "R"}
+    )
     assert ok.status_code == 200 and ok.json()["output"]["reward_id"].startswith("rw-")
-    group = api.post("/fine-tunes/create/group-reward",
-                     json={"name": "rewards/r.py", "unique_key": "reward-reg", "func": "R"})  # fmt: skip
+    group = api.post(
+        "/fine-tunes/create/group-reward",
+        json={"name": "rewards/r.py", "unique_key": "reward-reg", "func": "R"},
+    )
     assert group.json()["output"]["group_reward_id"].startswith("grw-")
-    _error(api.post("/fine-tunes/create/widget", json={"name": "r.py", "unique_key": "reward-reg", "func": "R"}), 404)
+    _error(
+        api.post("/fine-tunes/create/widget", json={"name": "r.py", "unique_key": "reward-reg", "func": "R"}),
+        404,
+    )
 
 
 def test_list_paging_and_params(api):

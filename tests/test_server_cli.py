@@ -20,7 +20,9 @@ def test_serve_start_status_stop(tmp_path):
     assert started.returncode == 0, started.stderr
     assert "export DASHSCOPE_HTTP_BASE_URL=http://127.0.0.1:" in started.stdout
     assert "export DASHSCOPE_API_KEY=local" in started.stdout
-    url = next(line.split("=", 1)[1] for line in started.stdout.splitlines() if "DASHSCOPE_HTTP_BASE_URL" in line)
+    url = next(
+        line.split("=", 1)[1] for line in started.stdout.splitlines() if "DASHSCOPE_HTTP_BASE_URL" in line
+    )
     try:
         assert httpx.get(url + "/fine-tunes", headers={"Authorization": "Bearer k"}).status_code == 200
         again = run("start", "--port", "0")

@@ -50,10 +50,21 @@ def test_sigkill_mid_job_then_restart(tmp_path):
         body = "".join(json.dumps(r) + "\n" for r in make_rows(64, seed=3)).encode()
         up = httpx.post(api + "/files", headers=H, files={"files": ("train.jsonl", body)}).json()
         file_id = up["data"]["uploaded_files"][0]["file_id"]
-        job = {"model": "qwen3-8b", "teacher_model": "qwen3-max", "training_type": "pg_opd",
-               "training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": file_id}],
-               "hyper_parameters": {"n_epochs": 50, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 16,
-                                    "max_prompt_length": 40, "max_length": 64, "eval_steps": 1000}}  # fmt: skip
+        job = {
+            "model": "qwen3-8b",
+            "teacher_model": "qwen3-max",
+            "training_type": "pg_opd",
+            "training_datasets": [{"type": "training", "data_source_type": "file_id", "file_id": file_id}],
+            "hyper_parameters": {
+                "n_epochs": 50,
+                "batch_size": 8,
+                "n_rollouts": 2,
+                "ppo_mini_batch_size": 16,
+                "max_prompt_length": 40,
+                "max_length": 64,
+                "eval_steps": 1000,
+            },
+        }
         first = httpx.post(api + "/fine-tunes", headers=H, json=job).json()["output"]["job_id"]
         second = httpx.post(api + "/fine-tunes", headers=H, json=job).json()["output"]["job_id"]
 
@@ -63,9 +74,11 @@ def test_sigkill_mid_job_then_restart(tmp_path):
 
         _wait(running_with_progress, 240, "the first job to make progress")
         assert httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "PENDING"
-        worker_pid = next(int(line.split("worker pid ")[1].rstrip(")"))
-                          for line in httpx.get(f"{api}/fine-tunes/{first}/logs", headers=H).json()["output"]["logs"]
-                          if "worker pid" in line)  # fmt: skip
+        worker_pid = next(
+            int(line.split("worker pid ")[1].rstrip(")"))
+            for line in httpx.get(f"{api}/fine-tunes/{first}/logs", headers=H).json()["output"]["logs"]
+            if "worker pid" in line
+        )
         server.kill()
         # the orphaned worker notices its parent is gone and stops by itself
         _wait(lambda: not _pid_alive(worker_pid), 15, "the orphaned worker to exit")
@@ -77,16 +90,28 @@ def test_sigkill_mid_job_then_restart(tmp_path):
         out = httpx.get(f"{api}/fine-tunes/{first}", headers=H).json()["output"]
         assert out["status"] == "FAILED" and out["code"] == "ServerRestarted", out
         assert out["end_time"]
-        logs = httpx.get(f"{api}/fine-tunes/{first}/logs", headers=H, params={"line": 10000}).json()["output"]["logs"]
+        logs = httpx.get(f"{api}/fine-tunes/{first}/logs", headers=H, params={"line": 10000}).json()[
+            "output"
+        ]["logs"]
         assert any("control plane stopped while this job was running" in line for line in logs), logs[-5:]
         assert httpx.get(f"{api}/files/{file_id}", headers=H).status_code == 200
         listed = httpx.get(f"{api}/fine-tunes", headers=H).json()["output"]
         assert {j["job_id"] for j in listed["jobs"]} == {first, second} and listed["total"] == 2
         # the queued job survived and runs now; cancel stops it within a few seconds
-        _wait(lambda: httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "RUNNING",
-              60, "the queued job to start after the restart")  # fmt: skip
+        _wait(
+            lambda: (
+                httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "RUNNING"
+            ),
+            60,
+            "the queued job to start after the restart",
+        )
         assert httpx.post(f"{api}/fine-tunes/{second}/cancel", headers=H).status_code == 200
         t0 = time.monotonic()
-        _wait(lambda: httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "CANCELED",
-              20, "cancel")  # fmt: skip
+        _wait(
+            lambda: (
+                httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "CANCELED"
+            ),
+            20,
+            "cancel",
+        )
         assert time.monotonic() - t0 < 15

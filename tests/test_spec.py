@@ -17,11 +17,29 @@ from opd_nb.spec import PARAMS, PARAMS_BY_NAME, JobConfig, load_config, parse_co
 from opd_nb.spec.effective import effective_job
 from opd_nb.spec.hyperparams import closest, starting_point
 
-ISSUE_KEYS = {"algorithm", "learning_rate", "lr_scheduler_type", "lr_warmup_steps", "n_epochs", "batch_size",
-              "n_rollouts", "ppo_mini_batch_size", "max_length", "max_prompt_length", "eval_steps", "save_steps",
-              "save_strategy", "save_total_limit", "kl_loss_coef", "opd_teacher_max_model_len",
-              "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization", "charge_type",
-              "mtu_spec_code", "mtu_capacity"}
+ISSUE_KEYS = {
+    "algorithm",
+    "learning_rate",
+    "lr_scheduler_type",
+    "lr_warmup_steps",
+    "n_epochs",
+    "batch_size",
+    "n_rollouts",
+    "ppo_mini_batch_size",
+    "max_length",
+    "max_prompt_length",
+    "eval_steps",
+    "save_steps",
+    "save_strategy",
+    "save_total_limit",
+    "kl_loss_coef",
+    "opd_teacher_max_model_len",
+    "opd_teacher_max_num_batched_tokens",
+    "opd_teacher_gpu_memory_utilization",
+    "charge_type",
+    "mtu_spec_code",
+    "mtu_capacity",
+}
 
 CONFIG = """\
 name: spec-job
@@ -65,36 +83,75 @@ def test_params_table_is_complete_and_self_consistent():
 # ---------------------------------------------------------------- same acceptance as the SDK
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.text(max_size=4), st.just("1e-6"))
-_function = st.fixed_dictionaries({}, optional={
-    "type": st.sampled_from(["reward", "rollout", "group_reward", "ppo", None]),
-    "name": st.one_of(st.text(max_size=3), st.none(), st.integers()),
-    "timeout": _scalar,
-    "weight": _scalar,
-    "fcmodel": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-        "classpath": _scalar, "zipdir": _scalar, "filepath": _scalar, "requirements_path": _scalar,
-        "extra_files": st.one_of(st.none(), st.lists(st.text(max_size=2), max_size=2))})),
-    "runtime": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"cpu": _scalar, "memory_size": _scalar,
-                                                                          "env": st.one_of(st.none(), st.dictionaries(st.text(max_size=2), _scalar, max_size=2))})),
-    "classpath": st.text(max_size=3),
-})
-_dataset = st.fixed_dictionaries({}, optional={
-    "type": st.sampled_from(["training", "validation", "testing", "train"]),
-    "data_source_type": st.sampled_from(["file_id", "download_url", "oss_mount", "ftp", None]),
-    "file_name": _scalar, "file_id": _scalar, "mount_storage": st.one_of(st.none(), st.just({"bucket": "b"}), st.just({"x": 1})),
-})
-_config = st.fixed_dictionaries({}, optional={
-    "name": st.one_of(st.text(max_size=3), st.just(""), st.just("x" * 257), st.integers(), st.none()),
-    "model": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"name": _scalar, "size": _scalar})),
-    "teacher_model": _scalar,
-    "functions": st.one_of(st.none(), st.lists(_function, max_size=2)),
-    "datasets": st.one_of(st.none(), st.lists(_dataset, max_size=2)),
-    "training": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-        "type": st.sampled_from(["reinforcement", "pg_opd", "ppo"]),
-        "hyper_parameters": st.one_of(st.none(), st.dictionaries(st.text(max_size=3), _scalar, max_size=2)),
-        "resources": st.one_of(st.none(), st.just({"mtu_capacity": 2}))})),
-    "observability": st.one_of(st.none(), st.just({}), st.just({"x": 1})),
-    "job_name": st.text(max_size=2),
-})
+_function = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["reward", "rollout", "group_reward", "ppo", None]),
+        "name": st.one_of(st.text(max_size=3), st.none(), st.integers()),
+        "timeout": _scalar,
+        "weight": _scalar,
+        "fcmodel": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "classpath": _scalar,
+                    "zipdir": _scalar,
+                    "filepath": _scalar,
+                    "requirements_path": _scalar,
+                    "extra_files": st.one_of(st.none(), st.lists(st.text(max_size=2), max_size=2)),
+                },
+            ),
+        ),
+        "runtime": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "cpu": _scalar,
+                    "memory_size": _scalar,
+                    "env": st.one_of(st.none(), st.dictionaries(st.text(max_size=2), _scalar, max_size=2)),
+                },
+            ),
+        ),
+        "classpath": st.text(max_size=3),
+    },
+)
+_dataset = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["training", "validation", "testing", "train"]),
+        "data_source_type": st.sampled_from(["file_id", "download_url", "oss_mount", "ftp", None]),
+        "file_name": _scalar,
+        "file_id": _scalar,
+        "mount_storage": st.one_of(st.none(), st.just({"bucket": "b"}), st.just({"x": 1})),
+    },
+)
+_config = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": st.one_of(st.text(max_size=3), st.just(""), st.just("x" * 257), st.integers(), st.none()),
+        "model": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"name": _scalar, "size": _scalar})),
+        "teacher_model": _scalar,
+        "functions": st.one_of(st.none(), st.lists(_function, max_size=2)),
+        "datasets": st.one_of(st.none(), st.lists(_dataset, max_size=2)),
+        "training": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "type": st.sampled_from(["reinforcement", "pg_opd", "ppo"]),
+                    "hyper_parameters": st.one_of(
+                        st.none(), st.dictionaries(st.text(max_size=3), _scalar, max_size=2)
+                    ),
+                    "resources": st.one_of(st.none(), st.just({"mtu_capacity": 2})),
+                },
+            ),
+        ),
+        "observability": st.one_of(st.none(), st.just({}), st.just({"x": 1})),
+        "job_name": st.text(max_size=2),
+    },
+)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,16 +174,23 @@ def test_accepts_exactly_what_the_sdk_accepts(data):
 
 
 def test_errors_point_at_file_and_line(tmp_path):
-    text = CONFIG.replace("      classpath: functions.reward.reward.R", "      classpath: functions.reward.reward.R\n"
-                          "    classpath: misplaced.C")
+    text = CONFIG.replace(
+        "      classpath: functions.reward.reward.R",
+        "      classpath: functions.reward.reward.R\n    classpath: misplaced.C",
+    )
     path = tmp_path / "config.yaml"
     path.write_text(text)
     with pytest.raises(OpdError) as err:
         load_config(path)
     line = text.splitlines().index("    classpath: misplaced.C") + 1
     assert err.value.where == f"{path}:{line}" and "under `fcmodel:`" in err.value.fix
-    path.write_text(CONFIG.replace("functions:\n  - type: reward\n    name: r1\n    fcmodel:\n"
-                                   "      classpath: functions.reward.reward.R\n", "functions: null\n"))
+    path.write_text(
+        CONFIG.replace(
+            "functions:\n  - type: reward\n    name: r1\n    fcmodel:\n"
+            "      classpath: functions.reward.reward.R\n",
+            "functions: null\n",
+        )
+    )
     with pytest.raises(OpdError) as err:
         load_config(path)
     assert err.value.where == f"{path}:9" and "delete the `functions:` line" in err.value.fix
@@ -184,8 +248,14 @@ def test_written_yaml_loads_identically_in_the_sdk(tmp_path):
 @pytest.mark.slow
 def test_request_matches_what_the_real_sdk_sends(tmp_path):
     """The unmodified SDK submits to a capturing HTTP endpoint (standing in for the Bailian host)."""
-    ws = _ws(tmp_path, CONFIG.replace("functions:\n  - type: reward\n    name: r1\n    fcmodel:\n"
-                                      "      classpath: functions.reward.reward.R\n", ""))
+    ws = _ws(
+        tmp_path,
+        CONFIG.replace(
+            "functions:\n  - type: reward\n    name: r1\n    fcmodel:\n"
+            "      classpath: functions.reward.reward.R\n",
+            "",
+        ),
+    )
     script = textwrap.dedent(f"""
         import http.server, json, os, threading
         bodies = []
@@ -209,10 +279,18 @@ def test_request_matches_what_the_real_sdk_sends(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     sent = json.loads(out.stdout.strip().splitlines()[-1])
-    ours = effective_job(ws, init={"name": "init-name"}, teacher_model="t-run", hyper_parameters={"batch_size": 4},
-                         model="").request()
+    ours = effective_job(
+        ws, init={"name": "init-name"}, teacher_model="t-run", hyper_parameters={"batch_size": 4}, model=""
+    ).request()
     assert sent["job_name"].startswith("init-name-") and ours["job_name"].startswith("init-name-")
-    for key in ("model", "teacher_model", "training_type", "hyper_parameters", "resource_config", "training_datasets"):
+    for key in (
+        "model",
+        "teacher_model",
+        "training_type",
+        "hyper_parameters",
+        "resource_config",
+        "training_datasets",
+    ):
         assert sent.get(key) == ours.get(key), key
 
 

@@ -51,8 +51,10 @@ def test_config_loads_with_the_sdk(baked: dict, case_id: str, monkeypatch: pytes
     monkeypatch.chdir(path)
     tuning = TuningModel.load_from_yaml("config.yaml")
     types = sorted(str(getattr(f.type, "value", f.type)) for f in tuning.functions)
-    assert types == sorted(["reward"] * (mode == "reward" or (mode == "agentic" and with_reward))
-                           + ["rollout"] * (mode == "agentic"))
+    assert types == sorted(
+        ["reward"] * (mode == "reward" or (mode == "agentic" and with_reward))
+        + ["rollout"] * (mode == "agentic")
+    )
     assert tuning.model.name == "qwen3.5-9b" and tuning.teacher_model == "qwen3.5-397b-a17b"
     assert str(getattr(tuning.training.type, "value", tuning.training.type)) == "pg_opd"
     hp = tuning.training.hyper_parameters
@@ -74,7 +76,10 @@ def test_awkward_names_end_up_safe(baked: dict) -> None:
         raw = yaml.safe_load((path / "config.yaml").read_text())
         assert isinstance(raw["name"], str) and raw["name"] and raw["name"] == raw["name"].lower()
         assert name.strip() in (path / "README.md").read_text(encoding="utf-8")
-    assert yaml.safe_load((baked["pure-distill-noreward"][0] / "config.yaml").read_text())["name"] == "3d-printing-lab"
+    assert (
+        yaml.safe_load((baked["pure-distill-noreward"][0] / "config.yaml").read_text())["name"]
+        == "3d-printing-lab"
+    )
 
 
 def test_baked_data_is_the_engine_task() -> None:
@@ -82,11 +87,19 @@ def test_baked_data_is_the_engine_task() -> None:
     train = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
     validation = [json.loads(line) for line in (data / "validation.jsonl").read_text().splitlines()]
     assert train == make_rows(512, seed=0) and len(validation) == 64
-    assert not {r["messages"][-1]["content"] for r in train} & {r["messages"][-1]["content"] for r in validation}
+    assert not {r["messages"][-1]["content"] for r in train} & {
+        r["messages"][-1]["content"] for r in validation
+    }
     row = validation[0]
-    assert is_correct(f"<think>n=0</think>{row['rollout_extra']['solution']}", row["rollout_extra"]["solution"])
-    rc = subprocess.run([PY, str(REPO / "scripts" / "make_template_data.py"), "--check"], cwd=REPO,
-                        capture_output=True, text=True)
+    assert is_correct(
+        f"<think>n=0</think>{row['rollout_extra']['solution']}", row["rollout_extra"]["solution"]
+    )
+    rc = subprocess.run(
+        [PY, str(REPO / "scripts" / "make_template_data.py"), "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert rc.returncode == 0, rc.stderr
 
 
@@ -98,14 +111,19 @@ def test_post_gen_hook_removes_what_the_mode_does_not_use(tmp_path: Path) -> Non
     assert not (project / "functions").exists() and not (project / "tests" / "test_reward.py").exists()
 
 
-@pytest.mark.parametrize("context", [
-    {"workspace_name": "!!!"},
-    {"workspace_name": "ok", "reward_class": "class"},
-    {"workspace_name": "ok", "student_model": "qwen 3"},
-    {"workspace_name": "ok", "reward_class": "RewardInput"},
-], ids=["no-slug", "keyword-class", "space-in-model", "reserved-class"])
-def test_pre_gen_hook_rejects_invalid_answers(tmp_path: Path, context: dict,
-                                              capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"workspace_name": "!!!"},
+        {"workspace_name": "ok", "reward_class": "class"},
+        {"workspace_name": "ok", "student_model": "qwen 3"},
+        {"workspace_name": "ok", "reward_class": "RewardInput"},
+    ],
+    ids=["no-slug", "keyword-class", "space-in-model", "reserved-class"],
+)
+def test_pre_gen_hook_rejects_invalid_answers(
+    tmp_path: Path, context: dict, capfd: pytest.CaptureFixture[str]
+) -> None:
     from cookiecutter.exceptions import FailedHookException
 
     with pytest.raises(FailedHookException):
@@ -115,21 +133,27 @@ def test_pre_gen_hook_rejects_invalid_answers(tmp_path: Path, context: dict,
 
 
 def test_template_dir_finds_the_wheel_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import opd_nb
+    import opd_nb.workspace
 
     assert (template_dir() / "cookiecutter.json").is_file()
     fake_pkg = tmp_path / "site-packages" / "opd_nb"
     (fake_pkg / "template").mkdir(parents=True)
     (fake_pkg / "template" / "cookiecutter.json").write_text("{}")
-    monkeypatch.setattr(opd_nb, "__file__", str(fake_pkg / "__init__.py"))
+    monkeypatch.setattr(opd_nb.workspace, "__file__", str(fake_pkg / "workspace.py"))
     assert template_dir() == fake_pkg / "template"
 
 
 def _dry_run(path: Path, *args: str, cwd: Path | None = None) -> tuple[dict, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "FC_"))}
     env["DASHSCOPE_API_KEY"] = FAKE_KEY
-    proc = subprocess.run([PY, str(path / "submit_job.py"), "--dry-run", *args], cwd=cwd or path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [PY, str(path / "submit_job.py"), "--dry-run", *args],
+        cwd=cwd or path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert FAKE_KEY not in proc.stdout + proc.stderr and DOTENV_KEY not in proc.stdout + proc.stderr
     return json.loads(proc.stdout), proc.stderr
@@ -151,8 +175,9 @@ def test_dry_run_shows_the_effective_job_and_never_the_key(baked: dict, case_id:
         assert kinds == ["rollout"] * (mode == "agentic") + ["reward"] * has_reward
         assert job["hyper_parameters"]["learning_rate"] == 1.0e-6
 
-        over, _ = _dry_run(path, "--no-reward", "--teacher-model", "t-2", "--model", "s-2", "--job-name", "exp1",
-                           "--local")
+        over, _ = _dry_run(
+            path, "--no-reward", "--teacher-model", "t-2", "--model", "s-2", "--job-name", "exp1", "--local"
+        )
         assert over["functions"] == ([{**job["functions"][0]}] if mode == "agentic" else None)
         assert (over["teacher_model"], over["model"], over["job_name"]) == ("t-2", "s-2", "exp1-<8 hex>")
         assert over["target"] == "http://127.0.0.1:8765/api/v1"
@@ -171,16 +196,25 @@ def test_submit_without_a_key_is_a_clear_error(baked: dict, tmp_path: Path) -> N
     path = baked["reward-reward"][0]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "FC_"))}
     env["HOME"] = str(tmp_path)
-    proc = subprocess.run([PY, "submit_job.py"], cwd=path, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [PY, "submit_job.py"], cwd=path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert "no API key" in proc.stderr and "Traceback" not in proc.stderr
-    bad = subprocess.run([PY, "submit_job.py", "--dry-run", "-c", "nope.yaml"], cwd=path, env=env,
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [PY, "submit_job.py", "--dry-run", "-c", "nope.yaml"],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "nope.yaml" in bad.stderr and "Traceback" not in bad.stderr
     (path / ".env").write_text(f'# comment\nexport DASHSCOPE_API_KEY="{DOTENV_KEY}"  \n')
     try:
-        dotenv = subprocess.run([PY, "submit_job.py", "--dry-run"], cwd=path, env=env, capture_output=True,
-                                text=True, timeout=60)
+        dotenv = subprocess.run(
+            [PY, "submit_job.py", "--dry-run"], cwd=path, env=env, capture_output=True, text=True, timeout=60
+        )
     finally:
         (path / ".env").unlink()
     assert dotenv.returncode == 0 and json.loads(dotenv.stdout)["api_key"] == ".env"
@@ -192,8 +226,13 @@ def test_broken_config_is_reported_with_the_sdk_code(baked: dict, tmp_path: Path
     path = baked["pure-distill-noreward"][0]
     broken = tmp_path / "broken.yaml"
     broken.write_text((path / "config.yaml").read_text() + "functions: null\n")
-    proc = subprocess.run([PY, str(path / "submit_job.py"), "--dry-run", "-c", str(broken)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [PY, str(path / "submit_job.py"), "--dry-run", "-c", str(broken)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "broken.yaml" in proc.stderr and "1002" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -203,11 +242,19 @@ def test_broken_config_is_reported_with_the_sdk_code(baked: dict, tmp_path: Path
 def test_generated_workspace_passes_its_own_tests_and_ruff(baked: dict, case_id: str) -> None:
     path = baked[case_id][0]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
-    tests = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=path, env=env,
-                           capture_output=True, text=True, timeout=300)
+    tests = subprocess.run(
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout
-    ruff = subprocess.run([PY, "-m", "ruff", "check", "--no-cache", "."], cwd=path, capture_output=True, text=True)
+    ruff = subprocess.run(
+        [PY, "-m", "ruff", "check", "--no-cache", "."], cwd=path, capture_output=True, text=True
+    )
     assert ruff.returncode == 0, ruff.stdout + ruff.stderr
 
 
@@ -219,13 +266,15 @@ def test_reward_and_rollout_run_under_the_sdk_function_server(baked: dict) -> No
 
     import httpx
 
-    from opd_nb.functions import FunctionServer
+    from opd_nb.function_server import FunctionServer
 
     path = baked["agentic-reward"][0]
     raw = yaml.safe_load((path / "config.yaml").read_text())
     classpaths = {f["type"]: f["fcmodel"]["classpath"] for f in raw["functions"]}
-    agent_output = {"messages": [{"role": "assistant", "content": "<think>n=5</think>13489"}],
-                    "rollout_extra": {"solution": "13489"}}
+    agent_output = {
+        "messages": [{"role": "assistant", "content": "<think>n=5</think>13489"}],
+        "rollout_extra": {"solution": "13489"},
+    }
     with FunctionServer.start(path, "reward", classpaths["reward"]) as server:
         body = httpx.post(f"{server.url}/api/v1", json={"agent_output": agent_output}, timeout=30).json()
     assert body["status"] == "success" and body["reward"]["reward_score"] == 1.0, body
@@ -246,9 +295,15 @@ def test_reward_and_rollout_run_under_the_sdk_function_server(baked: dict) -> No
     student = ThreadingHTTPServer(("127.0.0.1", 0), Student)
     threading.Thread(target=student.serve_forever, daemon=True).start()
     try:
-        payload = {"messages": [{"role": "user", "content": "93418"}], "rollout_extra": {"solution": "13489"},
-                   "model_resource": {"model_name": "s", "api_key": "local",
-                                      "base_url": f"http://127.0.0.1:{student.server_address[1]}/v1"}}
+        payload = {
+            "messages": [{"role": "user", "content": "93418"}],
+            "rollout_extra": {"solution": "13489"},
+            "model_resource": {
+                "model_name": "s",
+                "api_key": "local",
+                "base_url": f"http://127.0.0.1:{student.server_address[1]}/v1",
+            },
+        }
         with FunctionServer.start(path, "rollout", classpaths["rollout"]) as server:
             body = httpx.post(f"{server.url}/api/v1", json=payload, timeout=30).json()
     finally:

@@ -140,8 +140,11 @@ def test_playground_picks_up_edits_without_restarting(pg_ws: Path) -> None:
     before = score_one(pg_ws, "123", prompt="321", ground_truth="123")
     assert before.reward_score == 1.0
     reward = pg_ws / "functions" / "reward" / "reward.py"
-    reward.write_text(reward.read_text().replace(
-        '"reward_score": float(any(answer_n == t for t in truths_n))', '"reward_score": 0.25'))
+    reward.write_text(
+        reward.read_text().replace(
+            '"reward_score": float(any(answer_n == t for t in truths_n))', '"reward_score": 0.25'
+        )
+    )
     after = score_one(pg_ws, "123", prompt="321", ground_truth="123")
     assert after.reward_score == 0.25
 
@@ -193,7 +196,12 @@ def test_playground_broken_processor_is_a_message(pg_ws: Path) -> None:
 def _rows(losses, vtr=1.0, reward=None):
     rows = []
     for i, loss in enumerate(losses, start=1):
-        row = {"step": i, "epoch": 1, "actor/distillation/loss": loss, "trace/distillation/valid_token_rate": vtr}
+        row = {
+            "step": i,
+            "epoch": 1,
+            "actor/distillation/loss": loss,
+            "trace/distillation/valid_token_rate": vtr,
+        }
         if reward is not None and i in reward:
             row["validation/data/reward/mean@1"] = reward[i]
         rows.append(row)

@@ -18,7 +18,9 @@ PY = sys.executable
 
 
 def test_create_returns_a_workspace_describing_what_was_written(tmp_path: Path) -> None:
-    ws = create("reward", tmp_path / "my-ws", student="qwen3-8b", teacher="qwen3-max", reward_class="ExactMatch")
+    ws = create(
+        "reward", tmp_path / "my-ws", student="qwen3-8b", teacher="qwen3-max", reward_class="ExactMatch"
+    )
     assert isinstance(ws, Workspace)
     assert ws.path == (tmp_path / "my-ws").resolve() and ws.mode == "reward" and ws.with_reward
     assert ws.name == "my-ws" and ws.slug == "my-ws"
@@ -42,23 +44,27 @@ def test_an_existing_empty_directory_is_used(tmp_path: Path) -> None:
     assert (create("pure-distill", tmp_path / "empty").path / "config.yaml").is_file()
 
 
-@pytest.mark.parametrize(("mode", "kwargs", "message"), [
-    ("finetune", {}, "unknown mode 'finetune'"),
-    ("reward", {"name": ""}, "name is empty"),
-    ("reward", {"name": "!!!"}, "no letters or digits"),
-    ("reward", {"name": "two\nlines"}, "control characters"),
-    ("reward", {"name": "x" * 101}, "at most 100"),
-    ("reward", {"student": "qwen 3"}, "--student 'qwen 3' is not a model id"),
-    ("reward", {"teacher": ""}, "--teacher '' is not a model id"),
-    ("reward", {"reward_class": "2Fast"}, "not a valid Python class name"),
-    ("reward", {"reward_class": "class"}, "not a valid Python class name"),
-    ("reward", {"reward_class": "RewardOutput"}, "clashes"),
-    ("reward", {"reward_class": "RolloutProcessor"}, "rollout class"),
-    ("pure-distill", {"with_reward": True}, "no reward function"),
-    ("reward", {"with_reward": False}, "always has a reward"),
-])
-def test_user_mistakes_are_one_line_errors_and_leave_nothing(tmp_path: Path, mode: str, kwargs: dict,
-                                                             message: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "kwargs", "message"),
+    [
+        ("finetune", {}, "unknown mode 'finetune'"),
+        ("reward", {"name": ""}, "name is empty"),
+        ("reward", {"name": "!!!"}, "no letters or digits"),
+        ("reward", {"name": "two\nlines"}, "control characters"),
+        ("reward", {"name": "x" * 101}, "at most 100"),
+        ("reward", {"student": "qwen 3"}, "--student 'qwen 3' is not a model id"),
+        ("reward", {"teacher": ""}, "--teacher '' is not a model id"),
+        ("reward", {"reward_class": "2Fast"}, "not a valid Python class name"),
+        ("reward", {"reward_class": "class"}, "not a valid Python class name"),
+        ("reward", {"reward_class": "RewardOutput"}, "clashes"),
+        ("reward", {"reward_class": "RolloutProcessor"}, "rollout class"),
+        ("pure-distill", {"with_reward": True}, "no reward function"),
+        ("reward", {"with_reward": False}, "always has a reward"),
+    ],
+)
+def test_user_mistakes_are_one_line_errors_and_leave_nothing(
+    tmp_path: Path, mode: str, kwargs: dict, message: str
+) -> None:
     with pytest.raises(OpdError) as info:
         create(mode, tmp_path / "ws", **kwargs)
     assert info.value.exit_code == 2
@@ -73,7 +79,9 @@ def test_non_empty_destination_is_refused_untouched(tmp_path: Path) -> None:
     with pytest.raises(OpdError, match="not empty") as info:
         create("reward", dest)
     assert info.value.exit_code == 2 and info.value.where == str(dest.resolve())
-    assert [p.name for p in dest.iterdir()] == ["notes.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    assert [p.name for p in dest.iterdir()] == ["notes.txt"] and sorted(
+        p.name for p in tmp_path.iterdir()
+    ) == ["taken"]
     (tmp_path / "file").write_text("x")
     with pytest.raises(OpdError, match="not a directory"):
         create("reward", tmp_path / "file")
@@ -81,7 +89,9 @@ def test_non_empty_destination_is_refused_untouched(tmp_path: Path) -> None:
         create("reward", tmp_path / "missing" / "ws")
 
 
-def test_a_failing_template_leaves_nothing_half_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_template_leaves_nothing_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shutil
 
     import opd_nb.workspace as workspace
@@ -103,12 +113,14 @@ def test_reprs_escape_user_text(tmp_path: Path) -> None:
     assert "<script>" not in ws._repr_html_() and "&lt;script&gt;" in ws._repr_html_()
     assert "pure-distill" in str(ws) and "python submit_job.py --dry-run" in str(ws)
     assert ws.slug == "script-alert-1-script"
-    assert ws.to_json()["files"] == ws.files
+    assert ws.to_payload()["files"] == ws.files
 
 
 def test_magic_path_returns_the_workspace(tmp_path: Path) -> None:
     ws = invoke(["new", "agentic", str(tmp_path / "ag"), "--no-reward", "--name", "Agent 007", "--no-input"])
-    assert isinstance(ws, Workspace) and ws.mode == "agentic" and not ws.with_reward and ws.slug == "agent-007"
+    assert (
+        isinstance(ws, Workspace) and ws.mode == "agentic" and not ws.with_reward and ws.slug == "agent-007"
+    )
     with pytest.raises(OpdError, match="unknown mode"):
         invoke(["new", "nope", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
@@ -116,17 +128,26 @@ def test_magic_path_returns_the_workspace(tmp_path: Path) -> None:
 
 def _opd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([PY, "-m", "opd_nb", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [PY, "-m", "opd_nb", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_cli_new_then_errors_with_exit_code_2(tmp_path: Path) -> None:
     ok = _opd("new", "reward", "my-ws", "--no-input", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "created reward workspace" in ok.stdout and (tmp_path / "my-ws" / "functions" / "reward").is_dir()
-    for args, text in ((("new", "reward", "my-ws"), "not empty"),
-                       (("new", "bogus", "other"), "unknown mode 'bogus'"),
-                       (("new", "reward", "bad", "--name", "???"), "no letters or digits")):
+    for args, text in (
+        (("new", "reward", "my-ws"), "not empty"),
+        (("new", "bogus", "other"), "unknown mode 'bogus'"),
+        (("new", "reward", "bad", "--name", "???"), "no letters or digits"),
+    ):
         proc = _opd(*args, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert text in proc.stderr and "Traceback" not in proc.stderr
@@ -142,7 +163,13 @@ def test_new_user_flow_opd_new_then_pytest(tmp_path: Path) -> None:
     assert _opd("new", "reward", "my-ws", cwd=tmp_path).returncode == 0
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONPATH")}
     pytest_bin = Path(PY).with_name("pytest")
-    proc = subprocess.run([str(pytest_bin), "-q", "-p", "no:cacheprovider"], cwd=tmp_path / "my-ws", env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(pytest_bin), "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path / "my-ws",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "passed" in proc.stdout

@@ -88,16 +88,24 @@ RULES: dict[str, str] = {
 }
 
 
-def _run(ws: Path, text: str, config_name: str, target: str, base_url: str | None,
-         tokenizer_path: str | None) -> CheckReport:
+def _run(
+    ws: Path, text: str, config_name: str, target: str, base_url: str | None, tokenizer_path: str | None
+) -> CheckReport:
     from opd_nb.checks.config import check_config, check_config_with_data
     from opd_nb.checks.data import check_data
     from opd_nb.checks.environment import check_environment
-    from opd_nb.checks.functions import check_functions
+    from opd_nb.checks.function_code import check_functions
 
     report = CheckReport(workspace=str(ws), target=target)
-    ctx = CheckContext(workspace=ws, target=target, report=report, parsed=parse_config_text(text, config_name),
-                       config_name=config_name, base_url=base_url, tokenizer_path=tokenizer_path)
+    ctx = CheckContext(
+        workspace=ws,
+        target=target,
+        report=report,
+        parsed=parse_config_text(text, config_name),
+        config_name=config_name,
+        base_url=base_url,
+        tokenizer_path=tokenizer_path,
+    )
     check_config(ctx)
     if ctx.raw:
         check_data(ctx)
@@ -113,37 +121,68 @@ def _target(target: str) -> str:
     return target
 
 
-def check(workspace: str | Path = ".", target: str = "cloud", *, base_url: str | None = None,
-          tokenizer_path: str | None = None, config: str = "config.yaml") -> CheckReport:
+def check(
+    workspace: str | Path = ".",
+    target: str = "cloud",
+    *,
+    base_url: str | None = None,
+    tokenizer_path: str | None = None,
+    config: str = "config.yaml",
+) -> CheckReport:
     """Run every rule over the workspace's config, data, functions and environment."""
     target = _target(target)
     ws = Path(workspace)
     if not ws.is_dir():
         report = CheckReport(workspace=str(ws), target=target)
-        report.add("workspace.missing", "error", str(ws), f"workspace folder {ws} does not exist",
-                   "create one with `opd new` or pass the right folder")
+        report.add(
+            "workspace.missing",
+            "error",
+            str(ws),
+            f"workspace folder {ws} does not exist",
+            "create one with `opd new` or pass the right folder",
+        )
         return report
     path = ws / config
     if not path.is_file():
         report = CheckReport(workspace=str(ws), target=target)
-        report.add("config.missing", "error", str(path), f"no {config} in {ws}",
-                   "create the workspace with `opd new`, or pass the workspace folder")
+        report.add(
+            "config.missing",
+            "error",
+            str(path),
+            f"no {config} in {ws}",
+            "create the workspace with `opd new`, or pass the workspace folder",
+        )
         from opd_nb.checks.context import CheckContext as _Ctx
         from opd_nb.checks.environment import check_environment
 
-        check_environment(_Ctx(workspace=ws, target=target, report=report,
-                               parsed=parse_config_text("{}", config), config_name=config))
+        check_environment(
+            _Ctx(
+                workspace=ws,
+                target=target,
+                report=report,
+                parsed=parse_config_text("{}", config),
+                config_name=config,
+            )
+        )
         return report.sort()
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         report = CheckReport(workspace=str(ws), target=target)
-        report.add("config.yaml-syntax", "error", str(path), f"not UTF-8 text ({exc.reason})", "save it as UTF-8")
+        report.add(
+            "config.yaml-syntax", "error", str(path), f"not UTF-8 text ({exc.reason})", "save it as UTF-8"
+        )
         return report
     return _run(ws, text, config, target, base_url, tokenizer_path)
 
 
-def check_config_text(yaml_text: str, workspace: str | Path = ".", target: str = "cloud",
-                      config_name: str = "config.yaml", *, base_url: str | None = None) -> CheckReport:
+def check_config_text(
+    yaml_text: str,
+    workspace: str | Path = ".",
+    target: str = "cloud",
+    config_name: str = "config.yaml",
+    *,
+    base_url: str | None = None,
+) -> CheckReport:
     """Check a YAML body before it is written (for `%%opd config`): same rules, data read from the workspace."""
     return _run(Path(workspace), yaml_text, config_name, _target(target), base_url, None)

@@ -13,8 +13,13 @@ from opd_nb.spec.hyperparams import PARAMS_BY_NAME, closest
 LR_START = 1e-6
 LR_FAR_ABOVE = 1e-5  # 10x the documented start
 _HF_REPO = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_PARSE_RULES = {"syntax": "config.yaml-syntax", "empty": "config.empty", "functions-null": "config.functions-null",
-                "name": "config.job-name", "schema": "config.schema"}
+_PARSE_RULES = {
+    "syntax": "config.yaml-syntax",
+    "empty": "config.empty",
+    "functions-null": "config.functions-null",
+    "name": "config.job-name",
+    "schema": "config.schema",
+}
 
 
 def check_config(ctx: CheckContext) -> None:
@@ -43,25 +48,41 @@ def check_config_with_data(ctx: CheckContext) -> None:
         return
     steps = math.ceil(ctx.train_rows / batch) * int(epochs)
     if eval_steps * 3 > steps:
-        where = ctx.where(("training", "hyper_parameters", "eval_steps")) if eval_set else ctx.where(
-            ("training", "hyper_parameters"))
+        where = (
+            ctx.where(("training", "hyper_parameters", "eval_steps"))
+            if eval_set
+            else ctx.where(("training", "hyper_parameters"))
+        )
         suggestion = max(1, steps // 3)
         ctx.report.add(
-            "config.eval-steps-too-sparse", "warning", where,
+            "config.eval-steps-too-sparse",
+            "warning",
+            where,
             f"eval_steps={int(eval_steps)}{'' if eval_set else ' (default)'} gives fewer than 3 evaluations in "
             f"{steps} step(s) ({ctx.train_rows} rows / batch_size {int(batch)} x {int(epochs)} epoch(s)); the docs "
             "need >= 3 evaluation points to judge a trend",
-            f"set eval_steps <= {suggestion}, or add data / epochs")
+            f"set eval_steps <= {suggestion}, or add data / epochs",
+        )
 
 
 def _job_name(ctx: CheckContext) -> None:
     name = ctx.raw.get("name")
     if isinstance(name, str) and name and not name.strip():
-        ctx.report.add("config.job-name", "error", ctx.where(("name",)), "the job name is blank",
-                       "set `name:` to a short id such as my-opd-job")
+        ctx.report.add(
+            "config.job-name",
+            "error",
+            ctx.where(("name",)),
+            "the job name is blank",
+            "set `name:` to a short id such as my-opd-job",
+        )
     elif isinstance(name, str) and re.search(r"\s", name):
-        ctx.report.add("config.job-name", "warning", ctx.where(("name",)),
-                       f"the job name {name!r} contains spaces", "use letters, digits, - and _ only")
+        ctx.report.add(
+            "config.job-name",
+            "warning",
+            ctx.where(("name",)),
+            f"the job name {name!r} contains spaces",
+            "use letters, digits, - and _ only",
+        )
 
 
 def _looks_local(ident: str, ctx: CheckContext) -> str | None:
@@ -83,18 +104,30 @@ def _models(ctx: CheckContext) -> None:
     training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
     rep = ctx.report
     if not student:
-        rep.add("config.model-missing", "error", ctx.where(("model",)) if "model" in raw else ctx.config_name,
-                "no student model: the SDK silently leaves `model` out of the request and the service rejects the job",
-                "add `model: {name: qwen3-8b}` (a Bailian model id)")
+        rep.add(
+            "config.model-missing",
+            "error",
+            ctx.where(("model",)) if "model" in raw else ctx.config_name,
+            "no student model: the SDK silently leaves `model` out of the request and the service rejects the job",
+            "add `model: {name: qwen3-8b}` (a Bailian model id)",
+        )
     if not teacher:
         if training.get("type") == "pg_opd":
-            rep.add("config.teacher-missing", "error", ctx.where(("training", "type")),
-                    "`training.type: pg_opd` without `teacher_model`: the SDK refuses to submit (error 3006)",
-                    "add `teacher_model: <Bailian model id>` (a teacher switches the job to pg_opd by itself)")
+            rep.add(
+                "config.teacher-missing",
+                "error",
+                ctx.where(("training", "type")),
+                "`training.type: pg_opd` without `teacher_model`: the SDK refuses to submit (error 3006)",
+                "add `teacher_model: <Bailian model id>` (a teacher switches the job to pg_opd by itself)",
+            )
         else:
-            rep.add("config.no-teacher", "warning", ctx.where(("training",)) if "training" in raw else ctx.config_name,
-                    "no `teacher_model`: this would run as plain reinforcement learning, not distillation",
-                    "add `teacher_model: <Bailian model id>` to run OPD")
+            rep.add(
+                "config.no-teacher",
+                "warning",
+                ctx.where(("training",)) if "training" in raw else ctx.config_name,
+                "no `teacher_model`: this would run as plain reinforcement learning, not distillation",
+                "add `teacher_model: <Bailian model id>` to run OPD",
+            )
     ids = [(("model", "name"), student), (("teacher_model",), teacher)]
     for path, ident in ids:
         if not isinstance(ident, str) or not ident:
@@ -103,10 +136,14 @@ def _models(ctx: CheckContext) -> None:
         if ctx.target == "cloud":
             why = _looks_local(ident, ctx)
             if why:
-                rep.add("config.model-id-not-cloud", "error", ctx.where(path),
-                        f"{role} {ident!r} looks like {why}; Bailian accepts only its own model ids (the FAQ's most "
-                        "common teacher_model error)",
-                        "use a Bailian model id (e.g. qwen3.5-9b / qwen3.5-397b-a17b), or check with --target local")
+                rep.add(
+                    "config.model-id-not-cloud",
+                    "error",
+                    ctx.where(path),
+                    f"{role} {ident!r} looks like {why}; Bailian accepts only its own model ids (the FAQ's most "
+                    "common teacher_model error)",
+                    "use a Bailian model id (e.g. qwen3.5-9b / qwen3.5-397b-a17b), or check with --target local",
+                )
         else:
             _local_model(ctx, path, role, ident)
 
@@ -123,14 +160,22 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
     from urllib.parse import quote
 
     try:
-        resp = httpx.get(f"{base}/models/{quote(ident, safe='/')}", timeout=5.0, trust_env=False,
-                         params={"role": "teacher" if role == "teacher_model" else "student"},
-                         headers={"Authorization": f"Bearer {os.environ.get('DASHSCOPE_API_KEY') or 'local'}"})
+        resp = httpx.get(
+            f"{base}/models/{quote(ident, safe='/')}",
+            timeout=5.0,
+            trust_env=False,
+            params={"role": "teacher" if role == "teacher_model" else "student"},
+            headers={"Authorization": f"Bearer {os.environ.get('DASHSCOPE_API_KEY') or 'local'}"},
+        )
     except httpx.HTTPError as exc:
         ctx.local_models["__unreachable__"] = True
-        ctx.report.add("env.local-server-unreachable", "warning", base,
-                       f"no local control plane answers at {base} ({type(exc).__name__}); model ids not verified",
-                       "start it with `opd serve start` (or pass --base-url)")
+        ctx.report.add(
+            "env.local-server-unreachable",
+            "warning",
+            base,
+            f"no local control plane answers at {base} ({type(exc).__name__}); model ids not verified",
+            "start it with `opd serve start` (or pass --base-url)",
+        )
         return
     if resp.status_code == 200:
         ctx.local_models[ident] = resp.json()
@@ -140,14 +185,23 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
             detail = resp.json().get("message") or ""
         except ValueError:
             detail = resp.text[:200]
-        ctx.report.add("config.model-not-servable", "error", ctx.where(path),
-                       f"the local control plane cannot serve {role} {ident!r}" + (f": {detail}" if detail else ""),
-                       "use an id from `GET /api/v1/models`, or map it with `opd serve --model-map ID=PATH`")
+        ctx.report.add(
+            "config.model-not-servable",
+            "error",
+            ctx.where(path),
+            f"the local control plane cannot serve {role} {ident!r}" + (f": {detail}" if detail else ""),
+            "use an id from `GET /api/v1/models`, or map it with `opd serve --model-map ID=PATH`",
+        )
         return
     ctx.local_models["__unreachable__"] = True
-    ctx.report.add("env.local-server-unreachable", "warning", base,
-                   f"the local control plane answered HTTP {resp.status_code} for {role} {ident!r}; model ids not "
-                   "verified", "check `opd serve status` and --base-url")
+    ctx.report.add(
+        "env.local-server-unreachable",
+        "warning",
+        base,
+        f"the local control plane answered HTTP {resp.status_code} for {role} {ident!r}; model ids not "
+        "verified",
+        "check `opd serve status` and --base-url",
+    )
 
 
 def _env_base() -> str | None:
@@ -168,9 +222,14 @@ def _numeric_string(ctx: CheckContext, section: str, key: str, value: Any) -> bo
                 fix = f"write {key}: {mant}.0e{exp} (YAML 1.1 needs a dot before the exponent)"
             else:
                 fix = f"write {key}: {value.strip()} without quotes"
-            ctx.report.add("config.numeric-string", "error", ctx.where(("training", section, key)),
-                           f"{key} is the string {value!r}, not a number: YAML reads it as text and the service gets "
-                           "a string", fix)
+            ctx.report.add(
+                "config.numeric-string",
+                "error",
+                ctx.where(("training", section, key)),
+                f"{key} is the string {value!r}, not a number: YAML reads it as text and the service gets "
+                "a string",
+                fix,
+            )
             return True
     return False
 
@@ -183,67 +242,111 @@ def _hyper_parameters(ctx: CheckContext) -> None:
         spec = PARAMS_BY_NAME.get(key)
         if spec is None or spec.section != "hyper_parameters":
             if spec is not None:
-                rep.add("config.misplaced-key", "error", ctx.where(path),
-                        f"`{key}` is a resource, not a hyper-parameter: the service ignores it here",
-                        f"move `{key}` under `training.resources`")
+                rep.add(
+                    "config.misplaced-key",
+                    "error",
+                    ctx.where(path),
+                    f"`{key}` is a resource, not a hyper-parameter: the service ignores it here",
+                    f"move `{key}` under `training.resources`",
+                )
                 continue
             near = closest(key, "hyper_parameters")
             if near and near not in hp:
-                rep.add("config.unknown-hyperparameter", "error", ctx.where(path),
-                        f"unknown hyper-parameter `{key}`: the service ignores it without a word (so {near} keeps "
-                        "its default)", f"did you mean `{near}`?")
+                rep.add(
+                    "config.unknown-hyperparameter",
+                    "error",
+                    ctx.where(path),
+                    f"unknown hyper-parameter `{key}`: the service ignores it without a word (so {near} keeps "
+                    "its default)",
+                    f"did you mean `{near}`?",
+                )
             else:
-                rep.add("config.unknown-hyperparameter", "warning", ctx.where(path),
-                        f"unknown hyper-parameter `{key}`: the service ignores it without a word",
-                        f"remove it{f' (closest known key: `{near}`)' if near else ''}; see `opd_nb.spec.PARAMS`")
+                rep.add(
+                    "config.unknown-hyperparameter",
+                    "warning",
+                    ctx.where(path),
+                    f"unknown hyper-parameter `{key}`: the service ignores it without a word",
+                    f"remove it{f' (closest known key: `{near}`)' if near else ''}; see `opd_nb.spec.PARAMS`",
+                )
             continue
         if value is None:
             continue
-        _check_value(rep, ctx, "hyper_parameters", key, value, spec, path,
-                     f"allowed: {spec.range_text()}; starting point {spec.small!r}")
+        _check_value(
+            rep,
+            ctx,
+            "hyper_parameters",
+            key,
+            value,
+            spec,
+            path,
+            f"allowed: {spec.range_text()}; starting point {spec.small!r}",
+        )
         if key == "kl_loss_coef":
-            rep.add("config.kl-loss-coef", "info", ctx.where(path),
-                    "kl_loss_coef is accepted but not consumed by OPD (the learning rate alone sets how fast the "
-                    "student moves)", "remove it, or leave it: it has no effect")
+            rep.add(
+                "config.kl-loss-coef",
+                "info",
+                ctx.where(path),
+                "kl_loss_coef is accepted but not consumed by OPD (the learning rate alone sets how fast the "
+                "student moves)",
+                "remove it, or leave it: it has no effect",
+            )
     lr = as_number(hp.get("learning_rate"))
     if lr is not None and lr > LR_FAR_ABOVE:
         local = ctx.target == "local"
-        rep.add("config.learning-rate-high", "info" if local else "warning",
-                ctx.where(("training", "hyper_parameters", "learning_rate")),
-                f"learning_rate {lr:g} is {lr / LR_START:.0f}x the documented 1e-6 start: distillation refines "
-                "existing skills and a large rate breaks the output format"
-                + (" (fine for the tiny local models)" if local else ""),
-                "start at 1.0e-6 and change one variable at a time")
+        rep.add(
+            "config.learning-rate-high",
+            "info" if local else "warning",
+            ctx.where(("training", "hyper_parameters", "learning_rate")),
+            f"learning_rate {lr:g} is {lr / LR_START:.0f}x the documented 1e-6 start: distillation refines "
+            "existing skills and a large rate breaks the output format"
+            + (" (fine for the tiny local models)" if local else ""),
+            "start at 1.0e-6 and change one variable at a time",
+        )
     batch, b_set = ctx.hp_value("batch_size")
     n_roll, n_set = ctx.hp_value("n_rollouts")
     mini, m_set = ctx.hp_value("ppo_mini_batch_size")
     if batch and n_roll and mini and (b_set or n_set or m_set) and mini > batch * n_roll:
         defaults = [k for k, s in (("batch_size", b_set), ("n_rollouts", n_set)) if not s]
         note = f" ({', '.join(defaults)} at the default)" if defaults else ""
-        rep.add("config.mini-batch-too-large", "error",
-                ctx.where(("training", "hyper_parameters", "ppo_mini_batch_size")),
-                f"ppo_mini_batch_size {int(mini)} > batch_size {int(batch)} x n_rollouts {int(n_roll)} = "
-                f"{int(batch * n_roll)} samples per step{note}",
-                f"set ppo_mini_batch_size <= {int(batch * n_roll)} (or raise batch_size / n_rollouts)")
+        rep.add(
+            "config.mini-batch-too-large",
+            "error",
+            ctx.where(("training", "hyper_parameters", "ppo_mini_batch_size")),
+            f"ppo_mini_batch_size {int(mini)} > batch_size {int(batch)} x n_rollouts {int(n_roll)} = "
+            f"{int(batch * n_roll)} samples per step{note}",
+            f"set ppo_mini_batch_size <= {int(batch * n_roll)} (or raise batch_size / n_rollouts)",
+        )
     if ctx.has_reward and n_roll is not None and n_roll <= 1:
-        rep.add("config.reward-single-rollout", "warning",
-                ctx.where(("training", "hyper_parameters", "n_rollouts")) if n_set else ctx.where(("training",)),
-                "a reward with n_rollouts = 1: the group-normalised reward advantage is always zero, so the reward "
-                "teaches nothing", "set n_rollouts >= 2 (8 is the documented start)")
+        rep.add(
+            "config.reward-single-rollout",
+            "warning",
+            ctx.where(("training", "hyper_parameters", "n_rollouts")) if n_set else ctx.where(("training",)),
+            "a reward with n_rollouts = 1: the group-normalised reward advantage is always zero, so the reward "
+            "teaches nothing",
+            "set n_rollouts >= 2 (8 is the documented start)",
+        )
     t_len, t_set = ctx.hp_value("opd_teacher_max_model_len")
     max_len, l_set = ctx.hp_value("max_length")
     if t_len and max_len and (t_set or l_set) and t_len < max_len:
-        rep.add("config.teacher-context-short", "warning",
-                ctx.where(("training", "hyper_parameters", "opd_teacher_max_model_len" if t_set else "max_length")),
-                f"opd_teacher_max_model_len {int(t_len)} < max_length {int(max_len)}: tokens past the teacher's "
-                "context get no teacher score and trace/distillation/valid_token_rate drops below 1",
-                f"set opd_teacher_max_model_len >= {int(max_len)} (raise opd_teacher_max_num_batched_tokens with it)")
+        rep.add(
+            "config.teacher-context-short",
+            "warning",
+            ctx.where(
+                ("training", "hyper_parameters", "opd_teacher_max_model_len" if t_set else "max_length")
+            ),
+            f"opd_teacher_max_model_len {int(t_len)} < max_length {int(max_len)}: tokens past the teacher's "
+            "context get no teacher score and trace/distillation/valid_token_rate drops below 1",
+            f"set opd_teacher_max_model_len >= {int(max_len)} (raise opd_teacher_max_num_batched_tokens with it)",
+        )
     p_len, p_set = ctx.hp_value("max_prompt_length")
     if p_len and max_len and (p_set or l_set) and p_len >= max_len:
-        rep.add("config.prompt-length-exceeds-max", "error",
-                ctx.where(("training", "hyper_parameters", "max_prompt_length" if p_set else "max_length")),
-                f"max_prompt_length {int(p_len)} >= max_length {int(max_len)}: no room is left for the response",
-                "keep max_prompt_length well below max_length")
+        rep.add(
+            "config.prompt-length-exceeds-max",
+            "error",
+            ctx.where(("training", "hyper_parameters", "max_prompt_length" if p_set else "max_length")),
+            f"max_prompt_length {int(p_len)} >= max_length {int(max_len)}: no room is left for the response",
+            "keep max_prompt_length well below max_length",
+        )
 
 
 def _resources(ctx: CheckContext) -> None:
@@ -253,14 +356,22 @@ def _resources(ctx: CheckContext) -> None:
         spec = PARAMS_BY_NAME.get(key)
         if spec is None or spec.section != "resources":
             if spec is not None:
-                rep.add("config.misplaced-key", "error", ctx.where(path),
-                        f"`{key}` is a hyper-parameter, not a resource: the service ignores it here",
-                        f"move `{key}` under `training.hyper_parameters`")
+                rep.add(
+                    "config.misplaced-key",
+                    "error",
+                    ctx.where(path),
+                    f"`{key}` is a hyper-parameter, not a resource: the service ignores it here",
+                    f"move `{key}` under `training.hyper_parameters`",
+                )
                 continue
             near = closest(key, "resources")
-            rep.add("config.unknown-resource", "warning", ctx.where(path),
-                    f"unknown resource key `{key}`: the service ignores it without a word",
-                    f"did you mean `{near}`?" if near else "remove it")
+            rep.add(
+                "config.unknown-resource",
+                "warning",
+                ctx.where(path),
+                f"unknown resource key `{key}`: the service ignores it without a word",
+                f"did you mean `{near}`?" if near else "remove it",
+            )
             continue
         if value is None:
             continue
@@ -275,16 +386,26 @@ def _functions(ctx: CheckContext) -> None:
         name = f.get("name")
         if isinstance(name, str) and name:
             if name in seen:
-                rep.add("config.duplicate-function-name", "error", ctx.where(("functions", i, "name")),
-                        f"function name {name!r} is already used by functions[{seen[name]}]: the SDK refuses to "
-                        "submit (error 3004)", "give every function a unique name")
+                rep.add(
+                    "config.duplicate-function-name",
+                    "error",
+                    ctx.where(("functions", i, "name")),
+                    f"function name {name!r} is already used by functions[{seen[name]}]: the SDK refuses to "
+                    "submit (error 3004)",
+                    "give every function a unique name",
+                )
             else:
                 seen[name] = i
     rollouts = [i for i, f in enumerate(funcs) if f.get("type", "rollout") == "rollout"]
     if len(rollouts) > 1:
-        rep.add("config.multiple-rollouts", "warning", ctx.where(("functions", rollouts[1])),
-                f"{len(rollouts)} rollout functions: the SDK registers (and uploads) all of them but submits only the "
-                "first", "keep one rollout function")
+        rep.add(
+            "config.multiple-rollouts",
+            "warning",
+            ctx.where(("functions", rollouts[1])),
+            f"{len(rollouts)} rollout functions: the SDK registers (and uploads) all of them but submits only the "
+            "first",
+            "keep one rollout function",
+        )
 
 
 def _datasets(ctx: CheckContext) -> None:
@@ -294,28 +415,50 @@ def _datasets(ctx: CheckContext) -> None:
         datasets = []
     kinds = [d.get("type", "training") for d in datasets if isinstance(d, dict)]
     if "training" not in kinds:
-        rep.add("config.no-training-data", "error", ctx.where(("datasets",)) if "datasets" in ctx.raw else ctx.config_name,
-                "no training dataset: the job has nothing to learn from",
-                "add `datasets: [{type: training, data_source_type: file_id, file_name: data/train.jsonl}]`")
+        rep.add(
+            "config.no-training-data",
+            "error",
+            ctx.where(("datasets",)) if "datasets" in ctx.raw else ctx.config_name,
+            "no training dataset: the job has nothing to learn from",
+            "add `datasets: [{type: training, data_source_type: file_id, file_name: data/train.jsonl}]`",
+        )
     for i, d in enumerate(datasets):
         if not isinstance(d, dict):
             continue
         kind = d.get("type", "training")
         src = d.get("data_source_type", "file_id") or "file_id"
         if kind == "testing":
-            rep.add("config.testing-dataset", "warning", ctx.where(("datasets", i, "type")),
-                    "datasets of type `testing` are never submitted by the SDK",
-                    "use `type: validation` to evaluate during training")
+            rep.add(
+                "config.testing-dataset",
+                "warning",
+                ctx.where(("datasets", i, "type")),
+                "datasets of type `testing` are never submitted by the SDK",
+                "use `type: validation` to evaluate during training",
+            )
         if src == "file_id" and not d.get("file_name") and not d.get("file_id"):
-            rep.add("config.dataset-source-missing", "error", ctx.where(("datasets", i)),
-                    f"datasets[{i}] has neither file_name nor file_id", "add `file_name: data/train.jsonl`")
+            rep.add(
+                "config.dataset-source-missing",
+                "error",
+                ctx.where(("datasets", i)),
+                f"datasets[{i}] has neither file_name nor file_id",
+                "add `file_name: data/train.jsonl`",
+            )
         elif src == "download_url" and not d.get("download_url"):
-            rep.add("config.dataset-source-missing", "error", ctx.where(("datasets", i)),
-                    f"datasets[{i}] is download_url but has no download_url", "add `download_url: https://...`")
+            rep.add(
+                "config.dataset-source-missing",
+                "error",
+                ctx.where(("datasets", i)),
+                f"datasets[{i}] is download_url but has no download_url",
+                "add `download_url: https://...`",
+            )
         elif src == "oss_mount" and not d.get("mount_storage"):
-            rep.add("config.dataset-source-missing", "error", ctx.where(("datasets", i)),
-                    f"datasets[{i}] is oss_mount but has no mount_storage",
-                    "add `mount_storage: {region: ..., bucket: ..., file_path: ...}`")
+            rep.add(
+                "config.dataset-source-missing",
+                "error",
+                ctx.where(("datasets", i)),
+                f"datasets[{i}] is oss_mount but has no mount_storage",
+                "add `mount_storage: {region: ..., bucket: ..., file_path: ...}`",
+            )
 
 
 def dataset_files(ctx: CheckContext) -> list[tuple[int, str, Path, str]]:

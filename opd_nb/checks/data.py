@@ -24,24 +24,42 @@ def _scan_findings(rep: CheckReport, res: ScanResult, shown: str) -> None:
     for rule, issue in res.issues.items():
         sev = _SEVERITY.get(rule, "error")
         text = _RULE_TEXT.get(rule, "blank line")
-        rep.add(rule, sev, f"{shown}:{issue.lines[0]}",
-                f"{text}: {issue.detail + '; ' if issue.detail else ''}{issue.count} row(s), lines {issue.lines_text()}",
-                _RULE_FIX.get(rule, "remove blank lines"))
+        rep.add(
+            rule,
+            sev,
+            f"{shown}:{issue.lines[0]}",
+            f"{text}: {issue.detail + '; ' if issue.detail else ''}{issue.count} row(s), lines {issue.lines_text()}",
+            _RULE_FIX.get(rule, "remove blank lines"),
+        )
 
 
 def _file_level(rep: CheckReport, path: Path, shown: str, where_cfg: str) -> ScanResult | None:
     if not path.is_file():
-        rep.add("data.file-missing", "error", where_cfg, f"dataset file not found: {shown}",
-                "fix file_name (relative to the workspace) or create the file")
+        rep.add(
+            "data.file-missing",
+            "error",
+            where_cfg,
+            f"dataset file not found: {shown}",
+            "fix file_name (relative to the workspace) or create the file",
+        )
         return None
     size = path.stat().st_size
     if size > UPLOAD_LIMIT_BYTES:
-        rep.add("data.file-too-large", "error", shown,
-                f"{size / 1024**3:.2f} GiB is over the 1 GiB upload limit (the SDK fails with error 4035)",
-                "split the file, sample it, or upload it to OSS and use data_source_type: oss_mount")
+        rep.add(
+            "data.file-too-large",
+            "error",
+            shown,
+            f"{size / 1024**3:.2f} GiB is over the 1 GiB upload limit (the SDK fails with error 4035)",
+            "split the file, sample it, or upload it to OSS and use data_source_type: oss_mount",
+        )
     if size == 0:
-        rep.add("data.empty-file", "error", shown, "the file is empty: the SDK skips it with only a log line",
-                "write rows into it (see opd_nb.data.to_rows / write_jsonl)")
+        rep.add(
+            "data.empty-file",
+            "error",
+            shown,
+            "the file is empty: the SDK skips it with only a log line",
+            "write rows into it (see opd_nb.data.to_rows / write_jsonl)",
+        )
         return None
     res = scan_jsonl(path)
     _scan_findings(rep, res, shown)
@@ -50,8 +68,9 @@ def _file_level(rep: CheckReport, path: Path, shown: str, where_cfg: str) -> Sca
     return res
 
 
-def _prompt_lengths(rep: CheckReport, res: ScanResult, path: Path, shown: str, max_prompt: float,
-                    tokenizer_path: str | None) -> None:
+def _prompt_lengths(
+    rep: CheckReport, res: ScanResult, path: Path, shown: str, max_prompt: float, tokenizer_path: str | None
+) -> None:
     exact = tokenizer_path is not None
     if exact:
         rows = read_jsonl(path)
@@ -67,10 +86,14 @@ def _prompt_lengths(rep: CheckReport, res: ScanResult, path: Path, shown: str, m
         first = ", ".join(str(ln) for ln, _ in over[:5]) + (", ..." if len(over) > 5 else "")
         longest = max(t for _, t in over)
         kind = "exactly" if exact else "about (chars/3.5; pass --tokenizer for exact counts)"
-        rep.add("data.prompt-too-long", "warning", f"{shown}:{over[0][0]}",
-                f"{len(over)} prompt(s) over max_prompt_length {int(max_prompt)}; the longest is {kind} "
-                f"{longest} tokens (lines {first}); they get cut or dropped",
-                "shorten those prompts, drop them, or raise max_prompt_length (and max_length)")
+        rep.add(
+            "data.prompt-too-long",
+            "warning",
+            f"{shown}:{over[0][0]}",
+            f"{len(over)} prompt(s) over max_prompt_length {int(max_prompt)}; the longest is {kind} "
+            f"{longest} tokens (lines {first}); they get cut or dropped",
+            "shorten those prompts, drop them, or raise max_prompt_length (and max_length)",
+        )
 
 
 def _nonblank_lines(path: Path) -> list[int]:
@@ -89,10 +112,14 @@ def check_data(ctx: CheckContext) -> None:
     datasets = ctx.raw.get("datasets") if isinstance(ctx.raw.get("datasets"), list) else []
     kinds = [d.get("type", "training") for d in datasets if isinstance(d, dict)]
     if ctx.raw and "validation" not in kinds:
-        rep.add("data.no-validation", "warning", ctx.where(("datasets",)) if "datasets" in ctx.raw else ctx.config_name,
-                "no validation set: validation metrics (validation/data/reward/mean@1) will not be reported",
-                "add `{type: validation, data_source_type: file_id, file_name: data/validation.jsonl}` "
-                "(opd_nb.data.split makes one)")
+        rep.add(
+            "data.no-validation",
+            "warning",
+            ctx.where(("datasets",)) if "datasets" in ctx.raw else ctx.config_name,
+            "no validation set: validation metrics (validation/data/reward/mean@1) will not be reported",
+            "add `{type: validation, data_source_type: file_id, file_name: data/validation.jsonl}` "
+            "(opd_nb.data.split makes one)",
+        )
     max_prompt, _ = ctx.hp_value("max_prompt_length")
     scans: dict[str, list[tuple[str, ScanResult]]] = {"training": [], "validation": []}
     train_rows = 0
@@ -102,8 +129,13 @@ def check_data(ctx: CheckContext) -> None:
         res = _file_level(rep, path, shown, ctx.where(("datasets", i, "file_name")))
         if res is None:
             if kind == "validation":
-                rep.add("data.no-validation", "warning", ctx.where(("datasets", i, "file_name")),
-                        f"the validation set {written} is missing or empty", "write validation rows into it")
+                rep.add(
+                    "data.no-validation",
+                    "warning",
+                    ctx.where(("datasets", i, "file_name")),
+                    f"the validation set {written} is missing or empty",
+                    "write validation rows into it",
+                )
             continue
         if kind in scans:
             scans[kind].append((shown, res))
@@ -111,31 +143,51 @@ def check_data(ctx: CheckContext) -> None:
             any_train = True
             train_rows += res.n_rows
         elif kind == "validation" and res.n_rows == 0:
-            rep.add("data.no-validation", "warning", shown, "the validation set has no valid rows",
-                    "write validation rows into it")
+            rep.add(
+                "data.no-validation",
+                "warning",
+                shown,
+                "the validation set has no valid rows",
+                "write validation rows into it",
+            )
         if ctx.has_reward and kind in ("training", "validation") and res.missing_solution.count:
             ms = res.missing_solution
-            rep.add("data.missing-solution", "warning", f"{shown}:{ms.lines[0]}",
-                    f"{ms.count} of {res.n_rows} row(s) have no rollout_extra.solution but a reward is registered "
-                    f"(lines {ms.lines_text()}); its ground truth will be empty and it may score 0",
-                    'add "rollout_extra": {"solution": "..."} to each row')
+            rep.add(
+                "data.missing-solution",
+                "warning",
+                f"{shown}:{ms.lines[0]}",
+                f"{ms.count} of {res.n_rows} row(s) have no rollout_extra.solution but a reward is registered "
+                f"(lines {ms.lines_text()}); its ground truth will be empty and it may score 0",
+                'add "rollout_extra": {"solution": "..."} to each row',
+            )
         if res.duplicates.count:
             d = res.duplicates
-            rep.add("data.duplicate-prompt", "info", f"{shown}:{d.lines[0]}",
-                    f"{d.count} row(s) repeat an earlier prompt ({d.detail}; lines {d.lines_text()})",
-                    "deduplicate unless the repetition is intended")
+            rep.add(
+                "data.duplicate-prompt",
+                "info",
+                f"{shown}:{d.lines[0]}",
+                f"{d.count} row(s) repeat an earlier prompt ({d.detail}; lines {d.lines_text()})",
+                "deduplicate unless the repetition is intended",
+            )
         if max_prompt and res.n_rows:
             _prompt_lengths(rep, res, path, shown, max_prompt, ctx.tokenizer_path)
     if any_train:
         ctx.train_rows = train_rows
         batch, b_set = ctx.hp_value("batch_size")
         if batch and train_rows < batch:
-            rep.add("data.too-few-rows", "error",
-                    ctx.where(("training", "hyper_parameters", "batch_size")) if b_set else scans["training"][0][0]
-                    if scans["training"] else ctx.config_name,
-                    f"{train_rows} training row(s) is fewer than batch_size {int(batch)}"
-                    + ("" if b_set else " (default)") + ": not even one full step",
-                    f"add rows or set batch_size <= {max(1, train_rows)}")
+            rep.add(
+                "data.too-few-rows",
+                "error",
+                ctx.where(("training", "hyper_parameters", "batch_size"))
+                if b_set
+                else scans["training"][0][0]
+                if scans["training"]
+                else ctx.config_name,
+                f"{train_rows} training row(s) is fewer than batch_size {int(batch)}"
+                + ("" if b_set else " (default)")
+                + ": not even one full step",
+                f"add rows or set batch_size <= {max(1, train_rows)}",
+            )
     _overlap(rep, scans)
 
 
@@ -149,14 +201,23 @@ def _overlap(rep: CheckReport, scans: dict[str, list[tuple[str, ScanResult]]]) -
         if both:
             both.sort()
             examples = ", ".join(f"{shown}:{vl} = {tf}:{tl}" for vl, (tf, tl) in both[:3])
-            rep.add("data.overlap", "warning", f"{shown}:{both[0][0]}",
-                    f"{len(both)} validation prompt(s) also appear in the training set ({examples}); validation "
-                    "scores will look better than they are",
-                    "remove them from one side (opd_nb.data.split never puts a prompt on both sides)")
+            rep.add(
+                "data.overlap",
+                "warning",
+                f"{shown}:{both[0][0]}",
+                f"{len(both)} validation prompt(s) also appear in the training set ({examples}); validation "
+                "scores will look better than they are",
+                "remove them from one side (opd_nb.data.split never puts a prompt on both sides)",
+            )
 
 
-def check_data_file(path: str | Path, *, require_solution: bool = False, max_prompt_length: int | None = None,
-                    min_rows: int | None = None) -> CheckReport:
+def check_data_file(
+    path: str | Path,
+    *,
+    require_solution: bool = False,
+    max_prompt_length: int | None = None,
+    min_rows: int | None = None,
+) -> CheckReport:
     """The data rules for a single JSONL file (no config needed)."""
     rep = CheckReport(workspace=str(Path(path).parent), target="data")
     p = Path(path)
@@ -165,12 +226,17 @@ def check_data_file(path: str | Path, *, require_solution: bool = False, max_pro
         return rep
     if require_solution and res.missing_solution.count:
         ms = res.missing_solution
-        rep.add("data.missing-solution", "warning", f"{p}:{ms.lines[0]}",
-                f"{ms.count} of {res.n_rows} row(s) have no rollout_extra.solution (lines {ms.lines_text()})",
-                'add "rollout_extra": {"solution": "..."} to each row')
+        rep.add(
+            "data.missing-solution",
+            "warning",
+            f"{p}:{ms.lines[0]}",
+            f"{ms.count} of {res.n_rows} row(s) have no rollout_extra.solution (lines {ms.lines_text()})",
+            'add "rollout_extra": {"solution": "..."} to each row',
+        )
     if max_prompt_length:
         _prompt_lengths(rep, res, p, str(p), max_prompt_length, None)
     if min_rows is not None and res.n_rows < min_rows:
-        rep.add("data.too-few-rows", "error", str(p), f"{res.n_rows} row(s), fewer than {min_rows}",
-                "add rows")
+        rep.add(
+            "data.too-few-rows", "error", str(p), f"{res.n_rows} row(s), fewer than {min_rows}", "add rows"
+        )
     return rep

@@ -44,24 +44,42 @@ def check_environment(ctx: CheckContext) -> None:
     try:
         version = metadata.version("dashscope")
     except metadata.PackageNotFoundError:
-        rep.add("env.dashscope-missing", "error", "python environment", "the dashscope SDK is not installed",
-                "pip install 'dashscope>=2.0.2'")
+        rep.add(
+            "env.dashscope-missing",
+            "error",
+            "python environment",
+            "the dashscope SDK is not installed",
+            "pip install 'dashscope>=2.0.2'",
+        )
         version = None
     if version is not None and _version_tuple(version) < MIN_DASHSCOPE:
-        rep.add("env.dashscope-too-old", "error", "python environment",
-                f"dashscope {version} is older than 2.0.2: it has no OPD and silently drops teacher_model (the job "
-                "runs as plain RL)", "pip install -U 'dashscope>=2.0.2'")
+        rep.add(
+            "env.dashscope-too-old",
+            "error",
+            "python environment",
+            f"dashscope {version} is older than 2.0.2: it has no OPD and silently drops teacher_model (the job "
+            "runs as plain RL)",
+            "pip install -U 'dashscope>=2.0.2'",
+        )
     env_url = os.environ.get("DASHSCOPE_HTTP_BASE_URL")
     if ctx.target == "cloud":
         if not (os.environ.get("DASHSCOPE_API_KEY") or os.environ.get("FC_API_KEY") or _dotenv_key(ctx)):
-            rep.add("env.no-api-key", "error", "environment",
-                    "no DASHSCOPE_API_KEY in the environment or in .env: the SDK sends an empty key and submission "
-                    "fails (3001/3005)",
-                    "export DASHSCOPE_API_KEY=sk-... or put it in the workspace's .env (never in config.yaml)")
+            rep.add(
+                "env.no-api-key",
+                "error",
+                "environment",
+                "no DASHSCOPE_API_KEY in the environment or in .env: the SDK sends an empty key and submission "
+                "fails (3001/3005)",
+                "export DASHSCOPE_API_KEY=sk-... or put it in the workspace's .env (never in config.yaml)",
+            )
         if is_loopback(env_url):
-            rep.add("env.cloud-target-local-url", "warning", "DASHSCOPE_HTTP_BASE_URL",
-                    f"the target is the cloud but DASHSCOPE_HTTP_BASE_URL points at {env_url}",
-                    "unset DASHSCOPE_HTTP_BASE_URL for the cloud, or check with --target local")
+            rep.add(
+                "env.cloud-target-local-url",
+                "warning",
+                "DASHSCOPE_HTTP_BASE_URL",
+                f"the target is the cloud but DASHSCOPE_HTTP_BASE_URL points at {env_url}",
+                "unset DASHSCOPE_HTTP_BASE_URL for the cloud, or check with --target local",
+            )
     _base_url_changed(ctx, env_url)
 
 
@@ -79,7 +97,10 @@ def _base_url_changed(ctx: CheckContext, env_url: str | None) -> None:
     now = env_url or CLOUD_BASE
     if frozen.rstrip("/") != now.rstrip("/"):
         ctx.report.add(
-            "env.base-url-changed", "warning", "DASHSCOPE_HTTP_BASE_URL",
+            "env.base-url-changed",
+            "warning",
+            "DASHSCOPE_HTTP_BASE_URL",
             f"dashscope was imported in this process while DASHSCOPE_HTTP_BASE_URL was {frozen}; it is now {now}, "
             "but the SDK keeps the old value (it is read once, at import)",
-            "restart the kernel (or submit with `opd submit`, which runs the SDK in a fresh process)")
+            "restart the kernel (or submit with `opd submit`, which runs the SDK in a fresh process)",
+        )

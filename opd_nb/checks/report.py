@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from opd_nb.results import ResultMixin
 
 Severity = Literal["error", "warning", "info"]
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -28,7 +29,7 @@ class Finding(BaseModel):
         return text + (f"\n        fix: {self.fix}" if self.fix else "")
 
 
-class CheckReport(BaseModel):
+class CheckReport(ResultMixin, BaseModel):
     """All findings for one workspace and target; `ok` means no errors."""
 
     workspace: str = "."
@@ -72,9 +73,9 @@ class CheckReport(BaseModel):
     def to_list(self) -> list[dict[str, Any]]:
         return [f.model_dump() for f in self.findings]
 
-    def to_json(self) -> str:
+    def to_payload(self) -> list[dict[str, Any]]:
         """The `--json` output: a JSON list of findings."""
-        return json.dumps(self.to_list(), indent=2, ensure_ascii=False)
+        return self.to_list()
 
     def summary(self) -> str:
         e, w, i = len(self.errors), len(self.warnings), len(self.infos)
@@ -127,6 +128,12 @@ class CheckReport(BaseModel):
             for f in self.findings
         )
         color = "#2e7d32" if self.ok else "#c62828"
-        table = ("<table><thead><tr><th>severity</th><th>rule</th><th>where</th><th>problem and fix</th></tr>"
-                 f"</thead><tbody>{rows}</tbody></table>") if self.findings else ""
+        table = (
+            (
+                "<table><thead><tr><th>severity</th><th>rule</th><th>where</th><th>problem and fix</th></tr>"
+                f"</thead><tbody>{rows}</tbody></table>"
+            )
+            if self.findings
+            else ""
+        )
         return f"<div class='opd-check'>{table}<p style='color:{color}'><b>{html.escape(self.summary())}</b></p></div>"

@@ -28,7 +28,9 @@ def _client(local: str | None, cloud: bool, workspace: Path | None = None) -> An
     if local and cloud:
         raise OpdError("--local and --cloud are exclusive")
     if local:
-        target = resolve_target("local", base_url=None if local == _LOCAL_DEFAULT else local, workspace=workspace)
+        target = resolve_target(
+            "local", base_url=None if local == _LOCAL_DEFAULT else local, workspace=workspace
+        )
     else:
         target = resolve_target("cloud" if cloud else None, workspace=workspace)
     return JobClient(target)
@@ -45,7 +47,9 @@ def submit_cmd(
     workspace: Annotated[Path, typer.Argument(help="workspace folder (default: current folder)")] = Path("."),
     local: TargetOpt = None,
     cloud: CloudOpt = False,
-    config: Annotated[str, typer.Option("--config", "-c", help="job YAML inside the workspace")] = "config.yaml",
+    config: Annotated[
+        str, typer.Option("--config", "-c", help="job YAML inside the workspace")
+    ] = "config.yaml",
     job_name: Annotated[str | None, typer.Option(help="job name (the service appends -<8 hex>)")] = None,
     teacher_model: Annotated[str | None, typer.Option(help="teacher model id (overrides config)")] = None,
     model: Annotated[str | None, typer.Option(help="student model id (overrides config)")] = None,
@@ -57,8 +61,15 @@ def submit_cmd(
     from opd_nb.client import submit
 
     client = _client(local, cloud, workspace)
-    result = submit(workspace, client.target, config=config, job_name=job_name, teacher_model=teacher_model,
-                    model=model, no_reward=no_reward)  # fmt: skip
+    result = submit(
+        workspace,
+        client.target,
+        config=config,
+        job_name=job_name,
+        teacher_model=teacher_model,
+        model=model,
+        no_reward=no_reward,
+    )
     if in_magic():
         return _monitor([result.job_id], client)
     if watch and not as_json:
@@ -81,7 +92,9 @@ def jobs_cmd(
 
 
 @app.command("status")
-def status_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False) -> Any:
+def status_cmd(
+    job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False
+) -> Any:
     """Show one job."""
     return emit(_client(local, cloud).get(job_id), as_json=as_json)
 
@@ -91,7 +104,9 @@ def logs_cmd(
     job_id: str,
     local: TargetOpt = None,
     cloud: CloudOpt = False,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep printing new lines until the job ends")
+    ] = False,
     offset: Annotated[int, typer.Option(min=0, help="first line (1-based)")] = 1,
     lines: Annotated[int, typer.Option(min=1, max=10000, help="lines per page")] = 200,
     as_json: JsonOpt = False,
@@ -124,11 +139,22 @@ def _watch_terminal(client: Any, job_id: str) -> Any:
     from rich.text import Text
 
     console = Console()
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeRemainingColumn(), console=console)  # fmt: skip
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=console,
+    )
     task = progress.add_task(job_id, total=None)
-    shown = ("actor/distillation/loss", "trace/distillation/valid_token_rate", "validation/accuracy",
-             "validation/data/reward/mean@1", "actor/lr", "perf/tokens_per_s")  # fmt: skip
+    shown = (
+        "actor/distillation/loss",
+        "trace/distillation/valid_token_rate",
+        "validation/accuracy",
+        "validation/data/reward/mean@1",
+        "actor/lr",
+        "perf/tokens_per_s",
+    )
 
     def render(job: Any, rows: list[dict] | None) -> Any:
         table = Table(title="latest metrics", show_header=True)
@@ -149,8 +175,12 @@ def _watch_terminal(client: Any, job_id: str) -> Any:
         while True:
             job = client.get(job_id)
             prog = job.progress or {}
-            progress.update(task, description=f"{job_id} {job.status}", total=prog.get("total_steps"),
-                            completed=prog.get("step") or 0)  # fmt: skip
+            progress.update(
+                task,
+                description=f"{job_id} {job.status}",
+                total=prog.get("total_steps"),
+                completed=prog.get("step") or 0,
+            )
             live.update(render(job, client.metrics(job_id)))
             if job.terminal:
                 return job
@@ -171,7 +201,9 @@ def watch_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_
 
 
 @app.command("cancel")
-def cancel_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False) -> Any:
+def cancel_cmd(
+    job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False
+) -> Any:
     """Cancel a job (a running local job stops within a few seconds)."""
     return emit(_client(local, cloud).cancel(job_id), as_json=as_json)
 

@@ -31,7 +31,11 @@ class ServeInfo(BaseModel):
     note: str = ""
 
     def env(self) -> dict[str, str]:
-        return {"DASHSCOPE_HTTP_BASE_URL": self.api_base or "", "DASHSCOPE_API_KEY": "local"} if self.api_base else {}
+        return (
+            {"DASHSCOPE_HTTP_BASE_URL": self.api_base or "", "DASHSCOPE_API_KEY": "local"}
+            if self.api_base
+            else {}
+        )
 
     def __str__(self) -> str:
         if not self.running:
@@ -48,10 +52,14 @@ class ServeInfo(BaseModel):
 
         if not self.running:
             return f"<div><b>opd serve</b>: not running {html.escape(self.note)}</div>"
-        rows = "".join(f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
-                       for k, v in self.env().items())  # fmt: skip
-        return (f"<div><b>opd serve</b> running at <code>{html.escape(self.base_url or '')}</code> "
-                f"(pid {self.pid})<table>{rows}</table></div>")
+        rows = "".join(
+            f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
+            for k, v in self.env().items()
+        )
+        return (
+            f"<div><b>opd serve</b> running at <code>{html.escape(self.base_url or '')}</code> "
+            f"(pid {self.pid})<table>{rows}</table></div>"
+        )
 
 
 def _parse_map(items: list[str] | None) -> dict[str, str]:
@@ -59,10 +67,14 @@ def _parse_map(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise OpdError(f"--model-map {item!r} must look like ID=PATH", fix="e.g. --model-map qwen3-8b=/models/q8")
+            raise OpdError(
+                f"--model-map {item!r} must look like ID=PATH", fix="e.g. --model-map qwen3-8b=/models/q8"
+            )
         path = Path(value.strip()).expanduser()
         if not (path / "config.json").is_file():
-            raise OpdError(f"--model-map {key}: {path} is not a Hugging Face model directory (no config.json)")
+            raise OpdError(
+                f"--model-map {key}: {path} is not a Hugging Face model directory (no config.json)"
+            )
         out[key.strip()] = str(path.resolve())
     return out
 
@@ -91,7 +103,9 @@ def status_info() -> ServeInfo:
 
     state = read_state()
     if not state:
-        return ServeInfo(running=False, note="no background server recorded (start one with `opd serve start`)")
+        return ServeInfo(
+            running=False, note="no background server recorded (start one with `opd serve start`)"
+        )
     if not _alive(state.get("pid")) or not _healthy(state["base_url"]):
         return ServeInfo(running=False, note=f"the recorded server (pid {state.get('pid')}) is gone")
     return ServeInfo(running=True, **{k: state.get(k) for k in ("base_url", "api_base", "pid", "data_dir")})
@@ -108,8 +122,13 @@ def start_background(host: str, port: int, data_dir: str | None, model_map: dict
     path = state_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(handle.to_dict()))
-    return ServeInfo(running=True, base_url=handle.base_url, api_base=handle.api_base, pid=handle.pid,
-                     data_dir=str(handle.data_dir))  # fmt: skip
+    return ServeInfo(
+        running=True,
+        base_url=handle.base_url,
+        api_base=handle.api_base,
+        pid=handle.pid,
+        data_dir=str(handle.data_dir),
+    )
 
 
 def stop_background() -> ServeInfo:
@@ -126,14 +145,26 @@ def stop_background() -> ServeInfo:
 
 @app.command("serve")
 def serve(
-    action: Annotated[str | None, typer.Argument(help="run (foreground; CLI default) | start (background; "
-                                                      "magic default) | stop | status")] = None,  # fmt: skip
+    action: Annotated[
+        str | None,
+        typer.Argument(
+            help="run (foreground; CLI default) | start (background; magic default) | stop | status"
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port (0 picks a free one)")] = 8765,
-    data_dir: Annotated[str | None, typer.Option(help="where jobs, files and checkpoints live "
-                                                      "(default ~/.cache/opd-nb/server or $OPD_DATA_DIR)")] = None,  # fmt: skip
-    model_map: Annotated[list[str] | None, typer.Option("--model-map", help="ID=PATH: run model ID on a local "
-                                                        "Hugging Face directory (repeatable)")] = None,  # fmt: skip
+    data_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="where jobs, files and checkpoints live (default ~/.cache/opd-nb/server or $OPD_DATA_DIR)"
+        ),
+    ] = None,
+    model_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model-map", help="ID=PATH: run model ID on a local Hugging Face directory (repeatable)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
@@ -155,8 +186,10 @@ def serve(
 
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     api = f"http://{shown}:{port}/api/v1"
-    typer.echo(f"opd serve: local control plane on http://{shown}:{port} "
-               f"(data {data_dir or default_data_dir()}); Ctrl-C stops it")  # fmt: skip
+    typer.echo(
+        f"opd serve: local control plane on http://{shown}:{port} "
+        f"(data {data_dir or default_data_dir()}); Ctrl-C stops it"
+    )
     typer.echo("target it from a workspace (before importing dashscope) with:")
     typer.echo(f"  export DASHSCOPE_HTTP_BASE_URL={api}")
     typer.echo("  export DASHSCOPE_API_KEY=local")

@@ -21,8 +21,12 @@ _LOCAL_KEY_MARK = "OPD_NB_LOCAL_KEY"  # set when `use local` supplied the placeh
 
 @app.command("test")
 def test_cmd(
-    workspace: Annotated[Path, typer.Argument(help="Workspace folder (default: current folder).")] = Path("."),
-    pytest_args: Annotated[list[str] | None, typer.Option("--pytest-arg", "-a", help="Extra pytest argument (repeatable).")] = None,
+    workspace: Annotated[Path, typer.Argument(help="Workspace folder (default: current folder).")] = Path(
+        "."
+    ),
+    pytest_args: Annotated[
+        list[str] | None, typer.Option("--pytest-arg", "-a", help="Extra pytest argument (repeatable).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ):
     """Run the workspace's tests (pytest in a fresh subprocess) and show a results table."""
@@ -42,7 +46,11 @@ class TargetInfo(BaseModel):
     exports: list[str] = []  # shell lines for the CLI (the shell's env can't be changed from here)
 
     def __str__(self) -> str:
-        key = f"API key: set ({self.key_source})" if self.key_set else "API key: NOT set (DASHSCOPE_API_KEY in env or .env)"
+        key = (
+            f"API key: set ({self.key_source})"
+            if self.key_set
+            else "API key: NOT set (DASHSCOPE_API_KEY in env or .env)"
+        )
         lines = [f"target: {self.kind}  {self.base_url}", key]
         if self.exports:
             lines += ["run in your shell:", *[f"  {line}" for line in self.exports]]
@@ -54,12 +62,16 @@ class TargetInfo(BaseModel):
         return Text(str(self))  # plain text: a "[...]" in a URL or path is not rich markup
 
     def _repr_html_(self) -> str:
-        from opd_nb.notebook import render
+        from opd_nb import render
 
-        key = (f'<span class="ok">set</span> ({render.esc(self.key_source)})' if self.key_set
-               else '<span class="bad">not set</span> (put DASHSCOPE_API_KEY in the environment or .env)')
-        return render.box(render.table(["target", "base URL", "API key"],
-                                       [(self.kind, self.base_url, key)], raw_cols=(2,)))
+        key = (
+            f'<span class="ok">set</span> ({render.esc(self.key_source)})'
+            if self.key_set
+            else '<span class="bad">not set</span> (put DASHSCOPE_API_KEY in the environment or .env)'
+        )
+        return render.box(
+            render.table(["target", "base URL", "API key"], [(self.kind, self.base_url, key)], raw_cols=(2,))
+        )
 
 
 def _is_loopback(url: str) -> bool:
@@ -101,7 +113,9 @@ def use_target(kind: str, base_url: str | None = None) -> TargetInfo:
     if kind == "local":
         api = _normalize_api(base_url) if base_url else (_running_local_api() or DEFAULT_LOCAL_API)
         if not _is_loopback(api):
-            raise OpdError(f"{api} is not a loopback address", fix="the local control plane listens on 127.0.0.1")
+            raise OpdError(
+                f"{api} is not a loopback address", fix="the local control plane listens on 127.0.0.1"
+            )
         os.environ["DASHSCOPE_HTTP_BASE_URL"] = api
         if not os.environ.get("DASHSCOPE_API_KEY"):
             os.environ["DASHSCOPE_API_KEY"] = "local"
@@ -125,7 +139,9 @@ def _key_status(kind: str) -> tuple[bool, str]:
 
         target = resolve_target(kind)
         if target.api_key is not None and target.api_key.get_secret_value():
-            return True, "placeholder for the local server" if kind == "local" and os.environ.get(_LOCAL_KEY_MARK) else "environment or .env"
+            return True, "placeholder for the local server" if kind == "local" and os.environ.get(
+                _LOCAL_KEY_MARK
+            ) else "environment or .env"
         return False, ""
     except ImportError:
         pass
@@ -144,7 +160,10 @@ def _key_status(kind: str) -> tuple[bool, str]:
 @app.command("use")
 def use_cmd(
     kind: Annotated[str, typer.Argument(help="local or cloud", metavar="local|cloud")],
-    base_url: Annotated[str | None, typer.Option("--base-url", help="API base URL (default: the running local server, or Bailian).")] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option("--base-url", help="API base URL (default: the running local server, or Bailian)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ):
     """Target the local control plane or Bailian (base URL and key from env or .env; the key is never shown)."""

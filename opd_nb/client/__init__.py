@@ -16,6 +16,16 @@ from opd_nb.client.submit import SubmitResult, submit
 from opd_nb.client.target import Target, resolve_target
 
 __all__ = [
-    "TERMINAL", "AsyncJobClient", "Checkpoint", "Job", "JobClient", "JobEvent", "JobList", "LogPage",
-    "SubmitResult", "submit", "Target", "resolve_target",
+    "TERMINAL",
+    "AsyncJobClient",
+    "Checkpoint",
+    "Job",
+    "JobClient",
+    "JobEvent",
+    "JobList",
+    "LogPage",
+    "SubmitResult",
+    "submit",
+    "Target",
+    "resolve_target",
 ]

@@ -19,15 +19,19 @@ from pydantic import BaseModel, Field
 
 from opd_nb.client.target import Target, resolve_target
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELED"})
-_STATUS_COLOR = {"SUCCEEDED": "green", "FAILED": "red", "CANCELED": "yellow", "RUNNING": "cyan", "PENDING": "white"}
+_STATUS_COLOR = {
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "CANCELED": "yellow",
+    "RUNNING": "cyan",
+    "PENDING": "white",
+}
 
 
-class Job(BaseModel):
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
-
+class Job(ResultMixin, BaseModel):
     job_id: str
     job_name: str | None = None
     status: str = "UNKNOWN"
@@ -63,8 +67,13 @@ class Job(BaseModel):
         return self.summary()
 
     def _rows(self) -> list[tuple[str, str]]:
-        rows = [("job", self.job_id), ("name", self.job_name or ""), ("status", self.status),
-                ("model", self.model or ""), ("type", self.training_type or "")]  # fmt: skip
+        rows = [
+            ("job", self.job_id),
+            ("name", self.job_name or ""),
+            ("status", self.status),
+            ("model", self.model or ""),
+            ("type", self.training_type or ""),
+        ]
         if self.teacher_model:
             rows.append(("teacher", self.teacher_model))
         if self.progress and self.progress.get("total_steps"):
@@ -78,10 +87,14 @@ class Job(BaseModel):
 
     def _repr_html_(self) -> str:
         color = _STATUS_COLOR.get(self.status, "gray")
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(str(v))}</td></tr>"
-                       for k, v in self._rows())  # fmt: skip
-        return (f"<div><span style='color:{color};font-weight:bold'>{html.escape(self.status)}</span>"
-                f"<table>{body}</table></div>")
+        body = "".join(
+            f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(str(v))}</td></tr>"
+            for k, v in self._rows()
+        )
+        return (
+            f"<div><span style='color:{color};font-weight:bold'>{html.escape(self.status)}</span>"
+            f"<table>{body}</table></div>"
+        )
 
     def __rich__(self) -> Any:
         from rich.table import Table
@@ -94,10 +107,7 @@ class Job(BaseModel):
         return table
 
 
-class JobList(BaseModel):
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
-
+class JobList(ResultMixin, BaseModel):
     jobs: list[Job]
     total: int
     page: int = 1
@@ -120,18 +130,20 @@ class JobList(BaseModel):
         for col in ("job", "status", "model", "created", "output"):
             table.add_column(col)
         for j in self.jobs:  # cells are Text: user strings are not read as rich markup
-            table.add_row(Text(j.job_id), Text(j.status, style=_STATUS_COLOR.get(j.status, "")), Text(j.model or ""),
-                          Text(j.create_time or ""), Text(j.finetuned_output or ""))  # fmt: skip
+            table.add_row(
+                Text(j.job_id),
+                Text(j.status, style=_STATUS_COLOR.get(j.status, "")),
+                Text(j.model or ""),
+                Text(j.create_time or ""),
+                Text(j.finetuned_output or ""),
+            )
         return table
 
     def __str__(self) -> str:
         return "\n".join(j.summary() for j in self.jobs) or "no jobs"
 
 
-class LogPage(BaseModel):
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
-
+class LogPage(ResultMixin, BaseModel):
     job_id: str
     lines: list[str]
     offset: int
@@ -175,7 +187,9 @@ def _raise_for(resp: httpx.Response, what: str) -> None:
     except ValueError:
         body = {}
     code = body.get("code") if isinstance(body, dict) else None
-    message = (body.get("message") if isinstance(body, dict) else None) or resp.text[:300] or resp.reason_phrase
+    message = (
+        (body.get("message") if isinstance(body, dict) else None) or resp.text[:300] or resp.reason_phrase
+    )
     fix = None
     if resp.status_code == 401:
         fix = "set DASHSCOPE_API_KEY in the environment or the workspace's .env"
@@ -210,10 +224,16 @@ class _Base:
         return headers
 
     def _unreachable(self, exc: Exception) -> OpdError:
-        fix = ("start it with `opd serve` (or `%opd serve start`)" if self.target.kind == "local"
-               else "check the network and DASHSCOPE_HTTP_BASE_URL")  # fmt: skip
-        return OpdError(f"cannot reach the {self.target.kind} control plane at {self.target.base_url}: "
-                        f"{type(exc).__name__}", fix=fix)  # fmt: skip
+        fix = (
+            "start it with `opd serve` (or `%opd serve start`)"
+            if self.target.kind == "local"
+            else "check the network and DASHSCOPE_HTTP_BASE_URL"
+        )
+        return OpdError(
+            f"cannot reach the {self.target.kind} control plane at {self.target.base_url}: "
+            f"{type(exc).__name__}",
+            fix=fix,
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
@@ -243,20 +263,34 @@ class JobClient(_Base):
         return Job.from_output(_output(self._request("GET", f"/fine-tunes/{job_id}", f"get job {job_id}")))
 
     def list(self, page: int = 1, size: int = 20) -> JobList:
-        out = _output(self._request("GET", "/fine-tunes", "list jobs", params={"page_no": page, "page_size": size}))
-        return JobList(jobs=[Job.from_output(j) for j in out.get("jobs") or []], total=out.get("total") or 0,
-                       page=page, size=size)  # fmt: skip
+        out = _output(
+            self._request("GET", "/fine-tunes", "list jobs", params={"page_no": page, "page_size": size})
+        )
+        return JobList(
+            jobs=[Job.from_output(j) for j in out.get("jobs") or []],
+            total=out.get("total") or 0,
+            page=page,
+            size=size,
+        )
 
     def logs(self, job_id: str, offset: int = 0, lines: int = 200) -> LogPage:
-        out = _output(self._request("GET", f"/fine-tunes/{job_id}/logs", f"logs of {job_id}",
-                                    params={"offset": max(offset, 1), "line": lines}))  # fmt: skip
+        out = _output(
+            self._request(
+                "GET",
+                f"/fine-tunes/{job_id}/logs",
+                f"logs of {job_id}",
+                params={"offset": max(offset, 1), "line": lines},
+            )
+        )
         return _log_page(job_id, out, offset)
 
     def events(self, job_id: str) -> Iterator[JobEvent]:
         """Server-sent events until the job ends (`status` events, then `log` lines)."""
         url = f"{self.target.base_url}/fine-tunes/{job_id}/stream"
         try:
-            with httpx.stream("GET", url, headers=self._headers(), timeout=httpx.Timeout(self.timeout, read=None)) as r:
+            with httpx.stream(
+                "GET", url, headers=self._headers(), timeout=httpx.Timeout(self.timeout, read=None)
+            ) as r:
                 if r.status_code >= 400:
                     r.read()
                     _raise_for(r, f"events of {job_id}")
@@ -271,8 +305,14 @@ class JobClient(_Base):
     def delete(self, job_id: str) -> None:
         self._request("DELETE", f"/fine-tunes/{job_id}", f"delete {job_id}")
 
-    def wait(self, job_id: str, *, poll_s: float = 2.0, timeout_s: float | None = None,
-             on_update: Callable[[Job], None] | None = None) -> Job:  # fmt: skip
+    def wait(
+        self,
+        job_id: str,
+        *,
+        poll_s: float = 2.0,
+        timeout_s: float | None = None,
+        on_update: Callable[[Job], None] | None = None,
+    ) -> Job:
         deadline = time.monotonic() + timeout_s if timeout_s else None
         while True:
             job = self.get(job_id)
@@ -281,8 +321,10 @@ class JobClient(_Base):
             if job.terminal:
                 return job
             if deadline and time.monotonic() > deadline:
-                raise OpdError(f"job {job_id} is still {job.status} after {timeout_s:.0f}s",
-                               fix=f"keep watching with `opd watch {job_id}`")  # fmt: skip
+                raise OpdError(
+                    f"job {job_id} is still {job.status} after {timeout_s:.0f}s",
+                    fix=f"keep watching with `opd watch {job_id}`",
+                )
             time.sleep(poll_s)
 
     def _local_only(self, path: str, what: str) -> Any | None:
@@ -336,17 +378,29 @@ class AsyncJobClient(_Base):
         raise self._unreachable(last or RuntimeError("no response"))
 
     async def get(self, job_id: str) -> Job:
-        return Job.from_output(_output(await self._request("GET", f"/fine-tunes/{job_id}", f"get job {job_id}")))
+        return Job.from_output(
+            _output(await self._request("GET", f"/fine-tunes/{job_id}", f"get job {job_id}"))
+        )
 
     async def list(self, page: int = 1, size: int = 20) -> JobList:
-        resp = await self._request("GET", "/fine-tunes", "list jobs", params={"page_no": page, "page_size": size})
+        resp = await self._request(
+            "GET", "/fine-tunes", "list jobs", params={"page_no": page, "page_size": size}
+        )
         out = _output(resp)
-        return JobList(jobs=[Job.from_output(j) for j in out.get("jobs") or []], total=out.get("total") or 0,
-                       page=page, size=size)  # fmt: skip
+        return JobList(
+            jobs=[Job.from_output(j) for j in out.get("jobs") or []],
+            total=out.get("total") or 0,
+            page=page,
+            size=size,
+        )
 
     async def logs(self, job_id: str, offset: int = 0, lines: int = 200) -> LogPage:
-        resp = await self._request("GET", f"/fine-tunes/{job_id}/logs", f"logs of {job_id}",
-                                   params={"offset": max(offset, 1), "line": lines})  # fmt: skip
+        resp = await self._request(
+            "GET",
+            f"/fine-tunes/{job_id}/logs",
+            f"logs of {job_id}",
+            params={"offset": max(offset, 1), "line": lines},
+        )
         return _log_page(job_id, _output(resp), offset)
 
     async def events(self, job_id: str) -> AsyncIterator[JobEvent]:
@@ -375,8 +429,14 @@ class AsyncJobClient(_Base):
     async def delete(self, job_id: str) -> None:
         await self._request("DELETE", f"/fine-tunes/{job_id}", f"delete {job_id}")
 
-    async def wait(self, job_id: str, *, poll_s: float = 2.0, timeout_s: float | None = None,
-                   on_update: Callable[[Job], None] | None = None) -> Job:  # fmt: skip
+    async def wait(
+        self,
+        job_id: str,
+        *,
+        poll_s: float = 2.0,
+        timeout_s: float | None = None,
+        on_update: Callable[[Job], None] | None = None,
+    ) -> Job:
         deadline = time.monotonic() + timeout_s if timeout_s else None
         while True:
             job = await self.get(job_id)
@@ -397,7 +457,9 @@ class AsyncJobClient(_Base):
     async def checkpoints(self, job_id: str) -> list[Checkpoint] | None:
         if self.target.kind == "cloud":
             return None
-        out = _output(await self._request("GET", f"/fine-tunes/{job_id}/checkpoints", f"checkpoints of {job_id}"))
+        out = _output(
+            await self._request("GET", f"/fine-tunes/{job_id}/checkpoints", f"checkpoints of {job_id}")
+        )
         return [Checkpoint(**c) for c in out.get("checkpoints") or []]
 
     async def models(self) -> list[dict] | None:
@@ -411,8 +473,13 @@ def _log_page(job_id: str, out: Any, offset: int) -> LogPage:
     lines = logs.splitlines() if isinstance(logs, str) else [str(x) for x in logs or []]
     start = max(offset, 1)
     nxt = out.get("next_offset") if isinstance(out, dict) else None
-    return LogPage(job_id=job_id, lines=lines, offset=start, next_offset=nxt or start + len(lines),
-                   total=out.get("total") if isinstance(out, dict) else None)  # fmt: skip
+    return LogPage(
+        job_id=job_id,
+        lines=lines,
+        offset=start,
+        next_offset=nxt or start + len(lines),
+        total=out.get("total") if isinstance(out, dict) else None,
+    )
 
 
 class _SseParser:

@@ -14,13 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
 
 _RUNNER = r"""
 import asyncio, json, os, sys
@@ -42,10 +42,7 @@ sys.exit(0 if job_id else 1)
 """
 
 
-class SubmitResult(BaseModel):
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
-
+class SubmitResult(ResultMixin, BaseModel):
     job_id: str
     job: Job | None = None
     target_kind: str
@@ -60,13 +57,10 @@ class SubmitResult(BaseModel):
 
     def _repr_html_(self) -> str:
         status = self.job.status if self.job else "submitted"
-        return (f"<div>submitted <code>{html.escape(self.job_id)}</code> ({html.escape(status)}) to "
-                f"{self.target_kind} <code>{html.escape(self.base_url)}</code></div>")
-
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(str(self))  # plain text: a "[...]" in a job name or path is not rich markup
+        return (
+            f"<div>submitted <code>{html.escape(self.job_id)}</code> ({html.escape(status)}) to "
+            f"{self.target_kind} <code>{html.escape(self.base_url)}</code></div>"
+        )
 
 
 def submit(
@@ -87,7 +81,9 @@ def submit(
         raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
     target = target or resolve_target(workspace=ws)
     if target.api_key is None:
-        raise OpdError("no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env")
+        raise OpdError(
+            "no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env"
+        )
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
     env.update(target.env())
     env["NO_PROXY"] = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
@@ -105,8 +101,13 @@ def submit(
             cmd.append("--no-reward")
     else:
         runner = "sdk"
-        args = {"config": str(cfg), "job_name": job_name, "teacher_model": teacher_model, "model": model,
-                "no_reward": no_reward}  # fmt: skip
+        args = {
+            "config": str(cfg),
+            "job_name": job_name,
+            "teacher_model": teacher_model,
+            "model": model,
+            "no_reward": no_reward,
+        }
         cmd = [sys.executable, "-c", _RUNNER, json.dumps(args)]
     try:
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -126,8 +127,17 @@ def submit(
             break
     if proc.returncode != 0 or not job_id:
         detail = "\n".join(line for line in tail if line.strip()) or (proc.stdout or "").strip()[-500:]
-        raise OpdError(f"submission failed (exit {proc.returncode}):\n{detail}",
-                       exit_code=2 if proc.returncode == 2 else 1)  # fmt: skip
+        raise OpdError(
+            f"submission failed (exit {proc.returncode}):\n{detail}",
+            exit_code=2 if proc.returncode == 2 else 1,
+        )
     job = JobClient(target).get(job_id)
-    return SubmitResult(job_id=job_id, job=job, target_kind=target.kind, base_url=target.base_url,
-                        workspace=str(ws), runner=runner, log_tail=tail)  # fmt: skip
+    return SubmitResult(
+        job_id=job_id,
+        job=job,
+        target_kind=target.kind,
+        base_url=target.base_url,
+        workspace=str(ws),
+        runner=runner,
+        log_tail=tail,
+    )

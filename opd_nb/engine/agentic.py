@@ -53,8 +53,16 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
         except (ValueError, KeyError, TypeError):
             continue
         args = obj.get("arguments", {})
-        calls.append({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                      "function": {"name": str(name), "arguments": args if isinstance(args, str) else json.dumps(args)}})
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {
+                    "name": str(name),
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+        )
     content = _TOOL_CALL.sub("", text).strip() if calls else text
     return content, calls
 
@@ -66,7 +74,7 @@ class _Server:
         import uvicorn
 
         from opd_nb.engine.data import template_ids
-        from opd_nb.functions import free_port
+        from opd_nb.function_server import free_port
 
         self.q: queue.Queue[_GenRequest] = queue.Queue()
         self.tokens: set[str] = set()
@@ -85,7 +93,9 @@ class _Server:
             auth = request.headers.get("authorization", "")
             token = auth.split(" ", 1)[1].strip() if auth.lower().startswith("bearer ") else ""
             if token not in self.tokens:
-                return err(401, "invalid or expired api_key (use model_resource.api_key)", "authentication_error")
+                return err(
+                    401, "invalid or expired api_key (use model_resource.api_key)", "authentication_error"
+                )
             try:
                 body = await request.json()
             except ValueError:
@@ -102,7 +112,9 @@ class _Server:
             if len(ids) >= max_total:
                 return err(400, f"prompt is {len(ids)} tokens; the context limit (max_length) is {max_total}")
             try:
-                temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+                temperature = float(
+                    body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0
+                )
                 top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
                 mt = body.get("max_tokens") or body.get("max_completion_tokens") or max_total
                 max_tokens = max(1, min(int(mt), max_total - len(ids)))
@@ -116,15 +128,23 @@ class _Server:
             if calls:
                 message["tool_calls"] = calls
                 finish = "tool_calls" if finish == "stop" else finish
-            return {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
-                    "model": self.model_name,
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                    "usage": {"prompt_tokens": len(ids), "completion_tokens": len(comp_ids),
-                              "total_tokens": len(ids) + len(comp_ids)}}
+            return {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.model_name,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "completion_tokens": len(comp_ids),
+                    "total_tokens": len(ids) + len(comp_ids),
+                },
+            }
 
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        )
         self.thread = threading.Thread(target=self.server.run, name="opd-student-openai", daemon=True)
         self.thread.start()
         deadline = time.time() + 20
@@ -146,8 +166,10 @@ class Agentic:
         self.run = run
         self.server = _Server(run.tok, "opd-local-student", run.max_total)
         self.records: dict[str, list[tuple[list[int], list[int]]]] = {}
-        run.log(f"agentic mode: student served at {self.server.base_url} for the rollout function "
-                f"{run.job.rollout.name!r} ({run.job.rollout.url})")
+        run.log(
+            f"agentic mode: student served at {self.server.base_url} for the rollout function "
+            f"{run.job.rollout.name!r} ({run.job.rollout.url})"
+        )
 
     def close(self) -> None:
         self.server.close()
@@ -159,8 +181,12 @@ class Agentic:
             by.setdefault((r.temperature, r.top_p), []).append(r)
         for (temp, top_p), reqs in by.items():
             try:
-                outs = self.run.generate_ids([r.prompt_ids for r in reqs], temperature=temp, top_p=top_p,
-                                             max_new=max(r.max_tokens for r in reqs))
+                outs = self.run.generate_ids(
+                    [r.prompt_ids for r in reqs],
+                    temperature=temp,
+                    top_p=top_p,
+                    max_new=max(r.max_tokens for r in reqs),
+                )
             except Exception as exc:  # noqa: BLE001 - report to the caller instead of hanging it
                 for r in reqs:
                     r.future.set_exception(exc)
@@ -206,7 +232,11 @@ class Agentic:
             except ValueError:
                 body = None
             if resp.status_code != 200 or not isinstance(body, dict):
-                msg = (body or {}).get("message") or (body or {}).get("detail") if isinstance(body, dict) else resp.text[:300]
+                msg = (
+                    (body or {}).get("message") or (body or {}).get("detail")
+                    if isinstance(body, dict)
+                    else resp.text[:300]
+                )
                 return None, f"HTTP {resp.status_code}: {msg}"
             if str(body.get("status", "success")) != "success":
                 return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
@@ -231,16 +261,31 @@ class Agentic:
                 tok = "opd-" + secrets.token_hex(12)
                 tokens.append(tok)
                 groups.append(g)
-                payloads.append({
-                    "func_type": "rollout", "messages": r.messages, "tools": r.tools,
-                    "ground_truth": r.rollout_extra.get("solution"), "rollout_extra": r.rollout_extra,
-                    "sampling_params": {"temperature": temperature, "top_p": 1.0,
-                                        "max_tokens": run.max_total - len(r.prompt_ids)},
-                    "model_resource": {"model_name": self.server.model_name, "base_url": self.server.base_url,
-                                       "api_key": tok},
-                    "request_metadata": {"job_id": job.job_id, "sample_id": f"{where}-{g}", "rollout_id": str(k),
-                                         "attempt_id": "0"},
-                })
+                payloads.append(
+                    {
+                        "func_type": "rollout",
+                        "messages": r.messages,
+                        "tools": r.tools,
+                        "ground_truth": r.rollout_extra.get("solution"),
+                        "rollout_extra": r.rollout_extra,
+                        "sampling_params": {
+                            "temperature": temperature,
+                            "top_p": 1.0,
+                            "max_tokens": run.max_total - len(r.prompt_ids),
+                        },
+                        "model_resource": {
+                            "model_name": self.server.model_name,
+                            "base_url": self.server.base_url,
+                            "api_key": tok,
+                        },
+                        "request_metadata": {
+                            "job_id": job.job_id,
+                            "sample_id": f"{where}-{g}",
+                            "rollout_id": str(k),
+                            "attempt_id": "0",
+                        },
+                    }
+                )
         self.server.tokens.update(tokens)
         self.records = {}
         done = threading.Event()
@@ -264,11 +309,16 @@ class Agentic:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
         failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
         if failed:
-            run.log(f"rollout function {job.rollout.name!r}: {len(failed)}/{len(results)} rollouts failed in {where}; "
-                    f"first error: {failed[0][1]}", "WARNING")
+            run.log(
+                f"rollout function {job.rollout.name!r}: {len(failed)}/{len(results)} rollouts failed in {where}; "
+                f"first error: {failed[0][1]}",
+                "WARNING",
+            )
         if len(failed) == len(results):
-            raise EngineError(f"rollout function {job.rollout.name!r} failed every call ({len(results)}) in {where}: "
-                              f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit")
+            raise EngineError(
+                f"rollout function {job.rollout.name!r} failed every call ({len(results)}) in {where}: "
+                f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit"
+            )
         ok = [i for i, (_, e) in enumerate(results) if e is None]
         trajs = [results[i][0] for i in ok]
         metrics: dict[str, float] = {"trace/rollout/failure_rate": len(failed) / len(results)}
@@ -287,9 +337,16 @@ class Agentic:
 
         job = self.run.job
         if job.rewards:
-            samples = [rewards.Sample(messages=t["messages"], rollout_extra=rows[groups[i]].rollout_extra,
-                                      group=groups[i], sample_id=f"{where}-{groups[i]}", rollout_id=str(i))
-                       for i, t in zip(ok, trajs, strict=True)]
+            samples = [
+                rewards.Sample(
+                    messages=t["messages"],
+                    rollout_extra=rows[groups[i]].rollout_extra,
+                    group=groups[i],
+                    sample_id=f"{where}-{groups[i]}",
+                    rollout_id=str(i),
+                )
+                for i, t in zip(ok, trajs, strict=True)
+            ]
             res = rewards.score(job.rewards, samples, job.job_id, where=where, log=self.run.log)
             return dict(res.metrics), res.totals
         if trajs and all(isinstance(t.get("reward_score"), int | float) for t in trajs):
@@ -305,11 +362,17 @@ class Agentic:
 
         _, groups, ok, trajs, _ = self._rollouts(rows, 1, where, temperature=0.0)
         out: dict[str, float] = {}
-        last = {groups[i]: next((m.get("content") or "" for m in reversed(t["messages"])
-                                 if m.get("role") == "assistant"), "") for i, t in zip(ok, trajs, strict=True)}
+        last = {
+            groups[i]: next(
+                (m.get("content") or "" for m in reversed(t["messages"]) if m.get("role") == "assistant"), ""
+            )
+            for i, t in zip(ok, trajs, strict=True)
+        }
         solved = [(g, r.solution) for g, r in enumerate(rows) if isinstance(r.solution, str)]
         if solved:
-            out["validation/accuracy"] = sum(g in last and task.is_correct(last[g], sol) for g, sol in solved) / len(solved)
+            out["validation/accuracy"] = sum(
+                g in last and task.is_correct(last[g], sol) for g, sol in solved
+            ) / len(solved)
         _, totals = self._task_scores(rows, groups, ok, trajs, where)
         good = [x for x in (totals or []) if not math.isnan(x)]
         if good:
@@ -339,15 +402,17 @@ class Agentic:
                 try:
                     ctx = template_ids(run.tok, msgs[:a], tools=tools, add_generation_prompt=True)
                 except Exception as exc:  # noqa: BLE001
-                    raise EngineError(f"{where}: the chat template failed on a trajectory returned by the rollout "
-                                      f"function: {exc}") from exc
+                    raise EngineError(
+                        f"{where}: the chat template failed on a trajectory returned by the rollout "
+                        f"function: {exc}"
+                    ) from exc
                 comp = next((c for p, c in rec if p == ctx), None)
                 if comp is None:
                     missing += 1
                     full = template_ids(run.tok, msgs[: a + 1], tools=tools)
                     if full[: len(ctx)] != ctx:
                         continue
-                    comp = full[len(ctx):]
+                    comp = full[len(ctx) :]
                 seq = (ctx + comp)[: run.max_total]
                 n_comp = len(seq) - len(ctx)
                 if n_comp <= 0:
@@ -358,8 +423,11 @@ class Agentic:
                 sadv.append(adv[j] if adv is not None else 0.0)
                 texts.append(m.get("content") or "")
         if missing:
-            run.log(f"{where}: {missing} assistant turn(s) were not generated through the student endpoint; "
-                    "trained on their templated tokens instead", "WARNING")
+            run.log(
+                f"{where}: {missing} assistant turn(s) were not generated through the student endpoint; "
+                "trained on their templated tokens instead",
+                "WARNING",
+            )
         if not seqs:
             raise EngineError(f"{where}: the rollout trajectories contain no assistant turns to train on")
         b = left_pad(seqs, masks, sgroups, run.tok.pad_token_id, run.device)

@@ -49,7 +49,9 @@ class EngineJob(BaseModel):
     resume_from: str | None = None  # a checkpoint-{step} directory with trainer state
     seed: int = 0
     device: str | None = None  # None: cuda when available, else cpu
-    local_learning_rate: float | None = None  # local-only LR override (see opd_nb.engine.hparams); None: the rule
+    local_learning_rate: float | None = (
+        None  # local-only LR override (see opd_nb.engine.hparams); None: the rule
+    )
 
 
 class EngineResult(BaseModel):
@@ -65,7 +67,9 @@ class EngineEvents(Protocol):
 
     def log(self, message: str, level: str = "INFO") -> None: ...
 
-    def progress(self, step: int, total_steps: int, epoch: int, n_epochs: int, eta_s: float | None) -> None: ...
+    def progress(
+        self, step: int, total_steps: int, epoch: int, n_epochs: int, eta_s: float | None
+    ) -> None: ...
 
     def metrics(self, row: dict[str, Any]) -> None: ...  # one row per step, includes "step"
 

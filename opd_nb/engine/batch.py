@@ -42,24 +42,28 @@ class SeqBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
         il = idx_t.tolist()
         return SeqBatch(
-            self.input_ids[idx_t], self.attention_mask[idx_t], self.target_mask[idx_t], self.group[idx_t],
+            self.input_ids[idx_t],
+            self.attention_mask[idx_t],
+            self.target_mask[idx_t],
+            self.group[idx_t],
             [self.texts[i] for i in il] if self.texts else [],
             self.truncated[idx_t] if self.truncated is not None else None,
             [self.messages[i] for i in il] if self.messages else [],
         )
 
 
-def left_pad(seqs: list[list[int]], masks: list[list[bool]], groups: list[int], pad_id: int,
-             device: str) -> SeqBatch:
+def left_pad(
+    seqs: list[list[int]], masks: list[list[bool]], groups: list[int], pad_id: int, device: str
+) -> SeqBatch:
     """Build a SeqBatch from token lists (masks mark trained tokens)."""
     n = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), n), dtype=torch.long)
     tm = torch.zeros((len(seqs), n), dtype=torch.bool)
     for j, (s, m) in enumerate(zip(seqs, masks, strict=True)):
-        ids[j, n - len(s):] = torch.tensor(s, dtype=torch.long)
-        att[j, n - len(s):] = 1
-        tm[j, n - len(s):] = torch.tensor(m, dtype=torch.bool)
+        ids[j, n - len(s) :] = torch.tensor(s, dtype=torch.long)
+        att[j, n - len(s) :] = 1
+        tm[j, n - len(s) :] = torch.tensor(m, dtype=torch.bool)
     return SeqBatch(ids.to(device), att.to(device), tm.to(device), torch.tensor(groups, device=device))
 
 
@@ -80,7 +84,9 @@ def shared_prefix(b: SeqBatch, window: int) -> int:
         return 0
     npad = att.argmax(-1)  # leading padding: index of each row's first real token
     first_t = torch.where(b.target_mask.any(-1), b.target_mask.float().argmax(-1), torch.full_like(npad, L))
-    cap = int(min(int((first_t - 1 - npad).min()), L - window - 1 - int(npad.min()), int((L - npad).min()) - 1))
+    cap = int(
+        min(int((first_t - 1 - npad).min()), L - window - 1 - int(npad.min()), int((L - npad).min()) - 1)
+    )
     if cap < MIN_SHARED_PREFIX:
         return 0
     cols = (npad[:, None] + torch.arange(cap, device=ids.device)).clamp(max=L - 1)
@@ -98,8 +104,9 @@ def cache_kw(model: Any, cache: Any) -> dict[str, Any]:
     return {"cache": cache} if "cache" in params else {"past_key_values": cache}
 
 
-def prefix_forward(model: Any, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, k: int, cache: Any,
-                   **kw: Any) -> tuple[Any, torch.Tensor]:
+def prefix_forward(
+    model: Any, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, k: int, cache: Any, **kw: Any
+) -> tuple[Any, torch.Tensor]:
     """Forward left-padded rows whose first `k` real tokens are shared (see :func:`shared_prefix`).
 
     The prefix runs once on one row into `cache`, which is then repeated to every row; each row's
@@ -110,14 +117,25 @@ def prefix_forward(model: Any, ids: torch.Tensor, att: torch.Tensor, pos: torch.
     npad = att.argmax(-1)
     c0 = int(npad.min()) + k
     start = int(npad[0])
-    model(input_ids=ids[:1, start:start + k], position_ids=pos[:1, start:start + k], use_cache=True,
-          **cache_kw(model, cache), **kw)
+    model(
+        input_ids=ids[:1, start : start + k],
+        position_ids=pos[:1, start : start + k],
+        use_cache=True,
+        **cache_kw(model, cache),
+        **kw,
+    )
     cache.batch_repeat_interleave(B)
     col = torch.arange(c0, L, device=ids.device)
     s_att = att[:, c0:] * (col[None, :] >= (npad + k)[:, None]).to(att.dtype)  # drop each row's prefix copy
     full_att = torch.cat([torch.ones((B, k), dtype=att.dtype, device=att.device), s_att], dim=1)
-    out = model(input_ids=ids[:, c0:], attention_mask=full_att, position_ids=pos[:, c0:], use_cache=True,
-                **cache_kw(model, cache), **kw)
+    out = model(
+        input_ids=ids[:, c0:],
+        attention_mask=full_att,
+        position_ids=pos[:, c0:],
+        use_cache=True,
+        **cache_kw(model, cache),
+        **kw,
+    )
     return out, full_att
 
 
@@ -129,20 +147,26 @@ def hidden_window(model: Any, b: SeqBatch, window: int) -> torch.Tensor:
     """
     k = shared_prefix(b, window)
     if k == 0:
-        out = model.base_model(input_ids=b.input_ids, attention_mask=b.attention_mask,
-                               position_ids=b.position_ids, use_cache=False)
+        out = model.base_model(
+            input_ids=b.input_ids,
+            attention_mask=b.attention_mask,
+            position_ids=b.position_ids,
+            use_cache=False,
+        )
         h = out.last_hidden_state
         L = h.shape[1]
-        return h[:, L - window - 1:L - 1]
+        return h[:, L - window - 1 : L - 1]
     from transformers import DynamicCache
 
-    out, _ = prefix_forward(model.base_model, b.input_ids, b.attention_mask, b.position_ids, k, DynamicCache())
+    out, _ = prefix_forward(
+        model.base_model, b.input_ids, b.attention_mask, b.position_ids, k, DynamicCache()
+    )
     h = out.last_hidden_state
     Ls = h.shape[1]
-    return h[:, Ls - window - 1:Ls - 1]
+    return h[:, Ls - window - 1 : Ls - 1]
 
 
 def targets_window(b: SeqBatch, window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(token ids, trained mask, absolute positions) of the last `window` columns."""
     L = b.input_ids.shape[1]
-    return b.input_ids[:, L - window:], b.target_mask[:, L - window:], b.position_ids[:, L - window:]
+    return b.input_ids[:, L - window :], b.target_mask[:, L - window :], b.position_ids[:, L - window :]

@@ -46,7 +46,9 @@ def read_rows(path: str | Path) -> list[Row]:
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
-                raise _fail(p, n, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line") from None
+                raise _fail(
+                    p, n, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line"
+                ) from None
             if not isinstance(obj, dict):
                 raise _fail(p, n, "each line must be a JSON object with a 'messages' list")
             msgs = obj.get("messages")
@@ -74,8 +76,13 @@ def read_rows(path: str | Path) -> list[Row]:
     return rows
 
 
-def template_ids(tokenizer: Any, messages: list[dict], *, tools: list[dict] | None = None,
-                 add_generation_prompt: bool = False) -> list[int]:
+def template_ids(
+    tokenizer: Any,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = False,
+) -> list[int]:
     """Token ids of the chat template applied to `messages` (any transformers return shape)."""
     kw: dict[str, Any] = {"tokenize": True, "add_generation_prompt": add_generation_prompt}
     if tools:
@@ -86,8 +93,9 @@ def template_ids(tokenizer: Any, messages: list[dict], *, tools: list[dict] | No
     return [int(t) for t in out]
 
 
-def tokenize_rows(rows: list[Row], tokenizer: Any, max_prompt_length: int, path: str,
-                  log: Any = None) -> list[Row]:
+def tokenize_rows(
+    rows: list[Row], tokenizer: Any, max_prompt_length: int, path: str, log: Any = None
+) -> list[Row]:
     """Fill `prompt_ids`; rows longer than max_prompt_length are dropped (and counted in the log)."""
     kept: list[Row] = []
     dropped: list[int] = []
@@ -97,7 +105,9 @@ def tokenize_rows(rows: list[Row], tokenizer: Any, max_prompt_length: int, path:
         try:
             r.prompt_ids = template_ids(tokenizer, r.messages, tools=r.tools, add_generation_prompt=True)
         except Exception as exc:  # noqa: BLE001 - template errors are data errors
-            raise EngineError(f"{path}:{r.line}: the chat template failed on this row's messages: {exc}") from exc
+            raise EngineError(
+                f"{path}:{r.line}: the chat template failed on this row's messages: {exc}"
+            ) from exc
         if unk is not None and unk in r.prompt_ids:
             unk_lines.append(r.line)
         if len(r.prompt_ids) > max_prompt_length:
@@ -105,11 +115,17 @@ def tokenize_rows(rows: list[Row], tokenizer: Any, max_prompt_length: int, path:
         else:
             kept.append(r)
     if dropped and log is not None:
-        log(f"{path}: dropped {len(dropped)} prompt(s) longer than max_prompt_length={max_prompt_length} tokens "
-            f"(lines {', '.join(map(str, dropped[:10]))}{'...' if len(dropped) > 10 else ''})", "WARNING")
+        log(
+            f"{path}: dropped {len(dropped)} prompt(s) longer than max_prompt_length={max_prompt_length} tokens "
+            f"(lines {', '.join(map(str, dropped[:10]))}{'...' if len(dropped) > 10 else ''})",
+            "WARNING",
+        )
     if unk_lines and log is not None:
-        log(f"{path}: {len(unk_lines)} prompt(s) contain characters the tokenizer maps to its unknown token "
-            f"(lines {', '.join(map(str, unk_lines[:10]))}); check that the model's tokenizer fits the data", "WARNING")
+        log(
+            f"{path}: {len(unk_lines)} prompt(s) contain characters the tokenizer maps to its unknown token "
+            f"(lines {', '.join(map(str, unk_lines[:10]))}); check that the model's tokenizer fits the data",
+            "WARNING",
+        )
     if not kept:
         raise EngineError(f"{path}: every prompt is longer than max_prompt_length={max_prompt_length} tokens")
     return kept

@@ -39,10 +39,22 @@ LR_MIN, LR_MAX = 1e-4, 3e-3
 
 # Used when opd_nb.spec is unavailable; kept equal to the spec's defaults.
 _FALLBACK_DEFAULTS: dict[str, Any] = {
-    "algorithm": "gspo", "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "lr_warmup_steps": 0,
-    "n_epochs": 1, "batch_size": 128, "n_rollouts": 8, "ppo_mini_batch_size": 64, "max_length": 4096,
-    "max_prompt_length": 1024, "eval_steps": 10, "save_steps": 100, "save_strategy": "steps",
-    "save_total_limit": 3, "opd_teacher_max_model_len": 8192, "opd_teacher_max_num_batched_tokens": 8192,
+    "algorithm": "gspo",
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "cosine",
+    "lr_warmup_steps": 0,
+    "n_epochs": 1,
+    "batch_size": 128,
+    "n_rollouts": 8,
+    "ppo_mini_batch_size": 64,
+    "max_length": 4096,
+    "max_prompt_length": 1024,
+    "eval_steps": 10,
+    "save_steps": 100,
+    "save_strategy": "steps",
+    "save_total_limit": 3,
+    "opd_teacher_max_model_len": 8192,
+    "opd_teacher_max_num_batched_tokens": 8192,
 }
 
 
@@ -107,21 +119,38 @@ def _coerce(name: str, value: Any, kind: type) -> Any:
         ) from None
 
 
-def resolve(hp: dict[str, Any], *, student_params: int, estimator: str | None = None,
-            local_learning_rate: float | None = None) -> Plan:
+def resolve(
+    hp: dict[str, Any],
+    *,
+    student_params: int,
+    estimator: str | None = None,
+    local_learning_rate: float | None = None,
+) -> Plan:
     """Validate the job's hyper-parameters and apply the local-meaning rules above."""
     d = cloud_defaults()
     d.update({k: v for k, v in (hp or {}).items() if v is not None})
-    ints = ["lr_warmup_steps", "n_epochs", "batch_size", "n_rollouts", "ppo_mini_batch_size", "max_length",
-            "max_prompt_length", "eval_steps", "save_steps", "opd_teacher_max_model_len",
-            "opd_teacher_max_num_batched_tokens"]
+    ints = [
+        "lr_warmup_steps",
+        "n_epochs",
+        "batch_size",
+        "n_rollouts",
+        "ppo_mini_batch_size",
+        "max_length",
+        "max_prompt_length",
+        "eval_steps",
+        "save_steps",
+        "opd_teacher_max_model_len",
+        "opd_teacher_max_num_batched_tokens",
+    ]
     v: dict[str, Any] = {k: _coerce(k, d[k], int) for k in ints}
     if d.get("save_total_limit") is not None:
         v["save_total_limit"] = _coerce("save_total_limit", d["save_total_limit"], int)
     cloud_lr = _coerce("learning_rate", d["learning_rate"], float)
     for k in ints:
         if v[k] < (0 if k == "lr_warmup_steps" else 1):
-            raise EngineError(f"hyper_parameters.{k} = {v[k]} must be {'>= 0' if k == 'lr_warmup_steps' else '>= 1'}")
+            raise EngineError(
+                f"hyper_parameters.{k} = {v[k]} must be {'>= 0' if k == 'lr_warmup_steps' else '>= 1'}"
+            )
     if not cloud_lr > 0:
         raise EngineError(f"hyper_parameters.learning_rate = {cloud_lr} must be > 0")
     total = v["batch_size"] * v["n_rollouts"]
@@ -131,7 +160,9 @@ def resolve(hp: dict[str, Any], *, student_params: int, estimator: str | None = 
             f"{v['batch_size']} x {v['n_rollouts']} = {total} sequences per step (Bailian requires <=); lower it"
         )
     if v["max_prompt_length"] >= v["max_length"] and "max_prompt_length" not in (hp or {}):
-        v["max_prompt_length"] = v["max_length"] - 1  # only max_length was given: prompts may use all but 1 token
+        v["max_prompt_length"] = (
+            v["max_length"] - 1
+        )  # only max_length was given: prompts may use all but 1 token
     if v["max_prompt_length"] >= v["max_length"]:
         raise EngineError(
             f"hyper_parameters.max_prompt_length = {v['max_prompt_length']} leaves no room for a response within "
@@ -146,29 +177,48 @@ def resolve(hp: dict[str, Any], *, student_params: int, estimator: str | None = 
         raise EngineError(f"hyper_parameters.algorithm = {algo!r} is not one of gspo, grpo")
     sched = str(d["lr_scheduler_type"])
     if sched not in ("cosine", "linear", "constant", "constant_with_warmup"):
-        raise EngineError(f"hyper_parameters.lr_scheduler_type = {sched!r} is not one of cosine, linear, constant")
+        raise EngineError(
+            f"hyper_parameters.lr_scheduler_type = {sched!r} is not one of cosine, linear, constant"
+        )
     strategy = str(d["save_strategy"])
     if strategy not in ("steps", "epoch", "no"):
         raise EngineError(f"hyper_parameters.save_strategy = {strategy!r} is not one of steps, epoch, no")
 
     env_lr = os.environ.get("OPD_LOCAL_LR")
     if local_learning_rate is not None:
-        lr, rule = float(local_learning_rate), f"local override (EngineJob.local_learning_rate) {local_learning_rate:g}"
+        lr, rule = (
+            float(local_learning_rate),
+            f"local override (EngineJob.local_learning_rate) {local_learning_rate:g}",
+        )
     elif env_lr:
         lr = _coerce("OPD_LOCAL_LR", env_lr, float)
         rule = f"local override (OPD_LOCAL_LR) {lr:g}"
     elif student_params < TINY_PARAMS:
         lr = min(LR_MAX, max(LR_MIN, cloud_lr * LR_SCALE))
-        rule = (f"tiny stand-in student ({student_params:,} params < {TINY_PARAMS:,}): local_lr = "
-                f"clamp(cloud_lr x {LR_SCALE:g}, {LR_MIN:g}, {LR_MAX:g}) = {lr:g}")
+        rule = (
+            f"tiny stand-in student ({student_params:,} params < {TINY_PARAMS:,}): local_lr = "
+            f"clamp(cloud_lr x {LR_SCALE:g}, {LR_MIN:g}, {LR_MAX:g}) = {lr:g}"
+        )
     else:
         lr, rule = cloud_lr, f"student has {student_params:,} params: cloud learning rate used unchanged"
     return Plan(
-        estimator=est, policy_loss=policy_loss, cloud_learning_rate=cloud_lr, learning_rate=lr, lr_rule=rule,
-        lr_scheduler_type=sched, lr_warmup_steps=v["lr_warmup_steps"], n_epochs=v["n_epochs"],
-        batch_size=v["batch_size"], n_rollouts=v["n_rollouts"], ppo_mini_batch_size=v["ppo_mini_batch_size"],
-        max_length=v["max_length"], max_prompt_length=v["max_prompt_length"], eval_steps=v["eval_steps"],
-        save_steps=v["save_steps"], save_strategy=strategy, save_total_limit=v.get("save_total_limit"),
+        estimator=est,
+        policy_loss=policy_loss,
+        cloud_learning_rate=cloud_lr,
+        learning_rate=lr,
+        lr_rule=rule,
+        lr_scheduler_type=sched,
+        lr_warmup_steps=v["lr_warmup_steps"],
+        n_epochs=v["n_epochs"],
+        batch_size=v["batch_size"],
+        n_rollouts=v["n_rollouts"],
+        ppo_mini_batch_size=v["ppo_mini_batch_size"],
+        max_length=v["max_length"],
+        max_prompt_length=v["max_prompt_length"],
+        eval_steps=v["eval_steps"],
+        save_steps=v["save_steps"],
+        save_strategy=strategy,
+        save_total_limit=v.get("save_total_limit"),
         teacher_max_model_len=v["opd_teacher_max_model_len"],
         teacher_max_num_batched_tokens=v["opd_teacher_max_num_batched_tokens"],
     )

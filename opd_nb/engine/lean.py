@@ -76,7 +76,7 @@ class LeanLM:
             raise ValueError("query heads must be a multiple of key/value heads")
         self.D = int(getattr(cfg, "head_dim", None) or self.H // self.nh)
         self.eps = float(cfg.rms_norm_eps)
-        self.scale = self.D ** -0.5
+        self.scale = self.D**-0.5
         a0 = self.layers[0].self_attn
         self.qk_norm = hasattr(a0, "q_norm")
         if getattr(a0.o_proj, "bias", None) is not None:
@@ -105,12 +105,19 @@ class LeanLM:
             a, m = la.self_attn, la.mlp
             w_in = la.input_layernorm.weight
             qkv_w.append(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]) * w_in)
-            qkv_b.append(None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
-            gu_w.append(torch.cat([m.gate_proj.weight, m.up_proj.weight]) * la.post_attention_layernorm.weight)
+            qkv_b.append(
+                None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+            )
+            gu_w.append(
+                torch.cat([m.gate_proj.weight, m.up_proj.weight]) * la.post_attention_layernorm.weight
+            )
             o_wt.append(a.o_proj.weight.t())
             down_wt.append(m.down_proj.weight.t())
-            qkn_w.append(torch.cat([a.q_norm.weight.expand(self.nh, self.D), a.k_norm.weight.expand(self.kvh, self.D)])
-                         if self.qk_norm else None)
+            qkn_w.append(
+                torch.cat([a.q_norm.weight.expand(self.nh, self.D), a.k_norm.weight.expand(self.kvh, self.D)])
+                if self.qk_norm
+                else None
+            )
         head = self.model.get_output_embeddings()
         return _Fused(qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w, head.weight * self.base.norm.weight)
 
@@ -146,11 +153,19 @@ class LeanLM:
         [B * kvh, g * T, S] once per forward (every layer reuses it)."""
         B, _, T, S = mask.shape
         g = self.nh // self.kvh
-        bias = torch.zeros(mask.shape, dtype=self.cos.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        bias = torch.zeros(mask.shape, dtype=self.cos.dtype, device=mask.device).masked_fill_(
+            ~mask, float("-inf")
+        )
         return bias[:, :, None].expand(B, self.kvh, g, T, S).reshape(B * self.kvh, g * T, S)
 
-    def _attend(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
-                bias: torch.Tensor | None) -> torch.Tensor:
+    def _attend(
+        self,
+        q: torch.Tensor,
+        K: torch.Tensor,
+        V: torch.Tensor,
+        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Attention of q [B, T, nh, D] over K/V [B, kvh, S, D] -> [B * T, nh * D].
 
         With autograd, PyTorch's fused kernel (its backward is the fastest here); without, two
@@ -160,8 +175,15 @@ class LeanLM:
         B, T, nh, D = q.shape
         kvh, S = self.kvh, K.shape[2]
         if bias is None:
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), K, V, attn_mask=mask, is_causal=mask is None,
-                                               scale=self.scale, enable_gqa=kvh != nh)
+            o = F.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                K,
+                V,
+                attn_mask=mask,
+                is_causal=mask is None,
+                scale=self.scale,
+                enable_gqa=kvh != nh,
+            )
             return o.transpose(1, 2).reshape(B * T, nh * D)
         g = nh // kvh
         qg = q.view(B, T, kvh, g, D).permute(0, 2, 3, 1, 4).reshape(B * kvh, g * T, D)
@@ -171,8 +193,9 @@ class LeanLM:
             return o.view(B, nh * D)
         return o.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B * T, nh * D)
 
-    def _stack(self, x: torch.Tensor, pos: torch.Tensor, kv: Any, mask: torch.Tensor | None,
-               keep: int = 0) -> torch.Tensor:
+    def _stack(
+        self, x: torch.Tensor, pos: torch.Tensor, kv: Any, mask: torch.Tensor | None, keep: int = 0
+    ) -> torch.Tensor:
         """Run every decoder layer on x [B, T, H] at positions pos [B, T]; kv supplies the keys.
         Returns the last layer's output (not normalised), [B, T or keep, H].
 
@@ -194,7 +217,7 @@ class LeanLM:
         for i in range(len(self.layers)):
             qkv = F.linear(self._norm(x), W.qkv_w[i], W.qkv_b[i])
             qk = qkv[:, : (nh + kvh) * D].view(B, T, nh + kvh, D)
-            v = qkv[:, (nh + kvh) * D:].view(B, T, kvh, D)
+            v = qkv[:, (nh + kvh) * D :].view(B, T, kvh, D)
             if grad:
                 if self.qk_norm:
                     qk = self._norm(qk) * W.qkn_w[i]
@@ -206,10 +229,10 @@ class LeanLM:
             K, V = kv.extend(i, qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2))
             q = qk[:, :, :nh]
             if keep and i == last and keep < T:
-                q = q[:, T - keep:]
-                x = x.view(B, T, H)[:, T - keep:].reshape(B * keep, H)
+                q = q[:, T - keep :]
+                x = x.view(B, T, H)[:, T - keep :].reshape(B * keep, H)
                 if mask is not None:
-                    mask = mask[:, :, T - keep:]
+                    mask = mask[:, :, T - keep :]
                     bias = None if bias is None else self._bias(mask)
                 T = keep
             x = torch.addmm(x, self._attend(q, K, V, mask, bias), W.o_wt[i])
@@ -248,15 +271,16 @@ class LeanLM:
         npad = att.argmax(-1)
         c0 = int(npad.min()) + prefix
         s0 = int(npad[0])
-        past = self._prefix(ids[:1, s0:s0 + prefix], pos[:1, s0:s0 + prefix])
+        past = self._prefix(ids[:1, s0 : s0 + prefix], pos[:1, s0 : s0 + prefix])
         col = torch.arange(c0, L, device=ids.device)
         s_valid = valid[:, c0:] & (col[None, :] >= (npad + prefix)[:, None])  # drop each row's prefix copy
         key_valid = torch.cat([torch.ones((B, prefix), dtype=torch.bool, device=ids.device), s_valid], 1)
         return past, c0, key_valid
 
     # ---- full-sequence forward (training, teacher scoring) ----------------------------------------
-    def hidden_window(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, window: int,
-                      prefix: int) -> torch.Tensor:
+    def hidden_window(
+        self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, window: int, prefix: int
+    ) -> torch.Tensor:
         """Final-normed hidden states at the positions predicting the last `window` tokens, [B, window, H].
 
         Rows are left-padded; with `prefix` > 0 every row's first `prefix` real tokens are the same
@@ -264,14 +288,27 @@ class LeanLM:
         """
         B, L = ids.shape
         past, c0, key_valid = self._split_prefix(ids, att, pos, prefix)
-        x = self._stack(self._embed(ids[:, c0:]), pos[:, c0:], _Cat(past, B), self._mask(key_valid, prefix, L - c0),
-                        keep=window + 1)
+        x = self._stack(
+            self._embed(ids[:, c0:]),
+            pos[:, c0:],
+            _Cat(past, B),
+            self._mask(key_valid, prefix, L - c0),
+            keep=window + 1,
+        )
         return self.final_norm(x[:, :window])
 
     # ---- decoding -------------------------------------------------------------------------------
     @torch.inference_mode()
-    def decode(self, ids: torch.Tensor, att: torch.Tensor, prefix: int, max_new: int, pick: Any,
-               eos: torch.Tensor, pad: int) -> torch.Tensor:
+    def decode(
+        self,
+        ids: torch.Tensor,
+        att: torch.Tensor,
+        prefix: int,
+        max_new: int,
+        pick: Any,
+        eos: torch.Tensor,
+        pad: int,
+    ) -> torch.Tensor:
         """Sample up to `max_new` tokens after left-padded prompts; returns [B, P + generated].
 
         `pick(logits [B, V]) -> ids [B]` chooses each token; rows stop at an id in `eos` and are
@@ -283,7 +320,9 @@ class LeanLM:
         n0 = key_valid.shape[1]
         kv = _Buffer(len(self.layers), B, self.kvh, n0 + max_new, self.D, ids.device, self.cos.dtype, past)
         kv.valid[:, :n0] = key_valid
-        x = self._stack(self._embed(ids[:, c0:]), pos[:, c0:], kv, self._mask(key_valid, prefix, P - c0), keep=1)
+        x = self._stack(
+            self._embed(ids[:, c0:]), pos[:, c0:], kv, self._mask(key_valid, prefix, P - c0), keep=1
+        )
         last = pos[:, -1:]
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks = []
@@ -296,7 +335,7 @@ class LeanLM:
                 break
             last = last + 1
             kv.valid[:, kv.n] = True
-            x = self._stack(self._embed(nxt[:, None]), last, kv, kv.valid[:, None, None, :kv.n + 1])
+            x = self._stack(self._embed(nxt[:, None]), last, kv, kv.valid[:, None, None, : kv.n + 1])
         return torch.cat([ids, torch.stack(toks, 1)], dim=1)
 
 
@@ -325,14 +364,26 @@ class _Cat:
         if self.past is None:
             return k, v
         pk, pv = self.past.k[i], self.past.v[i]
-        return (torch.cat([pk.expand(self.B, -1, -1, -1), k], 2), torch.cat([pv.expand(self.B, -1, -1, -1), v], 2))
+        return (
+            torch.cat([pk.expand(self.B, -1, -1, -1), k], 2),
+            torch.cat([pv.expand(self.B, -1, -1, -1), v], 2),
+        )
 
 
 class _Buffer:
     """Preallocated KV cache for decoding: new keys are written in place, attention reads a view."""
 
-    def __init__(self, n_layers: int, B: int, kvh: int, cap: int, D: int, device: Any, dtype: Any,
-                 past: _Collect | None):
+    def __init__(
+        self,
+        n_layers: int,
+        B: int,
+        kvh: int,
+        cap: int,
+        D: int,
+        device: Any,
+        dtype: Any,
+        past: _Collect | None,
+    ):
         self.k = [torch.empty((B, kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.empty((B, kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
         self.valid = torch.zeros((B, cap), dtype=torch.bool, device=device)
@@ -348,8 +399,8 @@ class _Buffer:
     def extend(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T = k.shape[2]
         end = self.n + T
-        self.k[i][:, :, self.n:end] = k
-        self.v[i][:, :, self.n:end] = v
+        self.k[i][:, :, self.n : end] = k
+        self.v[i][:, :, self.n : end] = v
         K, V = self.k[i][:, :, :end], self.v[i][:, :, :end]
         if i == self.n_layers - 1:
             self.n = end

@@ -32,7 +32,9 @@ def _lp_chunk(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, ids: tor
     return logits.gather(-1, ids[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-def token_logprobs(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:
+def token_logprobs(
+    h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, ids: torch.Tensor
+) -> torch.Tensor:
     """log p(ids[i] | h[i]) for flattened rows h [N, H], chunked over rows."""
     rows = _rows_per_chunk(w.shape[0])
     if h.shape[0] <= rows:
@@ -40,29 +42,41 @@ def token_logprobs(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, ids
     outs = []
     for s in range(0, h.shape[0], rows):
         if torch.is_grad_enabled() and h.requires_grad:
-            outs.append(checkpoint(_lp_chunk, h[s:s + rows], w, b, ids[s:s + rows], use_reentrant=False))
+            outs.append(checkpoint(_lp_chunk, h[s : s + rows], w, b, ids[s : s + rows], use_reentrant=False))
         else:
-            outs.append(_lp_chunk(h[s:s + rows], w, b, ids[s:s + rows]))
+            outs.append(_lp_chunk(h[s : s + rows], w, b, ids[s : s + rows]))
     return torch.cat(outs)
 
 
-def _rkl_chunk(hs: torch.Tensor, ws: torch.Tensor, bs: torch.Tensor | None,
-               ht: torch.Tensor, wt: torch.Tensor, bt: torch.Tensor | None) -> torch.Tensor:
+def _rkl_chunk(
+    hs: torch.Tensor,
+    ws: torch.Tensor,
+    bs: torch.Tensor | None,
+    ht: torch.Tensor,
+    wt: torch.Tensor,
+    bt: torch.Tensor | None,
+) -> torch.Tensor:
     ls = F.log_softmax(F.linear(hs, ws, bs).float(), dim=-1)
     with torch.no_grad():
         lt = F.log_softmax(F.linear(ht, wt, bt).float(), dim=-1)
     return (ls.exp() * (ls - lt)).sum(-1)
 
 
-def reverse_kl(hs: torch.Tensor, ws: torch.Tensor, bs: torch.Tensor | None,
-               ht: torch.Tensor, wt: torch.Tensor, bt: torch.Tensor | None) -> torch.Tensor:
+def reverse_kl(
+    hs: torch.Tensor,
+    ws: torch.Tensor,
+    bs: torch.Tensor | None,
+    ht: torch.Tensor,
+    wt: torch.Tensor,
+    bt: torch.Tensor | None,
+) -> torch.Tensor:
     """Exact per-position KL(student || teacher) over the full vocabulary, [N], chunked over rows."""
     rows = _rows_per_chunk(ws.shape[0])
     if hs.shape[0] <= rows:
         return _rkl_chunk(hs, ws, bs, ht, wt, bt)
     outs = []
     for s in range(0, hs.shape[0], rows):
-        args = (hs[s:s + rows], ws, bs, ht[s:s + rows], wt, bt)
+        args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt)
         if torch.is_grad_enabled() and hs.requires_grad:
             outs.append(checkpoint(_rkl_chunk, *args, use_reentrant=False))
         else:
@@ -78,8 +92,16 @@ def seq_mean_token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (per_seq * has).sum() / has.sum().clamp(min=1.0)
 
 
-def policy_loss(lp: torch.Tensor, lp_old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *,
-                kind: str, clip_low: float, clip_high: float) -> tuple[torch.Tensor, dict[str, float]]:
+def policy_loss(
+    lp: torch.Tensor,
+    lp_old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    kind: str,
+    clip_low: float,
+    clip_high: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PG loss on [B, T] tensors. gspo: GSPO-token sequence ratio (verl form); grpo: token ratio.
 
     On the first update of a step lp == lp_old, the ratio is 1 and this is REINFORCE on `adv`.

@@ -73,8 +73,14 @@ def load_model(path: str | Path, role: str, device: str, dtype: Any = None) -> A
     return model.to(device)
 
 
-def check_vocab(student_tok: Any, teacher_tok: Any | None, student_model: Any, teacher_model: Any,
-                student_path: str, teacher_path: str) -> None:
+def check_vocab(
+    student_tok: Any,
+    teacher_tok: Any | None,
+    student_model: Any,
+    teacher_model: Any,
+    student_path: str,
+    teacher_path: str,
+) -> None:
     """Refuse a pair whose vocabularies differ: teacher scores would belong to other tokens."""
     sv = student_model.get_output_embeddings().weight.shape[0]
     tv = teacher_model.get_output_embeddings().weight.shape[0]

@@ -46,8 +46,9 @@ def _error_text(resp: httpx.Response) -> str:
     return f"HTTP {resp.status_code}: {body}"
 
 
-async def _post(client: httpx.AsyncClient, sem: asyncio.Semaphore, ep: RewardEndpoint,
-                payload: dict) -> tuple[dict | None, str | None]:
+async def _post(
+    client: httpx.AsyncClient, sem: asyncio.Semaphore, ep: RewardEndpoint, payload: dict
+) -> tuple[dict | None, str | None]:
     async with sem:
         try:
             resp = await client.post(f"{ep.url.rstrip('/')}/api/v1", json=payload, timeout=ep.timeout)
@@ -64,7 +65,10 @@ async def _post(client: httpx.AsyncClient, sem: asyncio.Semaphore, ep: RewardEnd
     if not isinstance(body, dict):
         return None, f"reply is not a JSON object: {str(body)[:200]}"
     if str(body.get("status", "success")) != "success":
-        return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code') or 'no error text'}"
+        return (
+            None,
+            f"status {body.get('status')}: {body.get('error') or body.get('error_code') or 'no error text'}",
+        )
     return body, None
 
 
@@ -76,8 +80,9 @@ def _agent_output(s: Sample) -> dict:
     return {"messages": s.messages, "rollout_extra": s.rollout_extra}
 
 
-async def _score_endpoint(client: httpx.AsyncClient, ep: RewardEndpoint, samples: list[Sample], job_id: str
-                          ) -> tuple[list[float], list[dict | None], list[str]]:
+async def _score_endpoint(
+    client: httpx.AsyncClient, ep: RewardEndpoint, samples: list[Sample], job_id: str
+) -> tuple[list[float], list[dict | None], list[str]]:
     sem = asyncio.Semaphore(max(1, ep.concurrency))
     scores = [math.nan] * len(samples)
     rmetrics: list[dict | None] = [None] * len(samples)
@@ -87,10 +92,15 @@ async def _score_endpoint(client: httpx.AsyncClient, ep: RewardEndpoint, samples
         for i, s in enumerate(samples):
             groups.setdefault(s.group, []).append(i)
         keys = list(groups)
-        payloads = [{"func_type": "group_reward",
-                     "agent_outputs": [_agent_output(samples[i]) for i in groups[g]],
-                     "ground_truth": samples[groups[g][0]].rollout_extra.get("solution"),
-                     "request_metadata": _meta(job_id, samples[groups[g][0]])} for g in keys]
+        payloads = [
+            {
+                "func_type": "group_reward",
+                "agent_outputs": [_agent_output(samples[i]) for i in groups[g]],
+                "ground_truth": samples[groups[g][0]].rollout_extra.get("solution"),
+                "request_metadata": _meta(job_id, samples[groups[g][0]]),
+            }
+            for g in keys
+        ]
         outs = await asyncio.gather(*(_post(client, sem, ep, p) for p in payloads))
         for g, (body, err) in zip(keys, outs, strict=True):
             idx = groups[g]
@@ -107,8 +117,15 @@ async def _score_endpoint(client: httpx.AsyncClient, ep: RewardEndpoint, samples
                 except (KeyError, TypeError, ValueError):
                     errors.append(f"group reward entry has no numeric reward_score: {str(r)[:200]}")
         return scores, rmetrics, errors
-    payloads = [{"func_type": "reward", "ground_truth": s.rollout_extra.get("solution"),
-                 "agent_output": _agent_output(s), "request_metadata": _meta(job_id, s)} for s in samples]
+    payloads = [
+        {
+            "func_type": "reward",
+            "ground_truth": s.rollout_extra.get("solution"),
+            "agent_output": _agent_output(s),
+            "request_metadata": _meta(job_id, s),
+        }
+        for s in samples
+    ]
     outs = await asyncio.gather(*(_post(client, sem, ep, p) for p in payloads))
     for i, (body, err) in enumerate(outs):
         if err is None:
@@ -129,8 +146,9 @@ async def _score_all(endpoints: list[RewardEndpoint], samples: list[Sample], job
         return await asyncio.gather(*(_score_endpoint(client, ep, samples, job_id) for ep in endpoints))
 
 
-def score(endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str, *, where: str,
-          log: Any = None) -> RewardResult:
+def score(
+    endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str, *, where: str, log: Any = None
+) -> RewardResult:
     """Score `samples` with every component; raises EngineError if a component failed every call."""
     per_ep = asyncio.run(_score_all(endpoints, samples, job_id))
     totals = [0.0] * len(samples)

@@ -93,7 +93,9 @@ class _Run:
         self.device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise EngineError(f"device {self.device!r} was asked for but CUDA is not available here")
-        self.log(f"job {job.job_id}: loading student {job.student_path} and teacher {job.teacher_path} on {self.device}")
+        self.log(
+            f"job {job.job_id}: loading student {job.student_path} and teacher {job.teacher_path} on {self.device}"
+        )
         student_src = job.resume_from or job.student_path
         self.tok = models.load_tokenizer(student_src, "student")
         try:
@@ -109,32 +111,58 @@ class _Run:
         from opd_nb.engine import lean
 
         self.s_lean, self.t_lean = lean.wrap(self.student), lean.wrap(self.teacher)
-        self.log("forward: " + ", ".join(
-            f"{role} {'lean fused' if fast else 'transformers'} ({m.config.model_type})"
-            for role, fast, m in (("student", self.s_lean, self.student), ("teacher", self.t_lean, self.teacher))))
+        self.log(
+            "forward: "
+            + ", ".join(
+                f"{role} {'lean fused' if fast else 'transformers'} ({m.config.model_type})"
+                for role, fast, m in (
+                    ("student", self.s_lean, self.student),
+                    ("teacher", self.t_lean, self.teacher),
+                )
+            )
+        )
         self.n_student = models.n_params(self.student)
         self.n_teacher = models.n_params(self.teacher)
-        self.plan = hp_mod.resolve(job.hyper_parameters, student_params=self.n_student,
-                                   estimator=job.algorithm, local_learning_rate=job.local_learning_rate)
+        self.plan = hp_mod.resolve(
+            job.hyper_parameters,
+            student_params=self.n_student,
+            estimator=job.algorithm,
+            local_learning_rate=job.local_learning_rate,
+        )
         p = self.plan
         self.log(f"learning rate: cloud {p.cloud_learning_rate:g} -> local {p.learning_rate:g} ({p.lr_rule})")
-        self.log(f"estimator {p.estimator}, policy loss {p.policy_loss}; batch_size={p.batch_size} prompts x "
-                 f"n_rollouts={p.n_rollouts} per step, ppo_mini_batch_size={p.ppo_mini_batch_size} sequences per "
-                 f"update ({p.updates_per_step} update(s) per step); teacher max_model_len={p.teacher_max_model_len}, "
-                 f"max_num_batched_tokens={p.teacher_max_num_batched_tokens}")
+        self.log(
+            f"estimator {p.estimator}, policy loss {p.policy_loss}; batch_size={p.batch_size} prompts x "
+            f"n_rollouts={p.n_rollouts} per step, ppo_mini_batch_size={p.ppo_mini_batch_size} sequences per "
+            f"update ({p.updates_per_step} update(s) per step); teacher max_model_len={p.teacher_max_model_len}, "
+            f"max_num_batched_tokens={p.teacher_max_num_batched_tokens}"
+        )
         if job.rewards and p.n_rollouts < 2 and job.rollout is None:
-            self.log("n_rollouts = 1 with a reward: the group-normalised task advantage is always 0; "
-                     "use n_rollouts >= 2 for the reward to matter", "WARNING")
-        self.train_rows = data.tokenize_rows(data.read_rows(job.train_file), self.tok, p.max_prompt_length,
-                                             job.train_file, self.log)
+            self.log(
+                "n_rollouts = 1 with a reward: the group-normalised task advantage is always 0; "
+                "use n_rollouts >= 2 for the reward to matter",
+                "WARNING",
+            )
+        self.train_rows = data.tokenize_rows(
+            data.read_rows(job.train_file), self.tok, p.max_prompt_length, job.train_file, self.log
+        )
         self.val_rows = []
         if job.validation_file:
-            self.val_rows = data.tokenize_rows(data.read_rows(job.validation_file), self.tok,
-                                               p.max_prompt_length, job.validation_file, self.log)
+            self.val_rows = data.tokenize_rows(
+                data.read_rows(job.validation_file),
+                self.tok,
+                p.max_prompt_length,
+                job.validation_file,
+                self.log,
+            )
         self.steps_per_epoch = math.ceil(len(self.train_rows) / p.batch_size)
         self.total_steps = self.steps_per_epoch * p.n_epochs
-        self.opt = torch.optim.AdamW([q for q in self.student.parameters() if q.requires_grad],
-                                     lr=p.learning_rate, weight_decay=0.0, foreach=True)
+        self.opt = torch.optim.AdamW(
+            [q for q in self.student.parameters() if q.requires_grad],
+            lr=p.learning_rate,
+            weight_decay=0.0,
+            foreach=True,
+        )
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(p, self.total_steps))
         self.step = 0
         self.metrics_tail: dict[str, float] = {}
@@ -172,8 +200,8 @@ class _Run:
         ids = torch.full((len(prompt_ids), P), pad, dtype=torch.long)
         att = torch.zeros((len(prompt_ids), P), dtype=torch.long)
         for j, x in enumerate(prompt_ids):
-            ids[j, P - len(x):] = torch.tensor(x)
-            att[j, P - len(x):] = 1
+            ids[j, P - len(x) :] = torch.tensor(x)
+            att[j, P - len(x) :] = 1
         ids, att = ids.to(self.device), att.to(self.device)
         greedy = temperature <= 0
         was_training = self.student.training
@@ -229,8 +257,14 @@ class _Run:
             if k:
                 out, att = prefix_forward(self.student, ids, att, pos, k, cache, logits_to_keep=1)
             else:
-                out = self.student(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True,
-                                   logits_to_keep=1, **ckw)
+                out = self.student(
+                    input_ids=ids,
+                    attention_mask=att,
+                    position_ids=pos,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **ckw,
+                )
             last = pos[:, -1:]
             n_att = att.shape[1]
             att = torch.cat([att, torch.ones((B, max_new), dtype=att.dtype, device=att.device)], dim=1)
@@ -243,17 +277,24 @@ class _Run:
                     break
                 n_att += 1
                 last = last + 1
-                out = self.student(input_ids=nxt[:, None], attention_mask=att[:, :n_att], position_ids=last,
-                                   use_cache=True, **ckw)
+                out = self.student(
+                    input_ids=nxt[:, None],
+                    attention_mask=att[:, :n_att],
+                    position_ids=last,
+                    use_cache=True,
+                    **ckw,
+                )
         return torch.cat([ids, torch.stack(toks, 1)], dim=1).clone()
 
-    def generate_ids(self, prompt_ids: list[list[int]], *, temperature: float, top_p: float,
-                     max_new: int) -> list[tuple[list[int], bool]]:
+    def generate_ids(
+        self, prompt_ids: list[list[int]], *, temperature: float, top_p: float, max_new: int
+    ) -> list[tuple[list[int], bool]]:
         """Completion ids (incl. EOS when produced) and whether EOS was produced, per prompt."""
-        out, _, P, before, has_eos = self._generate(prompt_ids, temperature=temperature, top_p=top_p,
-                                                    max_new=max_new)
+        out, _, P, before, has_eos = self._generate(
+            prompt_ids, temperature=temperature, top_p=top_p, max_new=max_new
+        )
         lens = before.sum(-1).tolist()
-        return [(out[j, P:P + lens[j]].tolist(), bool(has_eos[j])) for j in range(len(prompt_ids))]
+        return [(out[j, P : P + lens[j]].tolist(), bool(has_eos[j])) for j in range(len(prompt_ids))]
 
     def generate(self, prompt_ids: list[list[int]], groups: list[int], *, greedy: bool):
         """Native rollouts as a SeqBatch; completions are marked up to and including EOS."""
@@ -261,7 +302,11 @@ class _Run:
 
         torch = self.torch
         out, att, P, before, has_eos = self._generate(
-            prompt_ids, temperature=0.0 if greedy else self.plan.temperature, top_p=1.0, max_new=self.max_total)
+            prompt_ids,
+            temperature=0.0 if greedy else self.plan.temperature,
+            top_p=1.0,
+            max_new=self.max_total,
+        )
         tmask = torch.zeros_like(out, dtype=torch.bool)
         tmask[:, P:] = before
         att_full = torch.cat([att, before.long()], dim=1)
@@ -279,8 +324,9 @@ class _Run:
 
         if lean_model is None:
             return hidden_window(model, b, window)
-        return lean_model.hidden_window(b.input_ids, b.attention_mask, b.position_ids, window,
-                                        shared_prefix(b, window))
+        return lean_model.hidden_window(
+            b.input_ids, b.attention_mask, b.position_ids, window, shared_prefix(b, window)
+        )
 
     # ---- teacher --------------------------------------------------------------------------------
     def teacher_score(self, b, window: int):
@@ -329,14 +375,21 @@ class _Run:
         valid = tmask & (pos < p.teacher_max_model_len)
         has_task = adv_task is not None
         order = torch.randperm(len(b)).tolist()
-        mbs = [order[i:i + p.ppo_mini_batch_size] for i in range(0, len(b), p.ppo_mini_batch_size)]
+        mbs = [order[i : i + p.ppo_mini_batch_size] for i in range(0, len(b), p.ppo_mini_batch_size)]
         need_lp = p.estimator == "pg_opd" or has_task
         lp_old = None
-        if len(mbs) > 1 and need_lp:  # later updates are off-policy: freeze the sampling policy's log-probs first
+        if (
+            len(mbs) > 1 and need_lp
+        ):  # later updates are off-policy: freeze the sampling policy's log-probs first
             with torch.no_grad():
-                lp_old = torch.cat([self.student_logprobs(b.select(list(range(s, min(len(b), s + p.ppo_mini_batch_size)))),
-                                                          window)[1]
-                                    for s in range(0, len(b), p.ppo_mini_batch_size)])
+                lp_old = torch.cat(
+                    [
+                        self.student_logprobs(
+                            b.select(list(range(s, min(len(b), s + p.ppo_mini_batch_size)))), window
+                        )[1]
+                        for s in range(0, len(b), p.ppo_mini_batch_size)
+                    ]
+                )
         d_sum = d_cnt = 0.0
         norms, clipfracs, ppo_kls = [], [], []
         for mb in mbs:
@@ -355,8 +408,15 @@ class _Run:
                 adv = -k1 * v
                 if at is not None:
                     adv = adv + at
-                loss, extra = losses.policy_loss(lp, lp_o, adv.detach(), tm if has_task else v, kind=p.policy_loss,
-                                                 clip_low=p.clip_low, clip_high=p.clip_high)
+                loss, extra = losses.policy_loss(
+                    lp,
+                    lp_o,
+                    adv.detach(),
+                    tm if has_task else v,
+                    kind=p.policy_loss,
+                    clip_low=p.clip_low,
+                    clip_high=p.clip_high,
+                )
                 d_sum += float((k1 * v).sum())
                 d_cnt += float(v.sum())
             else:
@@ -368,11 +428,20 @@ class _Run:
                 d_cnt += float(v.sum())
                 extra = {}
                 if at is not None:
-                    pg, extra = losses.policy_loss(lp, lp_o, at.detach(), tm, kind=p.policy_loss,
-                                                   clip_low=p.clip_low, clip_high=p.clip_high)
+                    pg, extra = losses.policy_loss(
+                        lp,
+                        lp_o,
+                        at.detach(),
+                        tm,
+                        kind=p.policy_loss,
+                        clip_low=p.clip_low,
+                        clip_high=p.clip_high,
+                    )
                     loss = loss + pg
             if not torch.isfinite(loss):
-                raise EngineError(f"the loss became {float(loss)} at step {self.step}; lower the learning rate")
+                raise EngineError(
+                    f"the loss became {float(loss)} at step {self.step}; lower the learning rate"
+                )
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             norms.append(float(torch.nn.utils.clip_grad_norm_(self.student.parameters(), 1.0)))
@@ -394,15 +463,26 @@ class _Run:
         prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
         groups = [g for g in range(len(rows)) for _ in range(n)]
         b = self.generate(prompt_ids, groups, greedy=False)
-        b.messages = [rows[g].messages + [{"role": "assistant", "content": t}] for g, t in zip(groups, b.texts, strict=True)]
+        b.messages = [
+            rows[g].messages + [{"role": "assistant", "content": t}]
+            for g, t in zip(groups, b.texts, strict=True)
+        ]
         return b
 
     def reward(self, rows, b, where: str):
         from opd_nb.engine import rewards
 
         groups = b.group.tolist()
-        samples = [rewards.Sample(messages=b.messages[i], rollout_extra=rows[g].rollout_extra, group=g,
-                                  sample_id=f"{where}-{g}", rollout_id=str(i)) for i, g in enumerate(groups)]
+        samples = [
+            rewards.Sample(
+                messages=b.messages[i],
+                rollout_extra=rows[g].rollout_extra,
+                group=g,
+                sample_id=f"{where}-{g}",
+                rollout_id=str(i),
+            )
+            for i, g in enumerate(groups)
+        ]
         return rewards.score(self.job.rewards, samples, self.job.job_id, where=where, log=self.log)
 
     def train_step(self, rows, epoch: int) -> dict[str, Any]:
@@ -459,7 +539,7 @@ class _Run:
         chunk = 512
         batches = []
         for s in range(0, len(rows), chunk):
-            part = rows[s:s + chunk]
+            part = rows[s : s + chunk]
             b = self.generate([r.prompt_ids for r in part], list(range(s, s + len(part))), greedy=True)
             texts.extend(t if not b.truncated[j] else "\x00" for j, t in enumerate(b.texts))
             batches.append(b)
@@ -469,11 +549,23 @@ class _Run:
         if self.job.rewards and self.job.rollout is None:
             from opd_nb.engine import rewards
 
-            samples = [rewards.Sample(messages=r.messages + [{"role": "assistant", "content": t.replace("\x00", "")}],
-                                      rollout_extra=r.rollout_extra, group=i, sample_id=f"val-{i}", rollout_id="0")
-                       for i, (t, r) in enumerate(zip(texts, rows, strict=True))]
-            res = rewards.score(self.job.rewards, samples, self.job.job_id, where=f"validation at step {self.step}",
-                                log=self.log)
+            samples = [
+                rewards.Sample(
+                    messages=r.messages + [{"role": "assistant", "content": t.replace("\x00", "")}],
+                    rollout_extra=r.rollout_extra,
+                    group=i,
+                    sample_id=f"val-{i}",
+                    rollout_id="0",
+                )
+                for i, (t, r) in enumerate(zip(texts, rows, strict=True))
+            ]
+            res = rewards.score(
+                self.job.rewards,
+                samples,
+                self.job.job_id,
+                where=f"validation at step {self.step}",
+                log=self.log,
+            )
             ok = [x for x in res.totals if not math.isnan(x)]
             if ok:
                 out["validation/data/reward/mean@1"] = sum(ok) / len(ok)
@@ -491,12 +583,22 @@ class _Run:
         self.student.save_pretrained(tmp, safe_serialization=True)
         self.tok.save_pretrained(tmp)
         state = {
-            "step": self.step, "epoch": epoch, "cursor": cursor, "total_steps": self.total_steps,
-            "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(),
-            "rng": {"python": random.getstate(), "torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
-            "metrics_tail": self.metrics_tail, "plan": self.plan.model_dump(), "job_id": self.job.job_id,
-            "seed": self.job.seed, "n_train": len(self.train_rows),
+            "step": self.step,
+            "epoch": epoch,
+            "cursor": cursor,
+            "total_steps": self.total_steps,
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "rng": {
+                "python": random.getstate(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
+            "metrics_tail": self.metrics_tail,
+            "plan": self.plan.model_dump(),
+            "job_id": self.job.job_id,
+            "seed": self.job.seed,
+            "n_train": len(self.train_rows),
         }
         torch.save(state, tmp / STATE_FILE)
         if path.exists():
@@ -511,7 +613,9 @@ class _Run:
         limit = self.plan.save_total_limit
         if not limit:
             return
-        cks = sorted((p for p in ck_root.glob("checkpoint-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[-1]))
+        cks = sorted(
+            (p for p in ck_root.glob("checkpoint-*") if p.is_dir()), key=lambda p: int(p.name.split("-")[-1])
+        )
         for old in cks[:-limit]:
             shutil.rmtree(old, ignore_errors=True)
             self.log(f"removed {old.name} (save_total_limit={limit})")
@@ -520,13 +624,18 @@ class _Run:
         torch = self.torch
         f = path / STATE_FILE
         if not f.is_file():
-            raise EngineError(f"cannot resume from {str(path)!r}: it has no {STATE_FILE} (only checkpoint-N "
-                              "directories saved by the engine can be resumed; to start from weights only, "
-                              "use it as the student model instead)")
+            raise EngineError(
+                f"cannot resume from {str(path)!r}: it has no {STATE_FILE} (only checkpoint-N "
+                "directories saved by the engine can be resumed; to start from weights only, "
+                "use it as the student model instead)"
+            )
         state = torch.load(f, map_location="cpu", weights_only=False)
         if state.get("n_train") != len(self.train_rows):
-            self.log(f"the training file has {len(self.train_rows)} rows, the checkpoint was made with "
-                     f"{state.get('n_train')}; the data cursor may not line up", "WARNING")
+            self.log(
+                f"the training file has {len(self.train_rows)} rows, the checkpoint was made with "
+                f"{state.get('n_train')}; the data cursor may not line up",
+                "WARNING",
+            )
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         random.setstate(state["rng"]["python"])
@@ -536,8 +645,10 @@ class _Run:
         self.step = int(state["step"])
         self.resume_epoch, self.resume_cursor = int(state["epoch"]), int(state["cursor"])
         self.metrics_tail = dict(state.get("metrics_tail") or {})
-        self.log(f"resumed from {path.name}: step {self.step}, epoch {self.resume_epoch + 1}, "
-                 f"data cursor {self.resume_cursor}")
+        self.log(
+            f"resumed from {path.name}: step {self.step}, epoch {self.resume_epoch + 1}, "
+            f"data cursor {self.resume_cursor}"
+        )
 
     def publish(self) -> str:
         final = self.out / "final"
@@ -553,7 +664,9 @@ class _Run:
 
     # ---- main loop ------------------------------------------------------------------------------
     def emit(self, row: dict[str, Any]) -> None:
-        clean = {k: (float(v) if isinstance(v, float | int) and k not in ("step",) else v) for k, v in row.items()}
+        clean = {
+            k: (float(v) if isinstance(v, float | int) and k not in ("step",) else v) for k, v in row.items()
+        }
         with (self.out / METRICS_FILE).open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(clean) + "\n")
         self.events.metrics(clean)
@@ -578,8 +691,10 @@ class _Run:
             if ev:
                 self.emit({"step": 0, "epoch": 0.0, **ev})
                 self.log("before training: " + ", ".join(f"{k}={v:.4f}" for k, v in ev.items()))
-        self.log(f"training {self.total_steps} steps ({p.n_epochs} epoch(s) x {self.steps_per_epoch} steps over "
-                 f"{len(self.train_rows)} prompts)")
+        self.log(
+            f"training {self.total_steps} steps ({p.n_epochs} epoch(s) x {self.steps_per_epoch} steps over "
+            f"{len(self.train_rows)} prompts)"
+        )
         t_start = time.perf_counter()
         steps_here = 0
         every = max(1, self.total_steps // 20)
@@ -592,7 +707,7 @@ class _Run:
                     self.log(f"stop requested; stopping after step {self.step}/{self.total_steps}", "WARNING")
                     stopped = True
                     break
-                rows = [self.train_rows[i] for i in order[cursor:cursor + p.batch_size]]
+                rows = [self.train_rows[i] for i in order[cursor : cursor + p.batch_size]]
                 cursor += len(rows)
                 metrics = self.train_step(rows, epoch)
                 self.step += 1
@@ -606,17 +721,26 @@ class _Run:
                 eta = elapsed / steps_here * (self.total_steps - self.step)
                 self.events.progress(self.step, self.total_steps, epoch + 1, p.n_epochs, eta)
                 if self.step % every == 0 or self.step in (1, self.total_steps):
-                    extra = "".join(f", {k.split('/')[-1]}={row[k]:.3f}" for k in
-                                    ("validation/accuracy", "validation/data/reward/mean@1") if k in row)
-                    self.log(f"step {self.step}/{self.total_steps} (epoch {epoch + 1}/{p.n_epochs}): "
-                             f"loss={row['actor/distillation/loss']:.4f}, valid_token_rate="
-                             f"{row['trace/distillation/valid_token_rate']:.3f}{extra}, "
-                             f"{row['timing_s/step'] * 1000:.0f} ms/step, ETA {_fmt_eta(eta)}")
+                    extra = "".join(
+                        f", {k.split('/')[-1]}={row[k]:.3f}"
+                        for k in ("validation/accuracy", "validation/data/reward/mean@1")
+                        if k in row
+                    )
+                    self.log(
+                        f"step {self.step}/{self.total_steps} (epoch {epoch + 1}/{p.n_epochs}): "
+                        f"loss={row['actor/distillation/loss']:.4f}, valid_token_rate="
+                        f"{row['trace/distillation/valid_token_rate']:.3f}{extra}, "
+                        f"{row['timing_s/step'] * 1000:.0f} ms/step, ETA {_fmt_eta(eta)}"
+                    )
                 save = (p.save_strategy == "steps" and self.step % p.save_steps == 0) or (
-                    p.save_strategy == "epoch" and cursor >= len(order))
+                    p.save_strategy == "epoch" and cursor >= len(order)
+                )
                 if save:
-                    path = self.save_checkpoint(epoch if cursor < len(order) else epoch + 1,
-                                                cursor if cursor < len(order) else 0, self.metrics_tail)
+                    path = self.save_checkpoint(
+                        epoch if cursor < len(order) else epoch + 1,
+                        cursor if cursor < len(order) else 0,
+                        self.metrics_tail,
+                    )
                     score = row.get("validation/data/reward/mean@1", row.get("validation/accuracy"))
                     if score is not None and (self.best is None or score > self.best[0]):
                         self.best = (float(score), path)
@@ -624,11 +748,18 @@ class _Run:
                 break
         final = self.publish()
         self.log(f"published the final model to {final} after {self.step} step(s)")
-        return EngineResult(final_checkpoint=final, best_checkpoint=self.best[1] if self.best else None,
-                            steps=self.step, epochs=p.n_epochs, metrics_tail=self.metrics_tail)
+        return EngineResult(
+            final_checkpoint=final,
+            best_checkpoint=self.best[1] if self.best else None,
+            steps=self.step,
+            epochs=p.n_epochs,
+            metrics_tail=self.metrics_tail,
+        )
 
 
-def run(job: EngineJob, events: EngineEvents, should_stop: Callable[[], bool] = lambda: False) -> EngineResult:
+def run(
+    job: EngineJob, events: EngineEvents, should_stop: Callable[[], bool] = lambda: False
+) -> EngineResult:
     """Run one job to completion; raises EngineError (plain words) for job-level failures."""
     try:
         return _Run(job, events, should_stop).run()

@@ -39,24 +39,37 @@ async def _score(processor, cleaner, index: int, item: dict, sem: asyncio.Semaph
 
     async with sem:
         start = time.perf_counter()
-        out = {"index": index, "reward_score": None, "reward_metrics": None, "status": "failed",
-               "error": None, "error_code": None, "cleaned": None}
+        out = {
+            "index": index,
+            "reward_score": None,
+            "reward_metrics": None,
+            "status": "failed",
+            "error": None,
+            "error_code": None,
+            "cleaned": None,
+        }
         candidate = item.get("candidate", "")
         try:
             if cleaner is not None:
                 out["cleaned"] = cleaner(candidate)
             messages = list(item.get("messages") or []) + [{"role": "assistant", "content": candidate}]
-            payload = {"agent_output": {"messages": messages, "rollout_extra": item.get("rollout_extra")},
-                       "ground_truth": item.get("ground_truth")}
+            payload = {
+                "agent_output": {"messages": messages, "rollout_extra": item.get("rollout_extra")},
+                "ground_truth": item.get("ground_truth"),
+            }
             data = RewardInput.model_validate(payload)
             result = processor.process(data)
             if inspect.isawaitable(result):
                 result = await result
             dumped = result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
             reward = dumped.get("reward") or {}
-            out.update(reward_score=reward.get("reward_score"), reward_metrics=reward.get("reward_metrics"),
-                       status=dumped.get("status", "success"), error=dumped.get("error"),
-                       error_code=dumped.get("error_code"))
+            out.update(
+                reward_score=reward.get("reward_score"),
+                reward_metrics=reward.get("reward_metrics"),
+                status=dumped.get("status", "success"),
+                error=dumped.get("error"),
+                error_code=dumped.get("error_code"),
+            )
         except Exception as exc:
             tb = traceback.extract_tb(exc.__traceback__)
             user = [f for f in tb if "site-packages" not in f.filename and "opd_nb" not in f.filename]
@@ -79,7 +92,9 @@ async def _main(request: dict) -> None:
         return
     cleaner = next((getattr(mod, n) for n in CLEANERS if callable(getattr(mod, n, None))), None)
     sem = asyncio.Semaphore(max(1, int(request.get("concurrency", 8))))
-    await asyncio.gather(*(_score(processor, cleaner, i, item, sem) for i, item in enumerate(request["items"])))
+    await asyncio.gather(
+        *(_score(processor, cleaner, i, item, sem) for i, item in enumerate(request["items"]))
+    )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from opd_nb import render
 from opd_nb.errors import OpdError
-from opd_nb.notebook import render
+from opd_nb.results import ResultMixin
 
 
 def resolve_config_path(path: str | Path) -> tuple[Path, Path]:
@@ -21,14 +22,20 @@ def resolve_config_path(path: str | Path) -> tuple[Path, Path]:
     else:
         workspace, config = p, p / "config.yaml"
     if not workspace.is_dir():
-        raise OpdError(f"workspace {str(workspace)!r} does not exist", where=str(workspace),
-                       fix="create it with `%opd new`, or pass the right folder")
+        raise OpdError(
+            f"workspace {str(workspace)!r} does not exist",
+            where=str(workspace),
+            fix="create it with `%opd new`, or pass the right folder",
+        )
     return workspace, config
 
 
 def unified_diff(old: str, new: str, name: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(True), new.splitlines(True), fromfile=f"a/{name}", tofile=f"b/{name}"
+        )
+    )
 
 
 def diff_html(diff: str) -> str:
@@ -47,7 +54,7 @@ def blocking_errors(report: Any) -> list[Any]:
     return [f for f in report.errors if not str(getattr(f, "rule", "")).startswith("env.")]
 
 
-class ConfigWriteResult(BaseModel):
+class ConfigWriteResult(ResultMixin, BaseModel):
     """The findings for a YAML body, and whether (and what) was written."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -72,14 +79,13 @@ class ConfigWriteResult(BaseModel):
             parts.append(self.diff)
         return "\n".join(p for p in parts if p)
 
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(str(self))  # plain text: findings quote keys like "functions[0]"
-
     def _repr_html_(self) -> str:
         cls = "ok" if self.written else "bad"
-        html_report = self.report._repr_html_() if hasattr(self.report, "_repr_html_") else f"<pre>{render.esc(self.report)}</pre>"
+        html_report = (
+            self.report._repr_html_()
+            if hasattr(self.report, "_repr_html_")
+            else f"<pre>{render.esc(self.report)}</pre>"
+        )
         diff = diff_html(self.diff) if self.written else ""
         return render.box(f'<div class="{cls}"><b>{render.esc(self._verdict())}</b></div>{html_report}{diff}')
 
@@ -99,14 +105,18 @@ def check_text(yaml_text: str, workspace: Path, target: str, config_name: str) -
     return check_config_text(yaml_text, workspace, target=target, config_name=config_name)
 
 
-def write_config_text(yaml_text: str, path: str | Path = ".", *, target: str | None = None) -> ConfigWriteResult:
+def write_config_text(
+    yaml_text: str, path: str | Path = ".", *, target: str | None = None
+) -> ConfigWriteResult:
     """Check `yaml_text` as the workspace's config; write it only when the report has no errors."""
     target = target or default_target()
     if target not in ("cloud", "local"):
         raise OpdError(f"unknown target {target!r}", fix="use --target cloud or --target local")
     workspace, config = resolve_config_path(path)
     if not yaml_text.strip():
-        raise OpdError("the cell is empty", where=str(config), fix="put the YAML of config.yaml in the cell body")
+        raise OpdError(
+            "the cell is empty", where=str(config), fix="put the YAML of config.yaml in the cell body"
+        )
     report = check_text(yaml_text, workspace, target, config.name)
     text = yaml_text if yaml_text.endswith("\n") else yaml_text + "\n"
     old = config.read_text(encoding="utf-8") if config.is_file() else ""

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from opd_nb import render
 from opd_nb.errors import OpdError
-from opd_nb.notebook import render
 from opd_nb.notebook.configcell import (
     ConfigWriteResult,
     blocking_errors,
@@ -30,7 +30,12 @@ UNSET = ""  # an empty field: the key is left out of the YAML
 
 def yaml_scalar(value: Any) -> str:
     """A YAML scalar that reads back as the same Python value (1e-6 -> 1.0e-06, not the string)."""
-    return yaml.safe_dump(value, default_flow_style=True, allow_unicode=True).splitlines()[0].removesuffix(" ...").strip()
+    return (
+        yaml.safe_dump(value, default_flow_style=True, allow_unicode=True)
+        .splitlines()[0]
+        .removesuffix(" ...")
+        .strip()
+    )
 
 
 def _block(lines: list[str], start: int, indent: int) -> int:
@@ -84,8 +89,13 @@ def edit_section(text: str, section: str, values: dict[str, Any]) -> str | None:
         hit = next((i for i in range(head + 1, end) if pat.match(lines[i])), None)
         # Commented-out keys may trail the last real key: look until the next less-indented line.
         scan_end = end
-        while scan_end < len(lines) and (not lines[scan_end].strip() or (
-                lines[scan_end].lstrip().startswith("#") and len(lines[scan_end]) - len(lines[scan_end].lstrip()) > head_indent)):
+        while scan_end < len(lines) and (
+            not lines[scan_end].strip()
+            or (
+                lines[scan_end].lstrip().startswith("#")
+                and len(lines[scan_end]) - len(lines[scan_end].lstrip()) > head_indent
+            )
+        ):
             scan_end += 1
         if value is None:
             if hit is not None:
@@ -154,14 +164,19 @@ def parse_field(spec: Any, raw: Any) -> tuple[Any, str | None]:
 class ConfigForm:
     """A form over the spec table for one workspace's config.yaml."""
 
-    def __init__(self, workspace: str | Path = ".", *, config: str = "config.yaml", target: str | None = None):
+    def __init__(
+        self, workspace: str | Path = ".", *, config: str = "config.yaml", target: str | None = None
+    ):
         from opd_nb.spec.hyperparams import PARAMS
 
         self.workspace = Path(workspace).expanduser()
         self.path = self.workspace / config
         if not self.path.is_file():
-            raise OpdError(f"{self.path} not found", where=str(self.path),
-                           fix="create a workspace with `%opd new` or pass its folder")
+            raise OpdError(
+                f"{self.path} not found",
+                where=str(self.path),
+                fix="create a workspace with `%opd new` or pass its folder",
+            )
         self.target = target or default_target()
         self.params = list(PARAMS)
         self.original = self.path.read_text(encoding="utf-8")
@@ -170,8 +185,11 @@ class ConfigForm:
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{self.path}:{mark.line + 1}" if mark else str(self.path)
-            raise OpdError(f"config.yaml is not valid YAML: {getattr(exc, 'problem', exc)}", where=where,
-                           fix="fix it by hand or with %%opd config") from None
+            raise OpdError(
+                f"config.yaml is not valid YAML: {getattr(exc, 'problem', exc)}",
+                where=where,
+                fix="fix it by hand or with %%opd config",
+            ) from None
         training = (data.get("training") or {}) if isinstance(data, dict) else {}
         self.initial = {p.name: (training.get(p.section) or {}).get(p.name) for p in self.params}
         self.raw: dict[str, Any] = {p.name: self._to_raw(p, self.initial[p.name]) for p in self.params}
@@ -233,7 +251,9 @@ class ConfigForm:
         changes: dict[str, dict[str, Any]] = {}
         values = self.values
         for p in self.params:
-            if values[p.name] != self.initial[p.name] or type(values[p.name]) is not type(self.initial[p.name]):
+            if values[p.name] != self.initial[p.name] or type(values[p.name]) is not type(
+                self.initial[p.name]
+            ):
                 if values[p.name] is None and self.initial[p.name] is None:
                     continue
                 changes.setdefault(p.section, {})[p.name] = values[p.name]
@@ -290,12 +310,18 @@ class ConfigForm:
                     options.append((f"{current!r} (invalid)", current))
                 widget = W.Dropdown(options=options, value=current, layout=W.Layout(width="220px"))
             else:
-                widget = W.Text(value=str(self.raw[p.name]), placeholder="(not set)", layout=W.Layout(width="220px"),
-                                continuous_update=False)
+                widget = W.Text(
+                    value=str(self.raw[p.name]),
+                    placeholder="(not set)",
+                    layout=W.Layout(width="220px"),
+                    continuous_update=False,
+                )
             widget.add_class(f"opd-field-{p.name}")
             widget.observe(lambda change, name=p.name: self._on_change(name, change["new"]), names="value")
-            label = W.HTML(f'<code title="{render.esc(p.help)}">{render.esc(p.name)}</code>',
-                           layout=W.Layout(width="260px"))
+            label = W.HTML(
+                f'<code title="{render.esc(p.help)}">{render.esc(p.name)}</code>',
+                layout=W.Layout(width="260px"),
+            )
             hint = render.esc(p.range_text()) + ("" if p.consumed_by_opd else " · <i>not used by OPD</i>")
             note = W.HTML(f"<small>{hint} — {render.esc(p.help)}</small>", layout=W.Layout(width="55%"))
             fields[p.name], notes[p.name] = widget, note
@@ -309,11 +335,22 @@ class ConfigForm:
         findings = W.HTML()
         diff = W.HTML()
         result = W.HTML()
-        title = W.HTML(f"<b>{render.esc(self.path)}</b> — checked against the <b>{render.esc(self.target)}</b> rules")
+        title = W.HTML(
+            f"<b>{render.esc(self.path)}</b> — checked against the <b>{render.esc(self.target)}</b> rules"
+        )
         box = W.VBox([title, W.HBox([small, large, save]), *rows, findings, diff, result])
         box.add_class("opd-config-form")
-        self._widgets = {"box": box, "fields": fields, "notes": notes, "findings": findings, "diff": diff,
-                         "result": result, "save": save, "small": small, "large": large}
+        self._widgets = {
+            "box": box,
+            "fields": fields,
+            "notes": notes,
+            "findings": findings,
+            "diff": diff,
+            "result": result,
+            "save": save,
+            "small": small,
+            "large": large,
+        }
 
     def _on_change(self, name: str, raw: Any) -> None:
         self.raw[name] = raw
@@ -337,7 +374,11 @@ class ConfigForm:
         parts = [f'<div class="bad">✗ {render.esc(k)}: {render.esc(v)}</div>' for k, v in problems.items()]
         report_html = ""
         if self.report is not None:
-            report_html = self.report._repr_html_() if hasattr(self.report, "_repr_html_") else f"<pre>{render.esc(self.report)}</pre>"
+            report_html = (
+                self.report._repr_html_()
+                if hasattr(self.report, "_repr_html_")
+                else f"<pre>{render.esc(self.report)}</pre>"
+            )
         return render.box("".join(parts) + report_html, title="preflight")
 
     def widget(self) -> Any:
@@ -345,9 +386,14 @@ class ConfigForm:
 
     # ------------------------------------------------------------ reprs
     def _repr_html_(self) -> str:
-        rows = [(p.name, p.section, render.fmt(self.values[p.name]), p.range_text(), p.help) for p in self.params]
-        return render.box(render.table(["key", "section", "value", "allowed", "help"], rows)
-                          + self._findings_html(self.field_problems()), title=str(self.path))
+        rows = [
+            (p.name, p.section, render.fmt(self.values[p.name]), p.range_text(), p.help) for p in self.params
+        ]
+        return render.box(
+            render.table(["key", "section", "value", "allowed", "help"], rows)
+            + self._findings_html(self.field_problems()),
+            title=str(self.path),
+        )
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self._repr_html_()}

@@ -85,7 +85,9 @@ def run_cell(line: str, cell: str) -> Any:
         print(CELL_USAGE)
         return None
     if argv[0] != "config":
-        raise _usage_error(f"%%opd {argv[0]}: only `%%opd config [PATH]` takes a cell body; use %opd {argv[0]} ... on one line")
+        raise _usage_error(
+            f"%%opd {argv[0]}: only `%%opd config [PATH]` takes a cell body; use %opd {argv[0]} ... on one line"
+        )
     args = argv[1:]
     if {"-h", "--help"} & set(args):
         print(CELL_USAGE)

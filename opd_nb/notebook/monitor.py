@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from opd_nb import render
 from opd_nb.errors import OpdError
-from opd_nb.notebook import render
 
 LOSS = "actor/distillation/loss"
 VALID_TOKEN_RATE = "trace/distillation/valid_token_rate"
@@ -34,8 +34,10 @@ REWARD_FAILURE_RATE = "trace/reward/failure_rate"
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELED"})
 STATUS_CLASS = {"SUCCEEDED": "ok", "FAILED": "bad", "CANCELED": "warn"}
 DEFAULT_EVAL_STEPS = 10
-CLOUD_NOTE = ("This API has no metrics endpoint (Bailian): showing status, events and logs only. "
-              "Open the job in the Bailian console for the curves.")
+CLOUD_NOTE = (
+    "This API has no metrics endpoint (Bailian): showing status, events and logs only. "
+    "Open the job in the Bailian console for the curves."
+)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -68,7 +70,9 @@ def _series(rows: Sequence[Mapping[str, Any]], name: str) -> list[tuple[float, f
     return out
 
 
-def health_alerts(rows: Sequence[Mapping[str, Any]], *, eval_steps: int | None = None) -> list[dict[str, str]]:
+def health_alerts(
+    rows: Sequence[Mapping[str, Any]], *, eval_steps: int | None = None
+) -> list[dict[str, str]]:
     """The docs' health rules, applied to a job's metric rows.
 
     * valid_token_rate below 1: the teacher's scores are incomplete, so check the teacher before
@@ -81,13 +85,17 @@ def health_alerts(rows: Sequence[Mapping[str, Any]], *, eval_steps: int | None =
     low = [(s, v) for s, v in vtr if v < 0.999]
     if low:
         step, value = min(low, key=lambda sv: sv[1])
-        alerts.append({
-            "rule": "valid_token_rate",
-            "severity": "error",
-            "message": (f"valid_token_rate is below 1 ({value:.3f} at step {step:g}, {len(low)} step(s)): "
-                        "the teacher did not score every student token"),
-            "fix": "check the teacher first (teacher_model name, max_length vs. prompt+response) before tuning anything",
-        })
+        alerts.append(
+            {
+                "rule": "valid_token_rate",
+                "severity": "error",
+                "message": (
+                    f"valid_token_rate is below 1 ({value:.3f} at step {step:g}, {len(low)} step(s)): "
+                    "the teacher did not score every student token"
+                ),
+                "fix": "check the teacher first (teacher_model name, max_length vs. prompt+response) before tuning anything",
+            }
+        )
     every = max(1, int(eval_steps or DEFAULT_EVAL_STEPS))
     loss = _series(rows, LOSS)
     if loss and loss[-1][0] >= 3 * every and len(loss) >= 2:
@@ -95,22 +103,28 @@ def health_alerts(rows: Sequence[Mapping[str, Any]], *, eval_steps: int | None =
         first = sum(v for _, v in loss[:window]) / window
         last = sum(v for _, v in loss[-window:]) / window
         if last >= first - 1e-9 * max(1.0, abs(first)):
-            alerts.append({
-                "rule": "loss_not_decreasing",
-                "severity": "warning",
-                "message": (f"actor/distillation/loss has not decreased after {loss[-1][0]:g} steps "
-                            f"(eval_steps × 3 = {3 * every}): mean {first:.4g} at the start, {last:.4g} now"),
-                "fix": "check valid_token_rate and the data; then change one thing at a time (learning_rate first)",
-            })
+            alerts.append(
+                {
+                    "rule": "loss_not_decreasing",
+                    "severity": "warning",
+                    "message": (
+                        f"actor/distillation/loss has not decreased after {loss[-1][0]:g} steps "
+                        f"(eval_steps × 3 = {3 * every}): mean {first:.4g} at the start, {last:.4g} now"
+                    ),
+                    "fix": "check valid_token_rate and the data; then change one thing at a time (learning_rate first)",
+                }
+            )
     failures = [(s, v) for s, v in _series(rows, REWARD_FAILURE_RATE) if v > 0]
     if failures:
         step, value = max(failures, key=lambda sv: sv[1])
-        alerts.append({
-            "rule": "reward_failures",
-            "severity": "warning",
-            "message": f"the reward function failed on up to {value:.0%} of samples (step {step:g})",
-            "fix": "run `%opd test` and the reward playground on failing samples; see the log tail",
-        })
+        alerts.append(
+            {
+                "rule": "reward_failures",
+                "severity": "warning",
+                "message": f"the reward function failed on up to {value:.0%} of samples (step {step:g})",
+                "fix": "run `%opd test` and the reward playground on failing samples; see the log tail",
+            }
+        )
     return alerts
 
 
@@ -174,8 +188,9 @@ class _JobState:
 class JobMonitor:
     """Watch one or more jobs; several jobs are overlaid on the same plots for comparison."""
 
-    def __init__(self, job_ids: Sequence[str] | str, client: Any = None, *, poll_s: float = 2.0,
-                 log_tail: int = 15):
+    def __init__(
+        self, job_ids: Sequence[str] | str, client: Any = None, *, poll_s: float = 2.0, log_tail: int = 15
+    ):
         ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
         ids = list(dict.fromkeys(i for i in ids if i))
         if not ids:
@@ -278,8 +293,10 @@ class JobMonitor:
             self.poll_once()
             missing = [st for st in self._jobs.values() if st.status == "NOT_FOUND"]
             if len(missing) == len(self._jobs):
-                raise OpdError(missing[0].error or f"job {missing[0].job_id} not found",
-                               fix="list jobs with `%opd jobs`; check the target with `%opd use`")
+                raise OpdError(
+                    missing[0].error or f"job {missing[0].job_id} not found",
+                    fix="list jobs with `%opd jobs`; check the target with `%opd use`",
+                )
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._done.clear()
@@ -295,8 +312,9 @@ class JobMonitor:
                 if not events_started and any(st.metrics_available is False for st in self._jobs.values()):
                     events_started = True  # cloud: the event stream is the richest view there is
                     for st in self._jobs.values():
-                        t = threading.Thread(target=self._events_loop, args=(st,), daemon=True,
-                                             name=f"opd-events-{st.job_id}")
+                        t = threading.Thread(
+                            target=self._events_loop, args=(st,), daemon=True, name=f"opd-events-{st.job_id}"
+                        )
                         t.start()
                         self._event_threads.append(t)
                 if self.done:
@@ -329,7 +347,9 @@ class JobMonitor:
         for jid in ids:
             st = self._jobs.get(jid)
             if st is None:
-                raise OpdError(f"job {jid!r} is not watched by this monitor", fix=f"watched: {', '.join(self.job_ids)}")
+                raise OpdError(
+                    f"job {jid!r} is not watched by this monitor", fix=f"watched: {', '.join(self.job_ids)}"
+                )
             if st.terminal:
                 continue
             job = self.client.cancel(jid)
@@ -367,10 +387,17 @@ class JobMonitor:
             n_epochs = n_epochs or reported.get("n_epochs")
         if eta is None and total and step and st.status not in TERMINAL:
             times = [r.get("timing_s/step") for r in rows if isinstance(r.get("timing_s/step"), int | float)]
-            per_step = (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
+            per_step = (
+                (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
+            )
             eta = max(0.0, (int(total) - step) * per_step)
-        return {"step": step, "epoch": epoch, "total_steps": int(total) if total else None,
-                "n_epochs": int(n_epochs) if n_epochs else None, "eta_s": eta}
+        return {
+            "step": step,
+            "epoch": epoch,
+            "total_steps": int(total) if total else None,
+            "n_epochs": int(n_epochs) if n_epochs else None,
+            "eta_s": eta,
+        }
 
     def _eval_steps(self, st: _JobState) -> int | None:
         hp = _get(st.job, "hyper_parameters") or {}
@@ -384,8 +411,15 @@ class JobMonitor:
         best = best_checkpoint(st.checkpoints, st.metrics) if st.checkpoints else None
         alerts = health_alerts(st.metrics, eval_steps=self._eval_steps(st))
         if st.status == "FAILED":
-            alerts.insert(0, {"rule": "failed", "severity": "error", "message": "the job FAILED",
-                              "fix": "read the end of the log below (opd logs JOB)"})
+            alerts.insert(
+                0,
+                {
+                    "rule": "failed",
+                    "severity": "error",
+                    "message": "the job FAILED",
+                    "fix": "read the end of the log below (opd logs JOB)",
+                },
+            )
         return {
             "status": st.status,
             "terminal": st.terminal,
@@ -395,12 +429,25 @@ class JobMonitor:
             "last_metrics": dict(st.metrics[-1]) if st.metrics else {},
             "alerts": alerts,
             "checkpoints": [
-                {"name": _get(c, "name"), "step": _get(c, "step"), "path": _get(c, "path"),
-                 "published": _get(c, "published"), "metrics": _get(c, "metrics") or {}}
+                {
+                    "name": _get(c, "name"),
+                    "step": _get(c, "step"),
+                    "path": _get(c, "path"),
+                    "published": _get(c, "published"),
+                    "metrics": _get(c, "metrics") or {},
+                }
                 for c in st.checkpoints
             ],
-            "best_checkpoint": ({"name": _get(best[0], "name"), "step": _get(best[0], "step"),
-                                 "path": _get(best[0], "path"), "reason": best[1]} if best else None),
+            "best_checkpoint": (
+                {
+                    "name": _get(best[0], "name"),
+                    "step": _get(best[0], "step"),
+                    "path": _get(best[0], "path"),
+                    "reason": best[1],
+                }
+                if best
+                else None
+            ),
             "finetuned_output": _get(st.job, "finetuned_output"),
             "log_tail": list(st.logs)[-self.log_tail :],
             "events": list(st.events)[-10:],
@@ -422,8 +469,10 @@ class JobMonitor:
     # ------------------------------------------------------------ rendering
     def _plot(self) -> bytes | None:
         rows_by_job = {jid: st.metrics for jid, st in self._jobs.items() if st.metrics}
-        key = tuple((jid, len(rows), (rows[-1] if rows else None) and rows[-1].get("step"))
-                    for jid, rows in rows_by_job.items())
+        key = tuple(
+            (jid, len(rows), (rows[-1] if rows else None) and rows[-1].get("step"))
+            for jid, rows in rows_by_job.items()
+        )
         if key != self._plot_key:
             from opd_nb.plots import render_png
 
@@ -438,26 +487,47 @@ class JobMonitor:
     def _status_html(self, state: dict[str, Any]) -> str:
         rows = []
         for jid, v in state["jobs"].items():
-            status = f'<span class="{STATUS_CLASS.get(v["status"], "")}"><b>{render.esc(v["status"])}</b></span>'
+            status = (
+                f'<span class="{STATUS_CLASS.get(v["status"], "")}"><b>{render.esc(v["status"])}</b></span>'
+            )
             if v["cancel_requested"] and not v["terminal"]:
                 status += " (cancel sent)"
             total = v["total_steps"]
-            step = f'{v["step"]}/{total}' if total else str(v["step"])
-            epoch = f'{v["epoch"]}/{v["n_epochs"]}' if v["n_epochs"] and v["epoch"] is not None else render.fmt(v["epoch"])
-            eta = f'{v["eta_s"]:.0f}s' if v["eta_s"] is not None else ""
+            step = f"{v['step']}/{total}" if total else str(v["step"])
+            epoch = (
+                f"{v['epoch']}/{v['n_epochs']}"
+                if v["n_epochs"] and v["epoch"] is not None
+                else render.fmt(v["epoch"])
+            )
+            eta = f"{v['eta_s']:.0f}s" if v["eta_s"] is not None else ""
             last = v["last_metrics"]
-            rows.append((render.esc(jid), status, step, epoch, eta, render.fmt(last.get(LOSS)),
-                         render.fmt(last.get(VALID_TOKEN_RATE)), render.fmt(last.get(REWARD_MEAN))))
-        return render.table(["job", "status", "step", "epoch", "ETA", "loss", "valid_token_rate", "reward mean@1"],
-                            rows, raw_cols=(0, 1))
+            rows.append(
+                (
+                    render.esc(jid),
+                    status,
+                    step,
+                    epoch,
+                    eta,
+                    render.fmt(last.get(LOSS)),
+                    render.fmt(last.get(VALID_TOKEN_RATE)),
+                    render.fmt(last.get(REWARD_MEAN)),
+                )
+            )
+        return render.table(
+            ["job", "status", "step", "epoch", "ETA", "loss", "valid_token_rate", "reward mean@1"],
+            rows,
+            raw_cols=(0, 1),
+        )
 
     def _alerts_html(self, state: dict[str, Any]) -> str:
         parts = []
         for jid, v in state["jobs"].items():
             for a in v["alerts"]:
                 cls = render.SEVERITY_CLASS.get(a["severity"], "")
-                parts.append(f'<div class="{cls}">⚠ {render.esc(jid)}: {render.esc(a["message"])}'
-                             f' — <i>{render.esc(a["fix"])}</i></div>')
+                parts.append(
+                    f'<div class="{cls}">⚠ {render.esc(jid)}: {render.esc(a["message"])}'
+                    f" — <i>{render.esc(a['fix'])}</i></div>"
+                )
             if v["error"]:
                 parts.append(f'<div class="warn">{render.esc(jid)}: {render.esc(v["error"])}</div>')
             if v["metrics_available"] is False:
@@ -472,12 +542,27 @@ class JobMonitor:
             best = v["best_checkpoint"] or {}
             rows = []
             for c in v["checkpoints"]:
-                mark = f'<b class="ok">best</b> ({render.esc(best.get("reason"))})' if c["name"] == best.get("name") else ""
-                rows.append((render.esc(c["name"]), c["step"], render.fmt(c["metrics"].get(REWARD_MEAN)),
-                             render.fmt(c["metrics"].get(LOSS)), "yes" if c["published"] else "", mark))
-            parts.append(f"<b>checkpoints of {render.esc(jid)}</b>"
-                         + render.table(["checkpoint", "step", "reward mean@1", "loss", "published", ""],
-                                        rows, raw_cols=(0, 5)))
+                mark = (
+                    f'<b class="ok">best</b> ({render.esc(best.get("reason"))})'
+                    if c["name"] == best.get("name")
+                    else ""
+                )
+                rows.append(
+                    (
+                        render.esc(c["name"]),
+                        c["step"],
+                        render.fmt(c["metrics"].get(REWARD_MEAN)),
+                        render.fmt(c["metrics"].get(LOSS)),
+                        "yes" if c["published"] else "",
+                        mark,
+                    )
+                )
+            parts.append(
+                f"<b>checkpoints of {render.esc(jid)}</b>"
+                + render.table(
+                    ["checkpoint", "step", "reward mean@1", "loss", "published", ""], rows, raw_cols=(0, 5)
+                )
+            )
         return "".join(parts)
 
     def _logs_html(self, state: dict[str, Any]) -> str:
@@ -485,9 +570,13 @@ class JobMonitor:
         for jid, v in state["jobs"].items():
             lines = v["log_tail"]
             if v["events"] and v["metrics_available"] is False:
-                parts.append(f"<b>events of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(v['events']))}</pre>")
+                parts.append(
+                    f"<b>events of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(v['events']))}</pre>"
+                )
             if lines:
-                parts.append(f"<b>log tail of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(lines))}</pre>")
+                parts.append(
+                    f"<b>log tail of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(lines))}</pre>"
+                )
         return "".join(parts)
 
     def to_html(self) -> str:
@@ -495,26 +584,34 @@ class JobMonitor:
         state = self.state
         png = self._plot()
         title = f"opd job monitor: {', '.join(self.job_ids)}" + ("" if state["done"] else " (live)")
-        return render.box(self._status_html(state) + self._alerts_html(state) + render.png_img(png)
-                          + self._checkpoints_html(state) + self._logs_html(state), title=title)
+        return render.box(
+            self._status_html(state)
+            + self._alerts_html(state)
+            + render.png_img(png)
+            + self._checkpoints_html(state)
+            + self._logs_html(state),
+            title=title,
+        )
 
     def __str__(self) -> str:
         state = self.state
         lines = []
         for jid, v in state["jobs"].items():
-            total = f'/{v["total_steps"]}' if v["total_steps"] else ""
+            total = f"/{v['total_steps']}" if v["total_steps"] else ""
             last = v["last_metrics"]
-            lines.append(f'{jid}: {v["status"]} step {v["step"]}{total} epoch {render.fmt(v["epoch"])}'
-                         + (f' loss {render.fmt(last.get(LOSS))}' if LOSS in last else ""))
+            lines.append(
+                f"{jid}: {v['status']} step {v['step']}{total} epoch {render.fmt(v['epoch'])}"
+                + (f" loss {render.fmt(last.get(LOSS))}" if LOSS in last else "")
+            )
             for a in v["alerts"]:
-                lines.append(f'  ! {a["message"]} (fix: {a["fix"]})')
+                lines.append(f"  ! {a['message']} (fix: {a['fix']})")
             if v["best_checkpoint"]:
                 b = v["best_checkpoint"]
-                lines.append(f'  best checkpoint: {b["name"]} ({b["reason"]})')
+                lines.append(f"  best checkpoint: {b['name']} ({b['reason']})")
             if v["metrics_available"] is False:
                 lines.append(f"  {CLOUD_NOTE}")
             if v["error"]:
-                lines.append(f'  error: {v["error"]}')
+                lines.append(f"  error: {v['error']}")
             lines += [f"  | {line}" for line in v["log_tail"][-5:]]
         return "\n".join(lines)
 
@@ -531,9 +628,16 @@ class JobMonitor:
             table.add_column(col)
         for jid, v in state["jobs"].items():
             last = v["last_metrics"]
-            table.add_row(Text(jid), Text(v["status"]), str(v["step"]), render.fmt(v["epoch"]),
-                          render.fmt(last.get(LOSS)), render.fmt(last.get(VALID_TOKEN_RATE)),
-                          render.fmt(last.get(REWARD_MEAN)), Text("; ".join(a["message"] for a in v["alerts"])))
+            table.add_row(
+                Text(jid),
+                Text(v["status"]),
+                str(v["step"]),
+                render.fmt(v["epoch"]),
+                render.fmt(last.get(LOSS)),
+                render.fmt(last.get(VALID_TOKEN_RATE)),
+                render.fmt(last.get(REWARD_MEAN)),
+                Text("; ".join(a["message"] for a in v["alerts"])),
+            )
         return table
 
     # ------------------------------------------------------------ widgets
@@ -545,23 +649,44 @@ class JobMonitor:
         except ImportError:
             return None
         status = W.HTML()
-        bars = {jid: W.FloatProgress(min=0.0, max=1.0, value=0.0, description=jid, style={"description_width": "initial"},
-                                     layout=W.Layout(width="70%")) for jid in self.job_ids}
+        bars = {
+            jid: W.FloatProgress(
+                min=0.0,
+                max=1.0,
+                value=0.0,
+                description=jid,
+                style={"description_width": "initial"},
+                layout=W.Layout(width="70%"),
+            )
+            for jid in self.job_ids
+        }
         plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
         alerts = W.HTML()
         checkpoints = W.HTML()
         logs = W.HTML()
         cancel = {}
         for jid in self.job_ids:
-            button = W.Button(description=f"Cancel {jid}", button_style="danger", icon="stop",
-                              layout=W.Layout(width="auto"))
+            button = W.Button(
+                description=f"Cancel {jid}", button_style="danger", icon="stop", layout=W.Layout(width="auto")
+            )
             button.on_click(lambda _b, jid=jid: self._on_cancel(jid))
             cancel[jid] = button
         message = W.HTML()
-        box = W.VBox([status, *bars.values(), alerts, plot, checkpoints, W.HBox(list(cancel.values())), message, logs])
+        box = W.VBox(
+            [status, *bars.values(), alerts, plot, checkpoints, W.HBox(list(cancel.values())), message, logs]
+        )
         box.add_class("opd-job-monitor")
-        self._widgets = {"box": box, "status": status, "bars": bars, "plot": plot, "alerts": alerts,
-                         "checkpoints": checkpoints, "logs": logs, "cancel": cancel, "message": message}
+        self._widgets = {
+            "box": box,
+            "status": status,
+            "bars": bars,
+            "plot": plot,
+            "alerts": alerts,
+            "checkpoints": checkpoints,
+            "logs": logs,
+            "cancel": cancel,
+            "message": message,
+        }
         self._render()
         return self._widgets
 
@@ -588,11 +713,15 @@ class JobMonitor:
             v = state["jobs"][jid]
             total, step = v["total_steps"], v["step"]
             bar.value = 1.0 if v["status"] == "SUCCEEDED" else (min(1.0, step / total) if total else 0.0)
-            bar.bar_style = {"SUCCEEDED": "success", "FAILED": "danger", "CANCELED": "warning"}.get(v["status"], "info")
+            bar.bar_style = {"SUCCEEDED": "success", "FAILED": "danger", "CANCELED": "warning"}.get(
+                v["status"], "info"
+            )
         if png and w["plot"].value != png:
             w["plot"].value = png
         w["alerts"].value = render.box(self._alerts_html(state)) if self._alerts_html(state) else ""
-        w["checkpoints"].value = render.box(self._checkpoints_html(state)) if self._checkpoints_html(state) else ""
+        w["checkpoints"].value = (
+            render.box(self._checkpoints_html(state)) if self._checkpoints_html(state) else ""
+        )
         w["logs"].value = render.box(self._logs_html(state)) if self._logs_html(state) else ""
         for jid, button in w["cancel"].items():
             button.disabled = state["jobs"][jid]["terminal"]

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from opd_nb import render
 from opd_nb.errors import OpdError
-from opd_nb.notebook import render
 
 CANDIDATE_KEYS = ("candidate", "completion", "answer", "response", "content")
 
@@ -57,14 +57,21 @@ class ScoreResult(BaseModel):
 
     def _repr_html_(self) -> str:
         cls = "ok" if self.ok else "bad"
-        rows = [("reward_score", f'<b class="{cls}">{render.esc(render.fmt(self.reward_score))}</b>'),
-                ("status", f'<span class="{cls}">{render.esc(self.status)}</span>'),
-                ("cleaned text", f"<pre>{render.esc(self.cleaned)}</pre>"),
-                ("ground truth", render.esc(self.ground_truth))]
+        rows = [
+            ("reward_score", f'<b class="{cls}">{render.esc(render.fmt(self.reward_score))}</b>'),
+            ("status", f'<span class="{cls}">{render.esc(self.status)}</span>'),
+            ("cleaned text", f"<pre>{render.esc(self.cleaned)}</pre>"),
+            ("ground truth", render.esc(self.ground_truth)),
+        ]
         for k, v in (self.reward_metrics or {}).items():
             rows.append((f"reward_metrics.{k}", render.esc(render.fmt(v))))
         if self.error:
-            rows.append(("error", f'<span class="bad">{render.esc(self.error)} ({render.esc(self.error_code)})</span>'))
+            rows.append(
+                (
+                    "error",
+                    f'<span class="bad">{render.esc(self.error)} ({render.esc(self.error_code)})</span>',
+                )
+            )
         rows.append(("time", f"{self.elapsed_ms:.1f} ms"))
         return render.box(render.table(["field", "value"], rows, raw_cols=(1,)))
 
@@ -91,8 +98,10 @@ class BatchResult(BaseModel):
 
     def summary(self) -> str:
         mean = f"{self.mean:.3f}" if self.mean is not None else "n/a"
-        return (f"{len(self.results)} scored in {self.duration_s:.1f}s: mean reward_score {mean}, "
-                f"{len(self.failures)} failure(s)")
+        return (
+            f"{len(self.results)} scored in {self.duration_s:.1f}s: mean reward_score {mean}, "
+            f"{len(self.failures)} failure(s)"
+        )
 
     def histogram_png(self) -> bytes | None:
         if not self.scores:
@@ -124,8 +133,12 @@ class BatchResult(BaseModel):
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        return render.box(render.png_img(self.histogram_png(), alt="score distribution")
-                          + "<b>failures</b>" + self.failures_html(), title=self.summary())
+        return render.box(
+            render.png_img(self.histogram_png(), alt="score distribution")
+            + "<b>failures</b>"
+            + self.failures_html(),
+            title=self.summary(),
+        )
 
 
 def reward_classpath(workspace: str | Path) -> str:
@@ -146,11 +159,16 @@ def reward_classpath(workspace: str | Path) -> str:
                     return f"{fc['filepath']}:{fc['classname']}"
     candidate = ws / "functions" / "reward" / "reward.py"
     if candidate.is_file():
-        m = re.search(r"^class\s+(\w+)\(\s*AbstractRewardProcessor\s*\)", candidate.read_text(encoding="utf-8"), re.M)
+        m = re.search(
+            r"^class\s+(\w+)\(\s*AbstractRewardProcessor\s*\)", candidate.read_text(encoding="utf-8"), re.M
+        )
         if m:
             return f"functions/reward/reward.py:{m.group(1)}"
-    raise OpdError("this workspace has no reward function", where=str(config),
-                   fix="create one with `opd new reward`, or add a `type: reward` function to config.yaml")
+    raise OpdError(
+        "this workspace has no reward function",
+        where=str(config),
+        fix="create one with `opd new reward`, or add a `type: reward` function to config.yaml",
+    )
 
 
 def _prompt_text(messages: Sequence[dict]) -> str:
@@ -204,7 +222,9 @@ def load_candidates(path: str | Path) -> list[dict]:
     """Items from a JSONL of candidates; each line needs a candidate text (see CANDIDATE_KEYS)."""
     p = Path(path)
     if not p.is_file():
-        raise OpdError(f"{p} not found", where=str(p), fix="write one JSON object per line with a 'candidate' key")
+        raise OpdError(
+            f"{p} not found", where=str(p), fix="write one JSON object per line with a 'candidate' key"
+        )
     items = []
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -212,24 +232,37 @@ def load_candidates(path: str | Path) -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise OpdError(f"invalid JSON: {exc.msg}", where=f"{p}:{n}", fix="one JSON object per line") from None
+            raise OpdError(
+                f"invalid JSON: {exc.msg}", where=f"{p}:{n}", fix="one JSON object per line"
+            ) from None
         if not isinstance(row, dict):
             raise OpdError("expected a JSON object", where=f"{p}:{n}")
         item = item_from_row(row)
         if not any(isinstance(row.get(k), str) for k in CANDIDATE_KEYS) and not (
-            isinstance(row.get("messages"), list) and row["messages"] and row["messages"][-1].get("role") == "assistant"
+            isinstance(row.get("messages"), list)
+            and row["messages"]
+            and row["messages"][-1].get("role") == "assistant"
         ):
-            raise OpdError(f"no candidate answer (keys: {', '.join(CANDIDATE_KEYS)})", where=f"{p}:{n}",
-                           fix='add e.g. "candidate": "<think>...</think>123"')
+            raise OpdError(
+                f"no candidate answer (keys: {', '.join(CANDIDATE_KEYS)})",
+                where=f"{p}:{n}",
+                fix='add e.g. "candidate": "<think>...</think>123"',
+            )
         items.append(item)
     if not items:
         raise OpdError(f"{p} has no rows", where=str(p))
     return items
 
 
-def score_items(workspace: str | Path, items: Sequence[dict], *, processor_class: str | None = None,
-                concurrency: int = 8, on_result: Callable[[ScoreResult, int, int], None] | None = None,
-                timeout_s: float = 300.0) -> list[ScoreResult]:
+def score_items(
+    workspace: str | Path,
+    items: Sequence[dict],
+    *,
+    processor_class: str | None = None,
+    concurrency: int = 8,
+    on_result: Callable[[ScoreResult, int, int], None] | None = None,
+    timeout_s: float = 300.0,
+) -> list[ScoreResult]:
     """Score `items` with the workspace's processor in a fresh subprocess (results in input order)."""
     ws = Path(workspace).expanduser()
     if not ws.is_dir():
@@ -240,8 +273,15 @@ def score_items(workspace: str | Path, items: Sequence[dict], *, processor_class
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ws), env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     request = {"classpath": classpath, "items": list(items), "concurrency": concurrency}
-    proc = subprocess.Popen([sys.executable, "-m", "opd_nb.notebook._score_worker"], cwd=ws, env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "opd_nb.notebook._score_worker"],
+        cwd=ws,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps(request, default=str))
     proc.stdin.close()
@@ -261,8 +301,12 @@ def score_items(workspace: str | Path, items: Sequence[dict], *, processor_class
             continue
         i = int(obj["index"])
         src = items[i]
-        res = ScoreResult(prompt=_prompt_text(src.get("messages") or []), candidate=src.get("candidate", ""),
-                          ground_truth=src.get("ground_truth"), **obj)
+        res = ScoreResult(
+            prompt=_prompt_text(src.get("messages") or []),
+            candidate=src.get("candidate", ""),
+            ground_truth=src.get("ground_truth"),
+            **obj,
+        )
         results[i] = res
         if on_result is not None:
             on_result(res, len(results), len(items))
@@ -270,27 +314,46 @@ def score_items(workspace: str | Path, items: Sequence[dict], *, processor_class
     proc.wait(timeout=30)
     if fatal or (proc.returncode and len(results) < len(items)):
         tail = "\n".join(stderr.strip().splitlines()[-3:])
-        raise OpdError(fatal or f"the scoring process failed: {tail}", where=classpath,
-                       fix="run `%opd test` to see the full error")
+        raise OpdError(
+            fatal or f"the scoring process failed: {tail}",
+            where=classpath,
+            fix="run `%opd test` to see the full error",
+        )
     return [results[i] for i in sorted(results)]
 
 
-def score_one(workspace: str | Path, candidate: str, *, prompt: str | None = None, messages: list[dict] | None = None,
-              ground_truth: Any = None, rollout_extra: dict | None = None,
-              processor_class: str | None = None) -> ScoreResult:
+def score_one(
+    workspace: str | Path,
+    candidate: str,
+    *,
+    prompt: str | None = None,
+    messages: list[dict] | None = None,
+    ground_truth: Any = None,
+    rollout_extra: dict | None = None,
+    processor_class: str | None = None,
+) -> ScoreResult:
     """Score one candidate answer for a prompt (typed text or a dataset row's messages)."""
     msgs = messages if messages is not None else ([{"role": "user", "content": prompt}] if prompt else [])
-    item = {"messages": msgs, "candidate": candidate, "ground_truth": ground_truth, "rollout_extra": rollout_extra}
+    item = {
+        "messages": msgs,
+        "candidate": candidate,
+        "ground_truth": ground_truth,
+        "rollout_extra": rollout_extra,
+    }
     return score_items(workspace, [item], processor_class=processor_class)[0]
 
 
 class RewardPlayground:
     """Widgets over `score_one` / `score_items` for one workspace."""
 
-    def __init__(self, workspace: str | Path = ".", *, processor_class: str | None = None, concurrency: int = 8):
+    def __init__(
+        self, workspace: str | Path = ".", *, processor_class: str | None = None, concurrency: int = 8
+    ):
         self.workspace = Path(workspace).expanduser()
         if not self.workspace.is_dir():
-            raise OpdError(f"workspace {str(self.workspace)!r} does not exist", fix="pass the folder made by `opd new`")
+            raise OpdError(
+                f"workspace {str(self.workspace)!r} does not exist", fix="pass the folder made by `opd new`"
+            )
         self.processor_class = processor_class or reward_classpath(self.workspace)
         self.concurrency = concurrency
         self.samples = load_samples(self.workspace)
@@ -305,33 +368,70 @@ class RewardPlayground:
         except ImportError:
             return
         options = [("(type your own prompt)", -1)] + [
-            (f"{s['_source']} #{i}: {_prompt_text(s.get('messages') or [])[:40]}", i) for i, s in enumerate(self.samples)
+            (f"{s['_source']} #{i}: {_prompt_text(s.get('messages') or [])[:40]}", i)
+            for i, s in enumerate(self.samples)
         ]
-        sample = W.Dropdown(options=options, value=0 if self.samples else -1, description="sample",
-                            layout=W.Layout(width="70%"))
+        sample = W.Dropdown(
+            options=options,
+            value=0 if self.samples else -1,
+            description="sample",
+            layout=W.Layout(width="70%"),
+        )
         prompt = W.Textarea(description="prompt", layout=W.Layout(width="70%", height="60px"))
         truth = W.Text(description="truth", layout=W.Layout(width="70%"))
-        candidate = W.Textarea(description="answer", placeholder="the student's answer, e.g. <think>...</think>123",
-                               layout=W.Layout(width="70%", height="60px"))
+        candidate = W.Textarea(
+            description="answer",
+            placeholder="the student's answer, e.g. <think>...</think>123",
+            layout=W.Layout(width="70%", height="60px"),
+        )
         score = W.Button(description="Score", button_style="primary", icon="check")
         result = W.HTML()
-        path = W.Text(description="batch", placeholder="candidates.jsonl (one {'candidate':..., 'messages' or 'prompt', ...} per line)",
-                      layout=W.Layout(width="70%"))
+        path = W.Text(
+            description="batch",
+            placeholder="candidates.jsonl (one {'candidate':..., 'messages' or 'prompt', ...} per line)",
+            layout=W.Layout(width="70%"),
+        )
         batch = W.Button(description="Score batch", icon="list")
         progress = W.IntProgress(min=0, max=1, value=0, description="0/0")
         hist = W.Image(format="png", layout=W.Layout(display="none"))  # shown once it has a plot
         failures = W.HTML()
-        title = W.HTML(f"<b>reward playground</b> — <code>{render.esc(self.processor_class)}</code> "
-                       f"in {render.esc(self.workspace)}")
+        title = W.HTML(
+            f"<b>reward playground</b> — <code>{render.esc(self.processor_class)}</code> "
+            f"in {render.esc(self.workspace)}"
+        )
         sample.observe(lambda ch: self._on_sample(ch["new"]), names="value")
         score.on_click(lambda _b: self._on_score())
         batch.on_click(lambda _b: self._on_batch())
-        box = W.VBox([title, sample, prompt, truth, candidate, score, result, path, W.HBox([batch, progress]),
-                      hist, failures])
+        box = W.VBox(
+            [
+                title,
+                sample,
+                prompt,
+                truth,
+                candidate,
+                score,
+                result,
+                path,
+                W.HBox([batch, progress]),
+                hist,
+                failures,
+            ]
+        )
         box.add_class("opd-reward-playground")
-        self._widgets = {"box": box, "sample": sample, "prompt": prompt, "truth": truth, "candidate": candidate,
-                         "score": score, "result": result, "path": path, "batch": batch, "progress": progress,
-                         "hist": hist, "failures": failures}
+        self._widgets = {
+            "box": box,
+            "sample": sample,
+            "prompt": prompt,
+            "truth": truth,
+            "candidate": candidate,
+            "score": score,
+            "result": result,
+            "path": path,
+            "batch": batch,
+            "progress": progress,
+            "hist": hist,
+            "failures": failures,
+        }
         self._on_sample(sample.value)
 
     def _on_sample(self, index: int) -> None:
@@ -351,11 +451,16 @@ class RewardPlayground:
             # The user may have edited the prompt or truth fields.
             if w["prompt"].value != _prompt_text(item["messages"]):
                 item["messages"] = [m for m in item["messages"] if m.get("role") != "user"] + [
-                    {"role": "user", "content": w["prompt"].value}]
+                    {"role": "user", "content": w["prompt"].value}
+                ]
             item["ground_truth"] = truth
             return item
-        return {"messages": [{"role": "user", "content": w["prompt"].value}] if w["prompt"].value else [],
-                "candidate": w["candidate"].value, "ground_truth": truth, "rollout_extra": None}
+        return {
+            "messages": [{"role": "user", "content": w["prompt"].value}] if w["prompt"].value else [],
+            "candidate": w["candidate"].value,
+            "ground_truth": truth,
+            "rollout_extra": None,
+        }
 
     def score(self, candidate: str | None = None) -> ScoreResult:
         """Score the form's current sample/prompt with `candidate` (or the answer field)."""
@@ -392,16 +497,22 @@ class RewardPlayground:
                 w["progress"].description = f"{done}/{total}"
 
         start = time.perf_counter()
-        results = score_items(self.workspace, items, processor_class=self.processor_class,
-                              concurrency=self.concurrency, on_result=tick)
+        results = score_items(
+            self.workspace,
+            items,
+            processor_class=self.processor_class,
+            concurrency=self.concurrency,
+            on_result=tick,
+        )
         self.last_batch = BatchResult(source=str(p), results=results, duration_s=time.perf_counter() - start)
         if w is not None:
             png = self.last_batch.histogram_png()
             if png:
                 w["hist"].value = png
                 w["hist"].layout.display = ""
-            w["failures"].value = render.box("<b>failures</b>" + self.last_batch.failures_html(),
-                                             title=self.last_batch.summary())
+            w["failures"].value = render.box(
+                "<b>failures</b>" + self.last_batch.failures_html(), title=self.last_batch.summary()
+            )
         return self.last_batch
 
     def _on_score(self) -> None:

@@ -47,7 +47,9 @@ def read_state() -> dict[str, Any] | None:
 class ServerHandle:
     """A running local control plane (background subprocess)."""
 
-    def __init__(self, process: subprocess.Popen | None, host: str, port: int, data_dir: Path, pid: int | None = None):
+    def __init__(
+        self, process: subprocess.Popen | None, host: str, port: int, data_dir: Path, pid: int | None = None
+    ):
         self.process = process
         self.host = host
         self.port = port
@@ -105,8 +107,14 @@ class ServerHandle:
                 self.process.wait(5)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "host": self.host, "port": self.port, "data_dir": str(self.data_dir),
-                "base_url": self.base_url, "api_base": self.api_base}  # fmt: skip
+        return {
+            "pid": self.pid,
+            "host": self.host,
+            "port": self.port,
+            "data_dir": str(self.data_dir),
+            "base_url": self.base_url,
+            "api_base": self.api_base,
+        }
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -121,11 +129,15 @@ class ServerHandle:
     def _repr_html_(self) -> str:
         import html
 
-        rows = "".join(f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
-                       for k, v in self.env().items())  # fmt: skip
+        rows = "".join(
+            f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
+            for k, v in self.env().items()
+        )
         state = "running" if self.alive() else "stopped"
-        return (f"<div><b>opd serve</b> {state} at <code>{self.base_url}</code> "
-                f"(data: <code>{html.escape(str(self.data_dir))}</code>)<table>{rows}</table></div>")
+        return (
+            f"<div><b>opd serve</b> {state} at <code>{self.base_url}</code> "
+            f"(data: <code>{html.escape(str(self.data_dir))}</code>)<table>{rows}</table></div>"
+        )
 
 
 def start(
@@ -147,8 +159,21 @@ def start(
     fd, ready = tempfile.mkstemp(prefix="opd-serve-", suffix=".port")
     os.close(fd)
     os.unlink(ready)
-    cmd = [sys.executable, "-m", "opd_nb.server", "--host", host, "--port", str(port), "--data-dir", str(data_dir),
-           "--ready-file", ready, "--max-running", str(max_running)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "opd_nb.server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--ready-file",
+        ready,
+        "--max-running",
+        str(max_running),
+    ]
     for key, value in (model_map or {}).items():
         cmd += ["--model-map", f"{key}={value}"]
     log_path = Path(log_path) if log_path else data_dir / "server.log"
@@ -161,8 +186,10 @@ def start(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
-            raise OpdError(f"the local control plane exited at startup (code {process.returncode}):\n{tail}",
-                           fix="see the message above; `opd serve status` shows a server already running")
+            raise OpdError(
+                f"the local control plane exited at startup (code {process.returncode}):\n{tail}",
+                fix="see the message above; `opd serve status` shows a server already running",
+            )
         if bound is None and os.path.exists(ready):
             bound = int(Path(ready).read_text() or 0) or None
             if bound:

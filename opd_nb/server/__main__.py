@@ -42,8 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sock.bind((args.host, args.port))
     except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror} "
-              "(pick another --port, or `opd serve status` to see a running server)", file=sys.stderr)
+        print(
+            f"error: cannot listen on {args.host}:{args.port}: {exc.strerror} "
+            "(pick another --port, or `opd serve status` to see a running server)",
+            file=sys.stderr,
+        )
         return 2
     sock.listen(2048)
     sock.set_inheritable(True)

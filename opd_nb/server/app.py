@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from opd_nb.server.errors import ApiError
-from opd_nb.server.functions import (
+from opd_nb.server.function_registry import (
     KIND_PREFIX,
     MAX_ZIP_BYTES,
     InstanceManager,
@@ -69,9 +69,13 @@ class BearerAuth:
                         break
                 scheme, _, token = auth.partition(" ")
                 if scheme.lower() != "bearer" or not token.strip():
-                    response = err(401, "InvalidApiKey", "missing or empty API key: send 'Authorization: Bearer "
-                                   "<key>' (any non-empty value works locally; set DASHSCOPE_API_KEY before "
-                                   "importing dashscope)")
+                    response = err(
+                        401,
+                        "InvalidApiKey",
+                        "missing or empty API key: send 'Authorization: Bearer "
+                        "<key>' (any non-empty value works locally; set DASHSCOPE_API_KEY before "
+                        "importing dashscope)",
+                    )
                     await response(scope, receive, send)
                     return
         await self.app(scope, receive, send)
@@ -115,20 +119,46 @@ def _body(properties: dict[str, Any], required: list[str] | None = None) -> dict
 
 _OBJ: dict[str, Any] = {"type": "object"}
 _STR: dict[str, Any] = {"type": "string"}
-_DATASETS: dict[str, Any] = {"type": "array", "items": {"type": "object", "properties": {
-    "type": _STR, "data_source_type": _STR, "file_id": _STR, "file_name": _STR}}}
-JOB_BODY = _body({
-    "model": _STR, "teacher_model": _STR, "training_type": {"type": "string", "enum": ["pg_opd", "reinforcement"]},
-    "job_name": _STR, "training_datasets": _DATASETS, "validation_datasets": _DATASETS,
-    "rewards": {"type": "array", "items": {"type": "object", "properties": {
-        "reward_id": _STR, "name": _STR, "weight": {"type": "number"}, "timeout": {"type": "number"},
-        "concurrency": {"type": "integer"}, "env": _OBJ}}},
-    "rollout": {"type": "object", "properties": {"rollout_id": _STR, "name": _STR}},
-    "hyper_parameters": _OBJ, "resource_config": _OBJ,
-}, ["model"])  # fmt: skip
+_DATASETS: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"type": _STR, "data_source_type": _STR, "file_id": _STR, "file_name": _STR},
+    },
+}
+JOB_BODY = _body(
+    {
+        "model": _STR,
+        "teacher_model": _STR,
+        "training_type": {"type": "string", "enum": ["pg_opd", "reinforcement"]},
+        "job_name": _STR,
+        "training_datasets": _DATASETS,
+        "validation_datasets": _DATASETS,
+        "rewards": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "reward_id": _STR,
+                    "name": _STR,
+                    "weight": {"type": "number"},
+                    "timeout": {"type": "number"},
+                    "concurrency": {"type": "integer"},
+                    "env": _OBJ,
+                },
+            },
+        },
+        "rollout": {"type": "object", "properties": {"rollout_id": _STR, "name": _STR}},
+        "hyper_parameters": _OBJ,
+        "resource_config": _OBJ,
+    },
+    ["model"],
+)
 
 
-def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *, max_running: int = 1) -> FastAPI:
+def create_app(
+    data_dir: str | Path, model_map: dict[str, str] | None = None, *, max_running: int = 1
+) -> FastAPI:
     data_dir = Path(data_dir).expanduser().resolve()
     store = Store(data_dir)
     registry = ModelRegistry(store, model_map)
@@ -151,7 +181,12 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         "for the unmodified dashscope SDK. Endpoints tagged `local-only` have no cloud equivalent.",
         lifespan=lifespan,
     )
-    app.state.store, app.state.registry, app.state.manager, app.state.instances = store, registry, manager, instances
+    app.state.store, app.state.registry, app.state.manager, app.state.instances = (
+        store,
+        registry,
+        manager,
+        instances,
+    )
     app.state.data_dir = data_dir
 
     # ---- auth and errors ----------------------------------------------------------------------
@@ -172,7 +207,11 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "BadRequest")
-        message = str(exc.detail) if exc.status_code != 404 else f"no such endpoint: {request.method} {request.url.path}"
+        message = (
+            str(exc.detail)
+            if exc.status_code != 404
+            else f"no such endpoint: {request.method} {request.url.path}"
+        )
         return err(exc.status_code, code, message)
 
     @app.get("/health", tags=["local-only"])
@@ -180,13 +219,18 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return {"status": "healthy", "data_dir": str(data_dir)}
 
     # ---- function code upload, layers, registration ------------------------------------------
-    @app.post("/api/v1/fine-tunes/generate/faas/upload/url", tags=["functions"],
-              openapi_extra=_body({"unique_key": _STR}, ["unique_key"]))
+    @app.post(
+        "/api/v1/fine-tunes/generate/faas/upload/url",
+        tags=["functions"],
+        openapi_extra=_body({"unique_key": _STR}, ["unique_key"]),
+    )
     async def upload_url(request: Request) -> JSONResponse:
         body = await json_body(request)
         key = body.get("unique_key")
         if not isinstance(key, str) or not _KEY_RE.match(key):
-            raise ApiError(400, "InvalidParameter", "unique_key must be a string of letters, digits, '.', '_', '-'")
+            raise ApiError(
+                400, "InvalidParameter", "unique_key must be a string of letters, digits, '.', '_', '-'"
+            )
         base = str(request.base_url).rstrip("/")
         return ok({"url": f"{base}{OSS_PREFIX}{key}.zip", "unique_key": key})
 
@@ -204,31 +248,53 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > max_zip:
-                        raise ApiError(413, "FileTooLarge", f"function zip is over {max_zip / 2**20:g} MiB; "
-                                       "exclude data, checkpoints and virtualenvs from the function directory")
+                        raise ApiError(
+                            413,
+                            "FileTooLarge",
+                            f"function zip is over {max_zip / 2**20:g} MiB; "
+                            "exclude data, checkpoints and virtualenvs from the function directory",
+                        )
                     fh.write(chunk)
             await run_in_threadpool(check_zip, tmp)
             tmp.replace(dest)
         finally:
             tmp.unlink(missing_ok=True)
         await run_in_threadpool(
-            store.run, "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
-            key, str(dest), size, now_text(),
+            store.run,
+            "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
+            key,
+            str(dest),
+            size,
+            now_text(),
         )
         return JSONResponse({"request_id": _rid(), "output": {"key": key, "bytes": size}}, status_code=200)
 
-    @app.post("/api/v1/fine-tunes/create/faas/layer", tags=["functions"],
-              openapi_extra=_body({"layer_name": _STR, "requirements_content": _STR}))
+    @app.post(
+        "/api/v1/fine-tunes/create/faas/layer",
+        tags=["functions"],
+        openapi_extra=_body({"layer_name": _STR, "requirements_content": _STR}),
+    )
     async def create_layer(request: Request) -> JSONResponse:
         body = await json_body(request)
         reqs = body.get("requirements_content", "")
         if not isinstance(reqs, str):
             raise ApiError(400, "InvalidParameter", "requirements_content must be a string")
         code = new_id("layer", 4)
-        await run_in_threadpool(store.run, "INSERT INTO layers VALUES (?,?,?,?)", code,
-                                str(body.get("layer_name") or code), reqs, now_text())
-        return ok({"layer_code": code, "status": "SUCCESS",
-                   "note": "local layers install nothing: functions run in the server's Python environment"})
+        await run_in_threadpool(
+            store.run,
+            "INSERT INTO layers VALUES (?,?,?,?)",
+            code,
+            str(body.get("layer_name") or code),
+            reqs,
+            now_text(),
+        )
+        return ok(
+            {
+                "layer_code": code,
+                "status": "SUCCESS",
+                "note": "local layers install nothing: functions run in the server's Python environment",
+            }
+        )
 
     @app.get("/api/v1/fine-tunes/query/faas/layer/status", tags=["functions"])
     def layer_status(layer_code: str = Query(...)) -> JSONResponse:
@@ -237,13 +303,19 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
             raise ApiError(404, "LayerNotFound", f"layer {layer_code!r} does not exist")
         return ok({"layer_code": layer_code, "status": "SUCCESS"})
 
-    @app.post("/api/v1/fine-tunes/create/{kind}", tags=["functions"],
-              openapi_extra=_body({"name": _STR, "unique_key": _STR, "func": _STR, "code_url": _STR},
-                                  ["name", "unique_key", "func"]))
+    @app.post(
+        "/api/v1/fine-tunes/create/{kind}",
+        tags=["functions"],
+        openapi_extra=_body(
+            {"name": _STR, "unique_key": _STR, "func": _STR, "code_url": _STR}, ["name", "unique_key", "func"]
+        ),
+    )
     async def register(kind: str, request: Request) -> JSONResponse:
         kinds = {"rollout": "rollout", "reward": "reward", "group-reward": "group_reward"}
         if kind not in kinds:
-            raise ApiError(404, "NotFound", f"unknown function type {kind!r}; use rollout, reward or group-reward")
+            raise ApiError(
+                404, "NotFound", f"unknown function type {kind!r}; use rollout, reward or group-reward"
+            )
         body = await json_body(request)
         name, func, key = body.get("name"), body.get("func"), body.get("unique_key")
         for field, value in (("name", name), ("func", func), ("unique_key", key)):
@@ -253,8 +325,12 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
             raise ApiError(400, "InvalidParameter", f"func {func!r} is not a Python class name")
         upload = await run_in_threadpool(store.one, "SELECT * FROM uploads WHERE key = ?", key)
         if upload is None or not upload["path"]:
-            raise ApiError(400, "InvalidParameter", f"no zip was uploaded for unique_key {key!r}; PUT it to the "
-                           "URL from /fine-tunes/generate/faas/upload/url first")
+            raise ApiError(
+                400,
+                "InvalidParameter",
+                f"no zip was uploaded for unique_key {key!r}; PUT it to the "
+                "URL from /fine-tunes/generate/faas/upload/url first",
+            )
         rel, processor = processor_path(name, func)
         entity_id = new_id(KIND_PREFIX[kinds[kind]])
         code_dir = data_dir / "functions" / entity_id / "code"
@@ -264,8 +340,16 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
             shutil.rmtree(code_dir.parent, ignore_errors=True)
             raise ApiError(400, "InvalidParameter", f"function file {rel!r} is not in the uploaded zip")
         await run_in_threadpool(
-            store.run, "INSERT INTO functions VALUES (?,?,?,?,?,?,?,?)",
-            entity_id, kinds[kind], name, func, processor, key, str(code_dir), now_text(),
+            store.run,
+            "INSERT INTO functions VALUES (?,?,?,?,?,?,?,?)",
+            entity_id,
+            kinds[kind],
+            name,
+            func,
+            processor,
+            key,
+            str(code_dir),
+            now_text(),
         )
         return ok({f"{kinds[kind]}_id": entity_id, "name": name, "func": func})
 
@@ -274,8 +358,17 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         runtime = await json_body(request, required=False)
         return ok(await run_in_threadpool(instances.load, entity_id, tag, runtime))
 
-    @app.post("/api/v1/fine-tunes/query/faas/log/{instance_id}", tags=["functions"], openapi_extra=_body({
-        "pageNumber": {"type": "integer"}, "pageSize": {"type": "integer"}, "keywords": {"type": "array"}}))
+    @app.post(
+        "/api/v1/fine-tunes/query/faas/log/{instance_id}",
+        tags=["functions"],
+        openapi_extra=_body(
+            {
+                "pageNumber": {"type": "integer"},
+                "pageSize": {"type": "integer"},
+                "keywords": {"type": "array"},
+            }
+        ),
+    )
     async def instance_logs(instance_id: str, request: Request) -> JSONResponse:
         body = await json_body(request, required=False)
         page, size = body.get("pageNumber", 1), body.get("pageSize", 100)
@@ -287,8 +380,14 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         lines = await run_in_threadpool(instances.log_entries, instance_id)
         lines = [ln for ln in lines if all(str(k) in ln for k in keywords)]
         chunk = lines[(page - 1) * size : page * size]
-        return ok({"page_number": page, "page_size": size, "total_count": len(lines),
-                   "log_entries": [{"message": ln} for ln in chunk]})  # fmt: skip
+        return ok(
+            {
+                "page_number": page,
+                "page_size": size,
+                "total_count": len(lines),
+                "log_entries": [{"message": ln} for ln in chunk],
+            }
+        )
 
     @app.post("/api/v1/fine-tunes/query/faas/{instance_id}", tags=["functions"])
     async def query_instance(instance_id: str, request: Request) -> JSONResponse:
@@ -299,15 +398,23 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
     async def delete_instance(instance_id: str, request: Request) -> JSONResponse:
         await json_body(request, required=False)
         await run_in_threadpool(instances.delete, instance_id)
-        return JSONResponse({"request_id": _rid(), "code": 0, "message": "success",
-                             "data": {"status": "deleted", "sandbox_code": instance_id}})  # fmt: skip
+        return JSONResponse(
+            {
+                "request_id": _rid(),
+                "code": 0,
+                "message": "success",
+                "data": {"status": "deleted", "sandbox_code": instance_id},
+            }
+        )
 
     # ---- files --------------------------------------------------------------------------------
     @app.post("/api/v1/files", tags=["files"])
     async def upload_files(request: Request) -> JSONResponse:
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith("multipart/form-data"):
-            raise ApiError(400, "InvalidParameter", "POST /files takes multipart/form-data with 'files' parts")
+            raise ApiError(
+                400, "InvalidParameter", "POST /files takes multipart/form-data with 'files' parts"
+            )
         try:
             form = await request.form(max_part_size=MAX_DATASET_BYTES)
         except Exception as exc:  # malformed multipart
@@ -331,22 +438,46 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
             await run_in_threadpool(dest.write_bytes, data)
             desc = descriptions[i] if i < len(descriptions) else None
             await run_in_threadpool(
-                store.run, "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
-                file_id, name, str(dest), len(data), lines, purpose, desc, now_text(),
+                store.run,
+                "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
+                file_id,
+                name,
+                str(dest),
+                len(data),
+                lines,
+                purpose,
+                desc,
+                now_text(),
             )
             done.append({"file_id": file_id, "name": name, "bytes": len(data), "lines": lines})
-        return JSONResponse({"request_id": _rid(), "data": {"uploaded_files": done, "failed_uploads": failed}})
+        return JSONResponse(
+            {"request_id": _rid(), "data": {"uploaded_files": done, "failed_uploads": failed}}
+        )
 
     def _file(row: Any) -> dict:
-        return {"file_id": row["file_id"], "name": row["name"], "bytes": row["bytes"], "lines": row["lines"],
-                "purpose": row["purpose"], "description": row["description"], "created_at": row["created_at"]}  # fmt: skip
+        return {
+            "file_id": row["file_id"],
+            "name": row["name"],
+            "bytes": row["bytes"],
+            "lines": row["lines"],
+            "purpose": row["purpose"],
+            "description": row["description"],
+            "created_at": row["created_at"],
+        }
 
     @app.get("/api/v1/files", tags=["files"])
-    def list_files(page_no: int = Query(1, ge=1, le=MAX_PAGE), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
+    def list_files(
+        page_no: int = Query(1, ge=1, le=MAX_PAGE), page_size: int = Query(10, ge=1, le=100)
+    ) -> JSONResponse:
         total = store.one("SELECT COUNT(*) FROM files")[0]
-        rows = store.all("SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?",
-                         page_size, (page_no - 1) * page_size)
-        return ok({"files": [_file(r) for r in rows], "total": total, "page_no": page_no, "page_size": page_size})
+        rows = store.all(
+            "SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?",
+            page_size,
+            (page_no - 1) * page_size,
+        )
+        return ok(
+            {"files": [_file(r) for r in rows], "total": total, "page_no": page_no, "page_size": page_size}
+        )
 
     @app.get("/api/v1/files/{file_id}", tags=["files"])
     def get_file(file_id: str) -> JSONResponse:
@@ -372,10 +503,18 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         return ok(job_output(job))
 
     @app.get("/api/v1/fine-tunes", tags=["jobs"])
-    async def list_jobs(page_no: int = Query(1, ge=1, le=MAX_PAGE), page_size: int = Query(10, ge=1, le=100)) -> JSONResponse:
+    async def list_jobs(
+        page_no: int = Query(1, ge=1, le=MAX_PAGE), page_size: int = Query(10, ge=1, le=100)
+    ) -> JSONResponse:
         jobs, total = store.jobs((page_no - 1) * page_size, page_size)
-        return ok({"page_no": page_no, "page_size": page_size, "total": total,
-                   "jobs": [job_output(j) for j in jobs]})  # fmt: skip
+        return ok(
+            {
+                "page_no": page_no,
+                "page_size": page_size,
+                "total": total,
+                "jobs": [job_output(j) for j in jobs],
+            }
+        )
 
     def _job(job_id: str) -> dict:
         job = store.job(job_id)
@@ -391,7 +530,9 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
     def cancel_job(job_id: str) -> JSONResponse:
         job = _job(job_id)
         if job["status"] in ("SUCCEEDED", "FAILED"):
-            raise ApiError(400, "JobFinished", f"job {job_id} already finished ({job['status']}); nothing to cancel")
+            raise ApiError(
+                400, "JobFinished", f"job {job_id} already finished ({job['status']}); nothing to cancel"
+            )
         status = manager.cancel(job_id)
         return ok({"job_id": job_id, "status": status})
 
@@ -399,27 +540,44 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
     def delete_job(job_id: str) -> JSONResponse:
         job = _job(job_id)
         if job["status"] not in TERMINAL:
-            raise ApiError(400, "JobRunning", f"job {job_id} is {job['status']}; cancel it before deleting it")
+            raise ApiError(
+                400, "JobRunning", f"job {job_id} is {job['status']}; cancel it before deleting it"
+            )
         store.set_job(job_id, deleted=1)
         return ok({"job_id": job_id, "status": "DELETED"})
 
     @app.get("/api/v1/fine-tunes/{job_id}/logs", tags=["jobs"])
-    async def job_logs(job_id: str, offset: int = Query(1, ge=0, le=MAX_OFFSET), line: int = Query(1000, ge=1, le=10000)) -> JSONResponse:
+    async def job_logs(
+        job_id: str, offset: int = Query(1, ge=0, le=MAX_OFFSET), line: int = Query(1000, ge=1, le=10000)
+    ) -> JSONResponse:
         _job(job_id)
         start = max(offset, 1)  # 1-based line number, as the SDK's default offset=1 implies
         rows = store.logs(job_id, start, line)
         total = store.log_count(job_id)
         nxt = rows[-1][0] + 1 if rows else max(start, 1)
-        return ok({"job_id": job_id, "logs": [r[1] for r in rows], "offset": start, "line": line,
-                   "total": total, "next_offset": nxt})  # fmt: skip
+        return ok(
+            {
+                "job_id": job_id,
+                "logs": [r[1] for r in rows],
+                "offset": start,
+                "line": line,
+                "total": total,
+                "next_offset": nxt,
+            }
+        )
 
     @app.get("/api/v1/fine-tunes/{job_id}/stream", tags=["jobs"])
-    async def job_stream(job_id: str, request: Request, offset: int = Query(1, ge=0, le=MAX_OFFSET)) -> StreamingResponse:
+    async def job_stream(
+        job_id: str, request: Request, offset: int = Query(1, ge=0, le=MAX_OFFSET)
+    ) -> StreamingResponse:
         await run_in_threadpool(_job, job_id)
         last_id = request.headers.get("last-event-id", "")
         start = min(int(last_id), MAX_OFFSET) + 1 if last_id.isdigit() else max(offset, 1)
-        return StreamingResponse(_sse(store, job_id, start, request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            _sse(store, job_id, start, request),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
 
     @app.get("/api/v1/fine-tunes/{job_id}/metrics", tags=["local-only"])
     def job_metrics(job_id: str) -> JSONResponse:
@@ -437,11 +595,24 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
             cp["published"] = bool(final) and Path(cp["path"]).resolve() == Path(final).resolve()
         if final and not any(cp["published"] for cp in cps):
             meta = job["meta"]
-            cps.append({"name": Path(final).name, "step": int(meta.get("steps") or 0), "path": final,
-                        "created_at": job.get("end_time"), "metrics": meta.get("metrics_tail") or {},
-                        "published": True})  # fmt: skip
-        return ok({"job_id": job_id, "checkpoints": cps, "finetuned_output": job.get("finetuned_output"),
-                   "final_checkpoint": final})  # fmt: skip
+            cps.append(
+                {
+                    "name": Path(final).name,
+                    "step": int(meta.get("steps") or 0),
+                    "path": final,
+                    "created_at": job.get("end_time"),
+                    "metrics": meta.get("metrics_tail") or {},
+                    "published": True,
+                }
+            )
+        return ok(
+            {
+                "job_id": job_id,
+                "checkpoints": cps,
+                "finetuned_output": job.get("finetuned_output"),
+                "final_checkpoint": final,
+            }
+        )
 
     # ---- models (local-only) ------------------------------------------------------------------
     @app.get("/api/v1/models", tags=["local-only"])
@@ -449,7 +620,9 @@ def create_app(data_dir: str | Path, model_map: dict[str, str] | None = None, *,
         """Local-only: what the local engine can run, and the stand-ins used for cloud model ids."""
         from opd_nb.server.models import STUDENT_ID, TEACHER_ID
 
-        return ok({"models": registry.listing(), "default_student": STUDENT_ID, "default_teacher": TEACHER_ID})
+        return ok(
+            {"models": registry.listing(), "default_student": STUDENT_ID, "default_teacher": TEACHER_ID}
+        )
 
     @app.get("/api/v1/models/{model_id:path}", tags=["local-only"])
     def get_model(model_id: str, role: str = Query("student", pattern="^(student|teacher)$")) -> JSONResponse:
@@ -489,19 +662,37 @@ def job_output(job: dict) -> dict:
     """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras."""
     req, meta = job["request"], job["meta"]
     out = {
-        "job_id": job["job_id"], "job_name": job["job_name"], "status": job["status"],
-        "model": req.get("model"), "base_model": req.get("model"),
+        "job_id": job["job_id"],
+        "job_name": job["job_name"],
+        "status": job["status"],
+        "model": req.get("model"),
+        "base_model": req.get("model"),
         "finetuned_output": job.get("finetuned_output"),
-        "training_file_ids": [d.get("file_id") for d in req.get("training_datasets") or [] if d.get("file_id")],
-        "validation_file_ids": [d.get("file_id") for d in req.get("validation_datasets") or [] if d.get("file_id")],
-        "hyper_parameters": req.get("hyper_parameters") or {}, "training_type": req.get("training_type"),
+        "training_file_ids": [
+            d.get("file_id") for d in req.get("training_datasets") or [] if d.get("file_id")
+        ],
+        "validation_file_ids": [
+            d.get("file_id") for d in req.get("validation_datasets") or [] if d.get("file_id")
+        ],
+        "hyper_parameters": req.get("hyper_parameters") or {},
+        "training_type": req.get("training_type"),
         "teacher_model": req.get("teacher_model"),
-        "create_time": job["create_time"], "end_time": job.get("end_time"), "start_time": job.get("start_time"),
-        "user_identity": "local", "modifier": "local", "creator": "local", "group": "llm", "usage": None,
+        "create_time": job["create_time"],
+        "end_time": job.get("end_time"),
+        "start_time": job.get("start_time"),
+        "user_identity": "local",
+        "modifier": "local",
+        "creator": "local",
+        "group": "llm",
+        "usage": None,
         "progress": job.get("progress"),
-        "local": {"substitutions": meta.get("substitutions", []), "student_path": meta.get("student_path"),
-                  "teacher_path": meta.get("teacher_path"), "final_checkpoint": meta.get("final_checkpoint")},
-    }  # fmt: skip
+        "local": {
+            "substitutions": meta.get("substitutions", []),
+            "student_path": meta.get("student_path"),
+            "teacher_path": meta.get("teacher_path"),
+            "final_checkpoint": meta.get("final_checkpoint"),
+        },
+    }
     if job["status"] == "FAILED":
         out["code"] = job.get("code") or "JobFailed"
         out["message"] = job.get("message") or ""
@@ -558,12 +749,21 @@ def _submit(store: Store, registry: ModelRegistry, manager: JobManager, body: di
         entry = entries[0]
         src = entry.get("data_source_type", "file_id")
         if src != "file_id":
-            raise bad(f"{kind}_datasets[0].data_source_type {src!r} is not available locally; upload the file "
-                      "(data_source_type: file_id with file_name)")
+            raise bad(
+                f"{kind}_datasets[0].data_source_type {src!r} is not available locally; upload the file "
+                "(data_source_type: file_id with file_name)"
+            )
         file_id = entry.get("file_id")
-        row = store.one("SELECT path FROM files WHERE file_id = ?", file_id) if isinstance(file_id, str) else None
+        row = (
+            store.one("SELECT path FROM files WHERE file_id = ?", file_id)
+            if isinstance(file_id, str)
+            else None
+        )
         if row is None:
-            raise bad(f"{kind}_datasets[0].file_id {file_id!r} is not a file uploaded to this server", "FileNotFound")
+            raise bad(
+                f"{kind}_datasets[0].file_id {file_id!r} is not a file uploaded to this server",
+                "FileNotFound",
+            )
         return row["path"]
 
     train_file = dataset_file("training")
@@ -582,12 +782,21 @@ def _submit(store: Store, registry: ModelRegistry, manager: JobManager, body: di
         if not isinstance(entry, dict):
             raise bad(f"{where} must be an object")
         entity_id = entry.get(id_key)
-        row = store.one("SELECT * FROM functions WHERE entity_id = ?", entity_id) if isinstance(entity_id, str) else None
-        if row is None or (field == "rewards" and kind_of(entity_id) not in ("reward", "group_reward")) or (
-            field == "rollout" and row["kind"] != "rollout"
+        row = (
+            store.one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
+            if isinstance(entity_id, str)
+            else None
+        )
+        if (
+            row is None
+            or (field == "rewards" and kind_of(entity_id) not in ("reward", "group_reward"))
+            or (field == "rollout" and row["kind"] != "rollout")
         ):
-            raise bad(f"{where}.{id_key} {entity_id!r} is not a {field.rstrip('s')} function registered on this "
-                      "server", "FunctionNotFound")
+            raise bad(
+                f"{where}.{id_key} {entity_id!r} is not a {field.rstrip('s')} function registered on this "
+                "server",
+                "FunctionNotFound",
+            )
         try:
             weight = float(entry["weight"]) if entry.get("weight") is not None else None
             timeout = float(entry["timeout"]) if entry.get("timeout") is not None else None
@@ -595,27 +804,46 @@ def _submit(store: Store, registry: ModelRegistry, manager: JobManager, body: di
         except (TypeError, ValueError):
             raise bad(f"{where}: weight/timeout must be numbers and concurrency an integer") from None
         rmw = entry.get("reward_metric_weight")
-        functions.append({
-            "entity_id": entity_id, "kind": row["kind"], "name": entry.get("name") or row["name"],
-            "processor": row["processor"], "code_dir": row["code_dir"], "weight": weight, "timeout": timeout,
-            "concurrency": concurrency, "reward_metric_weight": rmw if isinstance(rmw, dict) else None,
-            "env": runtime_env({"env": entry.get("env")}),
-        })  # fmt: skip
+        functions.append(
+            {
+                "entity_id": entity_id,
+                "kind": row["kind"],
+                "name": entry.get("name") or row["name"],
+                "processor": row["processor"],
+                "code_dir": row["code_dir"],
+                "weight": weight,
+                "timeout": timeout,
+                "concurrency": concurrency,
+                "reward_metric_weight": rmw if isinstance(rmw, dict) else None,
+                "env": runtime_env({"env": entry.get("env")}),
+            }
+        )
     if ttype == "reinforcement" and not any(f["kind"] != "rollout" for f in functions):
-        raise bad("training_type 'reinforcement' needs at least one reward function (or use pg_opd with a "
-                  "teacher_model)")
+        raise bad(
+            "training_type 'reinforcement' needs at least one reward function (or use pg_opd with a "
+            "teacher_model)"
+        )
 
     job_id = f"ft-{time.strftime('%Y%m%d%H%M')}-{secrets.token_hex(3)}"
     name = job_name or f"opd-{secrets.token_hex(4)}"
     meta = {
-        "training_type": ttype, "student_path": student.path, "teacher_path": teacher_res.path if teacher_res else
-        student.path, "substitutions": substitutions, "train_file": train_file, "validation_file": validation_file,
-        "functions": functions, "student_kind": student.kind,
-    }  # fmt: skip
+        "training_type": ttype,
+        "student_path": student.path,
+        "teacher_path": teacher_res.path if teacher_res else student.path,
+        "substitutions": substitutions,
+        "train_file": train_file,
+        "validation_file": validation_file,
+        "functions": functions,
+        "student_kind": student.kind,
+    }
     request = {k: v for k, v in body.items()}
     store.insert_job(job_id, name, request, meta)
-    store.add_log(job_id, f"[server] {now_text()} job {job_id} ({name}) queued: {ttype}, model {model!r}"
-                  + (f", teacher {teacher!r}" if teacher else ""), *[f"[server] {s}" for s in substitutions])
+    store.add_log(
+        job_id,
+        f"[server] {now_text()} job {job_id} ({name}) queued: {ttype}, model {model!r}"
+        + (f", teacher {teacher!r}" if teacher else ""),
+        *[f"[server] {s}" for s in substitutions],
+    )
     manager.wake()
     return store.job(job_id)  # type: ignore[return-value]
 
@@ -634,7 +862,9 @@ async def _sse(store: Store, job_id: str, start: int, request: Request):  # noqa
         status = job["status"] if job else "DELETED"
         if status != last_status:
             last_status = status
-            payload = json.dumps({"job_id": job_id, "status": status, "progress": job.get("progress") if job else None})
+            payload = json.dumps(
+                {"job_id": job_id, "status": status, "progress": job.get("progress") if job else None}
+            )
             yield f"event: status\ndata: {payload}\n\n"
         if status in TERMINAL or job is None:
             if not rows or len(rows) < 500:

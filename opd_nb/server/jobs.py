@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from opd_nb.server.functions import kill_if_ours
+from opd_nb.server.function_registry import kill_if_ours
 from opd_nb.server.store import Store, now_text
 
 CANCEL_GRACE_S = 4.0
@@ -46,12 +46,24 @@ class JobManager:
             killed = kill_if_ours(job.get("worker_pid"), WORKER_MARKER)
             last = self.store.checkpoints(job["job_id"])
             hint = f" Its last checkpoint is {last[-1]['path']}." if last else " It saved no checkpoint."
-            reason = ("the local control plane stopped while this job was running (server restart); "
-                      "local jobs do not resume." + hint + " Submit it again to retrain.")
-            self.store.add_log(job["job_id"], f"[server] {now_text()} FAILED: {reason}"
-                               + (" (its orphaned worker was stopped)" if killed else ""))
-            self.store.set_job(job["job_id"], only_if_status=("RUNNING",), status="FAILED", code="ServerRestarted",
-                               message=reason, end_time=now_text(), worker_pid=None)
+            reason = (
+                "the local control plane stopped while this job was running (server restart); "
+                "local jobs do not resume." + hint + " Submit it again to retrain."
+            )
+            self.store.add_log(
+                job["job_id"],
+                f"[server] {now_text()} FAILED: {reason}"
+                + (" (its orphaned worker was stopped)" if killed else ""),
+            )
+            self.store.set_job(
+                job["job_id"],
+                only_if_status=("RUNNING",),
+                status="FAILED",
+                code="ServerRestarted",
+                message=reason,
+                end_time=now_text(),
+                worker_pid=None,
+            )
         # A cancel that was asked for but never carried out on a pending job.
         for job in self.store.jobs_with_status("PENDING"):
             if job.get("cancel_requested"):
@@ -89,7 +101,11 @@ class JobManager:
             return job["status"] if job else "UNKNOWN"
         self.store.set_job(job_id, cancel_requested=1)
         if job["status"] == "PENDING" and self.store.set_job(
-            job_id, only_if_status=("PENDING",), status="CANCELED", end_time=now_text(), message="canceled by user"
+            job_id,
+            only_if_status=("PENDING",),
+            status="CANCELED",
+            end_time=now_text(),
+            message="canceled by user",
         ):
             self.store.add_log(job_id, f"[server] {now_text()} job canceled before it started")
             return "CANCELED"
@@ -135,15 +151,20 @@ class JobManager:
     def _launch(self, job_id: str) -> None:
         job_dir = self.data_dir / "jobs" / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
-        if not self.store.set_job(job_id, only_if_status=("PENDING",), status="RUNNING", start_time=now_text()):
+        if not self.store.set_job(
+            job_id, only_if_status=("PENDING",), status="RUNNING", start_time=now_text()
+        ):
             return
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(job_dir / "worker.log", "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MARKER, str(self.data_dir), job_id],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            )  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
         self._procs[job_id] = proc
         self.store.set_job(job_id, worker_pid=proc.pid)
         self.store.add_log(job_id, f"[server] {now_text()} job started (worker pid {proc.pid})")
@@ -159,20 +180,37 @@ class JobManager:
             self._finish_canceled(job_id, running=True)
             return
         if shutting_down:
-            reason = "the local control plane was stopped while this job was running; local jobs do not resume"
+            reason = (
+                "the local control plane was stopped while this job was running; local jobs do not resume"
+            )
             code = "ServerStopped"
         else:
             reason = f"the job worker exited unexpectedly (exit code {proc.returncode})"
             code = "WorkerCrashed"
         tail = _tail(self.data_dir / "jobs" / job_id / "worker.log", 20)
-        self.store.add_log(job_id, f"[server] {now_text()} FAILED: {reason}", *[f"[worker] {t}" for t in tail])
-        self.store.set_job(job_id, only_if_status=("RUNNING",), status="FAILED", code=code, message=reason,
-                           end_time=now_text(), worker_pid=None)
+        self.store.add_log(
+            job_id, f"[server] {now_text()} FAILED: {reason}", *[f"[worker] {t}" for t in tail]
+        )
+        self.store.set_job(
+            job_id,
+            only_if_status=("RUNNING",),
+            status="FAILED",
+            code=code,
+            message=reason,
+            end_time=now_text(),
+            worker_pid=None,
+        )
 
     def _finish_canceled(self, job_id: str, running: bool = False) -> None:
         statuses = ("RUNNING", "PENDING") if running else ("PENDING",)
-        if self.store.set_job(job_id, only_if_status=statuses, status="CANCELED", end_time=now_text(),
-                              message="canceled by user", worker_pid=None):
+        if self.store.set_job(
+            job_id,
+            only_if_status=statuses,
+            status="CANCELED",
+            end_time=now_text(),
+            message="canceled by user",
+            worker_pid=None,
+        ):
             self.store.add_log(job_id, f"[server] {now_text()} job CANCELED")
 
 

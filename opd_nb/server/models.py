@@ -74,10 +74,14 @@ class ModelRegistry:
                     f"--model-map maps {model_id!r} to {path}, which is not a Hugging Face model directory "
                     "(no config.json); restart `opd serve` with a correct --model-map"
                 )
-            return ResolvedModel(model_id=model_id, kind="mapped", path=str(path),
-                                 note=f"{role} model {model_id!r} runs on the mapped local model {path}")
+            return ResolvedModel(
+                model_id=model_id,
+                kind="mapped",
+                path=str(path),
+                note=f"{role} model {model_id!r} runs on the mapped local model {path}",
+            )
         if model_id.startswith(LOCAL_PREFIX):
-            job_id = model_id[len(LOCAL_PREFIX):]
+            job_id = model_id[len(LOCAL_PREFIX) :]
             job = self.store.job(job_id)
             final = (job or {}).get("meta", {}).get("final_checkpoint")
             if not job or job["status"] != "SUCCEEDED" or not final or not Path(final).is_dir():
@@ -85,8 +89,12 @@ class ModelRegistry:
                     f"{model_id!r} is not a published local model: job {job_id!r} has no final checkpoint "
                     "(it is unknown, was deleted, or has not SUCCEEDED); pick one from GET /api/v1/models"
                 )
-            return ResolvedModel(model_id=model_id, kind="checkpoint", path=final,
-                                 note=f"{role} model {model_id!r} is the final checkpoint of job {job_id}: {final}")
+            return ResolvedModel(
+                model_id=model_id,
+                kind="checkpoint",
+                path=final,
+                note=f"{role} model {model_id!r} is the final checkpoint of job {job_id}: {final}",
+            )
         student, teacher = default_pair()
         if model_id in (STUDENT_ID, TEACHER_ID):
             path = student if model_id == STUDENT_ID else teacher
@@ -106,7 +114,8 @@ class ModelRegistry:
             )
         path = student if role == "student" else teacher
         return self._standin(
-            model_id, path,
+            model_id,
+            path,
             f"{role} model {model_id!r} is a cloud model; it runs locally on the bundled stand-in {path.name} ({path})",
         )
 
@@ -123,15 +132,31 @@ class ModelRegistry:
         """Everything this server can run, as listed by GET /api/v1/models."""
         student, teacher = default_pair()
         out = [
-            {"model_id": STUDENT_ID, "kind": "stand-in", "path": str(student), "role": "student",
-             "stands_in_for": "any cloud `model` id"},
-            {"model_id": TEACHER_ID, "kind": "stand-in", "path": str(teacher), "role": "teacher",
-             "stands_in_for": "any cloud `teacher_model` id"},
-        ]  # fmt: skip
+            {
+                "model_id": STUDENT_ID,
+                "kind": "stand-in",
+                "path": str(student),
+                "role": "student",
+                "stands_in_for": "any cloud `model` id",
+            },
+            {
+                "model_id": TEACHER_ID,
+                "kind": "stand-in",
+                "path": str(teacher),
+                "role": "teacher",
+                "stands_in_for": "any cloud `teacher_model` id",
+            },
+        ]
         out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
         for job in self.store.jobs_with_status("SUCCEEDED"):
             final = job["meta"].get("final_checkpoint")
             if final and Path(final).is_dir():
-                out.append({"model_id": job["finetuned_output"], "kind": "checkpoint", "path": final,
-                            "job_id": job["job_id"]})  # fmt: skip
+                out.append(
+                    {
+                        "model_id": job["finetuned_output"],
+                        "kind": "checkpoint",
+                        "path": final,
+                        "job_id": job["job_id"],
+                    }
+                )
         return out

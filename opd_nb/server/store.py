@@ -115,12 +115,16 @@ class Store:
 
     def jobs(self, offset: int, limit: int) -> tuple[list[dict], int]:
         total = self.one("SELECT COUNT(*) FROM jobs WHERE deleted = 0")[0]
-        rows = self.all("SELECT * FROM jobs WHERE deleted = 0 ORDER BY seq DESC LIMIT ? OFFSET ?", limit, offset)
+        rows = self.all(
+            "SELECT * FROM jobs WHERE deleted = 0 ORDER BY seq DESC LIMIT ? OFFSET ?", limit, offset
+        )
         return [_job_dict(r) for r in rows], total
 
     def jobs_with_status(self, *statuses: str) -> list[dict]:
         marks = ",".join("?" * len(statuses))
-        rows = self.all(f"SELECT * FROM jobs WHERE status IN ({marks}) AND deleted = 0 ORDER BY seq", *statuses)
+        rows = self.all(
+            f"SELECT * FROM jobs WHERE status IN ({marks}) AND deleted = 0 ORDER BY seq", *statuses
+        )
         return [_job_dict(r) for r in rows]
 
     def set_job(self, job_id: str, *, only_if_status: tuple[str, ...] | None = None, **fields: Any) -> bool:
@@ -150,7 +154,9 @@ class Store:
     def add_log(self, job_id: str, *lines: str) -> None:
         ts = time.time()
         with self.tx() as conn:
-            seq = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", (job_id,)).fetchone()[0]
+            seq = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", (job_id,)
+            ).fetchone()[0]
             conn.executemany(
                 "INSERT INTO logs(job_id, seq, ts, line) VALUES (?,?,?,?)",
                 [(job_id, seq + i + 1, ts, line) for i, line in enumerate(lines)],
@@ -158,7 +164,10 @@ class Store:
 
     def logs(self, job_id: str, start_seq: int, limit: int) -> list[tuple[int, str]]:
         rows = self.all(
-            "SELECT seq, line FROM logs WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?", job_id, start_seq, limit
+            "SELECT seq, line FROM logs WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+            job_id,
+            start_seq,
+            limit,
         )
         return [(r[0], r[1]) for r in rows]
 
@@ -168,11 +177,15 @@ class Store:
     def add_metrics(self, job_id: str, step: int, row: dict) -> None:
         with self.tx() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO metrics(job_id, step, row) VALUES (?,?,?)", (job_id, step, json.dumps(row))
+                "INSERT OR REPLACE INTO metrics(job_id, step, row) VALUES (?,?,?)",
+                (job_id, step, json.dumps(row)),
             )
 
     def metrics(self, job_id: str) -> list[dict]:
-        return [json.loads(r[0]) for r in self.all("SELECT row FROM metrics WHERE job_id = ? ORDER BY step", job_id)]
+        return [
+            json.loads(r[0])
+            for r in self.all("SELECT row FROM metrics WHERE job_id = ? ORDER BY step", job_id)
+        ]
 
     def add_checkpoint(self, job_id: str, step: int, name: str, path: str, metrics: dict) -> None:
         with self.tx() as conn:
@@ -185,11 +198,14 @@ class Store:
         rows = self.all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)
         return [
             {
-                "name": r["name"], "step": r["step"], "path": r["path"], "created_at": r["created_at"],
+                "name": r["name"],
+                "step": r["step"],
+                "path": r["path"],
+                "created_at": r["created_at"],
                 "metrics": json.loads(r["metrics"] or "{}"),
             }
             for r in rows
-        ]  # fmt: skip
+        ]
 
 
 def _job_dict(row: sqlite3.Row) -> dict:

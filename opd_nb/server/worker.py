@@ -36,8 +36,14 @@ class StoreEvents:
         self.store.add_log(self.job_id, *[f"[{level}] {stamp} {line}" for line in lines])
 
     def progress(self, step: int, total_steps: int, epoch: int, n_epochs: int, eta_s: float | None) -> None:
-        data = {"step": step, "total_steps": total_steps, "epoch": epoch, "n_epochs": n_epochs,
-                "eta_s": eta_s, "percent": round(100.0 * step / total_steps, 1) if total_steps else None}  # fmt: skip
+        data = {
+            "step": step,
+            "total_steps": total_steps,
+            "epoch": epoch,
+            "n_epochs": n_epochs,
+            "eta_s": eta_s,
+            "percent": round(100.0 * step / total_steps, 1) if total_steps else None,
+        }
         self.store.set_job(self.job_id, progress=data)
         now = time.monotonic()
         if now - self._last_progress >= 1.0 or step == total_steps:
@@ -125,45 +131,81 @@ def run_job(data_dir: Path, job_id: str) -> int:
         rewards, rollout = [], None
         fn_dir = data_dir / "jobs" / job_id / "functions"
         for spec in meta.get("functions", []):
-            from opd_nb.functions import FunctionServer
+            from opd_nb.function_server import FunctionServer
 
             events.log(f"starting {spec['kind']} function {spec['name']!r} ({spec['processor']})")
             server = FunctionServer.start(
-                spec["code_dir"], spec["kind"], spec["processor"],
-                log_path=fn_dir / f"{spec['entity_id']}.log", env=spec.get("env") or {}, startup_timeout=90.0,
-            )  # fmt: skip
+                spec["code_dir"],
+                spec["kind"],
+                spec["processor"],
+                log_path=fn_dir / f"{spec['entity_id']}.log",
+                env=spec.get("env") or {},
+                startup_timeout=90.0,
+            )
             servers.append(server)
             events.log(f"{spec['kind']} function {spec['name']!r} serving at {server.url}")
             opts = {k: spec[k] for k in ("timeout", "concurrency") if spec.get(k) is not None}
             if spec["kind"] == "rollout":
                 rollout = RolloutEndpoint(name=spec["name"], url=server.url, **opts)
             else:
-                rewards.append(RewardEndpoint(
-                    name=spec["name"], url=server.url, kind=spec["kind"], weight=spec.get("weight") or 1.0,
-                    reward_metric_weight=spec.get("reward_metric_weight"), **opts,
-                ))  # fmt: skip
+                rewards.append(
+                    RewardEndpoint(
+                        name=spec["name"],
+                        url=server.url,
+                        kind=spec["kind"],
+                        weight=spec.get("weight") or 1.0,
+                        reward_metric_weight=spec.get("reward_metric_weight"),
+                        **opts,
+                    )
+                )
         output_dir = data_dir / "jobs" / job_id / "output"
         engine_job = EngineJob(
-            job_id=job_id, student_path=meta["student_path"], teacher_path=meta["teacher_path"],
-            train_file=meta["train_file"], validation_file=meta.get("validation_file"),
-            hyper_parameters=job["request"].get("hyper_parameters") or {}, rewards=rewards, rollout=rollout,
+            job_id=job_id,
+            student_path=meta["student_path"],
+            teacher_path=meta["teacher_path"],
+            train_file=meta["train_file"],
+            validation_file=meta.get("validation_file"),
+            hyper_parameters=job["request"].get("hyper_parameters") or {},
+            rewards=rewards,
+            rollout=rollout,
             output_dir=str(output_dir),
-        )  # fmt: skip
+        )
         from opd_nb.engine.trainer import run as engine_run
 
         result = engine_run(engine_job, events, should_stop)
         if should_stop():
             events.log("job stopped on request")
-            store.set_job(job_id, only_if_status=("RUNNING",), status="CANCELED", end_time=now_text(),
-                          message="canceled by user", worker_pid=None)
+            store.set_job(
+                job_id,
+                only_if_status=("RUNNING",),
+                status="CANCELED",
+                end_time=now_text(),
+                message="canceled by user",
+                worker_pid=None,
+            )
             return 0
         published = f"opd-local/{job_id}"
-        store.merge_meta(job_id, final_checkpoint=result.final_checkpoint, best_checkpoint=result.best_checkpoint,
-                         steps=result.steps, epochs=result.epochs, metrics_tail=result.metrics_tail)
-        events.log(f"published final checkpoint as {published!r} ({result.final_checkpoint}); pass it as "
-                   "`model` in a later job to continue training")
-        store.set_job(job_id, only_if_status=("RUNNING",), status="SUCCEEDED", finetuned_output=published,
-                      end_time=now_text(), worker_pid=None, message="")
+        store.merge_meta(
+            job_id,
+            final_checkpoint=result.final_checkpoint,
+            best_checkpoint=result.best_checkpoint,
+            steps=result.steps,
+            epochs=result.epochs,
+            metrics_tail=result.metrics_tail,
+        )
+        events.log(
+            f"published final checkpoint as {published!r} ({result.final_checkpoint}); pass it as "
+            "`model` in a later job to continue training"
+        )
+        store.set_job(
+            job_id,
+            only_if_status=("RUNNING",),
+            status="SUCCEEDED",
+            finetuned_output=published,
+            end_time=now_text(),
+            worker_pid=None,
+            message="",
+        )
         events.log("job SUCCEEDED")
         return 0
     except Exception as exc:
@@ -177,8 +219,14 @@ def run_job(data_dir: Path, job_id: str) -> int:
         except ImportError:
             pass
         if should_stop():
-            store.set_job(job_id, only_if_status=("RUNNING",), status="CANCELED", end_time=now_text(),
-                          message="canceled by user", worker_pid=None)
+            store.set_job(
+                job_id,
+                only_if_status=("RUNNING",),
+                status="CANCELED",
+                end_time=now_text(),
+                message="canceled by user",
+                worker_pid=None,
+            )
             return 0
         if isinstance(exc, ImportError) and "opd_nb.engine" in str(exc):
             message = f"the local OPD engine is not available: {exc} (install opd-nb[engine])"
@@ -193,8 +241,15 @@ def run_job(data_dir: Path, job_id: str) -> int:
         for server in servers:
             for line in server.log_lines(10):
                 events.log(f"[{server.func_type} function] {line}", level="ERROR")
-        store.set_job(job_id, only_if_status=("RUNNING",), status="FAILED", code="JobFailed", message=message,
-                      end_time=now_text(), worker_pid=None)
+        store.set_job(
+            job_id,
+            only_if_status=("RUNNING",),
+            status="FAILED",
+            code="JobFailed",
+            message=message,
+            end_time=now_text(),
+            worker_pid=None,
+        )
         return 1
     finally:
         for server in servers:

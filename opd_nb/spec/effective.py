@@ -10,7 +10,6 @@ whole YAML dict; `job_name` only works as a `run()` argument (in `init()` the SD
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +17,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
 from opd_nb.spec.job import JobConfig, LineMap, parse_config_text
 
-RUN_ARGS = ("model", "teacher_model", "job_name", "functions", "hyper_parameters", "resources",
-            "training_datasets", "validation_datasets")
+RUN_ARGS = (
+    "model",
+    "teacher_model",
+    "job_name",
+    "functions",
+    "hyper_parameters",
+    "resources",
+    "training_datasets",
+    "validation_datasets",
+)
 
 
 def _dump(obj: Any) -> Any:
@@ -50,7 +58,7 @@ def _strip_empty(value: Any) -> Any:
     return value
 
 
-class EffectiveJob(BaseModel):
+class EffectiveJob(ResultMixin, BaseModel):
     """What `AgenticRL().init(config, **init).run(**run_args)` would submit."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -58,7 +66,9 @@ class EffectiveJob(BaseModel):
     workspace: str
     config_file: str
     config: JobConfig
-    sources: dict[str, str]  # top-level key (or "hyper_parameters.<k>") -> default | file:line | init() | run()
+    sources: dict[
+        str, str
+    ]  # top-level key (or "hyper_parameters.<k>") -> default | file:line | init() | run()
     data: dict[str, Any]  # the merged plain dict the config was validated from
 
     @property
@@ -92,23 +102,32 @@ class EffectiveJob(BaseModel):
         }
         return _strip_empty(body)
 
-    def to_json(self) -> str:
-        return json.dumps({"config": self.to_dict(), "request": self.request(), "sources": self.sources},
-                          indent=2, ensure_ascii=False, default=str)
+    def to_payload(self) -> dict[str, Any]:
+        return {"config": self.to_dict(), "request": self.request(), "sources": self.sources}
 
     def __str__(self) -> str:
         return self.to_yaml().rstrip("\n")  # printed as-is (no rich markup) so `opd config > job.yaml` works
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{html.escape(v)}</td></tr>"
-                       for k, v in self.sources.items())
-        return (f"<div><b>Effective job</b> ({html.escape(self.training_type)}) from "
-                f"<code>{html.escape(self.config_file)}</code><pre>{html.escape(self.to_yaml())}</pre>"
-                f"<details><summary>where each value comes from</summary><table>{rows}</table></details></div>")
+        rows = "".join(
+            f"<tr><td><code>{html.escape(k)}</code></td><td>{html.escape(v)}</td></tr>"
+            for k, v in self.sources.items()
+        )
+        return (
+            f"<div><b>Effective job</b> ({html.escape(self.training_type)}) from "
+            f"<code>{html.escape(self.config_file)}</code><pre>{html.escape(self.to_yaml())}</pre>"
+            f"<details><summary>where each value comes from</summary><table>{rows}</table></details></div>"
+        )
 
 
-def effective_job(workspace: str | Path = ".", *, config: str = "config.yaml", init: dict[str, Any] | None = None,
-                  no_reward: bool = False, **overrides: Any) -> EffectiveJob:
+def effective_job(
+    workspace: str | Path = ".",
+    *,
+    config: str = "config.yaml",
+    init: dict[str, Any] | None = None,
+    no_reward: bool = False,
+    **overrides: Any,
+) -> EffectiveJob:
     """Merge defaults < YAML < `init` kwargs < truthy `run()` overrides, exactly as the SDK does.
 
     `overrides` are `run()` arguments: model, teacher_model, job_name, functions, hyper_parameters,
@@ -117,13 +136,19 @@ def effective_job(workspace: str | Path = ".", *, config: str = "config.yaml", i
     """
     unknown = sorted(set(overrides) - set(RUN_ARGS))
     if unknown:
-        raise OpdError(f"unknown run() argument(s): {', '.join(unknown)}", where="effective_job",
-                       fix=f"use one of {', '.join(RUN_ARGS)}")
+        raise OpdError(
+            f"unknown run() argument(s): {', '.join(unknown)}",
+            where="effective_job",
+            fix=f"use one of {', '.join(RUN_ARGS)}",
+        )
     ws = Path(workspace)
     path = ws / config if not Path(config).is_absolute() else Path(config)
     if not path.is_file():
-        raise OpdError(f"config file not found: {path}", where=str(path),
-                       fix="create the workspace with `opd new` or pass --config")
+        raise OpdError(
+            f"config file not found: {path}",
+            where=str(path),
+            fix="create the workspace with `opd new` or pass --config",
+        )
     parsed = parse_config_text(path.read_text(encoding="utf-8"), config)
     if parsed.problems:
         p = parsed.problems[0]
@@ -167,7 +192,11 @@ def effective_job(workspace: str | Path = ".", *, config: str = "config.yaml", i
         data["teacher_model"] = run["teacher_model"]
         sources["teacher_model"] = "run()"
     if no_reward and isinstance(data.get("functions"), list):
-        kept = [f for f in data["functions"] if not (isinstance(f, dict) and f.get("type") in ("reward", "group_reward"))]
+        kept = [
+            f
+            for f in data["functions"]
+            if not (isinstance(f, dict) and f.get("type") in ("reward", "group_reward"))
+        ]
         if kept:
             data["functions"] = kept
         else:
@@ -181,8 +210,11 @@ def effective_job(workspace: str | Path = ".", *, config: str = "config.yaml", i
         loc = ".".join(str(x) for x in err.get("loc", ()))
         src = sources.get(str(err.get("loc", ("",))[0]), "config")
         hint = " (`job_name` only works as a run() argument)" if "job_name" in loc else ""
-        raise OpdError(f"`{loc}`: {err.get('msg')}{hint}", where=src,
-                       fix="fix the value; the SDK would refuse it with error 1002") from None
+        raise OpdError(
+            f"`{loc}`: {err.get('msg')}{hint}",
+            where=src,
+            fix="fix the value; the SDK would refuse it with error 1002",
+        ) from None
     return EffectiveJob(workspace=str(ws), config_file=str(path), config=job, sources=sources, data=data)
 
 

@@ -215,8 +215,9 @@ def load_yaml_with_lines(text: str, filename: str = "config.yaml") -> tuple[Any,
         mark = exc.problem_mark or exc.context_mark
         where = f"{filename}:{mark.line + 1}" if mark else filename
         problem = " ".join(x for x in (exc.context, exc.problem) if x)
-        raise OpdError(f"YAML syntax error: {problem}", where=where,
-                       fix="fix the indentation or quoting on that line") from None
+        raise OpdError(
+            f"YAML syntax error: {problem}", where=where, fix="fix the indentation or quoting on that line"
+        ) from None
     except yaml.YAMLError as exc:
         raise OpdError(f"YAML error: {exc}", where=filename) from None
     finally:
@@ -308,21 +309,36 @@ def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
         else:
             near = difflib.get_close_matches(key, _FIELDS[ctx], n=1, cutoff=0.6)
             fix = f"did you mean `{near[0]}`?" if near else f"allowed keys here: {', '.join(_FIELDS[ctx])}"
-        return ConfigProblem(path, where, f"unknown key `{dotted}`: the SDK refuses the whole config (error 1002)",
-                             fix)
+        return ConfigProblem(
+            path, where, f"unknown key `{dotted}`: the SDK refuses the whole config (error 1002)", fix
+        )
     if etype in ("union_tag_invalid", "union_tag_not_found"):
-        return ConfigProblem(path, where, f"`{dotted}.type` must be rollout, reward or group_reward",
-                             "set `type: reward` (or rollout / group_reward)")
+        return ConfigProblem(
+            path,
+            where,
+            f"`{dotted}.type` must be rollout, reward or group_reward",
+            "set `type: reward` (or rollout / group_reward)",
+        )
     if etype == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
-        return ConfigProblem(path, where, f"`{dotted}` is {err.get('input')!r}; expected {expected}",
-                             f"use one of {expected}")
+        return ConfigProblem(
+            path, where, f"`{dotted}` is {err.get('input')!r}; expected {expected}", f"use one of {expected}"
+        )
     if etype in ("string_too_short", "string_too_long") and path == ("name",):
-        return ConfigProblem(path, where, "the job name must be 1 to 256 characters",
-                             "set `name:` to a short id such as my-opd-job", kind="name")
+        return ConfigProblem(
+            path,
+            where,
+            "the job name must be 1 to 256 characters",
+            "set `name:` to a short id such as my-opd-job",
+            kind="name",
+        )
     msg = err.get("msg", "invalid value")
-    return ConfigProblem(path, where, f"`{dotted or 'config'}`: {msg} (got {err.get('input')!r})",
-                         "fix the value to the type the SDK expects (see `opd config --help` and the docs)")
+    return ConfigProblem(
+        path,
+        where,
+        f"`{dotted or 'config'}`: {msg} (got {err.get('input')!r})",
+        "fix the value to the type the SDK expects (see `opd config --help` and the docs)",
+    )
 
 
 def parse_config_text(text: str, filename: str = "config.yaml") -> ParsedConfig:
@@ -331,22 +347,53 @@ def parse_config_text(text: str, filename: str = "config.yaml") -> ParsedConfig:
         data, lines = load_yaml_with_lines(text, filename)
     except OpdError as exc:
         lm = LineMap(filename)
-        return ParsedConfig(None, lm, None, [ConfigProblem((), exc.where or filename, exc.message,
-                                                           exc.fix or "", kind="syntax")])
+        return ParsedConfig(
+            None,
+            lm,
+            None,
+            [ConfigProblem((), exc.where or filename, exc.message, exc.fix or "", kind="syntax")],
+        )
     if data is None:
-        return ParsedConfig(None, lines, None, [ConfigProblem(
-            (), filename, "the config is empty (the SDK fails with error 1001)",
-            "write at least `name`, `model`, `teacher_model` and `datasets`", kind="empty")])
+        return ParsedConfig(
+            None,
+            lines,
+            None,
+            [
+                ConfigProblem(
+                    (),
+                    filename,
+                    "the config is empty (the SDK fails with error 1001)",
+                    "write at least `name`, `model`, `teacher_model` and `datasets`",
+                    kind="empty",
+                )
+            ],
+        )
     if not isinstance(data, dict):
-        return ParsedConfig(data, lines, None, [ConfigProblem(
-            (), f"{filename}:1", f"the config must be a mapping of keys, not a {type(data).__name__}",
-            "start the file with `name: my-opd-job`", kind="schema")])
+        return ParsedConfig(
+            data,
+            lines,
+            None,
+            [
+                ConfigProblem(
+                    (),
+                    f"{filename}:1",
+                    f"the config must be a mapping of keys, not a {type(data).__name__}",
+                    "start the file with `name: my-opd-job`",
+                    kind="schema",
+                )
+            ],
+        )
     problems: list[ConfigProblem] = []
     if "functions" in data and data["functions"] is None:
-        problems.append(ConfigProblem(
-            ("functions",), lines.where(("functions",)),
-            "`functions: null` is rejected by the SDK's loader (error 1002), although the docs suggest it",
-            "delete the `functions:` line for pure distillation", kind="functions-null"))
+        problems.append(
+            ConfigProblem(
+                ("functions",),
+                lines.where(("functions",)),
+                "`functions: null` is rejected by the SDK's loader (error 1002), although the docs suggest it",
+                "delete the `functions:` line for pure distillation",
+                kind="functions-null",
+            )
+        )
     try:
         config = JobConfig.model_validate(data)
     except ValidationError as exc:
@@ -363,8 +410,9 @@ def load_config(path: str | Path) -> JobConfig:
     """Load a job YAML like the SDK would; any mistake -> OpdError with `file:line` and a fix."""
     p = Path(path)
     if not p.is_file():
-        raise OpdError(f"config file not found: {p}", where=str(p),
-                       fix="create it with `opd new` or pass the right path")
+        raise OpdError(
+            f"config file not found: {p}", where=str(p), fix="create it with `opd new` or pass the right path"
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

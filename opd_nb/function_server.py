@@ -39,9 +39,13 @@ def classpath_to_module(classpath: str) -> str:
         return classpath
     filepath, _, classname = classpath.rpartition(":")
     if not filepath or not classname:
-        raise OpdError(f"classpath {classpath!r} is incomplete", fix="write it as 'path/to/file.py:ClassName'")
+        raise OpdError(
+            f"classpath {classpath!r} is incomplete", fix="write it as 'path/to/file.py:ClassName'"
+        )
     if os.path.isabs(filepath):
-        raise OpdError(f"classpath {classpath!r} is absolute", fix="make it relative to the function's zipdir")
+        raise OpdError(
+            f"classpath {classpath!r} is absolute", fix="make it relative to the function's zipdir"
+        )
     module = os.path.normpath(filepath).replace(os.sep, "/")
     if module.endswith(".py"):
         module = module[: -len(".py")]
@@ -106,17 +110,34 @@ class FunctionServer:
                 "PROCESSOR_CLASS": processor,
                 "SERVER_PORT": str(port),
                 "WORKERS_COUNT": "1",
-                "PYTHONPATH": os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                "PYTHONPATH": os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(
+                    os.pathsep
+                ),
                 "PYTHONUNBUFFERED": "1",
             }
         )
         cmd = [
-            sys.executable, "-m", "uvicorn", SDK_SERVER_APP,
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--log-level", "info",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "uvicorn",
+            SDK_SERVER_APP,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--log-level",
+            "info",
+        ]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
-                cmd, cwd=code_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                cmd,
+                cwd=code_dir,
+                env=child_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         server = cls(process, f"http://127.0.0.1:{port}", log_path, func_type, processor)
         server._wait_healthy(startup_timeout)
@@ -143,8 +164,10 @@ class FunctionServer:
             time.sleep(0.1)
         tail = "\n".join(self.log_lines(30))
         self.stop()
-        raise OpdError(f"the {self.func_type} function server for {self.processor} did not become healthy "
-                       f"within {timeout:.0f}s:\n{tail}")
+        raise OpdError(
+            f"the {self.func_type} function server for {self.processor} did not become healthy "
+            f"within {timeout:.0f}s:\n{tail}"
+        )
 
     def alive(self) -> bool:
         return self.process.poll() is None

@@ -2,7 +2,7 @@
 
 The cloud unpacks a function's zip into its own sandbox and runs the SDK's function server there.
 Locally each registered entity gets ``<data>/functions/<entity_id>/code`` and each loaded instance
-is an :class:`opd_nb.functions.FunctionServer` subprocess on a loopback port.
+is an :class:`opd_nb.function_server.FunctionServer` subprocess on a loopback port.
 """
 
 from __future__ import annotations
@@ -47,19 +47,34 @@ def check_zip(path: Path, max_unpacked: int = MAX_UNPACKED_BYTES) -> None:
                 name = info.filename
                 pure = PurePosixPath(name.replace("\\", "/"))
                 if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or pure.is_absolute():
-                    raise ApiError(400, "InvalidZip", f"zip entry {name!r} has an absolute path; zip the "
-                                   "function directory with relative paths")
+                    raise ApiError(
+                        400,
+                        "InvalidZip",
+                        f"zip entry {name!r} has an absolute path; zip the "
+                        "function directory with relative paths",
+                    )
                 if ".." in pure.parts:
-                    raise ApiError(400, "InvalidZip", f"zip entry {name!r} contains '..'; entries must stay "
-                                   "inside the function directory")
+                    raise ApiError(
+                        400,
+                        "InvalidZip",
+                        f"zip entry {name!r} contains '..'; entries must stay inside the function directory",
+                    )
                 mode = info.external_attr >> 16
                 if stat.S_ISLNK(mode):
-                    raise ApiError(400, "InvalidZip", f"zip entry {name!r} is a symbolic link; links are not "
-                                   "allowed in function zips, copy the file instead")
+                    raise ApiError(
+                        400,
+                        "InvalidZip",
+                        f"zip entry {name!r} is a symbolic link; links are not "
+                        "allowed in function zips, copy the file instead",
+                    )
                 total += info.file_size
                 if total > max_unpacked:
-                    raise ApiError(400, "InvalidZip", f"zip unpacks to more than {max_unpacked // 2**20} MiB; "
-                                   "exclude data and model files from the function directory")
+                    raise ApiError(
+                        400,
+                        "InvalidZip",
+                        f"zip unpacks to more than {max_unpacked // 2**20} MiB; "
+                        "exclude data and model files from the function directory",
+                    )
     except zipfile.BadZipFile:
         raise ApiError(400, "InvalidZip", "the uploaded body is not a valid zip archive") from None
 
@@ -98,50 +113,74 @@ class InstanceManager:
         """After a restart no instance of ours is running: stop leftovers, mark them stopped."""
         for row in self.store.all("SELECT instance_id, pid FROM instances WHERE status = 'RUNNING'"):
             kill_if_ours(row["pid"], "uvicorn")
-            self.store.run("UPDATE instances SET status = 'STOPPED', pid = NULL WHERE instance_id = ?",
-                           row["instance_id"])
+            self.store.run(
+                "UPDATE instances SET status = 'STOPPED', pid = NULL WHERE instance_id = ?",
+                row["instance_id"],
+            )
 
     def load(self, entity_id: str, tag: str, runtime: dict) -> dict:
         fn = self.store.one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
         if fn is None:
-            raise ApiError(404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server")
+            raise ApiError(
+                404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server"
+            )
         instance_id = new_id(f"{KIND_PREFIX[fn['kind']]}-ins")
         log_path = self.data_dir / "functions" / entity_id / f"{instance_id}.log"
         self.store.run(
             "INSERT INTO instances(instance_id, entity_id, tag, status, token, log_path, runtime, created_at) "
             "VALUES (?,?,?,?,?,?,?,?)",
-            instance_id, entity_id, tag, "STARTING", secrets.token_urlsafe(16), str(log_path),
-            _json(runtime), now_text(),
+            instance_id,
+            entity_id,
+            tag,
+            "STARTING",
+            secrets.token_urlsafe(16),
+            str(log_path),
+            _json(runtime),
+            now_text(),
         )
         return self._start(instance_id)
 
     def _start(self, instance_id: str) -> dict:
         from opd_nb.errors import OpdError
-        from opd_nb.functions import FunctionServer
+        from opd_nb.function_server import FunctionServer
 
         inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
         fn = self.store.one("SELECT * FROM functions WHERE entity_id = ?", inst["entity_id"])
         env = runtime_env(inst["runtime"])
         try:
-            server = FunctionServer.start(fn["code_dir"], fn["kind"], fn["processor"], log_path=inst["log_path"],
-                                          env=env, startup_timeout=90.0)
+            server = FunctionServer.start(
+                fn["code_dir"],
+                fn["kind"],
+                fn["processor"],
+                log_path=inst["log_path"],
+                env=env,
+                startup_timeout=90.0,
+            )
         except OpdError as exc:
             self.store.run("UPDATE instances SET status = 'FAILED' WHERE instance_id = ?", instance_id)
             raise ApiError(400, "FunctionLoadFailed", str(exc)) from None
         with self._lock:
             self._servers[instance_id] = server
-        self.store.run("UPDATE instances SET status = 'RUNNING', url = ?, pid = ? WHERE instance_id = ?",
-                       server.url, server.pid, instance_id)
+        self.store.run(
+            "UPDATE instances SET status = 'RUNNING', url = ?, pid = ? WHERE instance_id = ?",
+            server.url,
+            server.pid,
+            instance_id,
+        )
         return self.describe(instance_id)
 
     def describe(self, instance_id: str) -> dict:
         inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
         running = inst["status"] == "RUNNING"
         return {
-            "instanceId": instance_id, "instance_id": instance_id, "entity_id": inst["entity_id"],
-            "status": 1 if running else -1, "state": inst["status"],
-            "trigger_url": inst["url"], "trigger_token": inst["token"],
-        }  # fmt: skip
+            "instanceId": instance_id,
+            "instance_id": instance_id,
+            "entity_id": inst["entity_id"],
+            "status": 1 if running else -1,
+            "state": inst["status"],
+            "trigger_url": inst["url"],
+            "trigger_token": inst["token"],
+        }
 
     def query(self, instance_id: str) -> dict:
         inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
@@ -172,7 +211,9 @@ class InstanceManager:
             server = self._servers.pop(instance_id, None)
         if server is not None:
             server.stop()
-        self.store.run("UPDATE instances SET status = 'DELETED', pid = NULL WHERE instance_id = ?", instance_id)
+        self.store.run(
+            "UPDATE instances SET status = 'DELETED', pid = NULL WHERE instance_id = ?", instance_id
+        )
 
     def stop_all(self) -> None:
         with self._lock:
@@ -180,7 +221,9 @@ class InstanceManager:
             self._servers.clear()
         for instance_id, server in servers:
             server.stop()
-            self.store.run("UPDATE instances SET status = 'STOPPED', pid = NULL WHERE instance_id = ?", instance_id)
+            self.store.run(
+                "UPDATE instances SET status = 'STOPPED', pid = NULL WHERE instance_id = ?", instance_id
+            )
 
 
 def runtime_env(runtime: str | dict | None) -> dict[str, str]:

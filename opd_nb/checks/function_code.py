@@ -18,19 +18,28 @@ from pathlib import Path
 
 from opd_nb.checks.context import CheckContext
 
-DEFAULT_EXCLUDES = (".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
-                    "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data")
+DEFAULT_EXCLUDES = (
+    ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
+    "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data"
+)
 ZIP_LIMIT_BYTES = 200 * 1024**2  # FC_OSS_FILE_SIZE_WARNING, a hard limit in the SDK
 SECRET_SCAN_MAX_BYTES = 2 * 1024**2
-BASES = {"reward": "AbstractRewardProcessor", "group_reward": "AbstractGroupRewardProcessor",
-         "rollout": "AbstractRolloutProcessor"}
+BASES = {
+    "reward": "AbstractRewardProcessor",
+    "group_reward": "AbstractGroupRewardProcessor",
+    "rollout": "AbstractRolloutProcessor",
+}
 _KEY_PATTERNS = [
     (re.compile(r"\bsk-[A-Za-z0-9]{20,}\b"), "a DashScope API key (sk-...)"),
     (re.compile(r"\bLTAI[A-Za-z0-9]{12,}\b"), "an Alibaba Cloud AccessKey id"),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "an AWS access key id"),
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"), "a private key"),
-    (re.compile(r"(?i)\b(?:DASHSCOPE_API_KEY|FC_API_KEY|api_key|secret|token)\s*[=:]\s*['\"]?([A-Za-z0-9_\-]{16,})"),
-     "an assigned key or token"),
+    (
+        re.compile(
+            r"(?i)\b(?:DASHSCOPE_API_KEY|FC_API_KEY|api_key|secret|token)\s*[=:]\s*['\"]?([A-Za-z0-9_\-]{16,})"
+        ),
+        "an assigned key or token",
+    ),
 ]
 _PLACEHOLDER = re.compile(r"(?i)your|xxx|example|changeme|placeholder|dummy|<|\.\.\.|^(.)\1+$")
 
@@ -60,7 +69,9 @@ def zip_members(zipdir: Path, patterns: list[str] | None = None) -> list[Path]:
         keep = []
         for d in dirs:
             rel = os.path.join(rel_root, d).replace("\\", "/")
-            if not any(fnmatch.fnmatch(os.path.basename(rel), p) or fnmatch.fnmatch(rel, p) for p in patterns):
+            if not any(
+                fnmatch.fnmatch(os.path.basename(rel), p) or fnmatch.fnmatch(rel, p) for p in patterns
+            ):
                 keep.append(d)
         dirs[:] = keep
         for f in files:
@@ -84,8 +95,10 @@ def split_classpath(classpath: str) -> tuple[str, str] | str:
         return filepath.replace("\\", "/"), right.strip()
     parts = full.split(".")
     if len(parts) < 2:
-        return (f"classpath {classpath!r} must be module.path.ClassName or path/to/file.py:ClassName "
-                "(SDK error 4043)")
+        return (
+            f"classpath {classpath!r} must be module.path.ClassName or path/to/file.py:ClassName "
+            "(SDK error 4043)"
+        )
     return "/".join(parts[:-1]) + ".py", parts[-1]
 
 
@@ -150,7 +163,9 @@ def analyse_class(path: Path, classname: str, zipdir: Path, kind: str, _depth: i
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == classname), None)
     if cls is None:
         return None
-    has_process = any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "process" for n in cls.body)
+    has_process = any(
+        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "process" for n in cls.body
+    )
     for dec in cls.decorator_list:
         target = dec.func if isinstance(dec, ast.Call) else dec
         if _base_name(target) == "reward_func":
@@ -190,7 +205,9 @@ def analyse_class(path: Path, classname: str, zipdir: Path, kind: str, _depth: i
     if wrong:
         return ClassInfo(ok=False, base_found=wrong, has_process=has_process)
     if unknown:
-        return ClassInfo(ok=None, base_found=None, has_process=has_process, detail=f"base `{unknown}` is outside the zip")
+        return ClassInfo(
+            ok=None, base_found=None, has_process=has_process, detail=f"base `{unknown}` is outside the zip"
+        )
     return ClassInfo(ok=False, base_found=None, has_process=has_process)
 
 
@@ -233,8 +250,13 @@ def check_functions(ctx: CheckContext) -> None:
         fc = f.get("fcmodel") if isinstance(f.get("fcmodel"), dict) else {}
         zipdir = ctx.resolve(str(fc.get("zipdir") or "./"))
         if not zipdir.is_dir():
-            rep.add("functions.zipdir-missing", "error", ctx.where(("functions", i, "fcmodel", "zipdir")),
-                    f"zipdir {fc.get('zipdir')!r} is not a directory", "point zipdir at the workspace root ('./')")
+            rep.add(
+                "functions.zipdir-missing",
+                "error",
+                ctx.where(("functions", i, "fcmodel", "zipdir")),
+                f"zipdir {fc.get('zipdir')!r} is not a directory",
+                "point zipdir at the workspace root ('./')",
+            )
             continue
         zipdirs.setdefault(zipdir.resolve(), i)
         _class(ctx, i, kind, fc, zipdir)
@@ -252,74 +274,132 @@ def _class(ctx: CheckContext, i: int, kind: str, fc: dict, zipdir: Path) -> None
     elif fc.get("filepath") and fc.get("classname"):
         parsed = (str(fc["filepath"]), str(fc["classname"]))
     else:
-        rep.add("functions.bad-classpath", "error", ctx.where(("functions", i)),
-                f"functions[{i}] has no fcmodel.classpath", "add `fcmodel: {classpath: functions.reward.reward.MyRewardProcessor}`")
+        rep.add(
+            "functions.bad-classpath",
+            "error",
+            ctx.where(("functions", i)),
+            f"functions[{i}] has no fcmodel.classpath",
+            "add `fcmodel: {classpath: functions.reward.reward.MyRewardProcessor}`",
+        )
         return
     if isinstance(parsed, str):
-        rep.add("functions.bad-classpath", "error", where, parsed,
-                "write functions.reward.reward.MyRewardProcessor or functions/reward/reward.py:MyRewardProcessor")
+        rep.add(
+            "functions.bad-classpath",
+            "error",
+            where,
+            parsed,
+            "write functions.reward.reward.MyRewardProcessor or functions/reward/reward.py:MyRewardProcessor",
+        )
         return
     filepath, classname = parsed
     if Path(filepath).is_absolute():
-        rep.add("functions.bad-classpath", "error", where,
-                "an absolute classpath gives the function server a broken module path",
-                "make it relative to zipdir")
+        rep.add(
+            "functions.bad-classpath",
+            "error",
+            where,
+            "an absolute classpath gives the function server a broken module path",
+            "make it relative to zipdir",
+        )
         return
     file = zipdir / filepath
     if not file.is_file():
-        rep.add("functions.classpath-missing", "error", where,
-                f"{ctx.rel(file)} does not exist (classpath {classpath or filepath!r})",
-                "fix the classpath, or create the file (module dots map to folders: a.b.C -> a/b.py)")
+        rep.add(
+            "functions.classpath-missing",
+            "error",
+            where,
+            f"{ctx.rel(file)} does not exist (classpath {classpath or filepath!r})",
+            "fix the classpath, or create the file (module dots map to folders: a.b.C -> a/b.py)",
+        )
         return
     pat = excluded_by(filepath, exclude_patterns())
     if pat:
-        rep.add("functions.excluded-import", "error", where,
-                f"{filepath} is left out of the uploaded zip (pattern {pat!r} of FC_ZIP_EXCLUDE_PATTERNS)",
-                "move the code out of folders named data/test/tests/tmp/temp/build")
+        rep.add(
+            "functions.excluded-import",
+            "error",
+            where,
+            f"{filepath} is left out of the uploaded zip (pattern {pat!r} of FC_ZIP_EXCLUDE_PATTERNS)",
+            "move the code out of folders named data/test/tests/tmp/temp/build",
+        )
     # Every folder between zipdir and the file must be a package (the FAQ's ModuleNotFoundError).
     rel_parent = Path(filepath).parent
     d = zipdir
     for part in rel_parent.parts:
         d = d / part
         if not (d / "__init__.py").is_file():
-            rep.add("functions.missing-init", "error", ctx.rel(d),
-                    f"package folder {ctx.rel(d)}/ has no __init__.py: the function server cannot import "
-                    f"{classname} (ModuleNotFoundError)", f"create an empty {ctx.rel(d / '__init__.py')}")
+            rep.add(
+                "functions.missing-init",
+                "error",
+                ctx.rel(d),
+                f"package folder {ctx.rel(d)}/ has no __init__.py: the function server cannot import "
+                f"{classname} (ModuleNotFoundError)",
+                f"create an empty {ctx.rel(d / '__init__.py')}",
+            )
     info = analyse_class(file, classname, zipdir, kind)
     shown = ctx.rel(file)
     if info is None:
-        rep.add("functions.class-missing", "error", where, f"class {classname} is not defined in {shown}",
-                "fix the class name in the classpath (it is case-sensitive)")
+        rep.add(
+            "functions.class-missing",
+            "error",
+            where,
+            f"class {classname} is not defined in {shown}",
+            "fix the class name in the classpath (it is case-sensitive)",
+        )
         return
     if info.ok is False:
         got = f"it derives from {info.base_found}" if info.base_found else "it derives from no SDK processor"
-        rep.add("functions.wrong-base", "error", where,
-                f"{classname} is registered as a {kind} function but {got}; the function server requires a "
-                f"{BASES[kind]}", f"class {classname}({BASES[kind]}) (from dashscope.finetune.reinforcement)")
+        rep.add(
+            "functions.wrong-base",
+            "error",
+            where,
+            f"{classname} is registered as a {kind} function but {got}; the function server requires a "
+            f"{BASES[kind]}",
+            f"class {classname}({BASES[kind]}) (from dashscope.finetune.reinforcement)",
+        )
     elif info.ok is None:
-        rep.add("functions.wrong-base", "info", where,
-                f"could not verify the base class of {classname} ({info.detail})",
-                f"make sure it derives from {BASES[kind]}")
+        rep.add(
+            "functions.wrong-base",
+            "info",
+            where,
+            f"could not verify the base class of {classname} ({info.detail})",
+            f"make sure it derives from {BASES[kind]}",
+        )
     if not info.has_process and info.ok is not False:
-        rep.add("functions.no-process", "error", where,
-                f"{classname} defines no `process` method: the abstract method makes instantiation fail",
-                f"add `async def process(self, input: ...)` returning the {kind} output")
+        rep.add(
+            "functions.no-process",
+            "error",
+            where,
+            f"{classname} defines no `process` method: the abstract method makes instantiation fail",
+            f"add `async def process(self, input: ...)` returning the {kind} output",
+        )
 
 
 def _requirements(ctx: CheckContext, i: int, fc: dict, zipdir: Path) -> None:
     rep = ctx.report
     req = zipdir / "requirements.txt"
     if not req.is_file():
-        rep.add("functions.requirements-missing", "error", ctx.rel(req),
-                f"{ctx.rel(req)} is missing: the SDK builds the dependency layer from zipdir/requirements.txt and "
-                "registration fails (error 2052)",
-                "create requirements.txt in zipdir (it may be empty or list your reward's dependencies)")
+        rep.add(
+            "functions.requirements-missing",
+            "error",
+            ctx.rel(req),
+            f"{ctx.rel(req)} is missing: the SDK builds the dependency layer from zipdir/requirements.txt and "
+            "registration fails (error 2052)",
+            "create requirements.txt in zipdir (it may be empty or list your reward's dependencies)",
+        )
     custom = fc.get("requirements_path")
-    if isinstance(custom, str) and custom.strip() and Path(custom).as_posix().lstrip("./") != "requirements.txt":
+    if (
+        isinstance(custom, str)
+        and custom.strip()
+        and Path(custom).as_posix().lstrip("./") != "requirements.txt"
+    ):
         path = zipdir / custom
         if not path.is_file():
-            rep.add("functions.requirements-missing", "error", ctx.where(("functions", i, "fcmodel", "requirements_path")),
-                    f"requirements_path {custom!r} does not exist under zipdir", "fix the path or remove the key")
+            rep.add(
+                "functions.requirements-missing",
+                "error",
+                ctx.where(("functions", i, "fcmodel", "requirements_path")),
+                f"requirements_path {custom!r} does not exist under zipdir",
+                "fix the path or remove the key",
+            )
 
 
 def _unregistered_code(ctx: CheckContext, funcs: list[dict]) -> None:
@@ -333,11 +413,14 @@ def _unregistered_code(ctx: CheckContext, funcs: list[dict]) -> None:
         if missing:
             what = "pure distillation" if not registered else "without it"
             ctx.report.add(
-                "config.unregistered-code", "warning", f"{ctx.rel(path)}:{line}",
+                "config.unregistered-code",
+                "warning",
+                f"{ctx.rel(path)}:{line}",
                 f"{kind} class {cls} is in functions/ but config.yaml registers no {kind} function: the job would "
                 f"silently run {what}",
                 f"register it under `functions:` (type: {kind}, fcmodel.classpath: "
-                f"{ctx.rel(path)[:-3].replace('/', '.')}.{cls}) or delete the file")
+                f"{ctx.rel(path)[:-3].replace('/', '.')}.{cls}) or delete the file",
+            )
 
 
 def _zip(ctx: CheckContext, i: int, zipdir: Path) -> None:
@@ -356,10 +439,15 @@ def _zip(ctx: CheckContext, i: int, zipdir: Path) -> None:
             size = out.stat().st_size
         if size > ZIP_LIMIT_BYTES:
             biggest = sorted(members, key=lambda p: p.stat().st_size, reverse=True)[:3]
-            rep.add("functions.zip-too-large", "error", ctx.rel(zipdir) or ".",
-                    f"the function zip would be {size / 1024**2:.0f} MiB, over the SDK's 200 MiB limit (largest: "
-                    + ", ".join(ctx.rel(p) for p in biggest) + ")",
-                    "move large files into data/ (excluded) or out of zipdir, or add FC_ZIP_EXCLUDE_PATTERNS")
+            rep.add(
+                "functions.zip-too-large",
+                "error",
+                ctx.rel(zipdir) or ".",
+                f"the function zip would be {size / 1024**2:.0f} MiB, over the SDK's 200 MiB limit (largest: "
+                + ", ".join(ctx.rel(p) for p in biggest)
+                + ")",
+                "move large files into data/ (excluded) or out of zipdir, or add FC_ZIP_EXCLUDE_PATTERNS",
+            )
 
 
 def _excluded_imports(ctx: CheckContext, zipdir: Path, members: list[Path], patterns: list[str]) -> None:
@@ -393,23 +481,32 @@ def _excluded_imports(ctx: CheckContext, zipdir: Path, members: list[Path], patt
                     pat = excluded_by(rel, patterns)
                     if pat:
                         ctx.report.add(
-                            "functions.excluded-import", "error", f"{ctx.rel(path)}:{node.lineno}",
+                            "functions.excluded-import",
+                            "error",
+                            f"{ctx.rel(path)}:{node.lineno}",
                             f"imports `{mod}` from {rel}, which the SDK's zip leaves out (pattern {pat!r}): "
                             "ModuleNotFoundError at run time",
-                            f"rename the folder (e.g. {rel.split('/')[0]}_utils) or move the code into functions/")
+                            f"rename the folder (e.g. {rel.split('/')[0]}_utils) or move the code into functions/",
+                        )
                         break
 
 
 def _secrets(ctx: CheckContext, zipdir: Path, members: list[Path]) -> None:
     rep = ctx.report
-    live = [v for v in (os.environ.get("DASHSCOPE_API_KEY"), os.environ.get("FC_API_KEY")) if v and len(v) >= 8]
+    live = [
+        v for v in (os.environ.get("DASHSCOPE_API_KEY"), os.environ.get("FC_API_KEY")) if v and len(v) >= 8
+    ]
     for path in members:
         name = path.name
         rel = ctx.rel(path)
         if name.startswith(".env") and name not in (".env.example", ".env.sample", ".env.template"):
-            rep.add("functions.secret-in-zip", "error", rel,
-                    f"{rel} would be uploaded in the function zip (only a file named exactly .env is excluded)",
-                    "move it out of zipdir or rename it to .env")
+            rep.add(
+                "functions.secret-in-zip",
+                "error",
+                rel,
+                f"{rel} would be uploaded in the function zip (only a file named exactly .env is excluded)",
+                "move it out of zipdir or rename it to .env",
+            )
             continue
         try:
             if path.stat().st_size > SECRET_SCAN_MAX_BYTES:
@@ -434,6 +531,10 @@ def _secrets(ctx: CheckContext, zipdir: Path, members: list[Path]) -> None:
                     break
         if hit:
             line = text.count("\n", 0, hit[0]) + 1
-            rep.add("functions.secret-in-zip", "error", f"{rel}:{line}",
-                    f"{hit[1]} in {rel} would be uploaded with the function code (the whole zipdir is zipped)",
-                    "read secrets from the environment (os.environ) and keep them in .env, which is excluded")
+            rep.add(
+                "functions.secret-in-zip",
+                "error",
+                f"{rel}:{line}",
+                f"{hit[1]} in {rel} would be uploaded with the function code (the whole zipdir is zipped)",
+                "read secrets from the environment (os.environ) and keep them in .env, which is excluded",
+            )

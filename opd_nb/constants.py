@@ -1,0 +1,32 @@
+"""Facts that several layers share, defined once: job statuses, default URLs, metric names.
+
+The engine writes these metric names, the server stores them, the client, the plots, the monitor and
+`opd watch` read them; a rename here is a rename everywhere. Bailian's names are kept verbatim.
+"""
+
+from __future__ import annotations
+
+# Job statuses (Bailian's fine-tune API).
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+CANCELED = "CANCELED"
+TERMINAL_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELED})
+
+# Where jobs go.
+LOCAL_HOST = "127.0.0.1"
+LOCAL_PORT = 8765
+API_PATH = "/api/v1"
+DEFAULT_LOCAL_API = f"http://{LOCAL_HOST}:{LOCAL_PORT}{API_PATH}"
+DEFAULT_CLOUD_API = "https://dashscope.aliyuncs.com/api/v1"
+LOCAL_API_KEY = "local"  # the placeholder key a local control plane without a server key accepts
+
+# Metric names (Bailian's, plus the local engine's extras).
+LOSS = "actor/distillation/loss"
+VALID_TOKEN_RATE = "trace/distillation/valid_token_rate"
+REWARD_MEAN = "validation/data/reward/mean@1"
+VALIDATION_ACCURACY = "validation/accuracy"
+LEARNING_RATE = "actor/lr"
+TOKENS_PER_S = "perf/tokens_per_s"
+GRAD_NORM = "actor/grad_norm"
