@@ -99,9 +99,3 @@ def check_vocab(
 
 def n_params(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def n_nonembedding_params(model: Any) -> int:
-    """Parameters excluding the (tied) embedding, as in the FLOP bound of the issue."""
-    emb = model.get_input_embeddings().weight
-    return n_params(model) - emb.numel()

@@ -122,7 +122,6 @@ class _Run:
             )
         )
         self.n_student = models.n_params(self.student)
-        self.n_teacher = models.n_params(self.teacher)
         self.plan = hp_mod.resolve(
             job.hyper_parameters,
             student_params=self.n_student,
@@ -457,7 +456,7 @@ class _Run:
             metrics["actor/pg_clipfrac"] = sum(clipfracs) / len(clipfracs)
             metrics["actor/ppo_kl"] = sum(ppo_kls) / len(ppo_kls)
 
-    def rollout(self, rows, step_tag: str):
+    def rollout(self, rows):
         """Native or agentic rollouts for `rows` (n_rollouts each)."""
         n = self.plan.n_rollouts
         prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
@@ -497,7 +496,7 @@ class _Run:
             b, m, adv_task = self.agentic.collect(rows, self.plan.n_rollouts, where)
             metrics.update(m)
         else:
-            b = self.rollout(rows, where)
+            b = self.rollout(rows)
         t1 = time.perf_counter()
         if self.job.rewards and self.agentic is None:
             res = self.reward(rows, b, where)
