@@ -40,7 +40,7 @@ def main() -> None:
 
     import random
 
-    from opd_nb import data
+    from opd_nb import dataset_scan
     from opd_nb.checks.data import check_data_file
     from opd_nb.engine.task import make_row
 
@@ -63,7 +63,9 @@ def main() -> None:
             t_check.append(time.perf_counter() - t0)
         assert n == args.rows
         b, c = min(t_base), min(t_check)
-        print(f"rows={args.rows} size_mib={size / 1024**2:.1f} parser={'orjson' if data._orjson else 'json'}")
+        print(
+            f"rows={args.rows} size_mib={size / 1024**2:.1f} parser={'orjson' if dataset_scan._orjson else 'json'}"
+        )
         print(f"json_loads_s={b:.3f} check_s={c:.3f} findings={len(report.findings) if report else 0}")
         print(f"ratio_vs_json_loads={c / b:.2f}")
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from opd_nb.constants import SUCCEEDED
 from opd_nb.errors import OpdError
 
 _JOB_ID = re.compile(r"job[ _-]?id\W+([A-Za-z0-9][\w.-]*)", re.IGNORECASE)
@@ -127,7 +128,7 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
 
     client = JobClient(resolve_target("local", base_url=server.api_base))
     job = _watch_with_progress(client, job_id, console)
-    if job.status != "SUCCEEDED":
+    if job.status != SUCCEEDED:
         logs = client.logs(job_id, offset=0, lines=40).lines
         raise OpdError(f"job {job_id} ended {job.status}:\n" + "\n".join(logs[-40:]), exit_code=1)
 

@@ -11,10 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-LOSS = "actor/distillation/loss"
-VALID_TOKEN_RATE = "trace/distillation/valid_token_rate"
-REWARD_MEAN = "validation/data/reward/mean@1"
-REWARD_METRIC_PREFIX = "trace/reward_metrics/"
+from opd_nb.constants import LOSS, REWARD_MEAN, REWARD_METRIC_PREFIX, VALID_TOKEN_RATE
+
 KEY_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN)
 
 

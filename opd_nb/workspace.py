@@ -9,41 +9,31 @@ kept out of the user's home directory.
 from __future__ import annotations
 
 import html
-import keyword
 import os
-import re
 import shutil
 import tempfile
-import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from opd_nb import workspace_rules
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
-MODES: tuple[str, ...] = ("pure-distill", "reward", "agentic")
+MODES = workspace_rules.MODES
 Mode = Literal["pure-distill", "reward", "agentic"]
 DEFAULT_STUDENT = "qwen3.5-9b"
 DEFAULT_TEACHER = "qwen3.5-397b-a17b"
 DEFAULT_REWARD_CLASS = "RewardProcessor"
 DEFAULT_ROLLOUT_CLASS = "RolloutProcessor"
-
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
-# Names the generated function modules import; a processor class must not shadow them.
-_RESERVED = {
-    "AbstractRewardProcessor",
-    "AbstractRolloutProcessor",
-    "AgentOutput",
-    "Reward",
-    "RewardInput",
-    "RewardOutput",
-    "RolloutInput",
-    "RolloutOutput",
-    "TaskStatus",
-    "observe_processor",
+# `opd new` names its answers by their flags.
+_FLAG_LABELS = {
+    "workspace_name": "the workspace name",
+    "student_model": "--student",
+    "teacher_model": "--teacher",
+    "reward_class": "--reward-class",
+    "rollout_class": "rollout class",
 }
 
 
@@ -139,43 +129,19 @@ def validate(
     reward_class: str,
     rollout_class: str = DEFAULT_ROLLOUT_CLASS,
 ) -> str:
-    """Check the answers (same rules as the template's pre-generation hook); returns the slug."""
-    if mode not in MODES:
-        raise OpdError(f"unknown mode {mode!r}", fix=f"choose one of {', '.join(MODES)}")
-    if not name.strip():
-        raise OpdError("the workspace name is empty", fix="pass --name, e.g. --name my-opd-job")
-    if any(unicodedata.category(ch).startswith("C") for ch in name):
-        raise OpdError(f"the workspace name {name!r} contains control characters", fix="use one plain line")
-    if len(name) > 100:
-        raise OpdError(f"the workspace name is {len(name)} characters long", fix="use at most 100")
-    slug = slugify(name)
-    if not slug:
-        raise OpdError(
-            f"the workspace name {name!r} has no letters or digits to build a job name from",
-            fix="add some letters or digits",
-        )
-    if not _SLUG.match(slug) or len(slug) > 100:
-        raise OpdError(
-            f"the workspace name {name!r} gives an unusable job name {slug!r}", fix="use a shorter name"
-        )
-    for flag, value in (("--student", student), ("--teacher", teacher)):
-        if not _MODEL_ID.match(value) or len(value) > 200:
-            raise OpdError(
-                f"{flag} {value!r} is not a model id",
-                fix="use an id such as qwen3.5-9b (no spaces or quotes)",
-            )
-    for flag, value in (("--reward-class", reward_class), ("rollout class", rollout_class)):
-        if not value.isidentifier() or keyword.iskeyword(value):
-            raise OpdError(
-                f"{flag} {value!r} is not a valid Python class name", fix="use e.g. MyRewardProcessor"
-            )
-        if value in _RESERVED:
-            raise OpdError(
-                f"{flag} {value!r} clashes with a name the SDK module imports", fix="pick another name"
-            )
-    if reward_class == rollout_class:
-        raise OpdError(f"--reward-class {reward_class!r} is the rollout class name", fix="pick another name")
-    return slug
+    """Check the answers (the rules in `opd_nb.workspace_rules`, shared with the template's hook); returns the slug."""
+    answers = {
+        "mode": mode,
+        "workspace_name": name,
+        "student_model": student,
+        "teacher_model": teacher,
+        "reward_class": reward_class,
+        "rollout_class": rollout_class,
+    }
+    found = workspace_rules.problems(answers, slugify=slugify, labels=_FLAG_LABELS)
+    if found:
+        raise OpdError(found[0].message, fix=found[0].fix)
+    return slugify(name)
 
 
 def create(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 from conftest import tiny_workspace, wait_status
 
-from opd_nb.client import AsyncJobClient, JobClient, resolve_target, submit
+from opd_nb.client import AsyncJobClient, JobClient, resolve_target, submit, use_target
 from opd_nb.client.target import Target
+from opd_nb.constants import DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
 from opd_nb.errors import OpdError
 
 
@@ -40,15 +42,72 @@ def test_target_resolution_and_key_masking(tmp_path, monkeypatch):
 
 
 def test_errors_are_opd_errors(client, local_server):
-    with pytest.raises(OpdError, match="JobNotFound"):
+    with pytest.raises(OpdError, match="JobNotFound") as info:
         client.get("ft-missing")
+    assert (info.value.status, info.value.code) == (404, "JobNotFound")  # what callers branch on
     unreachable = JobClient(Target(kind="local", base_url="http://127.0.0.1:9/api/v1"), retries=1, timeout=2)
     with pytest.raises(OpdError, match="cannot reach the local control plane") as info:
         unreachable.list()
-    assert "opd serve" in str(info.value)
+    assert "opd serve" in str(info.value) and info.value.status is None
     no_key = JobClient(Target(kind="local", base_url=local_server.api_base, api_key=None), retries=0)
-    with pytest.raises(OpdError, match="401"):
+    with pytest.raises(OpdError, match="401") as info:
         no_key.list()
+    assert (info.value.status, info.value.code) == (401, "InvalidApiKey")
+    with pytest.raises(OpdError, match="job id '' is empty") as info:
+        client.get("")
+    assert "opd jobs" in info.value.fix
+
+
+def test_local_only_calls_on_an_unknown_job_raise_and_on_the_cloud_answer_none(client):
+    for call in (client.metrics, client.checkpoints):
+        with pytest.raises(OpdError) as info:
+            call("ft-missing")
+        assert (info.value.status, info.value.code) == (404, "JobNotFound")
+    cloud = JobClient(Target(kind="cloud", base_url="http://127.0.0.1:9/api/v1"), retries=0, timeout=2)
+    assert cloud.metrics("ft-any") is None and cloud.checkpoints("ft-any") is None and cloud.models() is None
+
+
+def test_use_target_switches_this_process_and_never_shows_the_key(tmp_path, monkeypatch):
+    for name in ("DASHSCOPE_HTTP_BASE_URL", "DASHSCOPE_API_KEY", "OPD_NB_LOCAL_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    local = use_target("local", shell_exports=True)
+    assert local.base_url == DEFAULT_LOCAL_API == os.environ["DASHSCOPE_HTTP_BASE_URL"]
+    assert (
+        os.environ["DASHSCOPE_API_KEY"] == LOCAL_API_KEY
+        and local.key_source == "placeholder for the local server"
+    )
+    assert local.exports == [f"export DASHSCOPE_HTTP_BASE_URL={DEFAULT_LOCAL_API}"]
+    assert json.loads(local.to_json())["kind"] == "local"
+    cloud = use_target("cloud")
+    assert cloud.base_url == DEFAULT_CLOUD_API and not cloud.key_set and cloud.exports == []
+    assert "DASHSCOPE_API_KEY" not in os.environ  # only the placeholder `use local` set is removed
+    secret = "sk-from-the-user-123"
+    monkeypatch.setenv("DASHSCOPE_API_KEY", secret)
+    assert use_target("local", "http://localhost:9000").base_url == "http://localhost:9000/api/v1"
+    info = use_target("cloud")
+    assert os.environ["DASHSCOPE_API_KEY"] == secret and info.key_set
+    assert secret not in str(info) + repr(info) + info.to_json() + info._repr_html_()
+    for kind, url, needle in (
+        ("moon", None, "unknown target"),
+        ("local", "http://10.1.2.3:8765", "not a loopback"),
+        ("cloud", "http://127.0.0.1:8765", "is a loopback"),
+        ("local", "127.0.0.1:8765", r"not an http\(s\) URL"),
+    ):
+        with pytest.raises(OpdError, match=needle) as err:
+            use_target(kind, url)
+        assert err.value.fix
+
+
+def test_use_in_a_terminal_prints_the_export_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_NB_"))}
+    env["XDG_CACHE_HOME"] = str(tmp_path)  # no background server recorded here
+    proc = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "use", "local"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"target: local  {DEFAULT_LOCAL_API}" in proc.stdout
+    assert f"export DASHSCOPE_HTTP_BASE_URL={DEFAULT_LOCAL_API}" in proc.stdout
 
 
 def test_models_listing(client):
@@ -113,13 +172,14 @@ def test_cli_commands(local_server, client, tmp_path):
     missing = run("status", "ft-missing", "--local", local_server.base_url)
     assert missing.returncode == 2 and "JobNotFound" in missing.stderr and "Traceback" not in missing.stderr
 
-    # under the %opd magic the same commands return objects; watch returns the notebook's live monitor
+    # under the %opd magic the same commands return objects; watch opens the notebook's live monitor
     from opd_nb.cli import invoke
     from opd_nb.client import JobList
     from opd_nb.notebook.monitor import JobMonitor
+    from opd_nb.notebook.views import open_view
 
     assert isinstance(invoke(["jobs", "--local", local_server.base_url]), JobList)
-    monitor = invoke(["watch", job_id, "--local", local_server.base_url])
+    monitor = open_view(invoke(["watch", job_id, "--local", local_server.base_url]))
     assert isinstance(monitor, JobMonitor) and monitor.job_ids == [job_id]
     monitor.wait(timeout_s=30)
     with pytest.raises(OpdError, match="JobNotFound"):

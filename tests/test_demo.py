@@ -38,7 +38,7 @@ def test_demo_runs_to_succeeded_and_writes_the_curves(tmp_path: Path) -> None:
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
 
-    # It narrates every stage of the issue, in order.
+    # It narrates every stage of the demo, in order.
     stages = [
         "Scaffold a reward workspace",
         "Start a local control plane",

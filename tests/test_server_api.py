@@ -211,3 +211,48 @@ def test_huge_paging_numbers_are_a_400_not_a_500(api):
         resp = api.get(path, params=params)
         assert resp.status_code == 400, (path, resp.text)
         assert resp.json()["code"] == "InvalidParameter"
+
+
+@pytest.mark.parametrize(
+    "path,body,needle",
+    [
+        ("/fine-tunes/generate/faas/upload/url", {"unique_key": "has space"}, "unique_key must be"),
+        ("/fine-tunes/generate/faas/upload/url", {}, "unique_key is required"),
+        ("/fine-tunes/create/reward", {"name": " ", "unique_key": "k", "func": "R"}, "name is required"),
+        (
+            "/fine-tunes/create/reward",
+            {"name": "r.py", "unique_key": "k", "func": "1R"},
+            "not a Python class",
+        ),
+        ("/fine-tunes/query/faas/log/rw-ins-x", {"pageSize": 0}, "pageSize"),
+        ("/fine-tunes/query/faas/log/rw-ins-x", {"keywords": "one"}, "keywords"),
+        ("/fine-tunes", {"model": "m", "training_type": "pg_opd", "teacher_model": "t"}, "training_datasets"),
+        (
+            "/fine-tunes",
+            {"model": "m", "rewards": [{"reward_id": "rw-x", "weight": "heavy"}]},
+            "rewards[0].weight",
+        ),
+        ("/fine-tunes", {"model": "m", "job_name": "x" * 300, "teacher_model": "t"}, "job_name"),
+    ],
+)
+def test_bad_bodies_are_400_invalid_parameter_naming_the_field(api, path, body, needle):
+    err = _error(api.post(path, json=body), 400)
+    assert err["code"] == "InvalidParameter" and needle in err["message"], err
+
+
+def test_a_json_body_sent_as_another_content_type_says_how_to_send_it(api):
+    resp = api.post(
+        "/fine-tunes/generate/faas/upload/url",
+        content=b'{"unique_key": "k"}',
+        headers={"Content-Type": "text/plain"},
+    )
+    assert "Content-Type: application/json" in _error(resp, 400)["message"]
+
+
+def test_the_sdk_layer_call_without_requirements_is_accepted(api):
+    """dashscope sends `requirements_content: null` when the function has no requirements file."""
+    out = api.post("/fine-tunes/create/faas/layer", json={"layer_name": "l", "requirements_content": None})
+    assert out.status_code == 200, out.text
+    code = out.json()["output"]["layer_code"]
+    assert api.get("/fine-tunes/query/faas/layer/status", params={"layer_code": code}).status_code == 200
+    _error(api.get("/fine-tunes/query/faas/layer/status", params={"layer_code": "layer-nope"}), 404)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,3 +37,17 @@ def test_serve_start_status_stop(tmp_path):
     assert after.returncode == 1 and "not running" in after.stdout
     bad = run("start", "--model-map", "nope")
     assert bad.returncode == 2 and "ID=PATH" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_serve_status_json_without_a_server(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", "from opd_nb.cli import main; main()", "serve", "status", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["running"] is False and data["pid"] is None and "opd serve start" in data["note"]

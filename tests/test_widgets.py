@@ -173,6 +173,26 @@ def test_playground_batch_progress_distribution_and_failures(pg_ws: Path) -> Non
     assert "failures" in pg._widgets["failures"].value and "ground truth" in pg._widgets["failures"].value
 
 
+def test_playground_reads_the_reward_class_through_the_spec(pg_ws: Path) -> None:
+    from opd_nb.notebook.playground import reward_classpath
+
+    cfg = pg_ws / "config.yaml"
+    data = yaml.safe_load(cfg.read_text())
+    reward = next(f for f in data["functions"] if f["type"] == "reward")
+    reward["fcmodel"]["classpath"] = "functions/reward/reward.py:MyScorer"  # the file defines RewardProcessor
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert reward_classpath(pg_ws) == "functions/reward/reward.py:MyScorer"  # config.yaml wins
+    reward["fcmodel"] = {"zipdir": "./", "filepath": "functions/reward/reward.py", "classname": "Other"}
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert reward_classpath(pg_ws) == "functions/reward/reward.py:Other"  # the SDK's filepath + classname
+    data["functions"] = [f for f in data["functions"] if f["type"] != "reward"]
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert reward_classpath(pg_ws) == "functions/reward/reward.py:RewardProcessor"  # found in functions/
+    (pg_ws / "functions" / "reward" / "reward.py").unlink()
+    with pytest.raises(OpdError, match="no reward function"):
+        reward_classpath(pg_ws)
+
+
 def test_playground_bad_batch_file_says_where(pg_ws: Path) -> None:
     from opd_nb.notebook.playground import load_candidates
 
@@ -192,44 +212,7 @@ def test_playground_broken_processor_is_a_message(pg_ws: Path) -> None:
         score_one(pg_ws, "1", prompt="1", ground_truth="1")
 
 
-# ----------------------------------------------------------------------------- monitor rules
-def _rows(losses, vtr=1.0, reward=None):
-    rows = []
-    for i, loss in enumerate(losses, start=1):
-        row = {
-            "step": i,
-            "epoch": 1,
-            "actor/distillation/loss": loss,
-            "trace/distillation/valid_token_rate": vtr,
-        }
-        if reward is not None and i in reward:
-            row["validation/data/reward/mean@1"] = reward[i]
-        rows.append(row)
-    return rows
-
-
-def test_health_alerts_follow_the_docs() -> None:
-    from opd_nb.notebook.monitor import health_alerts
-
-    assert health_alerts(_rows([1.0, 0.8, 0.6, 0.5, 0.4, 0.35]), eval_steps=2) == []
-    rules = {a["rule"] for a in health_alerts(_rows([1.0, 0.8], vtr=0.9), eval_steps=2)}
-    assert rules == {"valid_token_rate"}
-    flat = health_alerts(_rows([0.5, 0.52, 0.5, 0.51, 0.53, 0.52]), eval_steps=2)
-    assert [a["rule"] for a in flat] == ["loss_not_decreasing"] and "eval_steps × 3 = 6" in flat[0]["message"]
-    assert health_alerts(_rows([0.5, 0.52, 0.5, 0.51, 0.53]), eval_steps=2) == []  # too early to judge
-
-
-def test_best_checkpoint_rule() -> None:
-    from opd_nb.notebook.monitor import best_checkpoint
-
-    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (2, 4, 6)]
-    rows = _rows([1, 0.9, 0.8, 0.7, 0.6, 0.5], reward={2: 0.2, 4: 0.7, 6: 0.6})
-    best, reason = best_checkpoint(ckpts, rows)
-    assert best["name"] == "checkpoint-4" and "mean@1" in reason  # not the last one
-    plateau = _rows([1.0, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
-    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (3, 6, 9)]
-    best, reason = best_checkpoint(ckpts, plateau)
-    assert best["name"] == "checkpoint-6" and "plateau" in reason
+# (the health rules and the best-checkpoint rule are tested in tests/test_health.py)
 
 
 # ----------------------------------------------------------------------------- monitor on real jobs

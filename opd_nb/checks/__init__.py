@@ -152,11 +152,10 @@ def check(
             f"no {config} in {ws}",
             "create the workspace with `opd new`, or pass the workspace folder",
         )
-        from opd_nb.checks.context import CheckContext as _Ctx
         from opd_nb.checks.environment import check_environment
 
         check_environment(
-            _Ctx(
+            CheckContext(
                 workspace=ws,
                 target=target,
                 report=report,

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from opd_nb.checks.context import DEFAULT_LOCAL_BASE, CheckContext, as_number
+from opd_nb.checks.context import CheckContext, as_number
+from opd_nb.constants import DEFAULT_LOCAL_API
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, closest
 
 LR_START = 1e-6
@@ -154,7 +155,7 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
 
     import httpx
 
-    base = (ctx.base_url or _env_base() or DEFAULT_LOCAL_BASE).rstrip("/")
+    base = (ctx.base_url or _env_base() or DEFAULT_LOCAL_API).rstrip("/")
     if ctx.local_models.get("__unreachable__"):
         return
     from urllib.parse import quote

@@ -10,8 +10,6 @@ from opd_nb.checks.report import CheckReport
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.job import JobConfig, KeyPath, ParsedConfig
 
-DEFAULT_LOCAL_BASE = "http://127.0.0.1:8765/api/v1"
-
 
 def as_number(value: Any) -> float | None:
     """A YAML value as a number: ints/floats as-is, numeric strings parsed (they are flagged elsewhere)."""

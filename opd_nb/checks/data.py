@@ -7,9 +7,9 @@ from pathlib import Path
 from opd_nb.checks.config import dataset_files
 from opd_nb.checks.context import CheckContext
 from opd_nb.checks.report import CheckReport
-from opd_nb.data import (
-    _RULE_FIX,
-    _RULE_TEXT,
+from opd_nb.dataset_scan import (
+    RULE_FIX,
+    RULE_TEXT,
     UPLOAD_LIMIT_BYTES,
     ScanResult,
     prompt_token_counts,
@@ -23,13 +23,13 @@ _SEVERITY = {"data.blank-line": "warning"}
 def _scan_findings(rep: CheckReport, res: ScanResult, shown: str) -> None:
     for rule, issue in res.issues.items():
         sev = _SEVERITY.get(rule, "error")
-        text = _RULE_TEXT.get(rule, "blank line")
+        text = RULE_TEXT.get(rule, "blank line")
         rep.add(
             rule,
             sev,
             f"{shown}:{issue.lines[0]}",
             f"{text}: {issue.detail + '; ' if issue.detail else ''}{issue.count} row(s), lines {issue.lines_text()}",
-            _RULE_FIX.get(rule, "remove blank lines"),
+            RULE_FIX.get(rule, "remove blank lines"),
         )
 
 

@@ -155,6 +155,28 @@ def _module_file(module: str, zipdir: Path, from_file: Path) -> Path | None:
     return None
 
 
+def _has_process(cls: ast.ClassDef) -> bool:
+    """A `process` method, or the SDK's `@reward_func` class decorator (which writes one)."""
+    if any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "process" for n in cls.body):
+        return True
+    return any(
+        _base_name(dec.func if isinstance(dec, ast.Call) else dec) == "reward_func"
+        for dec in cls.decorator_list
+    )
+
+
+def _follow_base(
+    path: Path, tree: ast.Module, name: str, imports: dict, zipdir: Path, kind: str, depth: int
+) -> ClassInfo | None:
+    """Analyse a base defined in the same file or in a module inside the zip; None: not found there."""
+    if any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body) and name not in imports:
+        return analyse_class(path, name, zipdir, kind, depth + 1)
+    if name in imports:
+        mod_file = _module_file(imports[name][0], zipdir, path)
+        return analyse_class(mod_file, imports[name][1], zipdir, kind, depth + 1) if mod_file else None
+    return None
+
+
 def analyse_class(path: Path, classname: str, zipdir: Path, kind: str, _depth: int = 0) -> ClassInfo | None:
     """Does `classname` in `path` subclass the processor for `kind` and have `process`? None: class not found."""
     tree = _parse(path)
@@ -163,13 +185,7 @@ def analyse_class(path: Path, classname: str, zipdir: Path, kind: str, _depth: i
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == classname), None)
     if cls is None:
         return None
-    has_process = any(
-        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "process" for n in cls.body
-    )
-    for dec in cls.decorator_list:
-        target = dec.func if isinstance(dec, ast.Call) else dec
-        if _base_name(target) == "reward_func":
-            has_process = True  # the SDK's class decorator writes `process`
+    has_process = _has_process(cls)
     imports = _imports(tree)
     unknown = None
     wrong = None
@@ -183,24 +199,12 @@ def analyse_class(path: Path, classname: str, zipdir: Path, kind: str, _depth: i
                 return ClassInfo(ok=True, base_found=original, has_process=has_process)
             wrong = original
             continue
-        if _depth > 8:
-            continue
-        # A base defined in the same file, or in a module inside the zip: follow it.
-        if any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body) and name not in imports:
-            sub = analyse_class(path, name, zipdir, kind, _depth + 1)
-        elif name in imports:
-            mod_file = _module_file(imports[name][0], zipdir, path)
-            sub = analyse_class(mod_file, imports[name][1], zipdir, kind, _depth + 1) if mod_file else None
-        else:
-            sub = None
-        if sub is None:
-            unknown = name
-            continue
-        if sub.ok:
+        sub = None if _depth > 8 else _follow_base(path, tree, name, imports, zipdir, kind, _depth)
+        if sub is not None and sub.ok:
             return ClassInfo(ok=True, base_found=sub.base_found, has_process=has_process or sub.has_process)
-        if sub.base_found:
+        if sub is not None and sub.base_found:
             wrong = sub.base_found
-        elif sub.ok is None:
+        elif (sub is None and _depth <= 8) or (sub is not None and sub.ok is None):
             unknown = name
     if wrong:
         return ClassInfo(ok=False, base_found=wrong, has_process=has_process)

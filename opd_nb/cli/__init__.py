@@ -7,40 +7,45 @@ from typing import Any
 
 import typer
 
-from opd_nb.cli import check as _check  # noqa: E402,F401
-from opd_nb.cli import demo as _demo  # noqa: E402,F401
-from opd_nb.cli import jobs as _jobs  # noqa: E402,F401
-
 # Each module registers its commands on `app`; they import heavy libraries only inside commands.
-from opd_nb.cli import new as _new  # noqa: E402,F401
-from opd_nb.cli import serve as _serve  # noqa: E402,F401
-from opd_nb.cli import session as _session  # noqa: E402,F401
-from opd_nb.cli._app import app
+from opd_nb.cli import check as _check  # noqa: F401
+from opd_nb.cli import demo as _demo  # noqa: F401
+from opd_nb.cli import jobs as _jobs  # noqa: F401
+from opd_nb.cli import new as _new  # noqa: F401
+from opd_nb.cli import notebook_only as _notebook_only  # noqa: F401
+from opd_nb.cli import serve as _serve  # noqa: F401
+from opd_nb.cli import session as _session  # noqa: F401
+from opd_nb.cli._app import NOTEBOOK_PANEL, app
 from opd_nb.cli._argv import normalize
 from opd_nb.cli._output import reset_magic, set_magic
+from opd_nb.cli.notebook_only import CELL_COMMANDS
 from opd_nb.errors import OpdError
 
-__all__ = ["app", "main", "invoke", "command"]
+__all__ = ["app", "main", "invoke", "invoke_cell", "command"]
 
 
-def command() -> Any:
-    """The click command tree (built from the Typer app)."""
-    return typer.main.get_command(app)
+def command(*, for_magic: bool = False) -> Any:
+    """The click command tree (built from the Typer app; a fresh tree on every call).
 
-
-def invoke(argv: list[str], *, prog_name: str = "%opd") -> Any:
-    """Parse and run `argv` as the magic does: return the command's typed result, print nothing.
-
-    Usage mistakes become :class:`OpdError` (one line, no traceback). ``--help`` prints the help
-    and returns None.
+    For the magic, the notebook-only commands are unhidden so that ``%opd --help`` lists them.
     """
+    group = typer.main.get_command(app)
+    if for_magic:
+        for cmd in group.commands.values():
+            if getattr(cmd, "rich_help_panel", None) == NOTEBOOK_PANEL:
+                cmd.hidden = False
+    return group
+
+
+def _run_for_magic(cmd: Any, args: list[str], prog_name: str) -> Any:
+    """Run a click command as the magic does: the typed result back, usage mistakes as OpdError."""
     token = set_magic(True)
     try:
-        rv = command().main(args=normalize(list(argv)), prog_name=prog_name, standalone_mode=False)
+        rv = cmd.main(args=args, prog_name=prog_name, standalone_mode=False)
     except typer.Abort:
         raise OpdError("aborted") from None
-    except typer.Exit as exc:
-        return None if not getattr(exc, "exit_code", 0) else None
+    except typer.Exit:
+        return None  # --help (already printed) or an explicit exit
     except typer.TyperException as exc:  # usage errors from the parser
         raise OpdError(_message(exc), exit_code=getattr(exc, "exit_code", 2)) from None
     finally:
@@ -48,6 +53,35 @@ def invoke(argv: list[str], *, prog_name: str = "%opd") -> Any:
     if isinstance(rv, int) and not isinstance(rv, bool):
         return None  # an exit code (e.g. after --help)
     return rv
+
+
+def invoke(argv: list[str], *, prog_name: str = "%opd") -> Any:
+    """Parse and run `argv` as the magic does: return the command's typed result, print nothing.
+
+    Usage mistakes become :class:`OpdError` (one line, no traceback). ``--help`` (or no argument
+    at all) prints the help and returns None.
+    """
+    args = normalize(list(argv)) if argv else ["--help"]
+    return _run_for_magic(command(for_magic=True), args, prog_name)
+
+
+def invoke_cell(argv: list[str], body: str, *, prog_name: str = "%%opd") -> Any:
+    """Run a cell magic: `argv` is its first line (``config [PATH] ...``), `body` the rest of the cell.
+
+    Only the verbs of ``CELL_COMMANDS`` take a body; each runs its hidden command with the body
+    passed in, so the parser checks the line's options and writes the help.
+    """
+    if not argv or argv[0] in ("-h", "--help"):
+        argv = ["config", "--help"]  # the help of the one cell magic there is
+    verb, args = argv[0], list(argv[1:])
+    name = CELL_COMMANDS.get(verb)
+    if name is None:
+        raise OpdError(
+            f"{prog_name} {verb}: only `{prog_name} config [PATH]` takes a cell body; "
+            f"use %opd {verb} ... on one line"
+        )
+    cmd = command(for_magic=True).commands[name]
+    return _run_for_magic(cmd, ["--body", body, *normalize(args)], f"{prog_name} {verb}")
 
 
 def _message(exc: BaseException) -> str:

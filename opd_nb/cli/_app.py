@@ -1,11 +1,44 @@
-"""The one Typer application behind both the `opd` CLI and the `%opd` magic."""
+"""The one Typer application behind both the `opd` CLI and the `%opd` magic.
+
+Notebook-only verbs (the config form, the reward playground, the ``%%opd config`` cell) are
+commands of this same app in the ``Notebook`` help panel. They are hidden in the terminal's
+``opd --help``; the command tree built for the magic unhides them (``opd_nb.cli.command``), and
+the help lists them in a section of their own, so ``%opd --help`` is generated, never hand-written.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+
+NOTEBOOK_PANEL = "Notebook"  # the help panel of the commands that only make sense in a notebook
+
+
+class SectionedGroup(TyperGroup):
+    """Plain-text help that lists the commands of each help panel in a section of its own."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        sections: dict[str, list[tuple[str, Any]]] = {}
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                sections.setdefault(getattr(cmd, "rich_help_panel", None) or "Commands", []).append(
+                    (name, cmd)
+                )
+        if not sections:
+            return
+        width = max(len(name) for rows in sections.values() for name, _ in rows)
+        limit = formatter.width - 6 - width
+        for title, rows in sections.items():
+            with formatter.section(title):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
 
 app = typer.Typer(
     name="opd",
+    cls=SectionedGroup,
     help="opd-nb: scaffold, check, test, submit and watch online policy distillation (OPD) jobs.",
     no_args_is_help=True,
     add_completion=False,

@@ -9,6 +9,7 @@ import typer
 
 from opd_nb.cli._app import app
 from opd_nb.cli._output import emit
+from opd_nb.constants import DEFAULT_LOCAL_API
 
 
 @app.command("check")
@@ -24,8 +25,7 @@ def check_cmd(
         str | None,
         typer.Option(
             "--base-url",
-            help="Local control plane API base "
-            "(default: $DASHSCOPE_HTTP_BASE_URL, else http://127.0.0.1:8765/api/v1).",
+            help=f"Local control plane API base (default: $DASHSCOPE_HTTP_BASE_URL, else {DEFAULT_LOCAL_API}).",
         ),
     ] = None,
     tokenizer: Annotated[

@@ -11,12 +11,17 @@ import typer
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
 from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli.view_requests import WatchRequest
+from opd_nb.cli.watch import wait_reporting_alerts, watch_terminal
+from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
     str | None,
-    typer.Option("--local", metavar="[URL]", help="use a local `opd serve` (default http://127.0.0.1:8765)"),
+    typer.Option(
+        "--local", metavar="[URL]", help=f"use a local `opd serve` (default http://{LOCAL_HOST}:{LOCAL_PORT})"
+    ),
 ]
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
@@ -36,10 +41,9 @@ def _client(local: str | None, cloud: bool, workspace: Path | None = None) -> An
     return JobClient(target)
 
 
-def _monitor(job_ids: list[str], client: Any) -> Any:
-    from opd_nb.notebook.monitor import JobMonitor
-
-    return JobMonitor(job_ids, client).start()
+def _exit_code(job: Any) -> int:
+    """A watched job's exit code: 0 only for SUCCEEDED."""
+    return 0 if job.status == SUCCEEDED else 1
 
 
 @app.command("submit")
@@ -70,12 +74,12 @@ def submit_cmd(
         model=model,
         no_reward=no_reward,
     )
-    if in_magic():
-        return _monitor([result.job_id], client)
+    if in_magic():  # the notebook opens the job monitor on it
+        return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
         typer.echo(str(result))
-        job = _watch_terminal(client, result.job_id)
-        return emit(job, exit_code=0 if job.status == "SUCCEEDED" else 1)
+        job = watch_terminal(client, result.job_id)
+        return emit(job, exit_code=_exit_code(job))
     return emit(result, as_json=as_json)
 
 
@@ -124,80 +128,23 @@ def logs_cmd(
             rest = client.logs(job_id, offset=page.next_offset, lines=10000)
             for line in rest.lines:
                 typer.echo(line)
-            return emit(None, exit_code=0 if job.status == "SUCCEEDED" else 1)
+            return emit(None, exit_code=_exit_code(job))
         if len(page.lines) < lines:
             time.sleep(1.0)
         page = client.logs(job_id, offset=page.next_offset, lines=lines)
 
 
-def _watch_terminal(client: Any, job_id: str) -> Any:
-    """Rich progress bar plus the latest metrics until the job reaches a terminal state."""
-    from rich.console import Console, Group
-    from rich.live import Live
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    from rich.table import Table
-    from rich.text import Text
-
-    console = Console()
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeRemainingColumn(),
-        console=console,
-    )
-    task = progress.add_task(job_id, total=None)
-    shown = (
-        "actor/distillation/loss",
-        "trace/distillation/valid_token_rate",
-        "validation/accuracy",
-        "validation/data/reward/mean@1",
-        "actor/lr",
-        "perf/tokens_per_s",
-    )
-
-    def render(job: Any, rows: list[dict] | None) -> Any:
-        table = Table(title="latest metrics", show_header=True)
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        last: dict[str, Any] = {}
-        for row in rows or []:
-            last.update({k: v for k, v in row.items() if v is not None})
-        for key in shown:
-            if key in last:
-                value = last[key]
-                table.add_row(Text(key), f"{value:.4g}" if isinstance(value, float) else Text(str(value)))
-        if "step" in last:
-            table.add_row("step", str(last["step"]))
-        return Group(progress, table)
-
-    with Live(render(None, None), console=console, refresh_per_second=4) as live:
-        while True:
-            job = client.get(job_id)
-            prog = job.progress or {}
-            progress.update(
-                task,
-                description=f"{job_id} {job.status}",
-                total=prog.get("total_steps"),
-                completed=prog.get("step") or 0,
-            )
-            live.update(render(job, client.metrics(job_id)))
-            if job.terminal:
-                return job
-            time.sleep(1.0)
-
-
 @app.command("watch")
 def watch_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False) -> Any:
-    """Follow a job: progress bar and metrics in a terminal, a live widget in a notebook."""
+    """Follow a job: progress, metrics and health alerts in a terminal, a live widget in a notebook."""
     client = _client(local, cloud)
-    if in_magic():
-        return _monitor([job_id], client)
+    if in_magic():  # the notebook opens the job monitor on it
+        return WatchRequest(job_ids=(job_id,), target=client.target)
     if as_json:
-        job = client.wait(job_id)
+        job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True))
     else:
-        job = _watch_terminal(client, job_id)
-    return emit(job, exit_code=0 if job.status == "SUCCEEDED" else 1, as_json=as_json)
+        job = watch_terminal(client, job_id)
+    return emit(job, exit_code=_exit_code(job), as_json=as_json)
 
 
 @app.command("cancel")

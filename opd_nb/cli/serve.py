@@ -1,9 +1,12 @@
-"""`opd serve [run|start|stop|status]`: the local Bailian-compatible control plane."""
+"""`opd serve [run|start|stop|status]`: the local Bailian-compatible control plane.
+
+A thin front end over :mod:`opd_nb.server.lifecycle`: it parses the options, calls the lifecycle,
+branches on the type of the start result and emits a :class:`ServeInfo`.
+"""
 
 from __future__ import annotations
 
-import json
-import os
+import html
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,16 +15,24 @@ from pydantic import BaseModel
 
 from opd_nb.cli._app import app
 from opd_nb.cli._output import emit, in_magic
+from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
+from opd_nb.server import (
+    ServerInfo,
+    StartLaunched,
+    StartReused,
+    default_data_dir,
+    server_status,
+    start_background,
+    stop_background,
+)
 
 ACTIONS = ("run", "start", "stop", "status")
 
 
-class ServeInfo(BaseModel):
+class ServeInfo(ResultMixin, BaseModel):
     """Where a local control plane runs and the two variables a workspace needs to target it."""
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
 
     running: bool
     base_url: str | None = None
@@ -30,9 +41,20 @@ class ServeInfo(BaseModel):
     data_dir: str | None = None
     note: str = ""
 
+    @classmethod
+    def of(cls, info: ServerInfo, note: str = "") -> ServeInfo:
+        return cls(
+            running=True,
+            base_url=info.base_url,
+            api_base=info.api_base,
+            pid=info.pid,
+            data_dir=info.data_dir,
+            note=note,
+        )
+
     def env(self) -> dict[str, str]:
         return (
-            {"DASHSCOPE_HTTP_BASE_URL": self.api_base or "", "DASHSCOPE_API_KEY": "local"}
+            {"DASHSCOPE_HTTP_BASE_URL": self.api_base or "", "DASHSCOPE_API_KEY": LOCAL_API_KEY}
             if self.api_base
             else {}
         )
@@ -48,8 +70,6 @@ class ServeInfo(BaseModel):
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        import html
-
         if not self.running:
             return f"<div><b>opd serve</b>: not running {html.escape(self.note)}</div>"
         rows = "".join(
@@ -79,68 +99,50 @@ def _parse_map(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+def start_info(host: str, port: int, data_dir: str | None, model_map: dict[str, str]) -> ServeInfo:
+    """`opd serve start`: reuse or launch the background server; a failed start is an OpdError."""
+    result = start_background(host, port, data_dir, model_map)
+    match result:
+        case StartReused(info):
+            return ServeInfo.of(info, note="already running")
+        case StartLaunched(info):
+            return ServeInfo.of(info)
+    raise result.to_error()  # StartFailed | StartTimedOut
 
 
-def _healthy(base_url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(base_url + "/health", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+def stop_info() -> ServeInfo:
+    stopped = stop_background()
+    if stopped is None:
+        return ServeInfo(running=False, note="nothing to stop")
+    return ServeInfo(running=False, note=f"stopped the server at {stopped.base_url}")
 
 
 def status_info() -> ServeInfo:
-    from opd_nb.server import read_state
-
-    state = read_state()
-    if not state:
+    status = server_status()
+    if status.running and status.recorded is not None:
+        return ServeInfo.of(status.recorded)
+    if status.recorded is None:
         return ServeInfo(
             running=False, note="no background server recorded (start one with `opd serve start`)"
         )
-    if not _alive(state.get("pid")) or not _healthy(state["base_url"]):
-        return ServeInfo(running=False, note=f"the recorded server (pid {state.get('pid')}) is gone")
-    return ServeInfo(running=True, **{k: state.get(k) for k in ("base_url", "api_base", "pid", "data_dir")})
+    return ServeInfo(running=False, note=f"the recorded server (pid {status.recorded.pid}) is gone")
 
 
-def start_background(host: str, port: int, data_dir: str | None, model_map: dict[str, str]) -> ServeInfo:
-    from opd_nb.server import start, state_file
+def run_foreground(host: str, port: int, data_dir: str | None, model_map: dict[str, str]) -> None:
+    """`opd serve run`: print how to target the server, then serve until Ctrl-C."""
+    from opd_nb.server.lifecycle import server_urls
+    from opd_nb.server.runner import serve_forever
 
-    current = status_info()
-    if current.running:
-        current.note = "already running"
-        return current
-    handle = start(host=host, port=port, data_dir=data_dir, model_map=model_map, detach=True)
-    path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(handle.to_dict()))
-    return ServeInfo(
-        running=True,
-        base_url=handle.base_url,
-        api_base=handle.api_base,
-        pid=handle.pid,
-        data_dir=str(handle.data_dir),
+    base_url, api_base = server_urls(host, port)
+    typer.echo(
+        f"opd serve: local control plane on {base_url} (data {data_dir or default_data_dir()}); Ctrl-C stops it"
     )
-
-
-def stop_background() -> ServeInfo:
-    from opd_nb.server import ServerHandle, read_state, state_file
-
-    state = read_state()
-    if not state or not _alive(state.get("pid")):
-        state_file().unlink(missing_ok=True)
-        return ServeInfo(running=False, note="nothing to stop")
-    ServerHandle(None, state["host"], state["port"], Path(state["data_dir"]), pid=state["pid"]).stop()
-    state_file().unlink(missing_ok=True)
-    return ServeInfo(running=False, note=f"stopped the server at {state['base_url']}")
+    typer.echo("target it from a workspace (before importing dashscope) with:")
+    typer.echo(f"  export DASHSCOPE_HTTP_BASE_URL={api_base}")
+    typer.echo(f"  export DASHSCOPE_API_KEY={LOCAL_API_KEY}")
+    rc = serve_forever(host, port, data_dir, model_map)
+    if rc:
+        raise OpdError(f"cannot listen on {host}:{port}", fix="pick another --port", exit_code=rc)
 
 
 @app.command("serve")
@@ -151,8 +153,8 @@ def serve(
             help="run (foreground; CLI default) | start (background; magic default) | stop | status"
         ),
     ] = None,
-    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port (0 picks a free one)")] = 8765,
+    host: Annotated[str, typer.Option(help="interface to listen on")] = LOCAL_HOST,
+    port: Annotated[int, typer.Option(help="port (0 picks a free one)")] = LOCAL_PORT,
     data_dir: Annotated[
         str | None,
         typer.Option(
@@ -172,33 +174,11 @@ def serve(
     if action not in ACTIONS:
         raise OpdError(f"unknown action {action!r}", fix=f"use one of: {', '.join(ACTIONS)}")
     mapping = _parse_map(model_map)
+    if action == "run":
+        return run_foreground(host, port, data_dir, mapping)
     if action == "start":
-        info = start_background(host, port, data_dir, mapping)
-        return emit(info, as_json=as_json)
+        return emit(start_info(host, port, data_dir, mapping), as_json=as_json)
     if action == "stop":
-        return emit(stop_background(), as_json=as_json)
-    if action == "status":
-        info = status_info()
-        return emit(info, exit_code=0 if info.running else 1, as_json=as_json)
-    # run: foreground until Ctrl-C
-    from opd_nb.server import default_data_dir
-    from opd_nb.server.__main__ import main as serve_main
-
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    api = f"http://{shown}:{port}/api/v1"
-    typer.echo(
-        f"opd serve: local control plane on http://{shown}:{port} "
-        f"(data {data_dir or default_data_dir()}); Ctrl-C stops it"
-    )
-    typer.echo("target it from a workspace (before importing dashscope) with:")
-    typer.echo(f"  export DASHSCOPE_HTTP_BASE_URL={api}")
-    typer.echo("  export DASHSCOPE_API_KEY=local")
-    argv = ["--host", host, "--port", str(port), "--log-level", "warning"]
-    if data_dir:
-        argv += ["--data-dir", data_dir]
-    for key, value in mapping.items():
-        argv += ["--model-map", f"{key}={value}"]
-    rc = serve_main(argv)
-    if rc:
-        raise OpdError(f"cannot listen on {host}:{port}", fix="pick another --port", exit_code=rc)
-    return None
+        return emit(stop_info(), as_json=as_json)
+    info = status_info()
+    return emit(info, exit_code=0 if info.running else 1, as_json=as_json)

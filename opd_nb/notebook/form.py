@@ -2,13 +2,12 @@
 
 Every field comes from ``opd_nb.spec.hyperparams.PARAMS`` (type, range, help, small/large starting
 points). Each edit re-runs the preflight rules on the YAML the form *would* write. Saving edits
-only the changed lines of ``config.yaml`` (comments and layout stay), refuses to write while
-there are errors, and shows the diff.
+only the changed lines of ``config.yaml`` (``opd_nb.spec.yaml_edit``: comments and layout stay),
+refuses to write while there are errors, and shows the diff.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -24,126 +23,9 @@ from opd_nb.notebook.configcell import (
     diff_html,
     unified_diff,
 )
+from opd_nb.spec.yaml_edit import apply_values, yaml_scalar
 
 UNSET = ""  # an empty field: the key is left out of the YAML
-
-
-def yaml_scalar(value: Any) -> str:
-    """A YAML scalar that reads back as the same Python value (1e-6 -> 1.0e-06, not the string)."""
-    return (
-        yaml.safe_dump(value, default_flow_style=True, allow_unicode=True)
-        .splitlines()[0]
-        .removesuffix(" ...")
-        .strip()
-    )
-
-
-def _block(lines: list[str], start: int, indent: int) -> int:
-    """Index just past the block whose header is lines[start] (children are indented > indent)."""
-    end = start + 1
-    last = start + 1
-    while end < len(lines):
-        text = lines[end]
-        stripped = text.strip()
-        if stripped and not stripped.startswith("#"):
-            if len(text) - len(text.lstrip()) <= indent:
-                break
-            last = end + 1
-        end += 1
-    return last
-
-
-def _find_header(lines: list[str], key: str, lo: int, hi: int, indent: int | None) -> int | None:
-    pat = re.compile(rf"^(\s*){re.escape(key)}:\s*(#.*)?$")
-    for i in range(lo, hi):
-        m = pat.match(lines[i])
-        if m and (indent is None or len(m.group(1)) == indent):
-            return i
-    return None
-
-
-def edit_section(text: str, section: str, values: dict[str, Any]) -> str | None:
-    """Set/remove keys under ``training.<section>`` by editing lines; None if the layout is unusual."""
-    lines = text.splitlines()
-    top = _find_header(lines, "training", 0, len(lines), 0)
-    if top is None:
-        return None
-    top_end = _block(lines, top, 0)
-    head = _find_header(lines, section, top + 1, top_end, None)
-    if head is None:
-        return None
-    head_indent = len(lines[head]) - len(lines[head].lstrip())
-    end = _block(lines, head, head_indent)
-    child_indent = None
-    for i in range(head + 1, end):
-        s = lines[i].strip()
-        if s and not s.startswith("#"):
-            child_indent = len(lines[i]) - len(lines[i].lstrip())
-            break
-    if child_indent is None:
-        child_indent = head_indent + 2
-    pad = " " * child_indent
-    for key, value in values.items():
-        pat = re.compile(rf"^{pad}{re.escape(key)}:(\s*)([^#]*?)(\s*#.*)?$")
-        commented = re.compile(rf"^{pad}#\s*{re.escape(key)}:(\s*)([^#]*?)(\s*#.*)?$")
-        hit = next((i for i in range(head + 1, end) if pat.match(lines[i])), None)
-        # Commented-out keys may trail the last real key: look until the next less-indented line.
-        scan_end = end
-        while scan_end < len(lines) and (
-            not lines[scan_end].strip()
-            or (
-                lines[scan_end].lstrip().startswith("#")
-                and len(lines[scan_end]) - len(lines[scan_end].lstrip()) > head_indent
-            )
-        ):
-            scan_end += 1
-        if value is None:
-            if hit is not None:
-                del lines[hit]
-                end -= 1
-            continue
-        scalar = yaml_scalar(value)
-        if hit is None:
-            hit_c = next((i for i in range(head + 1, scan_end) if commented.match(lines[i])), None)
-            if hit_c is not None:
-                m = commented.match(lines[hit_c])
-                lines[hit_c] = _with_comment(f"{pad}{key}: {scalar}", lines[hit_c], m.group(3))
-                continue
-            lines.insert(end, f"{pad}{key}: {scalar}")
-            end += 1
-            continue
-        m = pat.match(lines[hit])
-        lines[hit] = _with_comment(f"{pad}{key}: {scalar}", lines[hit], m.group(3))
-    return "\n".join(lines) + ("\n" if text.endswith("\n") or not text else "")
-
-
-def _with_comment(new: str, old: str, comment: str | None) -> str:
-    if not comment:
-        return new
-    column = old.index(comment.lstrip()) if comment.lstrip() in old else len(new) + 1
-    return new.ljust(max(column, len(new) + 1)) + comment.lstrip()
-
-
-def apply_values(text: str, values: dict[str, dict[str, Any]]) -> str:
-    """`text` with `values` ({section: {key: value|None}}) applied; falls back to a full re-dump."""
-    out = text
-    for section, vals in values.items():
-        edited = edit_section(out, section, vals)
-        if edited is None:
-            data = yaml.safe_load(out) or {}
-            if not isinstance(data, dict):
-                raise OpdError("config.yaml is not a mapping", fix="start from the template's config.yaml")
-            sec = data.setdefault("training", {}).setdefault(section, {}) or {}
-            data["training"][section] = sec
-            for k, v in vals.items():
-                if v is None:
-                    sec.pop(k, None)
-                else:
-                    sec[k] = v
-            out = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-        else:
-            out = edited
-    return out
 
 
 def parse_field(spec: Any, raw: Any) -> tuple[Any, str | None]:

@@ -18,16 +18,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field
 
 from opd_nb import render
 from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
 
 CANDIDATE_KEYS = ("candidate", "completion", "answer", "response", "content")
 
 
-class ScoreResult(BaseModel):
+class ScoreResult(ResultMixin, BaseModel):
     """One scored candidate: the cleaned text, the processor's output, and any failure."""
 
     index: int = 0
@@ -76,7 +76,7 @@ class ScoreResult(BaseModel):
         return render.box(render.table(["field", "value"], rows, raw_cols=(1,)))
 
 
-class BatchResult(BaseModel):
+class BatchResult(ResultMixin, BaseModel):
     """Scores of a batch: distribution, mean, and the failures."""
 
     source: str = ""
@@ -141,29 +141,36 @@ class BatchResult(BaseModel):
         )
 
 
+def _configured_classpath(config: Path) -> str | None:
+    """The reward class config.yaml registers, read through the spec (None if it names none)."""
+    from opd_nb.spec import parse_config_text, reward_classpath_of
+
+    try:
+        text = config.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    parsed = parse_config_text(text, str(config))
+    return reward_classpath_of(parsed.config) if parsed.config is not None else None
+
+
+def _scanned_classpath(workspace: Path) -> str | None:
+    """The processor class defined in the template's functions/reward/reward.py, if any."""
+    candidate = workspace / "functions" / "reward" / "reward.py"
+    if not candidate.is_file():
+        return None
+    m = re.search(
+        r"^class\s+(\w+)\(\s*AbstractRewardProcessor\s*\)", candidate.read_text(encoding="utf-8"), re.M
+    )
+    return f"functions/reward/reward.py:{m.group(1)}" if m else None
+
+
 def reward_classpath(workspace: str | Path) -> str:
     """The reward processor the workspace registers (config.yaml), else the one in functions/reward/."""
     ws = Path(workspace)
     config = ws / "config.yaml"
-    if config.is_file():
-        try:
-            data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError:
-            data = {}
-        for fn in (data.get("functions") or []) if isinstance(data, dict) else []:
-            if isinstance(fn, dict) and fn.get("type") == "reward":
-                fc = fn.get("fcmodel") or {}
-                if fc.get("classpath"):
-                    return str(fc["classpath"])
-                if fc.get("filepath") and fc.get("classname"):
-                    return f"{fc['filepath']}:{fc['classname']}"
-    candidate = ws / "functions" / "reward" / "reward.py"
-    if candidate.is_file():
-        m = re.search(
-            r"^class\s+(\w+)\(\s*AbstractRewardProcessor\s*\)", candidate.read_text(encoding="utf-8"), re.M
-        )
-        if m:
-            return f"functions/reward/reward.py:{m.group(1)}"
+    found = (_configured_classpath(config) if config.is_file() else None) or _scanned_classpath(ws)
+    if found:
+        return found
     raise OpdError(
         "this workspace has no reward function",
         where=str(config),

@@ -1,12 +1,11 @@
-"""`python -m opd_nb.server`: run the control plane in the foreground (what `opd serve run` does)."""
+"""`python -m opd_nb.server`: run the control plane in the foreground (what `opd serve start` spawns)."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
-from pathlib import Path
+
+from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 
 
 def parse_model_map(items: list[str]) -> dict[str, str]:
@@ -21,8 +20,8 @@ def parse_model_map(items: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m opd_nb.server")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--host", default=LOCAL_HOST)
+    parser.add_argument("--port", type=int, default=LOCAL_PORT)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--model-map", action="append", default=[])
     parser.add_argument("--ready-file", default=None, help="write the bound port here once listening")
@@ -30,34 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
 
-    import uvicorn
+    from opd_nb.server.runner import serve_forever
 
-    from opd_nb.server import default_data_dir
-    from opd_nb.server.app import create_app
-
-    data_dir = Path(args.data_dir).expanduser() if args.data_dir else default_data_dir()
-    app = create_app(data_dir, parse_model_map(args.model_map), max_running=args.max_running)
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        print(
-            f"error: cannot listen on {args.host}:{args.port}: {exc.strerror} "
-            "(pick another --port, or `opd serve status` to see a running server)",
-            file=sys.stderr,
-        )
-        return 2
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    port = sock.getsockname()[1]
-    if args.ready_file:
-        tmp = f"{args.ready_file}.tmp"
-        Path(tmp).write_text(str(port))
-        os.replace(tmp, args.ready_file)
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
-    return 0
+    return serve_forever(
+        args.host,
+        args.port,
+        args.data_dir,
+        parse_model_map(args.model_map),
+        max_running=args.max_running,
+        ready_file=args.ready_file,
+        log_level=args.log_level,
+    )
 
 
 if __name__ == "__main__":

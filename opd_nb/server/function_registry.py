@@ -1,4 +1,4 @@
-"""Registered functions: safe unpacking of uploaded zips and the instances that serve them.
+"""Registered functions: safe unpacking of uploaded zips, registration, and the instances that serve them.
 
 The cloud unpacks a function's zip into its own sandbox and runs the SDK's function server there.
 Locally each registered entity gets ``<data>/functions/<entity_id>/code`` and each loaded instance
@@ -7,17 +7,20 @@ is an :class:`opd_nb.function_server.FunctionServer` subprocess on a loopback po
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
+import signal
 import stat
 import threading
 import zipfile
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from opd_nb.server.errors import ApiError
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
 
 MAX_ZIP_BYTES = 200 * 1024 * 1024  # the SDK's own hard limit (FC_OSS_FILE_SIZE_WARNING)
 MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
@@ -25,6 +28,7 @@ KIND_PREFIX = {"rollout": "ro", "reward": "rw", "group_reward": "grw"}
 
 
 def new_id(prefix: str, nbytes: int = 6) -> str:
+    """A random id with the prefix the cloud uses for the kind of thing (``rw-``, ``file-ft-``, ...)."""
     return f"{prefix}-{secrets.token_hex(nbytes)}"
 
 
@@ -100,6 +104,41 @@ def processor_path(name: str, func: str) -> tuple[str, str]:
     return rel, f"{module}.{func}"
 
 
+class InstanceState(StrEnum):
+    """Where a function instance is (the SDK only sees ``status``: 1 running, -1 anything else)."""
+
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    DELETED = "DELETED"
+
+
+FUNCTION_KINDS = {"rollout": "rollout", "reward": "reward", "group-reward": "group_reward"}  # URL -> kind
+
+
+def register_function(store: Store, data_dir: Path, kind: str, name: str, func: str, unique_key: str) -> str:
+    """Unpack the zip uploaded under ``unique_key`` for a new entity of ``kind``; returns its id."""
+    upload = store.upload_path(unique_key)
+    if not upload:
+        raise ApiError(
+            400,
+            "InvalidParameter",
+            f"no zip was uploaded for unique_key {unique_key!r}; PUT it to the "
+            "URL from /fine-tunes/generate/faas/upload/url first",
+        )
+    rel, processor = processor_path(name, func)
+    entity_id = new_id(KIND_PREFIX[kind])
+    code_dir = data_dir / "functions" / entity_id / "code"
+    code_dir.parent.mkdir(parents=True, exist_ok=True)
+    unpack(Path(upload), code_dir)
+    if not (code_dir / rel).is_file():
+        shutil.rmtree(code_dir.parent, ignore_errors=True)
+        raise ApiError(400, "InvalidParameter", f"function file {rel!r} is not in the uploaded zip")
+    store.add_function(entity_id, kind, name, func, processor, unique_key, str(code_dir))
+    return entity_id
+
+
 class InstanceManager:
     """Running function servers of this control plane (loaded by the SDK's `load`)."""
 
@@ -111,32 +150,26 @@ class InstanceManager:
 
     def recover(self) -> None:
         """After a restart no instance of ours is running: stop leftovers, mark them stopped."""
-        for row in self.store.all("SELECT instance_id, pid FROM instances WHERE status = 'RUNNING'"):
-            kill_if_ours(row["pid"], "uvicorn")
-            self.store.run(
-                "UPDATE instances SET status = 'STOPPED', pid = NULL WHERE instance_id = ?",
-                row["instance_id"],
-            )
+        for inst in self.store.instances_with_status(InstanceState.RUNNING):
+            kill_if_ours(inst["pid"], "uvicorn")
+            self.store.set_instance(inst["instance_id"], status=InstanceState.STOPPED, pid=None)
 
     def load(self, entity_id: str, tag: str, runtime: dict) -> dict:
-        fn = self.store.one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
+        fn = self.store.function(entity_id)
         if fn is None:
             raise ApiError(
                 404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server"
             )
         instance_id = new_id(f"{KIND_PREFIX[fn['kind']]}-ins")
         log_path = self.data_dir / "functions" / entity_id / f"{instance_id}.log"
-        self.store.run(
-            "INSERT INTO instances(instance_id, entity_id, tag, status, token, log_path, runtime, created_at) "
-            "VALUES (?,?,?,?,?,?,?,?)",
+        self.store.add_instance(
             instance_id,
             entity_id,
             tag,
-            "STARTING",
+            InstanceState.STARTING,
             secrets.token_urlsafe(16),
             str(log_path),
-            _json(runtime),
-            now_text(),
+            runtime,
         )
         return self._start(instance_id)
 
@@ -144,48 +177,45 @@ class InstanceManager:
         from opd_nb.errors import OpdError
         from opd_nb.function_server import FunctionServer
 
-        inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
-        fn = self.store.one("SELECT * FROM functions WHERE entity_id = ?", inst["entity_id"])
-        env = runtime_env(inst["runtime"])
+        inst = self.store.instance(instance_id)
+        fn = self.store.function(inst["entity_id"])
         try:
             server = FunctionServer.start(
                 fn["code_dir"],
                 fn["kind"],
                 fn["processor"],
                 log_path=inst["log_path"],
-                env=env,
+                env=runtime_env(inst["runtime"]),
                 startup_timeout=90.0,
             )
         except OpdError as exc:
-            self.store.run("UPDATE instances SET status = 'FAILED' WHERE instance_id = ?", instance_id)
+            self.store.set_instance(instance_id, status=InstanceState.FAILED)
             raise ApiError(400, "FunctionLoadFailed", str(exc)) from None
         with self._lock:
             self._servers[instance_id] = server
-        self.store.run(
-            "UPDATE instances SET status = 'RUNNING', url = ?, pid = ? WHERE instance_id = ?",
-            server.url,
-            server.pid,
-            instance_id,
-        )
+        self.store.set_instance(instance_id, status=InstanceState.RUNNING, url=server.url, pid=server.pid)
         return self.describe(instance_id)
 
     def describe(self, instance_id: str) -> dict:
-        inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
-        running = inst["status"] == "RUNNING"
+        inst = self.store.instance(instance_id)
         return {
             "instanceId": instance_id,
             "instance_id": instance_id,
             "entity_id": inst["entity_id"],
-            "status": 1 if running else -1,
+            "status": 1 if inst["status"] == InstanceState.RUNNING else -1,
             "state": inst["status"],
             "trigger_url": inst["url"],
             "trigger_token": inst["token"],
         }
 
-    def query(self, instance_id: str) -> dict:
-        inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
-        if inst is None or inst["status"] == "DELETED":
+    def _existing(self, instance_id: str, *, deleted_ok: bool = False) -> dict:
+        inst = self.store.instance(instance_id)
+        if inst is None or (inst["status"] == InstanceState.DELETED and not deleted_ok):
             raise ApiError(404, "InstanceNotFound", f"function instance {instance_id!r} does not exist")
+        return inst
+
+    def query(self, instance_id: str) -> dict:
+        self._existing(instance_id)
         with self._lock:
             server = self._servers.get(instance_id)
         if server is None or not server.alive():
@@ -194,9 +224,7 @@ class InstanceManager:
         return self.describe(instance_id)
 
     def log_entries(self, instance_id: str) -> list[str]:
-        inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
-        if inst is None:
-            raise ApiError(404, "InstanceNotFound", f"function instance {instance_id!r} does not exist")
+        inst = self._existing(instance_id, deleted_ok=True)
         try:
             with open(inst["log_path"], encoding="utf-8", errors="replace") as fh:
                 return [line.rstrip("\n") for line in fh]
@@ -204,16 +232,12 @@ class InstanceManager:
             return []
 
     def delete(self, instance_id: str) -> None:
-        inst = self.store.one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
-        if inst is None or inst["status"] == "DELETED":
-            raise ApiError(404, "InstanceNotFound", f"function instance {instance_id!r} does not exist")
+        self._existing(instance_id)
         with self._lock:
             server = self._servers.pop(instance_id, None)
         if server is not None:
             server.stop()
-        self.store.run(
-            "UPDATE instances SET status = 'DELETED', pid = NULL WHERE instance_id = ?", instance_id
-        )
+        self.store.set_instance(instance_id, status=InstanceState.DELETED, pid=None)
 
     def stop_all(self) -> None:
         with self._lock:
@@ -221,14 +245,11 @@ class InstanceManager:
             self._servers.clear()
         for instance_id, server in servers:
             server.stop()
-            self.store.run(
-                "UPDATE instances SET status = 'STOPPED', pid = NULL WHERE instance_id = ?", instance_id
-            )
+            self.store.set_instance(instance_id, status=InstanceState.STOPPED, pid=None)
 
 
 def runtime_env(runtime: str | dict | None) -> dict[str, str]:
-    import json
-
+    """The environment variables a function's runtime asks for, as strings (JSON booleans as true/false)."""
     data = json.loads(runtime) if isinstance(runtime, str) else (runtime or {})
     env = data.get("env") if isinstance(data, dict) else None
     if not isinstance(env, dict):
@@ -238,7 +259,6 @@ def runtime_env(runtime: str | dict | None) -> dict[str, str]:
 
 def kill_if_ours(pid: int | None, marker: str) -> bool:
     """Kill `pid` only when its command line shows it is one of our processes (pids get reused)."""
-    import signal
 
     if not pid:
         return False
@@ -253,9 +273,3 @@ def kill_if_ours(pid: int | None, marker: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, TERMINAL_STATUSES
 from opd_nb.server.function_registry import kill_if_ours
 from opd_nb.server.store import Store, now_text
 
@@ -42,7 +43,7 @@ class JobManager:
     # ---- lifecycle ----------------------------------------------------------------------------
     def recover(self) -> None:
         """Settle jobs left RUNNING by a control plane that died (see the module docstring)."""
-        for job in self.store.jobs_with_status("RUNNING"):
+        for job in self.store.jobs_with_status(RUNNING):
             killed = kill_if_ours(job.get("worker_pid"), WORKER_MARKER)
             last = self.store.checkpoints(job["job_id"])
             hint = f" Its last checkpoint is {last[-1]['path']}." if last else " It saved no checkpoint."
@@ -57,15 +58,15 @@ class JobManager:
             )
             self.store.set_job(
                 job["job_id"],
-                only_if_status=("RUNNING",),
-                status="FAILED",
+                only_if_status=(RUNNING,),
+                status=FAILED,
                 code="ServerRestarted",
                 message=reason,
                 end_time=now_text(),
                 worker_pid=None,
             )
         # A cancel that was asked for but never carried out on a pending job.
-        for job in self.store.jobs_with_status("PENDING"):
+        for job in self.store.jobs_with_status(PENDING):
             if job.get("cancel_requested"):
                 self._finish_canceled(job["job_id"])
 
@@ -97,18 +98,18 @@ class JobManager:
     def cancel(self, job_id: str) -> str:
         """Ask a job to stop; returns the status right after the request."""
         job = self.store.job(job_id)
-        if job is None or job["status"] in ("SUCCEEDED", "FAILED", "CANCELED"):
+        if job is None or job["status"] in TERMINAL_STATUSES:
             return job["status"] if job else "UNKNOWN"
         self.store.set_job(job_id, cancel_requested=1)
-        if job["status"] == "PENDING" and self.store.set_job(
+        if job["status"] == PENDING and self.store.set_job(
             job_id,
-            only_if_status=("PENDING",),
-            status="CANCELED",
+            only_if_status=(PENDING,),
+            status=CANCELED,
             end_time=now_text(),
             message="canceled by user",
         ):
             self.store.add_log(job_id, f"[server] {now_text()} job canceled before it started")
-            return "CANCELED"
+            return CANCELED
         self.store.add_log(job_id, f"[server] {now_text()} cancel requested; stopping the worker")
         self._cancel_at.setdefault(job_id, time.monotonic())
         self._wake.set()
@@ -140,7 +141,7 @@ class JobManager:
                 self._settle(job_id, proc)
         if len(self._procs) >= self.max_running or self._stop.is_set():
             return
-        for job in self.store.jobs_with_status("PENDING"):
+        for job in self.store.jobs_with_status(PENDING):
             if len(self._procs) >= self.max_running:
                 break
             if job.get("cancel_requested"):
@@ -151,9 +152,7 @@ class JobManager:
     def _launch(self, job_id: str) -> None:
         job_dir = self.data_dir / "jobs" / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
-        if not self.store.set_job(
-            job_id, only_if_status=("PENDING",), status="RUNNING", start_time=now_text()
-        ):
+        if not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
             return
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -174,7 +173,7 @@ class JobManager:
         self._procs.pop(job_id, None)
         asked = self._cancel_at.pop(job_id, None)
         job = self.store.job(job_id)
-        if job is None or job["status"] != "RUNNING":
+        if job is None or job["status"] != RUNNING:
             return
         if asked is not None or job.get("cancel_requested"):
             self._finish_canceled(job_id, running=True)
@@ -193,8 +192,8 @@ class JobManager:
         )
         self.store.set_job(
             job_id,
-            only_if_status=("RUNNING",),
-            status="FAILED",
+            only_if_status=(RUNNING,),
+            status=FAILED,
             code=code,
             message=reason,
             end_time=now_text(),
@@ -202,16 +201,16 @@ class JobManager:
         )
 
     def _finish_canceled(self, job_id: str, running: bool = False) -> None:
-        statuses = ("RUNNING", "PENDING") if running else ("PENDING",)
+        statuses = (RUNNING, PENDING) if running else (PENDING,)
         if self.store.set_job(
             job_id,
             only_if_status=statuses,
-            status="CANCELED",
+            status=CANCELED,
             end_time=now_text(),
             message="canceled by user",
             worker_pid=None,
         ):
-            self.store.add_log(job_id, f"[server] {now_text()} job CANCELED")
+            self.store.add_log(job_id, f"[server] {now_text()} job {CANCELED}")
 
 
 def _tail(path: Path, n: int) -> list[str]:

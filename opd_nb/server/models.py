@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from opd_nb.constants import SUCCEEDED
 from opd_nb.server.store import Store
 
 LOCAL_PREFIX = "opd-local/"
@@ -84,7 +85,7 @@ class ModelRegistry:
             job_id = model_id[len(LOCAL_PREFIX) :]
             job = self.store.job(job_id)
             final = (job or {}).get("meta", {}).get("final_checkpoint")
-            if not job or job["status"] != "SUCCEEDED" or not final or not Path(final).is_dir():
+            if not job or job["status"] != SUCCEEDED or not final or not Path(final).is_dir():
                 raise ModelNotServable(
                     f"{model_id!r} is not a published local model: job {job_id!r} has no final checkpoint "
                     "(it is unknown, was deleted, or has not SUCCEEDED); pick one from GET /api/v1/models"
@@ -148,7 +149,7 @@ class ModelRegistry:
             },
         ]
         out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
-        for job in self.store.jobs_with_status("SUCCEEDED"):
+        for job in self.store.jobs_with_status(SUCCEEDED):
             final = job["meta"].get("final_checkpoint")
             if final and Path(final).is_dir():
                 out.append(

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opd_nb.constants import PENDING
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
     file_id TEXT PRIMARY KEY, name TEXT NOT NULL, path TEXT NOT NULL, bytes INTEGER NOT NULL,
@@ -45,8 +47,6 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     job_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, path TEXT NOT NULL,
     created_at TEXT NOT NULL, metrics TEXT, PRIMARY KEY (job_id, step));
 """
-
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELED"})
 
 
 def now_text() -> str:
@@ -90,15 +90,14 @@ class Store:
         """A write transaction (takes the write lock up front, so no upgrade deadlocks)."""
         return Store._Tx(self.conn())
 
-    def one(self, sql: str, *args: Any) -> sqlite3.Row | None:
+    def _one(self, sql: str, *args: Any) -> sqlite3.Row | None:
         return self.conn().execute(sql, args).fetchone()
 
-    def all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+    def _all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return self.conn().execute(sql, args).fetchall()
 
-    def run(self, sql: str, *args: Any) -> int:
-        cur = self.conn().execute(sql, args)
-        return cur.rowcount
+    def _run(self, sql: str, *args: Any) -> int:
+        return self.conn().execute(sql, args).rowcount
 
     # ---- jobs ---------------------------------------------------------------------------------
     def insert_job(self, job_id: str, job_name: str, request: dict, meta: dict) -> None:
@@ -106,23 +105,23 @@ class Store:
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
             conn.execute(
                 "INSERT INTO jobs(job_id, seq, job_name, status, request, meta, create_time) VALUES (?,?,?,?,?,?,?)",
-                (job_id, seq, job_name, "PENDING", json.dumps(request), json.dumps(meta), now_text()),
+                (job_id, seq, job_name, PENDING, json.dumps(request), json.dumps(meta), now_text()),
             )
 
     def job(self, job_id: str) -> dict | None:
-        row = self.one("SELECT * FROM jobs WHERE job_id = ? AND deleted = 0", job_id)
+        row = self._one("SELECT * FROM jobs WHERE job_id = ? AND deleted = 0", job_id)
         return _job_dict(row) if row else None
 
     def jobs(self, offset: int, limit: int) -> tuple[list[dict], int]:
-        total = self.one("SELECT COUNT(*) FROM jobs WHERE deleted = 0")[0]
-        rows = self.all(
+        total = self._one("SELECT COUNT(*) FROM jobs WHERE deleted = 0")[0]
+        rows = self._all(
             "SELECT * FROM jobs WHERE deleted = 0 ORDER BY seq DESC LIMIT ? OFFSET ?", limit, offset
         )
         return [_job_dict(r) for r in rows], total
 
     def jobs_with_status(self, *statuses: str) -> list[dict]:
         marks = ",".join("?" * len(statuses))
-        rows = self.all(
+        rows = self._all(
             f"SELECT * FROM jobs WHERE status IN ({marks}) AND deleted = 0 ORDER BY seq", *statuses
         )
         return [_job_dict(r) for r in rows]
@@ -163,7 +162,7 @@ class Store:
             )
 
     def logs(self, job_id: str, start_seq: int, limit: int) -> list[tuple[int, str]]:
-        rows = self.all(
+        rows = self._all(
             "SELECT seq, line FROM logs WHERE job_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
             job_id,
             start_seq,
@@ -172,7 +171,7 @@ class Store:
         return [(r[0], r[1]) for r in rows]
 
     def log_count(self, job_id: str) -> int:
-        return self.one("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)[0]
+        return self._one("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)[0]
 
     def add_metrics(self, job_id: str, step: int, row: dict) -> None:
         with self.tx() as conn:
@@ -184,7 +183,7 @@ class Store:
     def metrics(self, job_id: str) -> list[dict]:
         return [
             json.loads(r[0])
-            for r in self.all("SELECT row FROM metrics WHERE job_id = ? ORDER BY step", job_id)
+            for r in self._all("SELECT row FROM metrics WHERE job_id = ? ORDER BY step", job_id)
         ]
 
     def add_checkpoint(self, job_id: str, step: int, name: str, path: str, metrics: dict) -> None:
@@ -195,7 +194,7 @@ class Store:
             )
 
     def checkpoints(self, job_id: str) -> list[dict]:
-        rows = self.all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)
+        rows = self._all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)
         return [
             {
                 "name": r["name"],
@@ -206,6 +205,114 @@ class Store:
             }
             for r in rows
         ]
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether a cancel was asked for (a deleted or unknown job counts as canceled)."""
+        row = self._one("SELECT cancel_requested FROM jobs WHERE job_id = ?", job_id)
+        return bool(row is None or row[0])
+
+    # ---- dataset files ------------------------------------------------------------------------
+    def add_file(
+        self, file_id: str, name: str, path: str, size: int, lines: int, purpose: str, description: str | None
+    ) -> None:
+        self._run(
+            "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
+            file_id,
+            name,
+            path,
+            size,
+            lines,
+            purpose,
+            description,
+            now_text(),
+        )
+
+    def file(self, file_id: str) -> dict | None:
+        row = self._one("SELECT * FROM files WHERE file_id = ?", file_id)
+        return dict(row) if row else None
+
+    def files(self, offset: int, limit: int) -> tuple[list[dict], int]:
+        total = self._one("SELECT COUNT(*) FROM files")[0]
+        rows = self._all(
+            "SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?", limit, offset
+        )
+        return [dict(r) for r in rows], total
+
+    def delete_file(self, file_id: str) -> None:
+        self._run("DELETE FROM files WHERE file_id = ?", file_id)
+
+    # ---- function code: uploads, layers, registered functions, instances ----------------------
+    def put_upload(self, key: str, path: str, size: int) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
+            key,
+            path,
+            size,
+            now_text(),
+        )
+
+    def upload_path(self, key: str) -> str | None:
+        row = self._one("SELECT path FROM uploads WHERE key = ?", key)
+        return row["path"] if row else None
+
+    def add_layer(self, layer_code: str, name: str, requirements: str) -> None:
+        self._run("INSERT INTO layers VALUES (?,?,?,?)", layer_code, name, requirements, now_text())
+
+    def has_layer(self, layer_code: str) -> bool:
+        return self._one("SELECT 1 FROM layers WHERE layer_code = ?", layer_code) is not None
+
+    def add_function(
+        self, entity_id: str, kind: str, name: str, func: str, processor: str, unique_key: str, code_dir: str
+    ) -> None:
+        self._run(
+            "INSERT INTO functions VALUES (?,?,?,?,?,?,?,?)",
+            entity_id,
+            kind,
+            name,
+            func,
+            processor,
+            unique_key,
+            code_dir,
+            now_text(),
+        )
+
+    def function(self, entity_id: str) -> dict | None:
+        row = self._one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
+        return dict(row) if row else None
+
+    def add_instance(
+        self,
+        instance_id: str,
+        entity_id: str,
+        tag: str,
+        status: str,
+        token: str,
+        log_path: str,
+        runtime: dict,
+    ) -> None:
+        self._run(
+            "INSERT INTO instances(instance_id, entity_id, tag, status, token, log_path, runtime, created_at) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            instance_id,
+            entity_id,
+            tag,
+            status,
+            token,
+            log_path,
+            json.dumps(runtime),
+            now_text(),
+        )
+
+    def instance(self, instance_id: str) -> dict | None:
+        row = self._one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
+        return dict(row) if row else None
+
+    def instances_with_status(self, status: str) -> list[dict]:
+        return [dict(r) for r in self._all("SELECT * FROM instances WHERE status = ?", status)]
+
+    def set_instance(self, instance_id: str, **fields: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._run(f"UPDATE instances SET {cols} WHERE instance_id = ?", *fields.values(), instance_id)
 
 
 def _job_dict(row: sqlite3.Row) -> dict:

@@ -17,6 +17,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
+from opd_nb.engine.api import EngineError, RewardEndpoint, RolloutEndpoint
+from opd_nb.errors import OpdError
 from opd_nb.server.store import Store, now_text
 
 _STOP_POLL_S = 0.5
@@ -87,8 +90,7 @@ class StopFlag:
         now = time.monotonic()
         if now - self._last >= _STOP_POLL_S:
             self._last = now
-            row = self.store.one("SELECT cancel_requested FROM jobs WHERE job_id = ?", self.job_id)
-            self._stopped = bool(row is None or row[0])
+            self._stopped = self.store.cancel_requested(self.job_id)
         return self._stopped
 
 
@@ -107,6 +109,7 @@ def _watch_parent(cleanup: list[Any]) -> None:
 
 
 def run_job(data_dir: Path, job_id: str) -> int:
+    """Run one job to a final state recorded in the store; the exit code is for the job manager's log."""
     store = Store(data_dir)
     job = store.job(job_id)
     if job is None:
@@ -121,135 +124,19 @@ def run_job(data_dir: Path, job_id: str) -> int:
         should_stop.signalled = True
 
     signal.signal(signal.SIGTERM, on_term)
-    meta = job["meta"]
     try:
-        from opd_nb.engine.api import EngineJob, RewardEndpoint, RolloutEndpoint
-
-        events.log(f"job {job_id} running on the local OPD engine ({meta.get('training_type')})")
-        for note in meta.get("substitutions", []):
-            events.log(note)
-        rewards, rollout = [], None
-        fn_dir = data_dir / "jobs" / job_id / "functions"
-        for spec in meta.get("functions", []):
-            from opd_nb.function_server import FunctionServer
-
-            events.log(f"starting {spec['kind']} function {spec['name']!r} ({spec['processor']})")
-            server = FunctionServer.start(
-                spec["code_dir"],
-                spec["kind"],
-                spec["processor"],
-                log_path=fn_dir / f"{spec['entity_id']}.log",
-                env=spec.get("env") or {},
-                startup_timeout=90.0,
-            )
-            servers.append(server)
-            events.log(f"{spec['kind']} function {spec['name']!r} serving at {server.url}")
-            opts = {k: spec[k] for k in ("timeout", "concurrency") if spec.get(k) is not None}
-            if spec["kind"] == "rollout":
-                rollout = RolloutEndpoint(name=spec["name"], url=server.url, **opts)
-            else:
-                rewards.append(
-                    RewardEndpoint(
-                        name=spec["name"],
-                        url=server.url,
-                        kind=spec["kind"],
-                        weight=spec.get("weight") or 1.0,
-                        reward_metric_weight=spec.get("reward_metric_weight"),
-                        **opts,
-                    )
-                )
-        output_dir = data_dir / "jobs" / job_id / "output"
-        engine_job = EngineJob(
-            job_id=job_id,
-            student_path=meta["student_path"],
-            teacher_path=meta["teacher_path"],
-            train_file=meta["train_file"],
-            validation_file=meta.get("validation_file"),
-            hyper_parameters=job["request"].get("hyper_parameters") or {},
-            rewards=rewards,
-            rollout=rollout,
-            output_dir=str(output_dir),
-        )
-        from opd_nb.engine.trainer import run as engine_run
-
-        result = engine_run(engine_job, events, should_stop)
+        result = _train(data_dir, job, events, should_stop, servers)
         if should_stop():
             events.log("job stopped on request")
-            store.set_job(
-                job_id,
-                only_if_status=("RUNNING",),
-                status="CANCELED",
-                end_time=now_text(),
-                message="canceled by user",
-                worker_pid=None,
-            )
+            _mark_canceled(store, job_id)
             return 0
-        published = f"opd-local/{job_id}"
-        store.merge_meta(
-            job_id,
-            final_checkpoint=result.final_checkpoint,
-            best_checkpoint=result.best_checkpoint,
-            steps=result.steps,
-            epochs=result.epochs,
-            metrics_tail=result.metrics_tail,
-        )
-        events.log(
-            f"published final checkpoint as {published!r} ({result.final_checkpoint}); pass it as "
-            "`model` in a later job to continue training"
-        )
-        store.set_job(
-            job_id,
-            only_if_status=("RUNNING",),
-            status="SUCCEEDED",
-            finetuned_output=published,
-            end_time=now_text(),
-            worker_pid=None,
-            message="",
-        )
-        events.log("job SUCCEEDED")
+        _publish(store, events, job_id, result)
         return 0
     except Exception as exc:
-        from opd_nb.errors import OpdError
-
-        engine_error = type(exc).__name__ == "EngineError" or isinstance(exc, OpdError)
-        try:
-            from opd_nb.engine.api import EngineError as _EE
-
-            engine_error = engine_error or isinstance(exc, _EE)
-        except ImportError:
-            pass
         if should_stop():
-            store.set_job(
-                job_id,
-                only_if_status=("RUNNING",),
-                status="CANCELED",
-                end_time=now_text(),
-                message="canceled by user",
-                worker_pid=None,
-            )
+            _mark_canceled(store, job_id)
             return 0
-        if isinstance(exc, ImportError) and "opd_nb.engine" in str(exc):
-            message = f"the local OPD engine is not available: {exc} (install opd-nb[engine])"
-        elif engine_error:
-            message = str(exc)
-        else:
-            message = f"internal error in the local engine: {type(exc).__name__}: {exc}"
-        events.log(f"FAILED: {message}", level="ERROR")
-        if not engine_error:
-            for line in traceback.format_exc().splitlines():
-                events.log(line, level="ERROR")
-        for server in servers:
-            for line in server.log_lines(10):
-                events.log(f"[{server.func_type} function] {line}", level="ERROR")
-        store.set_job(
-            job_id,
-            only_if_status=("RUNNING",),
-            status="FAILED",
-            code="JobFailed",
-            message=message,
-            end_time=now_text(),
-            worker_pid=None,
-        )
+        _record_failure(store, events, job_id, exc, servers)
         return 1
     finally:
         for server in servers:
@@ -257,6 +144,141 @@ def run_job(data_dir: Path, job_id: str) -> int:
                 server.stop()
             except Exception:
                 pass
+
+
+def _train(data_dir: Path, job: dict, events: StoreEvents, should_stop: StopFlag, servers: list[Any]) -> Any:
+    """Start the job's functions (appended to ``servers`` for cleanup) and run the engine to the end."""
+    from opd_nb.engine.api import EngineJob
+
+    job_id, meta = job["job_id"], job["meta"]
+    events.log(f"job {job_id} running on the local OPD engine ({meta.get('training_type')})")
+    for note in meta.get("substitutions", []):
+        events.log(note)
+    rewards, rollout = _start_functions(
+        meta.get("functions", []), data_dir / "jobs" / job_id, events, servers
+    )
+    engine_job = EngineJob(
+        job_id=job_id,
+        student_path=meta["student_path"],
+        teacher_path=meta["teacher_path"],
+        train_file=meta["train_file"],
+        validation_file=meta.get("validation_file"),
+        hyper_parameters=job["request"].get("hyper_parameters") or {},
+        rewards=rewards,
+        rollout=rollout,
+        output_dir=str(data_dir / "jobs" / job_id / "output"),
+    )
+    from opd_nb.engine.trainer import run as engine_run
+
+    return engine_run(engine_job, events, should_stop)
+
+
+def _start_functions(
+    specs: list[dict], job_dir: Path, events: StoreEvents, servers: list[Any]
+) -> tuple[list[RewardEndpoint], RolloutEndpoint | None]:
+    """One function server per registered function of the job, as the endpoints the engine calls."""
+    from opd_nb.function_server import FunctionServer
+
+    rewards: list[RewardEndpoint] = []
+    rollout: RolloutEndpoint | None = None
+    for spec in specs:
+        events.log(f"starting {spec['kind']} function {spec['name']!r} ({spec['processor']})")
+        server = FunctionServer.start(
+            spec["code_dir"],
+            spec["kind"],
+            spec["processor"],
+            log_path=job_dir / "functions" / f"{spec['entity_id']}.log",
+            env=spec.get("env") or {},
+            startup_timeout=90.0,
+        )
+        servers.append(server)
+        events.log(f"{spec['kind']} function {spec['name']!r} serving at {server.url}")
+        opts = {k: spec[k] for k in ("timeout", "concurrency") if spec.get(k) is not None}
+        if spec["kind"] == "rollout":
+            rollout = RolloutEndpoint(name=spec["name"], url=server.url, **opts)
+            continue
+        rewards.append(
+            RewardEndpoint(
+                name=spec["name"],
+                url=server.url,
+                kind=spec["kind"],
+                weight=spec.get("weight") or 1.0,
+                reward_metric_weight=spec.get("reward_metric_weight"),
+                **opts,
+            )
+        )
+    return rewards, rollout
+
+
+def _publish(store: Store, events: StoreEvents, job_id: str, result: Any) -> None:
+    """Record the engine's result and publish the final checkpoint as ``opd-local/<job_id>``."""
+    published = f"opd-local/{job_id}"
+    store.merge_meta(
+        job_id,
+        final_checkpoint=result.final_checkpoint,
+        best_checkpoint=result.best_checkpoint,
+        steps=result.steps,
+        epochs=result.epochs,
+        metrics_tail=result.metrics_tail,
+    )
+    events.log(
+        f"published final checkpoint as {published!r} ({result.final_checkpoint}); pass it as "
+        "`model` in a later job to continue training"
+    )
+    store.set_job(
+        job_id,
+        only_if_status=(RUNNING,),
+        status=SUCCEEDED,
+        finetuned_output=published,
+        end_time=now_text(),
+        worker_pid=None,
+        message="",
+    )
+    events.log(f"job {SUCCEEDED}")
+
+
+def _mark_canceled(store: Store, job_id: str) -> None:
+    store.set_job(
+        job_id,
+        only_if_status=(RUNNING,),
+        status=CANCELED,
+        end_time=now_text(),
+        message="canceled by user",
+        worker_pid=None,
+    )
+
+
+def _failure_message(exc: Exception) -> tuple[str, bool]:
+    """(message for the job, whether it is an explained failure that needs no traceback)."""
+    explained = isinstance(exc, EngineError | OpdError)
+    if isinstance(exc, ImportError) and "opd_nb.engine" in str(exc):
+        return f"the local OPD engine is not available: {exc} (install opd-nb[engine])", explained
+    if explained:
+        return str(exc), True
+    return f"internal error in the local engine: {type(exc).__name__}: {exc}", False
+
+
+def _record_failure(
+    store: Store, events: StoreEvents, job_id: str, exc: Exception, servers: list[Any]
+) -> None:
+    """Log why the job failed (with the traceback and function logs when unexplained) and mark it FAILED."""
+    message, explained = _failure_message(exc)
+    events.log(f"{FAILED}: {message}", level="ERROR")
+    if not explained:
+        for line in traceback.format_exc().splitlines():
+            events.log(line, level="ERROR")
+    for server in servers:
+        for line in server.log_lines(10):
+            events.log(f"[{server.func_type} function] {line}", level="ERROR")
+    store.set_job(
+        job_id,
+        only_if_status=(RUNNING,),
+        status=FAILED,
+        code="JobFailed",
+        message=message,
+        end_time=now_text(),
+        worker_pid=None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -120,6 +120,58 @@ class EffectiveJob(ResultMixin, BaseModel):
         )
 
 
+def _apply_run(data: dict[str, Any], sources: dict[str, str], run: dict[str, Any]) -> None:
+    """Apply `run()` arguments over the config, in place, as the SDK's `run()` does."""
+    if "model" in run:
+        base = data.get("model") if isinstance(data.get("model"), dict) else {}
+        data["model"] = {**base, "name": run["model"]}
+        sources["model"] = "run()"
+    if "functions" in run:
+        funcs = run["functions"]
+        data["functions"] = [_dump(f) for f in (funcs if isinstance(funcs, list | tuple) else [funcs])]
+        sources["functions"] = "run()"
+    datasets = [_dataset(d, "training") for d in run.get("training_datasets") or []]
+    datasets += [_dataset(d, "validation") for d in run.get("validation_datasets") or []]
+    if datasets:
+        data["datasets"] = datasets
+        sources["datasets"] = "run()"
+    for key in ("hyper_parameters", "resources"):
+        if key in run:
+            _replace_training_block(data, sources, key, dict(run[key]))
+    for arg, field in (("job_name", "name"), ("teacher_model", "teacher_model")):
+        if arg in run:
+            data[field] = run[arg]
+            sources[field] = "run()"
+
+
+def _replace_training_block(data: dict[str, Any], sources: dict[str, str], key: str, value: dict) -> None:
+    """`run(hyper_parameters=...)` replaces the whole block (not a merge), so its sources do too."""
+    training = dict(data.get("training") or {})
+    training[key] = value
+    data["training"] = training
+    sources[f"training.{key}"] = "run()"
+    for k in [k for k in sources if k.startswith(f"training.{key}.")]:
+        del sources[k]
+    for k in value:
+        sources[f"training.{key}.{k}"] = "run()"
+
+
+def _drop_rewards(data: dict[str, Any], sources: dict[str, str]) -> None:
+    """opd-nb's pure-distillation switch: keep every function except reward functions."""
+    if not isinstance(data.get("functions"), list):
+        return
+    kept = [
+        f
+        for f in data["functions"]
+        if not (isinstance(f, dict) and f.get("type") in ("reward", "group_reward"))
+    ]
+    if kept:
+        data["functions"] = kept
+    else:
+        data.pop("functions", None)
+    sources["functions"] = "no_reward"
+
+
 def effective_job(
     workspace: str | Path = ".",
     *,
@@ -160,48 +212,9 @@ def effective_job(
         data[key] = _dump(value) if not isinstance(value, list) else [_dump(v) for v in value]
         sources[key] = "init()"
 
-    run = {k: v for k, v in overrides.items() if v}  # only truthy run() arguments count
-    if "model" in run:
-        base = data.get("model") if isinstance(data.get("model"), dict) else {}
-        data["model"] = {**base, "name": run["model"]}
-        sources["model"] = "run()"
-    if "functions" in run:
-        funcs = run["functions"]
-        data["functions"] = [_dump(f) for f in (funcs if isinstance(funcs, list | tuple) else [funcs])]
-        sources["functions"] = "run()"
-    datasets = [_dataset(d, "training") for d in run.get("training_datasets") or []]
-    datasets += [_dataset(d, "validation") for d in run.get("validation_datasets") or []]
-    if datasets:
-        data["datasets"] = datasets
-        sources["datasets"] = "run()"
-    for key in ("hyper_parameters", "resources"):
-        if key in run:
-            training = dict(data.get("training") or {})
-            training[key] = dict(run[key])
-            data["training"] = training
-            sources[f"training.{key}"] = "run()"
-            for k in list(sources):
-                if k.startswith(f"training.{key}."):
-                    del sources[k]
-            for k in run[key]:
-                sources[f"training.{key}.{k}"] = "run()"
-    if "job_name" in run:
-        data["name"] = run["job_name"]
-        sources["name"] = "run()"
-    if "teacher_model" in run:
-        data["teacher_model"] = run["teacher_model"]
-        sources["teacher_model"] = "run()"
-    if no_reward and isinstance(data.get("functions"), list):
-        kept = [
-            f
-            for f in data["functions"]
-            if not (isinstance(f, dict) and f.get("type") in ("reward", "group_reward"))
-        ]
-        if kept:
-            data["functions"] = kept
-        else:
-            data.pop("functions", None)
-        sources["functions"] = "no_reward"
+    _apply_run(data, sources, {k: v for k, v in overrides.items() if v})  # only truthy run() arguments count
+    if no_reward:
+        _drop_rewards(data, sources)
 
     try:
         job = JobConfig.model_validate(data)

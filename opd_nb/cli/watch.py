@@ -1,0 +1,106 @@
+"""`opd watch` in a terminal: a progress bar, the latest metrics, and the monitor's health alerts.
+
+The alerts come from ``opd_nb.health``, the same rules the notebook's job monitor shows; each is
+printed once, above the live view, when it first appears (a terminal scrolls, so repeating it on
+every poll would bury the log). With ``--json`` stdout stays pure JSON and alerts go to stderr.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opd_nb.constants import (
+    LEARNING_RATE,
+    LOSS,
+    REWARD_MEAN,
+    TOKENS_PER_S,
+    VALID_TOKEN_RATE,
+    VALIDATION_ACCURACY,
+)
+from opd_nb.health import AlertTracker, HealthAlert, eval_steps_of, job_alerts
+
+SHOWN_METRICS = (LOSS, VALID_TOKEN_RATE, VALIDATION_ACCURACY, REWARD_MEAN, LEARNING_RATE, TOKENS_PER_S)
+POLL_S = 1.0
+
+
+def alert_line(job_id: str, alert: HealthAlert) -> str:
+    """How a terminal shows an alert: the monitor's wording, on one line."""
+    return f"! {job_id}: {alert}"
+
+
+def _fresh_alerts(
+    tracker: AlertTracker, job: Any, rows: Sequence[Mapping[str, Any]] | None
+) -> list[HealthAlert]:
+    alerts = job_alerts(
+        rows or [], status=job.status, job_id=job.job_id, eval_steps=eval_steps_of(job.hyper_parameters)
+    )
+    return tracker.fresh(alerts)
+
+
+def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="latest metrics", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    last: dict[str, Any] = {}
+    for row in rows or []:
+        last.update({k: v for k, v in row.items() if v is not None})
+    for key in SHOWN_METRICS:
+        if key in last:
+            value = last[key]
+            table.add_row(Text(key), f"{value:.4g}" if isinstance(value, float) else Text(str(value)))
+    if "step" in last:
+        table.add_row("step", str(last["step"]))
+    return table
+
+
+def watch_terminal(client: Any, job_id: str) -> Any:
+    """Rich progress bar plus the latest metrics until the job ends; alerts printed as they appear."""
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.text import Text
+
+    console = Console()
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    task = progress.add_task(job_id, total=None)
+    tracker = AlertTracker()
+    with Live(Group(progress, _metrics_table(None)), console=console, refresh_per_second=4) as live:
+        while True:
+            job = client.get(job_id)
+            rows = client.metrics(job_id)
+            prog = job.progress or {}
+            progress.update(
+                task,
+                description=f"{job_id} {job.status}",
+                total=prog.get("total_steps"),
+                completed=prog.get("step") or 0,
+            )
+            for alert in _fresh_alerts(tracker, job, rows):
+                style = "red" if alert.severity == "error" else "yellow"
+                live.console.print(Text(alert_line(job_id, alert), style=style), soft_wrap=True)
+            live.update(Group(progress, _metrics_table(rows)))
+            if job.terminal:
+                return job
+            time.sleep(POLL_S)
+
+
+def wait_reporting_alerts(client: Any, job_id: str, report: Callable[[str], None]) -> Any:
+    """Wait for the job to end (no live view); each new alert goes to `report` as one line."""
+    tracker = AlertTracker()
+
+    def on_update(job: Any) -> None:
+        for alert in _fresh_alerts(tracker, job, client.metrics(job_id)):
+            report(alert_line(job_id, alert))
+
+    return client.wait(job_id, on_update=on_update)

@@ -1,0 +1,273 @@
+"""The request core both job clients share: every API call described once, as data, with one policy.
+
+The sync and the async client used to carry a copy each of every call, and the copies drifted
+(a local-only 404 was None in one and an error in the other). Here a call is a :class:`Call`
+(method, path, params, local-only or not, how to read the answer) and an operation is a *plan*: a
+generator that yields :class:`Send` and :class:`Sleep` steps and returns the typed result. The
+clients only perform steps, blocking or with ``await``; paths, retries and backoff, the error
+mapping and the parsing cannot differ between them.
+
+A 404 from a local-only endpoint is ambiguous (Bailian answers ``NotFound`` both for a route it
+lacks and for a job it does not know), so the plan asks about the job itself: unknown job → the
+call's own ``OpdError`` (status 404, the service's code); known job → None (no such endpoint).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+from urllib.parse import quote
+
+import httpx
+
+from opd_nb.client.job_results import Checkpoint, Job, JobList, LogPage
+from opd_nb.client.target import Target
+from opd_nb.errors import OpdError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Send:
+    """Step: send one request; the client answers with the response or the transport error."""
+
+    method: str
+    path: str  # below the target's base URL (``/fine-tunes/...``)
+    params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Step: wait before the next request (backoff between retries, polling)."""
+
+    seconds: float
+
+
+Step = Send | Sleep
+Reply = httpx.Response | httpx.TransportError | None
+Plan = Generator[Step, Reply, T]
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API call: what to send, how to name it in an error, and how to read its ``output``."""
+
+    method: str
+    path: str
+    what: str  # "get job ft-..." in "get job ft-... failed: [404 JobNotFound] ..."
+    parse: Callable[[Any], T]
+    params: dict[str, Any] | None = None
+    local_only: bool = False  # only `opd serve` has it: None from a control plane without it
+    job_id: str | None = None  # the job a local-only call is about (asked about after a 404)
+
+
+# ---- the calls ---------------------------------------------------------------------------------
+def _job_path(job_id: str, tail: str = "") -> str:
+    if not isinstance(job_id, str) or not job_id.strip():
+        raise OpdError(
+            f"job id {job_id!r} is empty",
+            fix="pass a job id such as ft-202410291653-1c7f (`opd jobs` lists them)",
+        )
+    return f"/fine-tunes/{quote(job_id, safe='')}{tail}"
+
+
+def _nothing(out: Any) -> None:
+    return None
+
+
+def get_job(job_id: str) -> Call[Job]:
+    return Call("GET", _job_path(job_id), f"get job {job_id}", Job.from_output)
+
+
+def list_jobs(page: int, size: int) -> Call[JobList]:
+    return Call(
+        "GET",
+        "/fine-tunes",
+        "list jobs",
+        lambda out: JobList.from_output(out, page=page, size=size),
+        params={"page_no": page, "page_size": size},
+    )
+
+
+def job_logs(job_id: str, offset: int, lines: int) -> Call[LogPage]:
+    return Call(
+        "GET",
+        _job_path(job_id, "/logs"),
+        f"logs of {job_id}",
+        lambda out: LogPage.from_output(job_id, out, offset=offset),
+        params={"offset": max(offset, 1), "line": lines},
+    )
+
+
+def cancel_job(job_id: str) -> Call[None]:
+    return Call("POST", _job_path(job_id, "/cancel"), f"cancel {job_id}", _nothing)
+
+
+def delete_job(job_id: str) -> Call[None]:
+    return Call("DELETE", _job_path(job_id), f"delete {job_id}", _nothing)
+
+
+def job_stream(job_id: str) -> Call[None]:
+    """The SSE stream; the clients read it line by line (see :mod:`opd_nb.client.sse`)."""
+    return Call("GET", _job_path(job_id, "/stream"), f"events of {job_id}", _nothing)
+
+
+def job_metrics(job_id: str) -> Call[list[dict]]:
+    return Call(
+        "GET",
+        _job_path(job_id, "/metrics"),
+        f"metrics of {job_id}",
+        lambda out: list(out.get("metrics") or []),
+        local_only=True,
+        job_id=job_id,
+    )
+
+
+def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
+    return Call(
+        "GET",
+        _job_path(job_id, "/checkpoints"),
+        f"checkpoints of {job_id}",
+        lambda out: [Checkpoint(**c) for c in out.get("checkpoints") or []],
+        local_only=True,
+        job_id=job_id,
+    )
+
+
+def list_models() -> Call[list[dict]]:
+    return Call("GET", "/models", "list models", lambda out: list(out.get("models") or []), local_only=True)
+
+
+# ---- errors ------------------------------------------------------------------------------------
+def error_for(resp: httpx.Response, what: str) -> OpdError:
+    """A 4xx/5xx answer as an OpdError carrying the HTTP status and the service's ``code``."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    code = str(body["code"]) if body.get("code") else None
+    message = body.get("message") or resp.text[:300] or resp.reason_phrase
+    fix = None
+    if resp.status_code == 401:
+        fix = "set DASHSCOPE_API_KEY in the environment or the workspace's .env"
+    return OpdError(
+        f"{what} failed: [{resp.status_code} {code or 'Error'}] {message}",
+        fix=fix,
+        status=resp.status_code,
+        code=code,
+    )
+
+
+def unreachable(target: Target, exc: BaseException | None) -> OpdError:
+    """No answer at all (status None): say which control plane and how to bring it up."""
+    fix = (
+        "start it with `opd serve` (or `%opd serve start`)"
+        if target.kind == "local"
+        else "check the network and DASHSCOPE_HTTP_BASE_URL"
+    )
+    reason = type(exc).__name__ if exc is not None else "no response"
+    return OpdError(f"cannot reach the {target.kind} control plane at {target.base_url}: {reason}", fix=fix)
+
+
+def _unexpected(call: Call[Any], target: Target, resp: httpx.Response, exc: Exception) -> OpdError:
+    return OpdError(
+        f"{call.what} failed: the {target.kind} control plane's answer has an unexpected shape "
+        f"({type(exc).__name__})",
+        where=target.base_url,
+        fix="check that DASHSCOPE_HTTP_BASE_URL is a control plane's .../api/v1",
+        status=resp.status_code,
+    )
+
+
+# ---- plans -------------------------------------------------------------------------------------
+def retryable(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def backoff(attempt: int) -> float:
+    return min(0.5 * 2**attempt, 8.0)
+
+
+def _send(call: Call[Any], target: Target, retries: int) -> Plan[httpx.Response]:
+    """Send with retries on 429/5xx/transport errors; the last answer is returned as it is."""
+    last: httpx.TransportError | None = None
+    for attempt in range(retries + 1):
+        reply = yield Send(call.method, call.path, call.params)
+        if isinstance(reply, httpx.Response):
+            if not retryable(reply.status_code) or attempt == retries:
+                return reply
+        else:
+            last = reply
+        if attempt < retries:
+            yield Sleep(backoff(attempt))
+    raise unreachable(target, last)
+
+
+def perform(call: Call[T], target: Target, retries: int) -> Plan[T | None]:
+    """Run one call: its typed result, None for a local-only call the control plane lacks."""
+    if call.local_only and target.kind == "cloud":
+        return None  # Bailian has none of these; do not ask it
+    resp = yield from _send(call, target, retries)
+    if resp.status_code >= 400:
+        error = error_for(resp, call.what)
+        if call.local_only and resp.status_code == 404:
+            yield from _job_must_exist(call, target, retries, error)
+            return None
+        raise error
+    try:
+        body = resp.json()
+        out = body.get("output", body.get("data", body)) if isinstance(body, dict) else body
+        return call.parse(out)
+    except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
+        raise _unexpected(call, target, resp, exc) from None
+
+
+def _job_must_exist(call: Call[Any], target: Target, retries: int, error: OpdError) -> Plan[None]:
+    """After a local-only 404: raise `error` if the job is unknown; return if the route is missing."""
+    if call.job_id is None:
+        return  # nothing else the call names could be missing
+    try:
+        yield from perform(get_job(call.job_id), target, retries)
+    except OpdError as probe:
+        if probe.status == 404:
+            raise error from None
+        raise
+
+
+def read_job(job_id: str, target: Target, retries: int) -> Plan[Job]:
+    job = yield from perform(get_job(job_id), target, retries)
+    return cast(Job, job)  # not local-only, so never None
+
+
+def cancel(job_id: str, target: Target, retries: int) -> Plan[Job]:
+    """Bailian answers a cancel with a bare status, so the job is read back after it."""
+    yield from perform(cancel_job(job_id), target, retries)
+    return (yield from read_job(job_id, target, retries))
+
+
+def wait(
+    job_id: str,
+    target: Target,
+    retries: int,
+    *,
+    poll_s: float,
+    timeout_s: float | None,
+    on_update: Callable[[Job], None] | None,
+) -> Plan[Job]:
+    """Poll until the job ends (or `timeout_s` passes: an OpdError that says how to keep watching)."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    while True:
+        job = yield from read_job(job_id, target, retries)
+        if on_update:
+            on_update(job)
+        if job.terminal:
+            return job
+        if deadline and time.monotonic() > deadline:
+            raise OpdError(
+                f"job {job_id} is still {job.status} after {timeout_s:.0f}s",
+                fix=f"keep watching with `opd watch {job_id}`",
+            )
+        yield Sleep(poll_s)

@@ -1,0 +1,199 @@
+"""The typed results of job calls: what both clients return, whichever control plane answered.
+
+Each model reads the service's ``output`` object itself (``from_output``), so the wire format is
+interpreted in one place; the notebook renders them with ``_repr_html_``, the CLI with ``__rich__``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES
+from opd_nb.results import ResultMixin
+
+_STATUS_COLOR = {
+    SUCCEEDED: "green",
+    FAILED: "red",
+    CANCELED: "yellow",
+    RUNNING: "cyan",
+    PENDING: "white",
+}
+
+
+class Job(ResultMixin, BaseModel):
+    job_id: str
+    job_name: str | None = None
+    status: str = "UNKNOWN"
+    model: str | None = None
+    training_type: str | None = None
+    teacher_model: str | None = None
+    finetuned_output: str | None = None
+    create_time: str | None = None
+    end_time: str | None = None
+    hyper_parameters: dict[str, Any] = Field(default_factory=dict)
+    message: str | None = None
+    progress: dict[str, Any] | None = None
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_output(cls, out: dict[str, Any]) -> Job:
+        fields = {k: out.get(k) for k in cls.model_fields if k not in ("raw",) and out.get(k) is not None}
+        return cls(**fields, raw=out)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def summary(self) -> str:
+        prog = ""
+        if self.progress and self.progress.get("total_steps"):
+            prog = f" step {self.progress.get('step')}/{self.progress.get('total_steps')}"
+        extra = f" -> {self.finetuned_output}" if self.finetuned_output else ""
+        msg = f" ({self.message})" if self.message and self.status == FAILED else ""
+        return f"{self.job_id} {self.status}{prog} {self.model or ''}{extra}{msg}".rstrip()
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [
+            ("job", self.job_id),
+            ("name", self.job_name or ""),
+            ("status", self.status),
+            ("model", self.model or ""),
+            ("type", self.training_type or ""),
+        ]
+        if self.teacher_model:
+            rows.append(("teacher", self.teacher_model))
+        if self.progress and self.progress.get("total_steps"):
+            rows.append(("progress", f"{self.progress.get('step')}/{self.progress.get('total_steps')} steps"))
+        if self.finetuned_output:
+            rows.append(("output", self.finetuned_output))
+        if self.message:
+            rows.append(("message", self.message))
+        rows += [("created", self.create_time or ""), ("ended", self.end_time or "")]
+        return rows
+
+    def _repr_html_(self) -> str:
+        color = _STATUS_COLOR.get(self.status, "gray")
+        body = "".join(
+            f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(str(v))}</td></tr>"
+            for k, v in self._rows()
+        )
+        return (
+            f"<div><span style='color:{color};font-weight:bold'>{html.escape(self.status)}</span>"
+            f"<table>{body}</table></div>"
+        )
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(show_header=False, box=None)
+        for key, value in self._rows():  # cells are Text: user strings are not read as rich markup
+            style = _STATUS_COLOR.get(value, "") if key == "status" else ""
+            table.add_row(Text(key), Text(str(value), style=style))
+        return table
+
+
+class JobList(ResultMixin, BaseModel):
+    jobs: list[Job]
+    total: int
+    page: int = 1
+    size: int = 20
+
+    @classmethod
+    def from_output(cls, out: Any, *, page: int, size: int) -> JobList:
+        out = out if isinstance(out, dict) else {}
+        return cls(
+            jobs=[Job.from_output(j) for j in out.get("jobs") or []],
+            total=out.get("total") or 0,
+            page=page,
+            size=size,
+        )
+
+    def _repr_html_(self) -> str:
+        head = "<tr><th>job</th><th>status</th><th>model</th><th>created</th><th>output</th></tr>"
+        rows = "".join(
+            f"<tr><td>{html.escape(j.job_id)}</td><td>{html.escape(j.status)}</td><td>{html.escape(j.model or '')}"
+            f"</td><td>{html.escape(j.create_time or '')}</td><td>{html.escape(j.finetuned_output or '')}</td></tr>"
+            for j in self.jobs
+        )
+        return f"<table>{head}{rows}</table><small>{len(self.jobs)} of {self.total} jobs</small>"
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"{len(self.jobs)} of {self.total} jobs")
+        for col in ("job", "status", "model", "created", "output"):
+            table.add_column(col)
+        for j in self.jobs:  # cells are Text: user strings are not read as rich markup
+            table.add_row(
+                Text(j.job_id),
+                Text(j.status, style=_STATUS_COLOR.get(j.status, "")),
+                Text(j.model or ""),
+                Text(j.create_time or ""),
+                Text(j.finetuned_output or ""),
+            )
+        return table
+
+    def __str__(self) -> str:
+        return "\n".join(j.summary() for j in self.jobs) or "no jobs"
+
+
+class LogPage(ResultMixin, BaseModel):
+    job_id: str
+    lines: list[str]
+    offset: int
+    next_offset: int
+    total: int | None = None
+
+    @classmethod
+    def from_output(cls, job_id: str, out: Any, *, offset: int) -> LogPage:
+        """Bailian sends ``logs`` as one string, the local server as a list; both become lines."""
+        out = out if isinstance(out, dict) else {}
+        logs = out.get("logs")
+        lines = logs.splitlines() if isinstance(logs, str) else [str(x) for x in logs or []]
+        start = max(offset, 1)
+        return cls(
+            job_id=job_id,
+            lines=lines,
+            offset=start,
+            next_offset=out.get("next_offset") or start + len(lines),
+            total=out.get("total"),
+        )
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+
+class JobEvent(ResultMixin, BaseModel):
+    kind: str  # "log" | "status" | "error"
+    data: str
+    id: int | None = None
+
+    @property
+    def status(self) -> str | None:
+        if self.kind != "status":
+            return None
+        try:
+            return json.loads(self.data).get("status")
+        except (ValueError, AttributeError):
+            return self.data.strip() or None
+
+
+class Checkpoint(ResultMixin, BaseModel):
+    name: str
+    step: int
+    path: str
+    created_at: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    published: bool = False

@@ -1,0 +1,157 @@
+"""What the job monitor knows about one job, and the plain snapshot it derives from that.
+
+The polling thread writes a :class:`JobState`; everything the monitor shows (status table, alerts,
+checkpoints, progress bar, the static HTML) is drawn from :func:`job_view`, a plain dict, so
+rendering never reads half-updated objects and tests can assert on the same data users see.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES
+from opd_nb.health import best_checkpoint, eval_steps_of, job_alerts
+
+NOT_FOUND = "NOT_FOUND"  # the monitor's own status for a job id the control plane does not know
+UNKNOWN = "UNKNOWN"
+
+
+def get(obj: Any, key: str, default: Any = None) -> Any:
+    """A field of a model or of a plain dict (the client returns models, tests may pass dicts)."""
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def find_key(obj: Any, names: Iterable[str], depth: int = 0) -> Any:
+    """The first value under any of `names` in a nested dict (job.raw is the service's JSON)."""
+    if depth > 4 or not isinstance(obj, Mapping):
+        return None
+    for name in names:
+        if obj.get(name) is not None:
+            return obj[name]
+    for value in obj.values():
+        found = find_key(value, names, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+@dataclass
+class JobState:
+    """One watched job, as the polling thread last saw it."""
+
+    job_id: str
+    status: str = UNKNOWN
+    job: Any = None
+    metrics: list[dict] = field(default_factory=list)
+    metrics_available: bool | None = None
+    checkpoints: list[Any] = field(default_factory=list)
+    logs: deque = field(default_factory=lambda: deque(maxlen=200))
+    log_offset: int = 0
+    events: deque = field(default_factory=lambda: deque(maxlen=50))
+    error: str | None = None
+    cancel_requested: bool = False
+    first_seen: float = field(default_factory=time.monotonic)
+    final: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+def _total_steps(st: JobState, raw: Mapping[str, Any], n_epochs: Any) -> Any:
+    """Total steps as reported, else inferred from the rows of the first epoch × n_epochs."""
+    rows = st.metrics
+    for src in (rows[-1] if rows else {}, raw):
+        total = find_key(src, ("total_steps", "max_steps"))
+        if total:
+            return total
+    if n_epochs and rows and rows[-1].get("epoch") is not None:
+        first_epoch = rows[0].get("epoch")
+        if any(r.get("epoch") != first_epoch for r in rows):
+            return sum(1 for r in rows if r.get("epoch") == first_epoch) * int(n_epochs)
+    return None
+
+
+def _eta_from_rows(st: JobState, total: Any, step: int) -> float:
+    """Seconds left at the measured time per step (or the time since first seen, per step)."""
+    times = [r.get("timing_s/step") for r in st.metrics if isinstance(r.get("timing_s/step"), int | float)]
+    per_step = (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
+    return max(0.0, (int(total) - step) * per_step)
+
+
+def progress_of(st: JobState) -> dict[str, Any]:
+    """Step, epoch, total steps and ETA, from the metric rows and what the service reports."""
+    rows = st.metrics
+    step = int(rows[-1].get("step", len(rows))) if rows else 0
+    epoch = rows[-1].get("epoch") if rows else None
+    raw = get(st.job, "raw") or {}
+    hp = get(st.job, "hyper_parameters") or {}
+    n_epochs = find_key(hp, ("n_epochs",)) or find_key(raw, ("n_epochs",))
+    total = _total_steps(st, raw, n_epochs)
+    if st.status == SUCCEEDED and step:
+        total = total or step
+    eta = None
+    reported = find_key(raw, ("progress",))  # the local engine reports its own progress and ETA
+    if isinstance(reported, Mapping) and not st.terminal:
+        eta = reported.get("eta_s") if isinstance(reported.get("eta_s"), int | float) else None
+        epoch = reported.get("epoch", epoch) if epoch is None else epoch
+        n_epochs = n_epochs or reported.get("n_epochs")
+    if eta is None and total and step and not st.terminal:
+        eta = _eta_from_rows(st, total, step)
+    return {
+        "step": step,
+        "epoch": epoch,
+        "total_steps": int(total) if total else None,
+        "n_epochs": int(n_epochs) if n_epochs else None,
+        "eta_s": eta,
+    }
+
+
+def _checkpoint_view(c: Any) -> dict[str, Any]:
+    return {
+        "name": get(c, "name"),
+        "step": get(c, "step"),
+        "path": get(c, "path"),
+        "published": get(c, "published"),
+        "metrics": get(c, "metrics") or {},
+    }
+
+
+def _best_view(st: JobState) -> dict[str, Any] | None:
+    best = best_checkpoint(st.checkpoints, st.metrics) if st.checkpoints else None
+    if best is None:
+        return None
+    c = best.checkpoint
+    return {"name": get(c, "name"), "step": get(c, "step"), "path": get(c, "path"), "reason": best.reason}
+
+
+def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
+    """The plain snapshot of one job: status, progress, alerts, checkpoints, logs, events."""
+    alerts = job_alerts(
+        st.metrics,
+        status=st.status,
+        job_id=st.job_id,
+        eval_steps=eval_steps_of(get(st.job, "hyper_parameters")),
+    )
+    return {
+        "status": st.status,
+        "terminal": st.terminal,
+        **progress_of(st),
+        "metrics_available": st.metrics_available,
+        "n_metric_rows": len(st.metrics),
+        "last_metrics": dict(st.metrics[-1]) if st.metrics else {},
+        "alerts": [a.to_payload() for a in alerts],
+        "checkpoints": [_checkpoint_view(c) for c in st.checkpoints],
+        "best_checkpoint": _best_view(st),
+        "finetuned_output": get(st.job, "finetuned_output"),
+        "log_tail": list(st.logs)[-log_tail:],
+        "events": list(st.events)[-10:],
+        "error": st.error,
+        "cancel_requested": st.cancel_requested,
+    }

@@ -1,0 +1,179 @@
+"""The job monitor's static views of a state snapshot: HTML (widgets and saved notebooks), text, rich.
+
+Pure functions of ``JobMonitor.state`` (and the plot PNG): the widgets show these same fragments
+while the jobs run, and the saved notebook keeps the last ones as a self-contained snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opd_nb import render
+from opd_nb.constants import CANCELED, FAILED, LOSS, REWARD_MEAN, SUCCEEDED, VALID_TOKEN_RATE
+
+STATUS_CLASS = {SUCCEEDED: "ok", FAILED: "bad", CANCELED: "warn"}
+CLOUD_NOTE = (
+    "This API has no metrics endpoint (Bailian): showing status, events and logs only. "
+    "Open the job in the Bailian console for the curves."
+)
+
+
+def _status_row(jid: str, v: dict[str, Any]) -> tuple[Any, ...]:
+    status = f'<span class="{STATUS_CLASS.get(v["status"], "")}"><b>{render.esc(v["status"])}</b></span>'
+    if v["cancel_requested"] and not v["terminal"]:
+        status += " (cancel sent)"
+    total = v["total_steps"]
+    step = f"{v['step']}/{total}" if total else str(v["step"])
+    epoch = (
+        f"{v['epoch']}/{v['n_epochs']}"
+        if v["n_epochs"] and v["epoch"] is not None
+        else render.fmt(v["epoch"])
+    )
+    eta = f"{v['eta_s']:.0f}s" if v["eta_s"] is not None else ""
+    last = v["last_metrics"]
+    return (
+        render.esc(jid),
+        status,
+        step,
+        epoch,
+        eta,
+        render.fmt(last.get(LOSS)),
+        render.fmt(last.get(VALID_TOKEN_RATE)),
+        render.fmt(last.get(REWARD_MEAN)),
+    )
+
+
+def status_html(state: dict[str, Any]) -> str:
+    """One row per job: status, step, epoch, ETA and the three key metrics."""
+    return render.table(
+        ["job", "status", "step", "epoch", "ETA", "loss", "valid_token_rate", "reward mean@1"],
+        [_status_row(jid, v) for jid, v in state["jobs"].items()],
+        raw_cols=(0, 1),
+    )
+
+
+def alerts_html(state: dict[str, Any]) -> str:
+    """Health alerts (with their fix), polling errors, and the note for an API without metrics."""
+    parts = []
+    for jid, v in state["jobs"].items():
+        for a in v["alerts"]:
+            cls = render.SEVERITY_CLASS.get(a["severity"], "")
+            parts.append(
+                f'<div class="{cls}">⚠ {render.esc(jid)}: {render.esc(a["message"])}'
+                f" — <i>{render.esc(a['fix'])}</i></div>"
+            )
+        if v["error"]:
+            parts.append(f'<div class="warn">{render.esc(jid)}: {render.esc(v["error"])}</div>')
+        if v["metrics_available"] is False:
+            parts.append(f"<div><i>{render.esc(CLOUD_NOTE)}</i></div>")
+    return "".join(parts)
+
+
+def _checkpoint_rows(v: dict[str, Any]) -> list[tuple[Any, ...]]:
+    best = v["best_checkpoint"] or {}
+    rows = []
+    for c in v["checkpoints"]:
+        mark = (
+            f'<b class="ok">best</b> ({render.esc(best.get("reason"))})'
+            if c["name"] == best.get("name")
+            else ""
+        )
+        rows.append(
+            (
+                render.esc(c["name"]),
+                c["step"],
+                render.fmt(c["metrics"].get(REWARD_MEAN)),
+                render.fmt(c["metrics"].get(LOSS)),
+                "yes" if c["published"] else "",
+                mark,
+            )
+        )
+    return rows
+
+
+def checkpoints_html(state: dict[str, Any]) -> str:
+    """Each job's checkpoints, the best one (by the docs' rule) marked with its reason."""
+    parts = []
+    for jid, v in state["jobs"].items():
+        if v["checkpoints"]:
+            parts.append(
+                f"<b>checkpoints of {render.esc(jid)}</b>"
+                + render.table(
+                    ["checkpoint", "step", "reward mean@1", "loss", "published", ""],
+                    _checkpoint_rows(v),
+                    raw_cols=(0, 5),
+                )
+            )
+    return "".join(parts)
+
+
+def logs_html(state: dict[str, Any]) -> str:
+    """The log tail of each job (and, where there are no metrics, its recent events)."""
+    parts = []
+    for jid, v in state["jobs"].items():
+        lines = v["log_tail"]
+        if v["events"] and v["metrics_available"] is False:
+            parts.append(
+                f"<b>events of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(v['events']))}</pre>"
+            )
+        if lines:
+            parts.append(f"<b>log tail of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(lines))}</pre>")
+    return "".join(parts)
+
+
+def snapshot_html(job_ids: list[str], state: dict[str, Any], png: bytes | None) -> str:
+    """The static snapshot: self-contained HTML, plot embedded as a base64 PNG."""
+    title = f"opd job monitor: {', '.join(job_ids)}" + ("" if state["done"] else " (live)")
+    return render.box(
+        status_html(state)
+        + alerts_html(state)
+        + render.png_img(png)
+        + checkpoints_html(state)
+        + logs_html(state),
+        title=title,
+    )
+
+
+def snapshot_text(state: dict[str, Any]) -> str:
+    """The plain-text view (a frontend without HTML, a log, a terminal)."""
+    lines = []
+    for jid, v in state["jobs"].items():
+        total = f"/{v['total_steps']}" if v["total_steps"] else ""
+        last = v["last_metrics"]
+        lines.append(
+            f"{jid}: {v['status']} step {v['step']}{total} epoch {render.fmt(v['epoch'])}"
+            + (f" loss {render.fmt(last.get(LOSS))}" if LOSS in last else "")
+        )
+        lines += [f"  ! {a['message']} (fix: {a['fix']})" for a in v["alerts"]]
+        if v["best_checkpoint"]:
+            b = v["best_checkpoint"]
+            lines.append(f"  best checkpoint: {b['name']} ({b['reason']})")
+        if v["metrics_available"] is False:
+            lines.append(f"  {CLOUD_NOTE}")
+        if v["error"]:
+            lines.append(f"  error: {v['error']}")
+        lines += [f"  | {line}" for line in v["log_tail"][-5:]]
+    return "\n".join(lines)
+
+
+def rich_table(state: dict[str, Any]) -> Any:
+    """A rich table of the jobs (user text as ``Text``, never read as markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="opd job monitor")
+    for col in ("job", "status", "step", "epoch", "loss", "valid_token_rate", "reward mean@1", "alerts"):
+        table.add_column(col)
+    for jid, v in state["jobs"].items():
+        last = v["last_metrics"]
+        table.add_row(
+            Text(jid),
+            Text(v["status"]),
+            str(v["step"]),
+            render.fmt(v["epoch"]),
+            render.fmt(last.get(LOSS)),
+            render.fmt(last.get(VALID_TOKEN_RATE)),
+            render.fmt(last.get(REWARD_MEAN)),
+            Text("; ".join(a["message"] for a in v["alerts"])),
+        )
+    return table

@@ -1,0 +1,99 @@
+"""The job monitor's ipywidgets: built once, then updated by trait assignments only.
+
+``MonitorWidgets.update`` is what the polling thread calls: it only sets widget values (never
+prints, never enters an ``Output``), which is safe from a background thread and keeps the cell
+that displayed the monitor the only place anything appears.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opd_nb import render
+from opd_nb.constants import CANCELED, FAILED, SUCCEEDED
+from opd_nb.notebook import monitor_html
+
+BAR_STYLE = {SUCCEEDED: "success", FAILED: "danger", CANCELED: "warning"}
+
+
+class MonitorWidgets:
+    """Status table, one progress bar and cancel button per job, alerts, plot, checkpoints, logs."""
+
+    def __init__(self, W: Any, job_ids: Sequence[str], on_cancel: Callable[[str], None]):
+        self.status = W.HTML()
+        self.bars = {jid: self._bar(W, jid) for jid in job_ids}
+        self.plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
+        self.alerts = W.HTML()
+        self.checkpoints = W.HTML()
+        self.logs = W.HTML()
+        self.cancel = {jid: self._cancel_button(W, jid, on_cancel) for jid in job_ids}
+        self.message = W.HTML()
+        self.box = W.VBox(
+            [
+                self.status,
+                *self.bars.values(),
+                self.alerts,
+                self.plot,
+                self.checkpoints,
+                W.HBox(list(self.cancel.values())),
+                self.message,
+                self.logs,
+            ]
+        )
+        self.box.add_class("opd-job-monitor")
+
+    @staticmethod
+    def _bar(W: Any, jid: str) -> Any:
+        return W.FloatProgress(
+            min=0.0,
+            max=1.0,
+            value=0.0,
+            description=jid,
+            style={"description_width": "initial"},
+            layout=W.Layout(width="70%"),
+        )
+
+    @staticmethod
+    def _cancel_button(W: Any, jid: str, on_cancel: Callable[[str], None]) -> Any:
+        button = W.Button(
+            description=f"Cancel {jid}", button_style="danger", icon="stop", layout=W.Layout(width="auto")
+        )
+        button.on_click(lambda _b: on_cancel(jid))
+        return button
+
+    def as_dict(self) -> dict[str, Any]:
+        """The widgets by role (what tests and callers reach into)."""
+        return {
+            "box": self.box,
+            "status": self.status,
+            "bars": self.bars,
+            "plot": self.plot,
+            "alerts": self.alerts,
+            "checkpoints": self.checkpoints,
+            "logs": self.logs,
+            "cancel": self.cancel,
+            "message": self.message,
+        }
+
+    def show_message(self, text: str, cls: str) -> None:
+        self.message.value = render.box(f'<span class="{cls}">{render.esc(text)}</span>')
+
+    def update(self, state: dict[str, Any], png: bytes | None) -> None:
+        """Push a state snapshot into the widgets (trait assignments only: thread-safe to call)."""
+        self.status.value = render.box(monitor_html.status_html(state))
+        for jid, bar in self.bars.items():
+            v = state["jobs"][jid]
+            total, step = v["total_steps"], v["step"]
+            bar.value = 1.0 if v["status"] == SUCCEEDED else (min(1.0, step / total) if total else 0.0)
+            bar.bar_style = BAR_STYLE.get(v["status"], "info")
+        if png and self.plot.value != png:
+            self.plot.value = png
+        for widget, fragment in (
+            (self.alerts, monitor_html.alerts_html(state)),
+            (self.checkpoints, monitor_html.checkpoints_html(state)),
+            (self.logs, monitor_html.logs_html(state)),
+        ):
+            widget.value = render.box(fragment) if fragment else ""
+        for jid, button in self.cancel.items():
+            button.disabled = state["jobs"][jid]["terminal"]

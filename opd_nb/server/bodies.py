@@ -1,0 +1,198 @@
+"""Request bodies, as pydantic models: FastAPI validates them and documents them in the OpenAPI schema.
+
+A body that does not fit answers 400 ``InvalidParameter`` with one line per problem (see
+:mod:`opd_nb.server.responses`); the validators below keep the messages this server always gave.
+Models that the server stores (a job's request) allow extra fields, so what the SDK sent round-trips.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+TRAINING_TYPES = ("pg_opd", "reinforcement")
+
+
+def _supported_training_type(value: Any) -> Any:
+    if value not in TRAINING_TYPES:
+        raise ValueError(f"training_type {value!r} is not supported; use 'pg_opd' (OPD) or 'reinforcement'")
+    return value
+
+
+TrainingType = Annotated[Literal["pg_opd", "reinforcement"], BeforeValidator(_supported_training_type)]
+
+
+def is_unique_key(value: str) -> bool:
+    """A function zip's key: it becomes a file name, so only letters, digits, '.', '_', '-'."""
+    return bool(_KEY_RE.match(value))
+
+
+class UploadUrlBody(BaseModel):
+    unique_key: str
+
+    @field_validator("unique_key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not is_unique_key(value):
+            raise ValueError("unique_key must be a string of letters, digits, '.', '_', '-'")
+        return value
+
+
+class LayerBody(BaseModel):
+    layer_name: str | None = None
+    requirements_content: str | None = None  # the SDK sends null without a requirements file
+
+
+class RegisterBody(BaseModel):
+    """``POST /fine-tunes/create/{rollout|reward|group-reward}``: the zip's file and class."""
+
+    name: str
+    unique_key: str
+    func: str
+    code_url: str | None = None
+
+    @field_validator("name", "unique_key", "func")
+    @classmethod
+    def _non_empty(cls, value: str, info: ValidationInfo) -> str:
+        if not value.strip():
+            raise ValueError(f"{info.field_name} is required (a non-empty string)")
+        return value
+
+    @field_validator("func")
+    @classmethod
+    def _class_name(cls, value: str) -> str:
+        if not value.isidentifier():
+            raise ValueError(f"func {value!r} is not a Python class name")
+        return value
+
+
+class FunctionRuntime(BaseModel):
+    """The runtime the SDK's ``load`` sends; only ``env`` matters locally."""
+
+    model_config = ConfigDict(extra="allow")
+
+    env: dict[str, Any] | None = None
+
+
+class NoParameters(BaseModel):
+    """Endpoints the SDK calls with ``{}``: any JSON object is accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class InstanceLogQuery(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    page_number: int = Field(1, alias="pageNumber", ge=1)
+    page_size: int = Field(100, alias="pageSize", ge=1, le=1000)
+    keywords: list[str] | None = None
+
+
+class DatasetRef(BaseModel):
+    """One entry of ``training_datasets``/``validation_datasets``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str | None = None
+    data_source_type: str | None = None
+    file_id: str | None = None
+    file_name: str | None = None
+
+
+class FunctionRef(BaseModel):
+    """One entry of ``rewards``, or the ``rollout``: a registered function and how the job calls it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    reward_id: str | None = None
+    rollout_id: str | None = None
+    name: str | None = None
+    weight: float | None = None
+    timeout: float | None = None
+    concurrency: int | None = None
+    env: dict[str, Any] | None = None
+    reward_metric_weight: dict[str, float] | None = None
+
+
+class JobBody(BaseModel):
+    """``POST /fine-tunes``: the fields the SDK's OPD and agentic-RL flows send."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    training_type: TrainingType = "reinforcement"
+    teacher_model: str | None = None
+    job_name: str | None = None
+    training_datasets: list[DatasetRef] = Field(default_factory=list, validate_default=True)  # required
+    validation_datasets: list[DatasetRef] = Field(default_factory=list)
+    rewards: list[FunctionRef] = Field(default_factory=list)
+    rollout: FunctionRef | None = None
+    hyper_parameters: dict[str, Any] | None = None
+    resource_config: dict[str, Any] | None = None
+
+    @field_validator("training_datasets", "validation_datasets", "rewards", mode="before")
+    @classmethod
+    def _absent_list(cls, value: Any) -> Any:
+        return value or []  # null and [] mean "none", as on the cloud
+
+    @field_validator("rollout", mode="before")
+    @classmethod
+    def _absent_rollout(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model is required (set `model: name:` in config.yaml)")
+        return value
+
+    @field_validator("job_name")
+    @classmethod
+    def _job_name(cls, value: str | None) -> str | None:
+        if value is not None and not 1 <= len(value) <= 256:
+            raise ValueError("job_name must be a string of 1..256 characters")
+        return value
+
+    @field_validator("training_datasets", "validation_datasets")
+    @classmethod
+    def _one_file(cls, value: list[DatasetRef], info: ValidationInfo) -> list[DatasetRef]:
+        kind = info.field_name.removesuffix("_datasets")
+        if kind == "training" and not value:
+            raise ValueError("training_datasets is empty; upload a training JSONL file first (POST /files)")
+        if len(value) > 1:
+            raise ValueError(
+                f"{kind}_datasets has {len(value)} entries; the local engine takes one {kind} file"
+            )
+        src = value[0].data_source_type if value else None
+        if src not in (None, "file_id"):
+            raise ValueError(
+                f"{kind}_datasets[0].data_source_type {src!r} is not available locally; upload the file "
+                "(data_source_type: file_id with file_name)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _needs_a_signal(self) -> JobBody:
+        """OPD learns from a teacher, RL from rewards: a job with neither cannot train."""
+        if self.training_type == "pg_opd" and not (self.teacher_model or "").strip():
+            raise ValueError(
+                "training_type 'pg_opd' needs a teacher_model (set `teacher_model:` in config.yaml)"
+            )
+        if self.training_type == "reinforcement" and not self.rewards:
+            raise ValueError(
+                "training_type 'reinforcement' needs at least one reward function (or use pg_opd with a "
+                "teacher_model)"
+            )
+        return self

@@ -1,0 +1,77 @@
+"""Bailian's answer envelopes: ``{request_id, output}`` for success, ``{request_id, code, message}`` for errors.
+
+dashscope 2.0.2 reads a job or function answer under ``output`` (``POST /files`` under ``data``) and an
+error from any non-200 answer with ``code`` and ``message``. Every error this server gives, whether a
+bad body caught by pydantic, an unknown route or an :class:`ApiError`, goes out in that one shape, as a
+4xx: a bad request is never a 500.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from opd_nb.server.errors import ApiError
+
+INVALID = "InvalidParameter"
+_MAX_REPORTED = 5  # validation problems named in one message
+_NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "model_type")
+
+
+def request_id() -> str:
+    return str(uuid.uuid4())
+
+
+def ok(output: Any = None, *, key: str = "output", **extra: Any) -> JSONResponse:
+    """A 200 with the payload under ``key`` (``output`` for jobs and functions, ``data`` for files)."""
+    return JSONResponse({"request_id": request_id(), key: output, **extra}, status_code=200)
+
+
+def err(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"request_id": request_id(), "code": code, "message": message}, status_code=status)
+
+
+def describe_validation(errors: list[dict[str, Any]]) -> str:
+    """One line a person can act on, from pydantic's error list (at most five problems)."""
+    return "; ".join(_describe_one(e) for e in errors[:_MAX_REPORTED]) or "invalid request"
+
+
+def _describe_one(error: dict[str, Any]) -> str:
+    loc = [p for p in error.get("loc", ()) if p not in ("query", "path", "body")]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    kind = error.get("type", "")
+    if not where and kind == "missing":
+        return "request body is empty; send a JSON object"
+    if not where and kind in _NOT_AN_OBJECT:
+        return "request body must be a JSON object (sent as Content-Type: application/json)"
+    if kind == "json_invalid":
+        return f"malformed JSON in request body: {error.get('ctx', {}).get('error', error.get('msg'))}"
+    if kind == "value_error":  # our own validators: the message already names the field
+        return str(error.get("ctx", {}).get("error") or error.get("msg", "")).removeprefix("Value error, ")
+    if kind == "missing":
+        return f"{where} is required"
+    return f"{where}: {error.get('msg')}" if where else str(error.get("msg"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error in Bailian's error body."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return err(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return err(400, INVALID, describe_validation(list(exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return err(404, "NotFound", f"no such endpoint: {request.method} {request.url.path}")
+        code = {405: "MethodNotAllowed"}.get(exc.status_code, "BadRequest")
+        return err(exc.status_code, code, str(exc.detail))

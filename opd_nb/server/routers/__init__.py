@@ -1,0 +1,1 @@
+"""One ``APIRouter`` per resource of Bailian's fine-tune API (plus the local-only ones)."""

@@ -1,0 +1,123 @@
+"""Dataset files: ``POST /files`` (multipart, answered under ``data`` as the SDK expects), list, get, delete.
+
+An upload must be UTF-8 JSON Lines, one object per line; a file that is not is reported under
+``failed_uploads`` (the cloud's shape) instead of being stored.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse
+
+from opd_nb.server.deps import PageDep, ServicesDep, StoreDep
+from opd_nb.server.errors import ApiError
+from opd_nb.server.function_registry import new_id
+from opd_nb.server.responses import ok, request_id
+from opd_nb.server.store import Store
+
+router = APIRouter(prefix="/api/v1/files", tags=["files"])
+_PUBLIC = ("file_id", "name", "bytes", "lines", "purpose", "description", "created_at")
+
+
+async def multipart_only(request: Request) -> None:
+    """A clear 400 for a non-multipart upload (before the form fields are reported missing)."""
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise ApiError(400, "InvalidParameter", "POST /files takes multipart/form-data with 'files' parts")
+
+
+@router.post("", dependencies=[Depends(multipart_only)])
+def upload_files(
+    services: ServicesDep,
+    files: Annotated[list[UploadFile], File(description="JSONL datasets")],
+    descriptions: Annotated[list[str] | None, Form()] = None,
+    purpose: Annotated[str, Form()] = "fine-tune",
+) -> JSONResponse:
+    done, failed = [], []
+    for i, upload in enumerate(files):
+        description = descriptions[i] if descriptions and i < len(descriptions) else None
+        stored = _store_dataset(services.store, services.data_dir, upload, purpose, description)
+        (done if "file_id" in stored else failed).append(stored)
+    return JSONResponse(
+        {"request_id": request_id(), "data": {"uploaded_files": done, "failed_uploads": failed}}
+    )
+
+
+def _store_dataset(
+    store: Store, data_dir: Path, upload: UploadFile, purpose: str, description: str | None
+) -> dict:
+    """Save one uploaded dataset; returns its uploaded-file entry, or ``{name, reason}`` if it is bad."""
+    data = upload.file.read()
+    name = Path(upload.filename or "data.jsonl").name or "data.jsonl"
+    problem, lines = check_jsonl(data)
+    if problem:
+        return {"name": name, "reason": problem}
+    file_id = new_id("file-ft")
+    dest = data_dir / "files" / file_id / name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+    store.add_file(file_id, name, str(dest), len(data), lines, purpose, description)
+    return {"file_id": file_id, "name": name, "bytes": len(data), "lines": lines}
+
+
+def check_jsonl(data: bytes) -> tuple[str | None, int]:
+    """(problem, line count): a dataset must be UTF-8 JSON Lines, one object per line."""
+    if not data.strip():
+        return "the file is empty", 0
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the file is not UTF-8 text", 0
+    count = 0
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            return f"line {n} is not valid JSON ({exc.msg})", count
+        if not isinstance(obj, dict):
+            return f"line {n} is not a JSON object", count
+        count += 1
+    return None, count
+
+
+def _public(row: dict) -> dict:
+    return {k: row[k] for k in _PUBLIC}
+
+
+def _existing_file(store: Store, file_id: str) -> dict:
+    row = store.file(file_id)
+    if row is None:
+        raise ApiError(404, "FileNotFound", f"file {file_id!r} does not exist")
+    return row
+
+
+@router.get("")
+def list_files(store: StoreDep, page: PageDep) -> JSONResponse:
+    rows, total = store.files(page.offset, page.page_size)
+    return ok(
+        {
+            "files": [_public(r) for r in rows],
+            "total": total,
+            "page_no": page.page_no,
+            "page_size": page.page_size,
+        }
+    )
+
+
+@router.get("/{file_id}")
+def get_file(file_id: str, store: StoreDep) -> JSONResponse:
+    return ok(_public(_existing_file(store, file_id)))
+
+
+@router.delete("/{file_id}")
+def delete_file(file_id: str, store: StoreDep) -> JSONResponse:
+    row = _existing_file(store, file_id)
+    store.delete_file(file_id)
+    shutil.rmtree(Path(row["path"]).parent, ignore_errors=True)
+    return ok({"file_id": file_id, "status": "DELETED"})

@@ -1,0 +1,148 @@
+"""Fine-tune jobs: create, list, get, cancel, delete, logs, the SSE stream, and local-only metrics/checkpoints.
+
+Every route that reads SQLite is a plain ``def`` (FastAPI runs it in the thread pool); the stream is
+async and reads the store through ``anyio.to_thread`` so a slow disk never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from opd_nb.constants import FAILED, SUCCEEDED, TERMINAL_STATUSES
+from opd_nb.server.bodies import JobBody
+from opd_nb.server.deps import JobDep, JobManagerDep, PageDep, RegistryDep, StoreDep, existing_job
+from opd_nb.server.errors import ApiError
+from opd_nb.server.job_views import checkpoint_listing, job_output
+from opd_nb.server.responses import ok
+from opd_nb.server.store import Store
+from opd_nb.server.submission import submit_job
+
+router = APIRouter(prefix="/api/v1/fine-tunes", tags=["jobs"])
+DELETED = "DELETED"  # what a deleted job reads as (delete answer, last stream event); not a job status
+MAX_OFFSET = 2**53  # log offsets stay far inside SQLite's 64-bit INTEGER
+STREAM_BATCH = 500  # log lines per read while streaming
+STREAM_POLL_S = 0.5
+KEEPALIVE_S = 10.0
+
+
+@router.post("")
+def create_job(body: JobBody, store: StoreDep, registry: RegistryDep, manager: JobManagerDep) -> JSONResponse:
+    return ok(job_output(submit_job(store, registry, manager, body)))
+
+
+@router.get("")
+def list_jobs(store: StoreDep, page: PageDep) -> JSONResponse:
+    jobs, total = store.jobs(page.offset, page.page_size)
+    return ok(
+        {
+            "page_no": page.page_no,
+            "page_size": page.page_size,
+            "total": total,
+            "jobs": [job_output(j) for j in jobs],
+        }
+    )
+
+
+@router.get("/{job_id}")
+def get_job(job: JobDep) -> JSONResponse:
+    return ok(job_output(job))
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job: JobDep, manager: JobManagerDep) -> JSONResponse:
+    job_id = job["job_id"]
+    if job["status"] in (SUCCEEDED, FAILED):
+        raise ApiError(
+            400, "JobFinished", f"job {job_id} already finished ({job['status']}); nothing to cancel"
+        )
+    return ok({"job_id": job_id, "status": manager.cancel(job_id)})
+
+
+@router.delete("/{job_id}")
+def delete_job(job: JobDep, store: StoreDep) -> JSONResponse:
+    job_id = job["job_id"]
+    if job["status"] not in TERMINAL_STATUSES:
+        raise ApiError(400, "JobRunning", f"job {job_id} is {job['status']}; cancel it before deleting it")
+    store.set_job(job_id, deleted=1)
+    return ok({"job_id": job_id, "status": DELETED})
+
+
+# The two routes with query parameters look the job up in their body, not with `JobDep`: FastAPI
+# reports bad parameters only after the dependencies ran, and a bad offset must be a 400, not a 404.
+@router.get("/{job_id}/logs")
+def job_logs(
+    job_id: str,
+    store: StoreDep,
+    offset: int = Query(1, ge=0, le=MAX_OFFSET),
+    line: int = Query(1000, ge=1, le=10000),
+) -> JSONResponse:
+    existing_job(job_id, store)
+    start = max(offset, 1)  # 1-based line number, as the SDK's default offset=1 implies
+    rows = store.logs(job_id, start, line)
+    return ok(
+        {
+            "job_id": job_id,
+            "logs": [r[1] for r in rows],
+            "offset": start,
+            "line": line,
+            "total": store.log_count(job_id),
+            "next_offset": rows[-1][0] + 1 if rows else start,
+        }
+    )
+
+
+@router.get("/{job_id}/stream")
+async def job_stream(
+    job_id: str, store: StoreDep, request: Request, offset: int = Query(1, ge=0, le=MAX_OFFSET)
+) -> StreamingResponse:
+    """Server-sent events from log line ``offset`` (or after ``Last-Event-ID`` when reconnecting)."""
+    await anyio.to_thread.run_sync(existing_job, job_id, store)
+    last_id = request.headers.get("last-event-id", "")
+    start = min(int(last_id), MAX_OFFSET) + 1 if last_id.isdigit() else max(offset, 1)
+    return StreamingResponse(
+        job_events(store, job_id, start, request),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def job_events(store: Store, job_id: str, start: int, request: Request) -> AsyncIterator[str]:
+    """`status` on every state change, `log` per log line, until a terminal state and the last line."""
+    seq, last_status, last_beat = start, None, time.monotonic()
+    while True:
+        job = await anyio.to_thread.run_sync(store.job, job_id)
+        rows = await anyio.to_thread.run_sync(store.logs, job_id, seq, STREAM_BATCH)
+        for n, line in rows:
+            yield f"id: {n}\nevent: log\ndata: {line}\n\n"
+            seq = n + 1
+        status = job["status"] if job else DELETED
+        if status != last_status:
+            last_status = status
+            progress = job.get("progress") if job else None
+            yield f"event: status\ndata: {json.dumps({'job_id': job_id, 'status': status, 'progress': progress})}\n\n"
+        if len(rows) == STREAM_BATCH:
+            continue  # more lines are waiting: send them before anything else
+        if status in TERMINAL_STATUSES or job is None or await request.is_disconnected():
+            return
+        if time.monotonic() - last_beat > KEEPALIVE_S:
+            last_beat = time.monotonic()
+            yield ": keep-alive\n\n"
+        await anyio.sleep(STREAM_POLL_S)
+
+
+@router.get("/{job_id}/metrics", tags=["local-only"])
+def job_metrics(job: JobDep, store: StoreDep) -> JSONResponse:
+    """Local-only: one row per training step with Bailian's metric names."""
+    return ok({"job_id": job["job_id"], "metrics": store.metrics(job["job_id"])})
+
+
+@router.get("/{job_id}/checkpoints", tags=["local-only"])
+def job_checkpoints(job: JobDep, store: StoreDep) -> JSONResponse:
+    """Local-only: saved checkpoints; the published one is the job's finetuned_output."""
+    return ok(checkpoint_listing(job, store.checkpoints(job["job_id"])))

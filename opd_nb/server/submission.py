@@ -1,0 +1,121 @@
+"""Turning a validated job body into a queued job, as the cloud would: every reference must resolve.
+
+:class:`~opd_nb.server.bodies.JobBody` has already checked the shape. What is left needs the server's
+state: which local models stand in for the named ones, which uploaded file each dataset is, and which
+registered function each reward or rollout is. Anything that does not resolve is a 400 with the
+field, the value and what to do; a job that resolves is stored PENDING with everything the worker
+needs in its ``meta``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from opd_nb.server.bodies import DatasetRef, FunctionRef, JobBody
+from opd_nb.server.errors import ApiError
+from opd_nb.server.function_registry import kind_of, runtime_env
+from opd_nb.server.jobs import JobManager
+from opd_nb.server.models import ModelNotServable, ModelRegistry, ResolvedModel
+from opd_nb.server.store import Store, now_text
+
+
+def _bad(message: str, code: str = "InvalidParameter") -> ApiError:
+    return ApiError(400, code, message)
+
+
+@dataclass(frozen=True)
+class JobModels:
+    """The local models a job runs on, and the substitution notes for its log."""
+
+    student: ResolvedModel
+    teacher: ResolvedModel | None
+
+    @property
+    def notes(self) -> list[str]:
+        return [m.note for m in (self.student, self.teacher) if m is not None and m.note]
+
+
+def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body: JobBody) -> dict:
+    """Resolve every reference of ``body``, store the job PENDING and wake the scheduler."""
+    models = resolve_models(registry, body)
+    meta = {
+        "training_type": body.training_type,
+        "student_path": models.student.path,
+        "teacher_path": models.teacher.path if models.teacher else models.student.path,
+        "substitutions": models.notes,
+        "train_file": dataset_path(store, "training", body.training_datasets),
+        "validation_file": dataset_path(store, "validation", body.validation_datasets),
+        "functions": function_specs(store, body),
+        "student_kind": models.student.kind,
+    }
+    job_id = f"ft-{time.strftime('%Y%m%d%H%M')}-{secrets.token_hex(3)}"
+    name = body.job_name or f"opd-{secrets.token_hex(4)}"
+    store.insert_job(job_id, name, body.model_dump(mode="json", exclude_unset=True), meta)
+    teacher = f", teacher {body.teacher_model!r}" if body.teacher_model else ""
+    store.add_log(
+        job_id,
+        f"[server] {now_text()} job {job_id} ({name}) queued: {body.training_type}, "
+        f"model {body.model!r}{teacher}",
+        *[f"[server] {note}" for note in models.notes],
+    )
+    manager.wake()
+    return store.job(job_id)  # type: ignore[return-value]
+
+
+def resolve_models(registry: ModelRegistry, body: JobBody) -> JobModels:
+    try:
+        student = registry.resolve(body.model, "student")
+        teacher = registry.resolve(body.teacher_model, "teacher") if body.teacher_model else None
+    except ModelNotServable as exc:
+        raise _bad(str(exc), "ModelNotFound") from None
+    return JobModels(student, teacher)
+
+
+def dataset_path(store: Store, kind: str, entries: list[DatasetRef]) -> str | None:
+    """The stored path of the (single) uploaded file a dataset list names; None for no entries."""
+    if not entries:
+        return None
+    file_id = entries[0].file_id
+    row = store.file(file_id) if file_id is not None else None
+    if row is None:
+        raise _bad(
+            f"{kind}_datasets[0].file_id {file_id!r} is not a file uploaded to this server", "FileNotFound"
+        )
+    return row["path"]
+
+
+def function_specs(store: Store, body: JobBody) -> list[dict]:
+    """What the worker needs to start each reward and the rollout: code, class, call options."""
+    refs = [(f"rewards[{i}]", "rewards", ref) for i, ref in enumerate(body.rewards)]
+    if body.rollout is not None:
+        refs.append(("rollout", "rollout", body.rollout))
+    return [function_spec(store, where, field, ref) for where, field, ref in refs]
+
+
+def function_spec(store: Store, where: str, field: str, ref: FunctionRef) -> dict:
+    id_key = "reward_id" if field == "rewards" else "rollout_id"
+    entity_id = getattr(ref, id_key)
+    row = store.function(entity_id) if entity_id is not None else None
+    wrong_kind = row is not None and (
+        (field == "rewards" and kind_of(entity_id) not in ("reward", "group_reward"))  # type: ignore[arg-type]
+        or (field == "rollout" and row["kind"] != "rollout")
+    )
+    if row is None or wrong_kind:
+        raise _bad(
+            f"{where}.{id_key} {entity_id!r} is not a {field.rstrip('s')} function registered on this server",
+            "FunctionNotFound",
+        )
+    return {
+        "entity_id": entity_id,
+        "kind": row["kind"],
+        "name": ref.name or row["name"],
+        "processor": row["processor"],
+        "code_dir": row["code_dir"],
+        "weight": ref.weight,
+        "timeout": ref.timeout,
+        "concurrency": ref.concurrency,
+        "reward_metric_weight": ref.reward_metric_weight,
+        "env": runtime_env({"env": ref.env}),
+    }

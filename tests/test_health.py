@@ -1,0 +1,128 @@
+"""The docs' health rules and best-checkpoint rule (opd_nb.health), on metric rows as the engine writes them."""
+
+from __future__ import annotations
+
+import json
+
+from opd_nb.constants import LOSS, REWARD_FAILURE_RATE, REWARD_MEAN, VALID_TOKEN_RATE
+from opd_nb.health import (
+    AlertTracker,
+    BestCheckpoint,
+    HealthAlert,
+    best_checkpoint,
+    eval_steps_of,
+    health_alerts,
+    job_alerts,
+)
+
+
+def _rows(losses, vtr=1.0, reward=None, failure_rate=None):
+    rows = []
+    for i, loss in enumerate(losses, start=1):
+        row = {"step": i, "epoch": 1, LOSS: loss, VALID_TOKEN_RATE: vtr}
+        if reward is not None and i in reward:
+            row[REWARD_MEAN] = reward[i]
+        if failure_rate is not None:
+            row[REWARD_FAILURE_RATE] = failure_rate.get(i, 0.0)
+        rows.append(row)
+    return rows
+
+
+def test_health_alerts_follow_the_docs() -> None:
+    assert health_alerts(_rows([1.0, 0.8, 0.6, 0.5, 0.4, 0.35]), eval_steps=2) == []
+    rules = {a.rule for a in health_alerts(_rows([1.0, 0.8], vtr=0.9), eval_steps=2)}
+    assert rules == {"valid_token_rate"}
+    flat = health_alerts(_rows([0.5, 0.52, 0.5, 0.51, 0.53, 0.52]), eval_steps=2)
+    assert [a.rule for a in flat] == ["loss_not_decreasing"] and "eval_steps × 3 = 6" in flat[0].message
+    assert health_alerts(_rows([0.5, 0.52, 0.5, 0.51, 0.53]), eval_steps=2) == []  # too early to judge
+
+
+def test_valid_token_rate_alert_names_the_worst_step_and_says_check_the_teacher() -> None:
+    rows = _rows([1.0, 0.9, 0.8])
+    rows[1][VALID_TOKEN_RATE] = 0.7
+    rows[2][VALID_TOKEN_RATE] = 0.95
+    (alert,) = health_alerts(rows, eval_steps=10)
+    assert alert.severity == "error"
+    assert "0.700 at step 2" in alert.message and "2 step(s)" in alert.message
+    assert "teacher" in alert.fix
+    assert str(alert) == f"{alert.message} (fix: {alert.fix})"
+
+
+def test_loss_rule_uses_the_default_eval_steps_when_unset() -> None:
+    flat = _rows([0.5] * 29)
+    assert health_alerts(flat) == []  # 29 < 3 × 10
+    assert [a.rule for a in health_alerts(_rows([0.5] * 30))] == ["loss_not_decreasing"]
+
+
+def test_reward_failures_report_the_worst_rate() -> None:
+    rows = _rows([1.0, 0.9, 0.8], failure_rate={2: 0.25, 3: 0.5})
+    (alert,) = health_alerts(rows, eval_steps=10)
+    assert alert.rule == "reward_failures" and "50%" in alert.message and "step 3" in alert.message
+
+
+def test_non_numbers_are_not_metrics() -> None:
+    rows = [{"step": 1, VALID_TOKEN_RATE: "n/a"}, {"step": 2, VALID_TOKEN_RATE: float("nan")}]
+    rows.append({"step": 3, VALID_TOKEN_RATE: True})
+    assert health_alerts(rows) == []
+
+
+def test_a_failed_job_is_the_first_alert() -> None:
+    alerts = job_alerts(_rows([1.0, 0.9], vtr=0.5), status="FAILED", job_id="ft-1", eval_steps=2)
+    assert [a.rule for a in alerts] == ["failed", "valid_token_rate"]
+    assert "opd logs ft-1" in alerts[0].fix
+    assert [a.rule for a in job_alerts([], status="RUNNING", job_id="ft-1")] == []
+
+
+def test_alerts_are_typed_results_with_one_json_shape() -> None:
+    alert = health_alerts(_rows([1.0], vtr=0.5))[0]
+    assert isinstance(alert, HealthAlert)
+    assert json.loads(alert.to_json()) == {
+        "rule": "valid_token_rate",
+        "severity": "error",
+        "message": alert.message,
+        "fix": alert.fix,
+    }
+
+
+def test_tracker_reports_each_rule_once() -> None:
+    tracker = AlertTracker()
+    first = health_alerts(_rows([1.0], vtr=0.5))
+    assert [a.rule for a in tracker.fresh(first)] == ["valid_token_rate"]
+    later = health_alerts(_rows([1.0, 0.9], vtr=0.4, failure_rate={2: 0.5}))
+    assert [a.rule for a in tracker.fresh(later)] == ["reward_failures"]  # valid_token_rate already shown
+    assert tracker.fresh(later) == []
+
+
+def test_eval_steps_of_the_job() -> None:
+    assert eval_steps_of({"eval_steps": 5}) == 5
+    assert eval_steps_of({"eval_steps": "7"}) == 7
+    assert eval_steps_of({"eval_steps": "often"}) is None
+    assert eval_steps_of({}) is None and eval_steps_of(None) is None
+
+
+def test_best_checkpoint_rule() -> None:
+    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (2, 4, 6)]
+    rows = _rows([1, 0.9, 0.8, 0.7, 0.6, 0.5], reward={2: 0.2, 4: 0.7, 6: 0.6})
+    best, reason = best_checkpoint(ckpts, rows)
+    assert best["name"] == "checkpoint-4" and "mean@1" in reason  # not the last one
+    plateau = _rows([1.0, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
+    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (3, 6, 9)]
+    best, reason = best_checkpoint(ckpts, plateau)
+    assert best["name"] == "checkpoint-6" and "plateau" in reason
+
+
+def test_best_checkpoint_prefers_its_own_metrics_and_handles_little_data() -> None:
+    from opd_nb.client import Checkpoint
+
+    ckpts = [
+        Checkpoint(name="checkpoint-1", step=1, path="/c1", metrics={REWARD_MEAN: 0.9}),
+        Checkpoint(name="checkpoint-2", step=2, path="/c2", metrics={}),
+    ]
+    rows = _rows([1.0, 0.9], reward={2: 0.5})
+    chosen = best_checkpoint(ckpts, rows)
+    assert isinstance(chosen, BestCheckpoint)
+    assert chosen.checkpoint.name == "checkpoint-1" and "0.9" in chosen.reason
+    few = best_checkpoint([{"name": "c-5", "step": 5}, {"name": "c-3", "step": 3}], _rows([1.0, 0.9]))
+    assert few.checkpoint["name"] == "c-5" and "too few" in few.reason  # the latest, by step
+    assert best_checkpoint([], rows) is None
+    assert best_checkpoint([{"name": "no-step"}], rows) is None

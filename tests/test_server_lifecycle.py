@@ -1,0 +1,121 @@
+"""The background-server lifecycle: typed start results, the one-record state file, stop and status."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from opd_nb.server import (
+    ServerInfo,
+    StartFailed,
+    StartLaunched,
+    StartReused,
+    StartTimedOut,
+    read_state,
+    running_server,
+    server_status,
+    start_background,
+    state_file,
+    stop_background,
+)
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An isolated $XDG_CACHE_HOME, so the state file is ours alone."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("OPD_DATA_DIR", raising=False)
+    return tmp_path / "cache"
+
+
+def test_start_twice_reuses_the_server_then_stop(cache: Path, tmp_path: Path) -> None:
+    first = start_background(port=0, data_dir=tmp_path / "data")
+    try:
+        assert isinstance(first, StartLaunched), first
+        info = first.info
+        assert info.port != 0 and info.api_base == f"http://127.0.0.1:{info.port}/api/v1"
+        assert Path(info.data_dir) == (tmp_path / "data").resolve()
+        assert state_file().parent.parent == cache and read_state() == info
+        recorded = json.loads(state_file().read_text())
+        assert recorded["pid"] == info.pid and "servers" not in recorded  # one record, not a list
+        reply = httpx.get(
+            info.api_base + "/fine-tunes", headers={"Authorization": "Bearer k"}, trust_env=False
+        )
+        assert reply.status_code == 200
+
+        second = start_background(port=0, data_dir=tmp_path / "other")
+        assert isinstance(second, StartReused) and second.info.pid == info.pid
+        assert running_server() == info
+        assert server_status().running and server_status().recorded == info
+    finally:
+        stopped = stop_background()
+    assert stopped is not None and stopped.pid == info.pid
+    status = server_status()
+    assert not status.running and status.recorded is None
+    assert running_server() is None and not state_file().exists()
+    assert stop_background() is None  # nothing left to stop
+
+
+def test_a_taken_port_is_a_start_failure_with_the_log_tail(cache: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = start_background(port=port, data_dir=tmp_path / "data")
+    assert isinstance(result, StartFailed), result
+    assert result.exit_code == 2 and "cannot listen" in result.log_tail
+    assert "cannot listen" in str(result.to_error())
+    assert read_state() is None  # a failed start records nothing
+
+
+def test_a_server_that_does_not_answer_in_time_is_a_timeout(cache: Path, tmp_path: Path) -> None:
+    result = start_background(port=0, data_dir=tmp_path / "data", startup_timeout=0.01)
+    assert isinstance(result, StartTimedOut), result
+    assert result.timeout_s == 0.01 and result.log_path.endswith("server.log")
+    assert read_state() is None and running_server() is None
+
+
+def test_a_dead_recorded_server_is_reported_gone(cache: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead = ServerInfo.at(int(done.stdout), "127.0.0.1", 9, tmp_path)
+    state_file().parent.mkdir(parents=True)
+    state_file().write_text(dead.to_json())
+    assert read_state() == dead
+    status = server_status()
+    assert status.recorded == dead and not status.running
+    assert running_server() is None
+    assert stop_background() is None and not state_file().exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[1, 2]",
+        '{"pid": 1, "host": "127.0.0.1"}',  # fields missing
+        '{"pid": "1", "host": "h", "port": 1, "base_url": "u", "api_base": "a", "data_dir": "d"}',
+        '{"pid": true, "host": "h", "port": 1, "base_url": "u", "api_base": "a", "data_dir": "d"}',
+    ],
+)
+def test_a_garbled_state_file_reads_as_no_server(cache: Path, text: str) -> None:
+    state_file().parent.mkdir(parents=True)
+    state_file().write_text(text)
+    assert read_state() is None
+    assert not server_status().running and server_status().recorded is None
+
+
+def test_server_info_round_trips_through_the_state_file_format(tmp_path: Path) -> None:
+    info = ServerInfo.at(1234, "0.0.0.0", 8765, tmp_path, tmp_path / "server.log")
+    assert info.base_url == "http://127.0.0.1:8765" and info.api_base == "http://127.0.0.1:8765/api/v1"
+    assert ServerInfo.from_json(info.to_json()) == info
+    assert info.env() == {"DASHSCOPE_HTTP_BASE_URL": info.api_base, "DASHSCOPE_API_KEY": "local"}
+    older = {k: v for k, v in json.loads(info.to_json()).items() if k != "log_path"}
+    assert ServerInfo.from_json(json.dumps(older)) == ServerInfo.at(1234, "0.0.0.0", 8765, tmp_path)

@@ -1,0 +1,89 @@
+"""`opd watch` in a terminal prints the job monitor's health alerts, once each, as they appear.
+
+Against a real `opd serve`: a job whose teacher window (opd_teacher_max_model_len) is shorter than
+prompt + response leaves student tokens without a teacher score, so valid_token_rate drops below 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    env["NO_PROXY"] = "127.0.0.1,localhost"
+    env["COLUMNS"] = "100"
+    return env
+
+
+def _opd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PY, "-m", "opd_nb", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=_env()
+    )
+
+
+@pytest.fixture(scope="module")
+def cut_job(local_server, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A running job whose teacher sees only the first 44 tokens of prompt + response (max_length 64)."""
+    from conftest import tiny_workspace
+
+    from opd_nb.client import resolve_target, submit
+
+    ws = tiny_workspace(
+        "reward", tmp_path_factory.mktemp("cut") / "sorter", n_epochs=2, opd_teacher_max_model_len=44
+    )
+    return submit(ws, resolve_target("local", base_url=local_server.api_base)).job_id, ws
+
+
+@pytest.mark.slow
+def test_watch_prints_the_valid_token_rate_alert_once(local_server, cut_job) -> None:
+    job_id, ws = cut_job
+    proc = _opd("watch", job_id, "--local", local_server.api_base, cwd=ws)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the job SUCCEEDED: an alert is not a failure
+    assert "Traceback" not in proc.stderr
+    alerts = [line for line in proc.stdout.splitlines() if line.startswith(f"! {job_id}: ")]
+    assert len(alerts) == 1, proc.stdout  # once, although every poll still breaks the rule
+    assert "valid_token_rate is below 1" in alerts[0] and "check the teacher first" in alerts[0]
+    assert "SUCCEEDED" in proc.stdout
+
+    # The notebook's monitor shows the same rule; on the finished job, word for word what watch prints.
+    from opd_nb.client import JobClient, resolve_target
+    from opd_nb.notebook.monitor import JobMonitor
+
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    view = JobMonitor(job_id, client).start().wait(timeout_s=60).state["jobs"][job_id]
+    assert [a["rule"] for a in view["alerts"]] == ["valid_token_rate"]
+    shown = [f"! {job_id}: {a['message']} (fix: {a['fix']})" for a in view["alerts"]]
+
+    # --json keeps stdout pure JSON; the alert goes to stderr.
+    proc = _opd("watch", job_id, "--local", local_server.api_base, "--json", cwd=ws)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "SUCCEEDED"
+    assert proc.stderr.strip().splitlines() == shown
+
+
+def test_watch_under_the_magic_is_a_typed_request_that_never_shows_the_key(local_server, monkeypatch) -> None:
+    from opd_nb.cli import invoke
+    from opd_nb.cli.view_requests import WatchRequest
+
+    secret = "sk-watch-secret-000"
+    monkeypatch.setenv("DASHSCOPE_API_KEY", secret)
+    request = invoke(["watch", "ft-any", "--local", local_server.api_base])
+    assert isinstance(request, WatchRequest)
+    assert request.job_ids == ("ft-any",) and request.target.base_url == local_server.api_base
+    assert json.loads(request.to_json())["target"] == "local"
+    assert secret not in request.to_json() + str(request) + repr(request)
+
+
+def test_watch_of_an_unknown_job_is_one_line(local_server, tmp_path) -> None:
+    proc = _opd("watch", "ft-does-not-exist", "--local", local_server.api_base, cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "ft-does-not-exist" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
