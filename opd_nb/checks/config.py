@@ -236,62 +236,74 @@ def _numeric_string(ctx: CheckContext, section: str, key: str, value: Any) -> bo
 
 
 def _hyper_parameters(ctx: CheckContext) -> None:
+    """Each key on its own, then the rules that relate several keys."""
+    for key, value in ctx.hp.items():
+        _hyper_parameter(ctx, key, value)
+    _learning_rate(ctx)
+    _batch_shape(ctx)
+    _lengths(ctx)
+
+
+def _hyper_parameter(ctx: CheckContext, key: str, value: Any) -> None:
     rep = ctx.report
     hp = ctx.hp
-    for key, value in hp.items():
-        path = ("training", "hyper_parameters", key)
-        spec = PARAMS_BY_NAME.get(key)
-        if spec is None or spec.section != "hyper_parameters":
-            if spec is not None:
-                rep.add(
-                    "config.misplaced-key",
-                    "error",
-                    ctx.where(path),
-                    f"`{key}` is a resource, not a hyper-parameter: the service ignores it here",
-                    f"move `{key}` under `training.resources`",
-                )
-                continue
-            near = closest(key, "hyper_parameters")
-            if near and near not in hp:
-                rep.add(
-                    "config.unknown-hyperparameter",
-                    "error",
-                    ctx.where(path),
-                    f"unknown hyper-parameter `{key}`: the service ignores it without a word (so {near} keeps "
-                    "its default)",
-                    f"did you mean `{near}`?",
-                )
-            else:
-                rep.add(
-                    "config.unknown-hyperparameter",
-                    "warning",
-                    ctx.where(path),
-                    f"unknown hyper-parameter `{key}`: the service ignores it without a word",
-                    f"remove it{f' (closest known key: `{near}`)' if near else ''}; see `opd_nb.spec.PARAMS`",
-                )
-            continue
-        if value is None:
-            continue
-        _check_value(
-            rep,
-            ctx,
-            "hyper_parameters",
-            key,
-            value,
-            spec,
-            path,
-            f"allowed: {spec.range_text()}; starting point {spec.small!r}",
-        )
-        if key == "kl_loss_coef":
+    path = ("training", "hyper_parameters", key)
+    spec = PARAMS_BY_NAME.get(key)
+    if spec is None or spec.section != "hyper_parameters":
+        if spec is not None:
             rep.add(
-                "config.kl-loss-coef",
-                "info",
+                "config.misplaced-key",
+                "error",
                 ctx.where(path),
-                "kl_loss_coef is accepted but not consumed by OPD (the learning rate alone sets how fast the "
-                "student moves)",
-                "remove it, or leave it: it has no effect",
+                f"`{key}` is a resource, not a hyper-parameter: the service ignores it here",
+                f"move `{key}` under `training.resources`",
             )
-    lr = as_number(hp.get("learning_rate"))
+            return
+        near = closest(key, "hyper_parameters")
+        if near and near not in hp:
+            rep.add(
+                "config.unknown-hyperparameter",
+                "error",
+                ctx.where(path),
+                f"unknown hyper-parameter `{key}`: the service ignores it without a word (so {near} keeps "
+                "its default)",
+                f"did you mean `{near}`?",
+            )
+        else:
+            rep.add(
+                "config.unknown-hyperparameter",
+                "warning",
+                ctx.where(path),
+                f"unknown hyper-parameter `{key}`: the service ignores it without a word",
+                f"remove it{f' (closest known key: `{near}`)' if near else ''}; see `opd_nb.spec.PARAMS`",
+            )
+        return
+    if value is None:
+        return
+    _check_value(
+        rep,
+        ctx,
+        "hyper_parameters",
+        key,
+        value,
+        spec,
+        path,
+        f"allowed: {spec.range_text()}; starting point {spec.small!r}",
+    )
+    if key == "kl_loss_coef":
+        rep.add(
+            "config.kl-loss-coef",
+            "info",
+            ctx.where(path),
+            "kl_loss_coef is accepted but not consumed by OPD (the learning rate alone sets how fast the "
+            "student moves)",
+            "remove it, or leave it: it has no effect",
+        )
+
+
+def _learning_rate(ctx: CheckContext) -> None:
+    rep = ctx.report
+    lr = as_number(ctx.hp.get("learning_rate"))
     if lr is not None and lr > LR_FAR_ABOVE:
         local = ctx.target == "local"
         rep.add(
@@ -303,6 +315,10 @@ def _hyper_parameters(ctx: CheckContext) -> None:
             + (" (fine for the tiny local models)" if local else ""),
             "start at 1.0e-6 and change one variable at a time",
         )
+
+
+def _batch_shape(ctx: CheckContext) -> None:
+    rep = ctx.report
     batch, b_set = ctx.hp_value("batch_size")
     n_roll, n_set = ctx.hp_value("n_rollouts")
     mini, m_set = ctx.hp_value("ppo_mini_batch_size")
@@ -326,6 +342,10 @@ def _hyper_parameters(ctx: CheckContext) -> None:
             "teaches nothing",
             "set n_rollouts >= 2 (8 is the documented start)",
         )
+
+
+def _lengths(ctx: CheckContext) -> None:
+    rep = ctx.report
     t_len, t_set = ctx.hp_value("opd_teacher_max_model_len")
     max_len, l_set = ctx.hp_value("max_length")
     if t_len and max_len and (t_set or l_set) and t_len < max_len:

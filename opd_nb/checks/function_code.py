@@ -270,6 +270,14 @@ def check_functions(ctx: CheckContext) -> None:
 
 
 def _class(ctx: CheckContext, i: int, kind: str, fc: dict, zipdir: Path) -> None:
+    """Where the class is (classpath, file, packages), then what it is (base class, `process`)."""
+    located = _locate_class(ctx, i, fc, zipdir)
+    if located is not None:
+        _class_shape(ctx, kind, zipdir, *located)
+
+
+def _locate_class(ctx: CheckContext, i: int, fc: dict, zipdir: Path) -> tuple[str, str, str] | None:
+    """(where, filepath, classname) of a function's class, or None after reporting why not."""
     rep = ctx.report
     classpath = fc.get("classpath") or ""
     where = ctx.where(("functions", i, "fcmodel", "classpath" if classpath else "filepath"))
@@ -338,6 +346,14 @@ def _class(ctx: CheckContext, i: int, kind: str, fc: dict, zipdir: Path) -> None
                 f"{classname} (ModuleNotFoundError)",
                 f"create an empty {ctx.rel(d / '__init__.py')}",
             )
+    return where, filepath, classname
+
+
+def _class_shape(
+    ctx: CheckContext, kind: str, zipdir: Path, where: str, filepath: str, classname: str
+) -> None:
+    rep = ctx.report
+    file = zipdir / filepath
     info = analyse_class(file, classname, zipdir, kind)
     shown = ctx.rel(file)
     if info is None:
