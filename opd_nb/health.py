@@ -12,13 +12,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from opd_nb.constants import FAILED, LOSS, REWARD_FAILURE_RATE, REWARD_MEAN, VALID_TOKEN_RATE
+from opd_nb.constants import (
+    FAILED,
+    LOSS,
+    REWARD_FAILURE_RATE,
+    REWARD_MEAN,
+    TRAIN_REWARD_MEAN,
+    TRUNCATED_FRACTION,
+    VALID_TOKEN_RATE,
+    ZERO_VARIANCE_GROUPS,
+)
 from opd_nb.plots import metric_series
 from opd_nb.results import ResultMixin
 
 DEFAULT_EVAL_STEPS = 10  # Bailian's default when the job does not set eval_steps
 FULL_VALID_TOKEN_RATE = 0.999  # below this, the teacher did not score every student token
 PLATEAU_TOLERANCE = 0.05  # a smoothed loss within 5% of its range above the minimum has levelled off
+MAX_TRUNCATED = 0.5  # above this share of truncated samples, the teacher mostly scores unfinished answers
+MAX_ZERO_VARIANCE = 0.9  # above this share of same-score prompts, the reward carries almost no signal
 
 Severity = Literal["error", "warning"]
 
@@ -112,17 +123,134 @@ def reward_failure_alert(rows: Sequence[Mapping[str, Any]]) -> HealthAlert | Non
     )
 
 
-def health_alerts(rows: Sequence[Mapping[str, Any]], *, eval_steps: int | None = None) -> list[HealthAlert]:
-    """Every metric rule the docs give, in order of what to fix first."""
-    found = (valid_token_rate_alert(rows), loss_trend_alert(rows, eval_steps), reward_failure_alert(rows))
+def _after_three_evals(rows: Sequence[Mapping[str, Any]], eval_steps: int | None) -> bool:
+    """True once the job ran eval_steps × 3 steps: the docs' point to judge a trend."""
+    every = max(1, int(eval_steps or DEFAULT_EVAL_STEPS))
+    last = max((float(r.get("step", 0) or 0) for r in rows), default=0.0)
+    return last >= 3 * every
+
+
+def _rollouts_hint(job_id: str | None, step: float | None = None) -> str:
+    at = f" --step {step:g}" if step is not None else ""
+    return f"`opd rollouts {job_id}{at}`" if job_id else "the job's rollouts (`opd rollouts JOB`)"
+
+
+def truncated_share(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """Share of truncated samples among rollout records (None without records)."""
+    flags = [bool(r.get("truncated")) for r in records]
+    return sum(flags) / len(flags) if flags else None
+
+
+def truncation_alert(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    records: Sequence[Mapping[str, Any]] | None = None,
+    job_id: str | None = None,
+) -> HealthAlert | None:
+    """More than half the samples hit max_length: the teacher scores answers that never finished.
+
+    The figure is the engine's ``completions/truncated_fraction`` of the latest step; a job without
+    it (agentic) is judged on the latest step's recorded rollouts when `records` are given.
+    """
+    points = _points(rows, TRUNCATED_FRACTION)
+    if points:
+        step, share = points[-1]
+        source = "samples"
+    else:
+        share = truncated_share([r for r in records or () if r.get("kind", "train") == "train"])
+        if share is None:
+            return None
+        step = float((records or [{}])[0].get("step") or 0)
+        source = "recorded samples"
+    if share <= MAX_TRUNCATED:
+        return None
+    return HealthAlert(
+        "truncated",
+        "warning",
+        f"{share:.0%} of the {source} of step {step:g} were cut off at max_length: "
+        "the teacher scores answers that never finished",
+        f"raise max_length (the completions of {_rollouts_hint(job_id, step)} show where they stop)",
+    )
+
+
+def zero_variance_alert(
+    rows: Sequence[Mapping[str, Any]], eval_steps: int | None = None, *, job_id: str | None = None
+) -> HealthAlert | None:
+    """The reward gives every sample of a prompt the same score: group advantages are 0, no task signal.
+
+    Judged after eval_steps × 3 steps, on the mean over the last eval interval (one step is noise).
+    """
+    points = _points(rows, ZERO_VARIANCE_GROUPS)
+    if not points or not _after_three_evals(rows, eval_steps):
+        return None
+    every = max(1, int(eval_steps or DEFAULT_EVAL_STEPS))
+    window = points[-min(every, len(points)) :]
+    share = sum(v for _, v in window) / len(window)
+    if share <= MAX_ZERO_VARIANCE:
+        return None
+    step = points[-1][0]
+    return HealthAlert(
+        "zero_variance_groups",
+        "warning",
+        f"{ZERO_VARIANCE_GROUPS} is {share:.0%} over the last {len(window)} step(s) (to step {step:g}): "
+        "the reward gives every sample of a prompt the same score, so it adds no signal",
+        "check the parser with the reward playground (`%opd playground WS`) on the samples shown by "
+        + _rollouts_hint(job_id, step),
+    )
+
+
+def reward_zero_alert(
+    rows: Sequence[Mapping[str, Any]], eval_steps: int | None = None, *, job_id: str | None = None
+) -> HealthAlert | None:
+    """A reward that never leaves 0 (sampled and validation answers alike) is usually a parser that
+    never finds the answer; the last step's completions show what it saw."""
+    points = _points(rows, REWARD_MEAN) + _points(rows, TRAIN_REWARD_MEAN)
+    if len(points) < 3 or not _after_three_evals(rows, eval_steps) or any(v != 0 for _, v in points):
+        return None
+    step = max(s for s, _ in points)
+    return HealthAlert(
+        "reward_zero",
+        "warning",
+        f"the reward has been 0 on every sample so far ({len(points)} readings of {REWARD_MEAN} "
+        f"and {TRAIN_REWARD_MEAN}, to step {step:g})",
+        f"read the completions of the last step ({_rollouts_hint(job_id, step)}): they are what the "
+        "parser saw; then score one in the playground",
+    )
+
+
+def health_alerts(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    eval_steps: int | None = None,
+    job_id: str | None = None,
+    records: Sequence[Mapping[str, Any]] | None = None,
+) -> list[HealthAlert]:
+    """Every metric rule the docs give, in order of what to fix first.
+
+    `records` (the latest step's rollouts, when the caller has them) stand in for a truncation
+    figure the metrics lack; `job_id` names the job in the fixes.
+    """
+    found = (
+        valid_token_rate_alert(rows),
+        truncation_alert(rows, records=records, job_id=job_id),
+        loss_trend_alert(rows, eval_steps),
+        reward_failure_alert(rows),
+        reward_zero_alert(rows, eval_steps, job_id=job_id),
+        zero_variance_alert(rows, eval_steps, job_id=job_id),
+    )
     return [alert for alert in found if alert is not None]
 
 
 def job_alerts(
-    rows: Sequence[Mapping[str, Any]], *, status: str, job_id: str, eval_steps: int | None = None
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    status: str,
+    job_id: str,
+    eval_steps: int | None = None,
+    records: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[HealthAlert]:
     """What a watcher shows for one job: a failure first, then the metric rules."""
-    alerts = health_alerts(rows, eval_steps=eval_steps)
+    alerts = health_alerts(rows, eval_steps=eval_steps, job_id=job_id, records=records)
     if status == FAILED:
         alerts.insert(
             0,

@@ -3,10 +3,13 @@
 A subprocess (not ``pytest.main`` in the kernel) means every run imports the user's edited
 ``functions/`` code anew: no stale modules, no leftover test functions, no event-loop clashes.
 The results come back through pytest's JUnit XML, so no pytest plugin of ours is needed.
+Afterwards the workspace's reward runs on a few of its own rows (a fresh subprocess again), and a
+metric the console would not show (not a float) becomes a warning of the report.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from opd_nb import render
+from opd_nb import render, reward_metrics
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
@@ -54,6 +57,7 @@ class TestReport(ResultMixin, BaseModel):
     exit_code: int
     duration_s: float
     output_tail: str = ""  # pytest's own output (collection errors land here)
+    warnings: list[str] = Field(default_factory=list)  # e.g. reward metrics the console would not show
 
     @property
     def passed(self) -> int:
@@ -93,6 +97,7 @@ class TestReport(ResultMixin, BaseModel):
                 lines.append(f"          {case.message}")
         if not self.cases and self.output_tail:
             lines.append(self.output_tail)
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
     def __rich__(self):  # noqa: ANN204 - rich renderable
@@ -113,6 +118,8 @@ class TestReport(ResultMixin, BaseModel):
                 f"{case.time_s:.2f}s",
                 Text(case.message),
             )
+        for warning in self.warnings:
+            table.add_row(Text("warning", style="yellow"), Text(warning), "", Text(""))
         return table
 
     def _repr_html_(self) -> str:
@@ -131,6 +138,7 @@ class TestReport(ResultMixin, BaseModel):
         body = render.table(["outcome", "test", "time", "assertion"], rows, raw_cols=(0, 3))
         if not self.cases and self.output_tail:
             body += f"<pre>{render.esc(self.output_tail)}</pre>"
+        body += "".join(f'<div class="warning">warning: {render.esc(w)}</div>' for w in self.warnings)
         return render.box(f'<div class="{cls}"><b>{render.esc(self.summary())}</b></div>{body}')
 
 
@@ -229,5 +237,106 @@ def run_workspace_tests(
         cases = _parse_junit(junit, ws) if junit.exists() else []
     tail = "\n".join(output.splitlines()[-30:])
     return TestReport(
-        workspace=str(ws), cases=cases, exit_code=proc.returncode, duration_s=duration, output_tail=tail
+        workspace=str(ws),
+        cases=cases,
+        exit_code=proc.returncode,
+        duration_s=duration,
+        output_tail=tail,
+        warnings=metric_warnings(ws),
     )
+
+
+_PROBE = r"""
+import asyncio, importlib, inspect, json, sys
+from dashscope.finetune.reinforcement import RewardInput
+classpath = sys.argv[1]
+if ":" in classpath:
+    path, _, name = classpath.rpartition(":")
+    module = path.removesuffix(".py").lstrip("./").replace("/", ".")
+else:
+    module, _, name = classpath.rpartition(".")
+processor = getattr(importlib.import_module(module), name)()
+async def main():
+    ready = processor.setup() if hasattr(processor, "setup") else None
+    if inspect.isawaitable(ready):
+        await ready
+    for payload in json.loads(sys.stdin.read()):
+        try:
+            out = processor.process(RewardInput.model_validate(payload))
+            out = await out if inspect.isawaitable(out) else out
+            body = out.model_dump(mode="json") if hasattr(out, "model_dump") else dict(out)
+            print(json.dumps((body.get("reward") or {}).get("reward_metrics"), default=repr))
+        except Exception:
+            pass
+asyncio.run(main())
+"""
+
+
+def _probe_payloads(ws: Path, limit: int = 3) -> list[dict]:
+    """A right and a wrong answer for each of the first rows of the workspace's data."""
+    payloads = []
+    for name in ("validation.jsonl", "train.jsonl"):
+        path = ws / "data" / name
+        lines = path.read_text(encoding="utf-8").splitlines()[:limit] if path.is_file() else []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+                continue
+            extra = row.get("rollout_extra") if isinstance(row.get("rollout_extra"), dict) else None
+            solution = extra.get("solution") if extra else None
+            messages = [m for m in row["messages"] if isinstance(m, dict) and m.get("role") != "assistant"]
+            for answer in (str(solution or ""), "no answer"):
+                turn = {"role": "assistant", "content": answer}
+                payloads.append(
+                    {
+                        "ground_truth": solution,
+                        "agent_output": {"messages": [*messages, turn], "rollout_extra": extra},
+                    }
+                )
+        if payloads:
+            break
+    return payloads
+
+
+def metric_warnings(workspace: str | Path, timeout_s: float = 120.0) -> list[str]:
+    """Run the workspace's reward on a few of its rows; one warning per metric that is not a float.
+
+    Best effort: a workspace without a reward, or a reward that fails here, yields no warning (its
+    own tests report failures).
+    """
+    from opd_nb.spec import parse_config_text, reward_classpath_of
+
+    ws = Path(workspace)
+    try:
+        parsed = parse_config_text((ws / "config.yaml").read_text(encoding="utf-8"), str(ws / "config.yaml"))
+    except (OSError, UnicodeDecodeError):
+        return []
+    classpath = reward_classpath_of(parsed.config) if parsed.config is not None else None
+    payloads = _probe_payloads(ws) if classpath else []
+    if not payloads:
+        return []
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ws), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, classpath],
+            cwd=ws,
+            env=env,
+            input=json.dumps(payloads),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return []
+    found: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        try:
+            found.update(reward_metrics.non_float(json.loads(line)))
+        except ValueError:
+            continue
+    return [reward_metrics.message(key, kind) for key, kind in found.items()]

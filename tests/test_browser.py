@@ -2,8 +2,9 @@
 
 A notebook loads the extension, targets a local control plane, shows the config form and the
 reward playground, and submits a job with `%opd submit`: the job monitor must render, its plot
-must update while the job runs, and the job must reach SUCCEEDED. Screenshots of the form, the
-playground and the monitor are saved under tests/artifacts/.
+must update while the job runs, and the job must reach SUCCEEDED. Then `%opd rollouts` opens the
+rollout viewer on it; picking a sample shows its completion with shaded tokens. Screenshots of the
+form, the playground, the monitor and the viewer are saved under tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def _notebook(workspace: str, api_base: str) -> dict:
         f"%opd form {workspace}",
         f"pg = %opd playground {workspace}\n"
         "pg.score('<think>n</think>' + pg.samples[0]['rollout_extra']['solution'])\npg",
-        f"%opd submit {workspace}",
+        f"monitor = %opd submit {workspace}\nmonitor",
+        "monitor.wait(timeout_s=400)\n"
+        "viewer = %opd rollouts {monitor.job_ids[0]} --kind validation --sort ratio_asc\nviewer",
     ]
     return {
         "cells": [
@@ -246,6 +249,29 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
         monitor.screenshot(str(ARTIFACTS / "job_monitor.png"))
         assert len(plot_srcs) >= 2, f"the plot never updated ({len(plot_srcs)} image(s))"
         assert "SUCCEEDED" in monitor.text
+        assert "%opd rollouts" in monitor.text  # the samples panel says how to open the viewer
+
+        # The rollout viewer on the finished job: pick a sample, see its shaded tokens, save a screenshot.
+        viewer = wait_for(
+            lambda: driver.find_element(By.CSS_SELECTOR, ".opd-rollout-viewer"), 120, "the rollout viewer"
+        )
+        assert "rollouts of" in viewer.text and "validation" in viewer.text
+        options = viewer.find_elements(By.CSS_SELECTOR, "select option")
+        assert len(options) >= 2, viewer.text
+        before = viewer.find_element(By.CSS_SELECTOR, ".opd-completion").get_attribute("innerHTML")
+        options[1].click()
+        wait_for(
+            lambda: (
+                viewer.find_element(By.CSS_SELECTOR, ".opd-completion").get_attribute("innerHTML") != before
+            ),
+            30,
+            "the selected sample to change",
+        )
+        tokens = viewer.find_elements(By.CSS_SELECTOR, ".opd-completion .opd-tok")
+        assert tokens and "teacher log p" in (tokens[0].get_attribute("title") or "")
+        driver.execute_script("arguments[0].scrollIntoView()", viewer)
+        time.sleep(0.5)
+        viewer.screenshot(str(ARTIFACTS / "rollout_viewer.png"))
     finally:
         if driver is not None:
             driver.quit()

@@ -64,7 +64,7 @@ def test_local_only_calls_on_an_unknown_job_raise_and_on_the_cloud_answer_none(c
             call("ft-missing")
         assert (info.value.status, info.value.code) == (404, "JobNotFound")
     cloud = JobClient(Target(kind="cloud", base_url="http://127.0.0.1:9/api/v1"), retries=0, timeout=2)
-    assert cloud.metrics("ft-any") is None and cloud.checkpoints("ft-any") is None and cloud.models() is None
+    assert cloud.metrics("ft-any") is None and cloud.models() is None  # checkpoints: asked there too
 
 
 def test_use_target_switches_this_process_and_never_shows_the_key(tmp_path, monkeypatch):

@@ -28,9 +28,33 @@ from opd_nb.constants import TERMINAL_STATUSES
 from opd_nb.errors import OpdError
 
 MISSING = "ft-202001010000-0000"
-LOCAL_ONLY = {"metrics", "checkpoints", "models"}  # what Bailian lacks: None there, from both clients
+# What Bailian lacks: None there, from both clients.
+LOCAL_ONLY = {"metrics", "models", "rollouts"}
+OPTIONAL = {"checkpoints"}  # Bailian's public API, asked on both planes: None where the route is missing
 CHANGES_THE_JOB = {"delete"}  # run on a fresh job per client, so the second sees what the first did
-KWARGS = {"wait": {"poll_s": 0.1, "timeout_s": 60}}
+# Deployments and the chat API: about models, not jobs (their own test below, on real deployments).
+MODEL_CALLS = {
+    "deploy",
+    "deployments",
+    "deployment",
+    "wait_deployed",
+    "scale",
+    "undeploy",
+    "chat",
+    "chat_stream",
+}
+NO_DEPLOYMENT = "no-such-deployment"
+CHAT = {"model": "qwen3-8b", "messages": "93418", "temperature": 0, "max_tokens": 8}
+KWARGS = {
+    "wait": {"poll_s": 0.1, "timeout_s": 60},
+    "deploy": {"model": "qwen3-8b"},
+    "deployment": {"deployed_model": NO_DEPLOYMENT},
+    "wait_deployed": {"deployed_model": NO_DEPLOYMENT, "poll_s": 0.1, "timeout_s": 30},
+    "scale": {"deployed_model": NO_DEPLOYMENT, "capacity": 1},
+    "undeploy": {"deployed_model": NO_DEPLOYMENT},
+    "chat": CHAT,
+    "chat_stream": CHAT,
+}
 
 
 def public_calls() -> list[str]:
@@ -49,7 +73,7 @@ def arguments(name: str, job_id: str, **overrides: Any) -> dict[str, Any]:
     for param in list(inspect.signature(getattr(JobClient, name)).parameters.values())[1:]:
         if param.name == "job_id":
             args["job_id"] = job_id
-        elif param.default is inspect.Parameter.empty:
+        elif param.default is inspect.Parameter.empty and param.name not in args:
             raise AssertionError(f"JobClient.{name} needs {param.name!r}: add it to KWARGS in this test")
     return args
 
@@ -121,7 +145,7 @@ def test_the_clients_offer_the_same_calls():
             inspect.signature(async_).parameters.values()
         ), name
     assert {name for name, _ in inspect.getmembers(AsyncJobClient) if name[0] != "_"} == set(public_calls())
-    assert LOCAL_ONLY | CHANGES_THE_JOB | set(KWARGS) <= set(public_calls())
+    assert LOCAL_ONLY | OPTIONAL | CHANGES_THE_JOB | MODEL_CALLS | set(KWARGS) <= set(public_calls())
 
 
 # ---- (a) an unknown job on `opd serve` --------------------------------------------------------
@@ -173,6 +197,39 @@ BAILIAN_JOB = {
 }
 
 RUNNING_JOB = {**BAILIAN_JOB, "job_id": "ft-202410291700-2a2a", "status": "RUNNING", "end_time": None}
+BAILIAN_CHECKPOINTS = [  # Bailian's public "list checkpoints" answer
+    {
+        "checkpoint_id": "ckpt-20",
+        "checkpoint": "checkpoint-20",
+        "full_name": "ft-202410291653-1c7f-checkpoint-20",
+        "job_id": "ft-202410291653-1c7f",
+        "step": 20,
+        "status": "SUCCEEDED",
+        "create_time": "2024-10-29 17:20:00",
+        "model_name": "qwen3-14b-ft-202410291653-1c7f-ckpt-20",
+    }
+]
+BAILIAN_DEPLOYMENT = {
+    "deployed_model": "qwen3-14b-ft-202410291653-1c7f-abcd",
+    "status": "RUNNING",
+    "model_name": "qwen3-14b-ft-202410291653-1c7f",
+    "base_model": "qwen3-14b",
+    "capacity": 1,
+    "ready_capacity": 1,
+    "gmt_create": "2024-10-30 10:00:00",
+}
+BAILIAN_COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "<think>n=5</think>13489"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
+}
 BAILIAN_JOBS = {job["job_id"]: job for job in (BAILIAN_JOB, RUNNING_JOB)}
 
 
@@ -213,6 +270,26 @@ def bailian_app() -> Any:
         job(request)
         return answer({"status": "success"})
 
+    async def checkpoints(request: Any) -> Any:
+        job(request)
+        return answer(BAILIAN_CHECKPOINTS)
+
+    async def deployments(request: Any) -> Any:
+        return answer({"page_no": 1, "page_size": 10, "total": 1, "deployments": [BAILIAN_DEPLOYMENT]})
+
+    async def chat(request: Any) -> Any:
+        """The compatible-mode API beside /api/v1: an OpenAI completion (or its stream)."""
+        from starlette.responses import StreamingResponse
+
+        body = await request.json()
+        if body.get("stream"):
+            chunks = [
+                {"choices": [{"index": 0, "delta": {"content": p}}]} for p in ("<think>n=5</think>", "13489")
+            ]
+            lines = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+            return StreamingResponse(iter(lines), media_type="text/event-stream")
+        return JSONResponse({**BAILIAN_COMPLETION, "model": body["model"]})
+
     def unauthorized(request: Any, exc: Exception) -> Any:
         return answer(status=401, code="InvalidApiKey", message="Invalid API-key provided.")
 
@@ -221,6 +298,9 @@ def bailian_app() -> Any:
         Route("/api/v1/fine-tunes/{job_id}", one, methods=["GET", "DELETE"]),
         Route("/api/v1/fine-tunes/{job_id}/logs", logs),
         Route("/api/v1/fine-tunes/{job_id}/cancel", cancel, methods=["POST"]),
+        Route("/api/v1/fine-tunes/{job_id}/checkpoints", checkpoints),
+        Route("/api/v1/deployments", deployments),
+        Route("/compatible-mode/v1/chat/completions", chat, methods=["POST"]),
     ]
     return Starlette(routes=routes, exception_handlers={404: not_found, 401: unauthorized})
 
@@ -255,6 +335,16 @@ def test_bailian_known_job(bailian, kind, name):
     )
     if name in LOCAL_ONLY:
         assert outcome is None  # no such endpoint there, and that is not an error
+    elif name == "checkpoints":  # Bailian's listing, read into the same Checkpoint as locally
+        assert [(c["name"], c["step"], c["model_name"]) for c in outcome] == [
+            ("checkpoint-20", 20, "qwen3-14b-ft-202410291653-1c7f-ckpt-20")
+        ]
+    elif name == "deployments":
+        assert [d["deployed_model"] for d in outcome["deployments"]] == [BAILIAN_DEPLOYMENT["deployed_model"]]
+    elif name == "chat":
+        assert outcome["content"] == "<think>n=5</think>13489" and outcome["model"] == "qwen3-8b"
+    elif name == "chat_stream":
+        assert outcome == ["<think>n=5</think>", "13489"]
     elif name in ("get", "wait", "cancel"):
         assert outcome["type"] == "Job" and outcome["raw"] == BAILIAN_JOB
     elif name == "logs":
@@ -327,7 +417,7 @@ def finished_jobs(local) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(public_calls()) - CHANGES_THE_JOB))
+@pytest.mark.parametrize("name", sorted(set(public_calls()) - CHANGES_THE_JOB - MODEL_CALLS))
 def test_finished_job(local, finished_jobs, name):
     job_id = finished_jobs["shared"]
     outcome = both(local, name, job_id)
@@ -342,6 +432,10 @@ def test_finished_job(local, finished_jobs, name):
         assert all("step" in row for row in outcome)
     elif name == "checkpoints":
         assert outcome[-1]["type"] == "Checkpoint" and outcome[-1]["published"]
+        assert outcome[-1]["model_name"] == f"opd-local/{job_id}" and outcome[-1]["job_id"] == job_id
+    elif name == "rollouts":  # the latest step's samples, each token with both log-probs
+        assert outcome["type"] == "RolloutPage" and outcome["step"] == outcome["steps"][-1]
+        assert outcome["rollouts"] and all("teacher_logprob" in t for t in outcome["rollouts"][0]["tokens"])
     elif name == "events":
         assert outcome[-1]["kind"] == "status" and json.loads(outcome[-1]["data"])["status"] == "SUCCEEDED"
 
@@ -356,3 +450,39 @@ def test_calls_that_change_a_job(local, finished_jobs, name):
     if name == "delete":  # both really deleted their job
         after = [both(local, "get", finished_jobs[side]) for side in ("sync", "async")]
         assert [a["status"] for a in after] == [404, 404], after
+
+
+# ---- (d) deployments and the chat API on `opd serve` -----------------------------------------
+def _settled(outcome: Any) -> Any:
+    """A deployment without what differs between two of them (name, timestamps)."""
+    if isinstance(outcome, dict) and outcome.get("type") == "Deployment":
+        drop = {"deployed_model", "gmt_create", "gmt_modified", "raw"}
+        return {k: v for k, v in outcome.items() if k not in drop}
+    return outcome
+
+
+@pytest.mark.slow
+def test_model_calls_agree_on_real_deployments(local):
+    assert both(local, "chat")["content"]  # a base model answers directly; greedy, so both alike
+    assert len(both(local, "chat_stream")) > 1
+    missing = both(local, "deployment")
+    assert (missing["status"], missing["code"]) == (404, "DeploymentNotFound")
+    sync = plain(JobClient(local).deploy("qwen3-8b", suffix="parity-sync"))
+    async_ = plain(asyncio.run(AsyncJobClient(local).deploy("qwen3-8b", suffix="parity-async")))
+    assert _settled(sync) == _settled(async_) and sync["status"] == "PENDING"
+    name = sync["deployed_model"]
+    try:
+        running = both(local, "wait_deployed", call_kw={"deployed_model": name})
+        assert running["status"] == "RUNNING" and running["deployed_model"] == name
+        both(local, "wait_deployed", call_kw={"deployed_model": async_["deployed_model"]})
+        assert _settled(both(local, "deployment", call_kw={"deployed_model": name})) == _settled(running)
+        assert name in [d["deployed_model"] for d in both(local, "deployments")["deployments"]]
+        assert both(local, "chat", call_kw={**CHAT, "model": name})["content"]
+        scaled = [_settled(both(local, "scale", call_kw={"deployed_model": name, "capacity": 2}))]
+        assert scaled[0]["capacity"] == 2
+    finally:
+        gone = [
+            sync_outcome(local, "undeploy", "", {"deployed_model": name}),
+            async_outcome(local, "undeploy", "", {"deployed_model": async_["deployed_model"]}),
+        ]
+    assert [_settled(g) for g in gone] == [_settled(gone[0])] * 2 and gone[0]["status"] == "DELETED"

@@ -1,10 +1,21 @@
-"""The docs' health rules and best-checkpoint rule (opd_nb.health), on metric rows as the engine writes them."""
+"""The docs' health rules and best-checkpoint rule (opd_nb.health), on metric rows as the engine writes them.
+
+(The sample-level rules on real jobs, a constant reward and a too small max_length, are in
+tests/test_watch_cli.py.)"""
 
 from __future__ import annotations
 
 import json
 
-from opd_nb.constants import LOSS, REWARD_FAILURE_RATE, REWARD_MEAN, VALID_TOKEN_RATE
+from opd_nb.constants import (
+    LOSS,
+    REWARD_FAILURE_RATE,
+    REWARD_MEAN,
+    TRAIN_REWARD_MEAN,
+    TRUNCATED_FRACTION,
+    VALID_TOKEN_RATE,
+    ZERO_VARIANCE_GROUPS,
+)
 from opd_nb.health import (
     AlertTracker,
     BestCheckpoint,
@@ -126,3 +137,46 @@ def test_best_checkpoint_prefers_its_own_metrics_and_handles_little_data() -> No
     assert few.checkpoint["name"] == "c-5" and "too few" in few.reason  # the latest, by step
     assert best_checkpoint([], rows) is None
     assert best_checkpoint([{"name": "no-step"}], rows) is None
+
+
+# ---- the sample-level rules: truncation, zero-variance groups, a reward stuck at 0 ---------------
+def _with(rows, name, values):
+    for row, value in zip(rows, values, strict=True):
+        if value is not None:
+            row[name] = value
+    return rows
+
+
+def test_truncation_alert_reads_the_latest_step_or_its_samples() -> None:
+    rows = _with(_rows([1.0, 0.9, 0.8]), TRUNCATED_FRACTION, [0.9, 0.9, 0.75])
+    (alert,) = health_alerts(rows, eval_steps=10, job_id="ft-1")
+    assert alert.rule == "truncated" and "75% of the samples of step 3" in alert.message
+    assert "raise max_length" in alert.fix and "opd rollouts ft-1 --step 3" in alert.fix
+    assert health_alerts(_with(_rows([1.0, 0.9]), TRUNCATED_FRACTION, [0.9, 0.5])) == []  # recovered
+    # No truncation metric (agentic): the latest step's recorded samples decide.
+    records = [{"kind": "train", "step": 4, "truncated": t} for t in (True, True, False)]
+    records.append({"kind": "validation", "step": 4, "truncated": False})
+    (alert,) = health_alerts(_rows([1.0]), records=records)
+    assert alert.rule == "truncated" and "67% of the recorded samples of step 4" in alert.message
+    assert health_alerts(_rows([1.0]), records=records[2:]) == []
+
+
+def test_zero_variance_alert_waits_three_eval_intervals() -> None:
+    early = _with(_rows([1.0] * 5), ZERO_VARIANCE_GROUPS, [1.0] * 5)
+    assert health_alerts(early, eval_steps=2) == []  # 5 < 2 × 3: too early to judge
+    rows = _with(_rows([1.0, 0.9, 0.8, 0.7, 0.6, 0.5]), ZERO_VARIANCE_GROUPS, [0.0, 0.5, 1.0, 1.0, 1.0, 0.95])
+    (alert,) = health_alerts(rows, eval_steps=2, job_id="ft-1")
+    assert alert.rule == "zero_variance_groups" and "98% over the last 2 step(s)" in alert.message
+    assert "playground" in alert.fix and "opd rollouts ft-1 --step 6" in alert.fix
+    rows[-1][ZERO_VARIANCE_GROUPS] = 0.5  # the last interval has signal again
+    assert health_alerts(rows, eval_steps=2) == []
+
+
+def test_a_reward_that_never_leaves_zero_points_at_the_last_rollouts() -> None:
+    rows = _rows([1.0, 0.9, 0.8, 0.7, 0.6, 0.5], reward={2: 0.0, 4: 0.0, 6: 0.0})
+    (alert,) = health_alerts(_with(rows, TRAIN_REWARD_MEAN, [0.0] * 6), eval_steps=2, job_id="ft-9")
+    assert alert.rule == "reward_zero" and "to step 6" in alert.message
+    assert "opd rollouts ft-9 --step 6" in alert.fix and "parser" in alert.fix
+    rows[2][TRAIN_REWARD_MEAN] = 0.25  # it left 0 once: the parser can find answers
+    assert health_alerts(rows, eval_steps=2) == []
+    assert health_alerts(_rows([1.0, 0.9, 0.8, 0.7, 0.6, 0.5]), eval_steps=2) == []  # no reward at all

@@ -119,3 +119,28 @@ def test_server_info_round_trips_through_the_state_file_format(tmp_path: Path) -
     assert info.env() == {"DASHSCOPE_HTTP_BASE_URL": info.api_base, "DASHSCOPE_API_KEY": "local"}
     older = {k: v for k, v in json.loads(info.to_json()).items() if k != "log_path"}
     assert ServerInfo.from_json(json.dumps(older)) == ServerInfo.at(1234, "0.0.0.0", 8765, tmp_path)
+
+
+def test_a_data_dir_has_one_owner_that_start_background_reuses(cache: Path, tmp_path: Path) -> None:
+    """A second server on a data dir in use is refused naming the owner; `opd serve start` reuses it."""
+    from opd_nb.errors import OpdError
+    from opd_nb.server import start
+    from opd_nb.server.lifecycle import data_dir_owner, read_owner
+
+    data = tmp_path / "data"
+    with start(port=0, data_dir=data) as owner:  # e.g. `opd serve run` in another terminal
+        recorded = read_owner(data)
+        assert recorded is not None and recorded.pid == owner.pid and recorded.port == owner.port
+        assert data_dir_owner(data) == recorded
+        with pytest.raises(OpdError) as refused:
+            start(port=0, data_dir=data)
+        assert f"{owner.base_url} (pid {owner.pid})" in str(refused.value)
+        reused = start_background(port=0, data_dir=data)
+        assert isinstance(reused, StartReused) and reused.info.pid == owner.pid, reused
+        assert read_state() is None  # reusing someone else's server does not adopt it
+    assert read_owner(data) is None and data_dir_owner(data) is None  # a clean stop forgets the record
+    again = start_background(port=0, data_dir=data)  # the lock went with the first server
+    try:
+        assert isinstance(again, StartLaunched), again
+    finally:
+        stop_background()

@@ -1,7 +1,8 @@
-"""A control plane killed with SIGKILL mid-job loses nothing and restarts in a consistent state.
+"""A control plane killed with SIGKILL mid-job, with `opd serve --no-resume`, restarts consistently.
 
-Documented choice: the job that was RUNNING is marked FAILED (code ServerRestarted) with the
+With ``--no-resume`` the job that was RUNNING is marked FAILED (code ServerRestarted) with the
 reason and its last checkpoint in its log; PENDING jobs stay queued and run after the restart.
+(Without it the job resumes: see ``test_server_reliability.py``.)
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _wait(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
 def test_sigkill_mid_job_then_restart(tmp_path):
     from opd_nb.server import start
 
-    server = start(port=0, data_dir=tmp_path)
+    server = start(port=0, data_dir=tmp_path, resume=False)
     api = server.api_base
     try:
         body = "".join(json.dumps(r) + "\n" for r in make_rows(64, seed=3)).encode()
@@ -85,7 +86,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
     finally:
         server.kill()
 
-    with start(port=0, data_dir=tmp_path) as again:
+    with start(port=0, data_dir=tmp_path, resume=False) as again:
         api = again.api_base
         out = httpx.get(f"{api}/fine-tunes/{first}", headers=H).json()["output"]
         assert out["status"] == "FAILED" and out["code"] == "ServerRestarted", out
@@ -94,6 +95,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
             "output"
         ]["logs"]
         assert any("control plane stopped while this job was running" in line for line in logs), logs[-5:]
+        assert any("--no-resume" in line for line in logs), logs[-5:]
         assert httpx.get(f"{api}/files/{file_id}", headers=H).status_code == 200
         listed = httpx.get(f"{api}/fine-tunes", headers=H).json()["output"]
         assert {j["job_id"] for j in listed["jobs"]} == {first, second} and listed["total"] == 2

@@ -87,3 +87,53 @@ def test_watch_of_an_unknown_job_is_one_line(local_server, tmp_path) -> None:
     proc = _opd("watch", "ft-does-not-exist", "--local", local_server.api_base, cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "ft-does-not-exist" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def _alerts_of(local_server, job_id: str, ws: Path) -> tuple[list[str], list[dict]]:
+    """What `opd watch --json` reports on stderr, and the monitor's alerts of the same finished job."""
+    from opd_nb.client import JobClient, resolve_target
+    from opd_nb.notebook.monitor import JobMonitor
+
+    proc = _opd("watch", job_id, "--local", local_server.api_base, "--json", cwd=ws)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "SUCCEEDED"
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    view = JobMonitor(job_id, client).start().wait(timeout_s=60).state["jobs"][job_id]
+    return proc.stderr.strip().splitlines(), view["alerts"]
+
+
+@pytest.mark.slow
+def test_a_constant_reward_raises_the_zero_variance_alert(local_server, tmp_path) -> None:
+    """A reward that scores every sample alike gives each prompt's group one score: no task signal."""
+    from conftest import tiny_workspace
+
+    from opd_nb.client import resolve_target, submit
+
+    ws = tiny_workspace("reward", tmp_path / "sorter", n_epochs=3, eval_steps=1)  # 6 steps >= 1 x 3
+    reward = ws / "functions" / "reward" / "reward.py"
+    exact = '"reward_score": float(any(answer_n == t for t in truths_n)),'
+    assert exact in reward.read_text()
+    reward.write_text(reward.read_text().replace(exact, '"reward_score": 0.5,  # planted: a constant'))
+    job_id = submit(ws, resolve_target("local", base_url=local_server.api_base)).job_id
+    lines, alerts = _alerts_of(local_server, job_id, ws)
+    assert "zero_variance_groups" in [a["rule"] for a in alerts]
+    (line,) = [x for x in lines if "zero_variance_groups is 100%" in x]
+    assert "same score" in line and f"opd rollouts {job_id}" in line and "playground" in line
+    assert "reward_zero" not in [a["rule"] for a in alerts]  # 0.5 is a score, just never a different one
+
+
+@pytest.mark.slow
+def test_a_too_small_max_length_raises_the_truncation_alert(local_server, tmp_path) -> None:
+    """Prompts take 22-27 tokens: with max_length 32 no answer finishes, and the teacher scores cut-off text."""
+    from conftest import tiny_workspace
+
+    from opd_nb.client import JobClient, resolve_target, submit
+
+    ws = tiny_workspace("reward", tmp_path / "sorter", max_prompt_length=28, max_length=32)
+    job_id = submit(ws, resolve_target("local", base_url=local_server.api_base)).job_id
+    lines, alerts = _alerts_of(local_server, job_id, ws)
+    (truncated,) = [a for a in alerts if a["rule"] == "truncated"]
+    assert "100% of the samples of step 2 were cut off at max_length" in truncated["message"]
+    assert f"! {job_id}: {truncated['message']} (fix: {truncated['fix']})" in lines  # the same words
+    page = JobClient(resolve_target("local", base_url=local_server.api_base)).rollouts(job_id, kind="train")
+    assert page.rollouts and all(r["truncated"] for r in page.rollouts)  # the samples agree

@@ -277,6 +277,12 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     if view["checkpoints"]:
         assert view["best_checkpoint"]["name"] in {c["name"] for c in view["checkpoints"]}
         assert "best" in w["checkpoints"].value
+    samples = view["samples"]  # the latest step's best and worst sample, and how to open them all
+    assert samples["step"] == view["step"] and samples["records"]
+    best, worst = (samples["records"][samples[k]] for k in ("best", "worst"))
+    assert (best.get("reward_score") or 0) >= (worst.get("reward_score") or 0)
+    assert f"%opd rollouts {job_id} --step {samples['step']}" in w["samples"].value
+    assert 'class="opd-tok"' in w["samples"].value
     bundle = monitor._repr_mimebundle_()
     assert "data:image/png;base64," in bundle["text/html"] and "SUCCEEDED" in bundle["text/html"]
     png = bundle["text/html"].split("data:image/png;base64,", 1)[1].split('"', 1)[0]
@@ -288,6 +294,7 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     assert cview["status"] == "SUCCEEDED" and cview["metrics_available"] is False
     assert cview["n_metric_rows"] == 0 and cloud.plot_updates == 0
     assert CLOUD_NOTE in cloud.to_html() and CLOUD_NOTE in str(cloud) and cview["log_tail"]
+    assert "Bailian console shows the trajectories" in cview["samples"]["note"]
 
 
 @pytest.mark.slow

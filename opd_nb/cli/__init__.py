@@ -10,9 +10,13 @@ import typer
 # Each module registers its commands on `app`; they import heavy libraries only inside commands.
 from opd_nb.cli import check as _check  # noqa: F401
 from opd_nb.cli import demo as _demo  # noqa: F401
+from opd_nb.cli import deploy as _deploy  # noqa: F401
+from opd_nb.cli import eval as _eval  # noqa: F401
+from opd_nb.cli import experiments as _experiments  # noqa: F401
 from opd_nb.cli import jobs as _jobs  # noqa: F401
 from opd_nb.cli import new as _new  # noqa: F401
 from opd_nb.cli import notebook_only as _notebook_only  # noqa: F401
+from opd_nb.cli import rollouts as _rollouts  # noqa: F401
 from opd_nb.cli import serve as _serve  # noqa: F401
 from opd_nb.cli import session as _session  # noqa: F401
 from opd_nb.cli._app import NOTEBOOK_PANEL, app

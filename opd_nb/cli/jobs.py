@@ -58,6 +58,9 @@ def submit_cmd(
     teacher_model: Annotated[str | None, typer.Option(help="teacher model id (overrides config)")] = None,
     model: Annotated[str | None, typer.Option(help="student model id (overrides config)")] = None,
     no_reward: Annotated[bool, typer.Option("--no-reward", help="submit without reward functions")] = False,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="register the functions again even if their code is unchanged")
+    ] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="follow the job until it ends")] = False,
     as_json: JsonOpt = False,
 ) -> Any:
@@ -73,6 +76,7 @@ def submit_cmd(
         teacher_model=teacher_model,
         model=model,
         no_reward=no_reward,
+        fresh=fresh,
     )
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)

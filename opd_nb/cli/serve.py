@@ -1,12 +1,15 @@
 """`opd serve [run|start|stop|status]`: the local Bailian-compatible control plane.
 
 A thin front end over :mod:`opd_nb.server.lifecycle`: it parses the options, calls the lifecycle,
-branches on the type of the start result and emits a :class:`ServeInfo`.
+branches on the type of the start result and emits a :class:`ServeInfo`. Safe by default: a
+non-loopback ``--host`` needs a server key (``--api-key`` or ``OPD_SERVE_API_KEY``); the key is
+never printed, only where to put it.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,8 +30,11 @@ from opd_nb.server import (
     start_background,
     stop_background,
 )
+from opd_nb.server.lifecycle import API_KEY_ENV, MAX_INTERRUPTIONS, is_loopback
+from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
 
 ACTIONS = ("run", "start", "stop", "status")
+SERVER_KEY_HINT = f"<the server key from --api-key or ${API_KEY_ENV}>"
 
 
 class ServeInfo(ResultMixin, BaseModel):
@@ -39,6 +45,8 @@ class ServeInfo(ResultMixin, BaseModel):
     api_base: str | None = None
     pid: int | None = None
     data_dir: str | None = None
+    host: str | None = None
+    key_required: bool = False
     note: str = ""
 
     @classmethod
@@ -49,20 +57,23 @@ class ServeInfo(ResultMixin, BaseModel):
             api_base=info.api_base,
             pid=info.pid,
             data_dir=info.data_dir,
+            host=info.host,
+            key_required=info.key_required,
             note=note,
         )
 
     def env(self) -> dict[str, str]:
-        return (
-            {"DASHSCOPE_HTTP_BASE_URL": self.api_base or "", "DASHSCOPE_API_KEY": LOCAL_API_KEY}
-            if self.api_base
-            else {}
-        )
+        if not self.api_base:
+            return {}
+        key = SERVER_KEY_HINT if self.key_required else LOCAL_API_KEY
+        return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, "DASHSCOPE_API_KEY": key}
 
     def __str__(self) -> str:
         if not self.running:
             return f"opd serve: not running{'; ' + self.note if self.note else ''}"
         lines = [f"opd serve: running at {self.base_url} (pid {self.pid}, data {self.data_dir})"]
+        if self.host and not is_loopback(self.host):
+            lines.append(open_warning(self.host))
         if self.note:
             lines.append(self.note)
         lines.append("target it from a workspace with:")
@@ -99,9 +110,35 @@ def _parse_map(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def start_info(host: str, port: int, data_dir: str | None, model_map: dict[str, str]) -> ServeInfo:
+@dataclass(frozen=True)
+class JobPolicy:
+    """How the server treats interrupted jobs (`--resume/--no-resume`, `--max-interruptions`)."""
+
+    resume: bool = True
+    max_interruptions: int = MAX_INTERRUPTIONS
+
+
+def start_info(
+    host: str,
+    port: int,
+    data_dir: str | None,
+    model_map: dict[str, str],
+    api_key: str | None = None,
+    policy: JobPolicy = JobPolicy(),
+) -> ServeInfo:
     """`opd serve start`: reuse or launch the background server; a failed start is an OpdError."""
-    result = start_background(host, port, data_dir, model_map)
+    refusal = refuse_open_bind(host, api_key)
+    if refusal:
+        raise OpdError(refusal.removeprefix("error: "), exit_code=2)
+    result = start_background(
+        host,
+        port,
+        data_dir,
+        model_map,
+        api_key=api_key,
+        resume=policy.resume,
+        max_interruptions=policy.max_interruptions,
+    )
     match result:
         case StartReused(info):
             return ServeInfo.of(info, note="already running")
@@ -128,21 +165,39 @@ def status_info() -> ServeInfo:
     return ServeInfo(running=False, note=f"the recorded server (pid {status.recorded.pid}) is gone")
 
 
-def run_foreground(host: str, port: int, data_dir: str | None, model_map: dict[str, str]) -> None:
-    """`opd serve run`: print how to target the server, then serve until Ctrl-C."""
-    from opd_nb.server.lifecycle import server_urls
+def print_banner(info: ServerInfo) -> None:
+    """Once bound: the real bind address, a warning off loopback, and how to target the server."""
+    typer.echo(f"{bind_line(info)}; Ctrl-C stops it")
+    if not is_loopback(info.host):
+        typer.echo(open_warning(info.host), err=True)
+    typer.echo("target it from a workspace (before importing dashscope) with:")
+    for key, value in ServeInfo.of(info).env().items():
+        typer.echo(f"  export {key}={value}")
+
+
+def run_foreground(
+    host: str,
+    port: int,
+    data_dir: str | None,
+    model_map: dict[str, str],
+    api_key: str | None = None,
+    policy: JobPolicy = JobPolicy(),
+) -> None:
+    """`opd serve run`: serve until Ctrl-C; a refused start is exit 2 with its one line (on stderr)."""
     from opd_nb.server.runner import serve_forever
 
-    base_url, api_base = server_urls(host, port)
-    typer.echo(
-        f"opd serve: local control plane on {base_url} (data {data_dir or default_data_dir()}); Ctrl-C stops it"
+    rc = serve_forever(
+        host,
+        port,
+        data_dir or default_data_dir(),
+        model_map,
+        api_key=api_key,
+        resume=policy.resume,
+        max_interruptions=policy.max_interruptions,
+        banner=print_banner,
     )
-    typer.echo("target it from a workspace (before importing dashscope) with:")
-    typer.echo(f"  export DASHSCOPE_HTTP_BASE_URL={api_base}")
-    typer.echo(f"  export DASHSCOPE_API_KEY={LOCAL_API_KEY}")
-    rc = serve_forever(host, port, data_dir, model_map)
     if rc:
-        raise OpdError(f"cannot listen on {host}:{port}", fix="pick another --port", exit_code=rc)
+        raise typer.Exit(rc)
 
 
 @app.command("serve")
@@ -167,6 +222,26 @@ def serve(
             "--model-map", help="ID=PATH: run model ID on a local Hugging Face directory (repeatable)"
         ),
     ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar=API_KEY_ENV,
+            show_default=False,
+            show_envvar=True,
+            help="the only key the server accepts (needed for a non-loopback --host); prefer the variable",
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume/--no-resume",
+            help="resume jobs that were running when the server stopped (--no-resume: fail them)",
+        ),
+    ] = True,
+    max_interruptions: Annotated[
+        int, typer.Option(min=1, help="a job interrupted this many times fails instead of resuming")
+    ] = MAX_INTERRUPTIONS,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
@@ -174,10 +249,11 @@ def serve(
     if action not in ACTIONS:
         raise OpdError(f"unknown action {action!r}", fix=f"use one of: {', '.join(ACTIONS)}")
     mapping = _parse_map(model_map)
+    policy = JobPolicy(resume, max_interruptions)
     if action == "run":
-        return run_foreground(host, port, data_dir, mapping)
+        return run_foreground(host, port, data_dir, mapping, api_key or None, policy)
     if action == "start":
-        return emit(start_info(host, port, data_dir, mapping), as_json=as_json)
+        return emit(start_info(host, port, data_dir, mapping, api_key or None, policy), as_json=as_json)
     if action == "stop":
         return emit(stop_info(), as_json=as_json)
     info = status_info()

@@ -15,6 +15,7 @@ from opd_nb.results import ResultMixin
 
 if TYPE_CHECKING:  # the client imports httpx: not at parser-build time
     from opd_nb.client import SubmitResult, Target
+    from opd_nb.experiments import Comparison, SweepResult
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,32 @@ class WatchRequest(ResultMixin):
 
     def __str__(self) -> str:
         return f"watch {', '.join(self.job_ids)} on {self.target.kind} {self.target.base_url}"
+
+
+@dataclass(frozen=True)
+class RolloutsRequest(ResultMixin):
+    """Open the rollout viewer on `job_id` over `target`, at `step` (None: the latest) and `kind`."""
+
+    job_id: str
+    target: Target
+    step: int | None = None
+    kind: str | None = None  # "train" | "validation" | None (both)
+    sort: str = "order"  # a key of opd_nb.client.rollout_results.SORTS
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "view": "rollouts",
+            "job_id": self.job_id,
+            "target": self.target.kind,
+            "base_url": self.target.base_url,
+            "step": self.step,
+            "kind": self.kind,
+            "sort": self.sort,
+        }
+
+    def __str__(self) -> str:
+        at = f" step {self.step}" if self.step is not None else ""
+        return f"rollouts of {self.job_id}{at} on {self.target.kind} {self.target.base_url}"
 
 
 @dataclass(frozen=True)
@@ -72,3 +99,78 @@ class ConfigCellRequest(ResultMixin):
 
     def __str__(self) -> str:
         return f"check the cell's YAML and write it to {self.path} if clean"
+
+
+@dataclass(frozen=True)
+class SweepRequest(ResultMixin):
+    """Open the multi-job monitor on a submitted sweep's jobs (overlaid, live) over `target`."""
+
+    sweep: SweepResult
+    target: Target
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"view": "sweep", **self.sweep.to_payload(), "base_url": self.target.base_url}
+
+    def __str__(self) -> str:
+        return str(self.sweep)
+
+
+@dataclass(frozen=True)
+class CompareRequest(ResultMixin):
+    """Show a comparison of jobs: the side-by-side table and the overlaid curves."""
+
+    comparison: Comparison
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"view": "compare", **self.comparison.to_payload()}
+
+    def __str__(self) -> str:
+        return str(self.comparison)
+
+
+@dataclass(frozen=True)
+class ChatRequest(ResultMixin):
+    """Open the chat widget on `model` (a deployment or a base model) over `target`."""
+
+    model: str
+    target: Target
+    message: str | None = None  # sent as soon as the widget opens
+    system: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "view": "chat",
+            "model": self.model,
+            "target": self.target.kind,
+            "base_url": self.target.base_url,
+        }
+
+    def __str__(self) -> str:
+        return f"chat with {self.model} on {self.target.kind} {self.target.base_url}"
+
+
+@dataclass(frozen=True)
+class EvalRequest(ResultMixin):
+    """Open the eval view: answer `workspace`'s validation rows with each of `models` over `target`."""
+
+    workspace: str
+    models: tuple[str, ...]
+    target: Target
+    rows: int | None = None
+    concurrency: int = 8
+    max_tokens: int | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "view": "eval",
+            "workspace": self.workspace,
+            "models": list(self.models),
+            "target": self.target.kind,
+            "base_url": self.target.base_url,
+            "rows": self.rows,
+        }
+
+    def __str__(self) -> str:
+        return f"eval of {', '.join(self.models)} on {self.workspace}"

@@ -1,5 +1,9 @@
 """`opd watch` in a terminal: a progress bar, the latest metrics, and the monitor's health alerts.
 
+The metrics include the engine's diagnostics (teacher_kl, entropy, zero-variance groups, truncated
+share); where a job's metrics have no truncation figure (agentic), the truncation rule reads the
+latest step's recorded samples instead (``opd rollouts``).
+
 The alerts come from ``opd_nb.health``, the same rules the notebook's job monitor shows; each is
 printed once, above the live view, when it first appears (a terminal scrolls, so repeating it on
 every poll would bury the log). With ``--json`` stdout stays pure JSON and alerts go to stderr.
@@ -12,16 +16,31 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opd_nb.constants import (
+    ENTROPY,
     LEARNING_RATE,
     LOSS,
     REWARD_MEAN,
+    TEACHER_KL,
     TOKENS_PER_S,
+    TRUNCATED_FRACTION,
     VALID_TOKEN_RATE,
     VALIDATION_ACCURACY,
+    ZERO_VARIANCE_GROUPS,
 )
 from opd_nb.health import AlertTracker, HealthAlert, eval_steps_of, job_alerts
 
-SHOWN_METRICS = (LOSS, VALID_TOKEN_RATE, VALIDATION_ACCURACY, REWARD_MEAN, LEARNING_RATE, TOKENS_PER_S)
+SHOWN_METRICS = (
+    LOSS,
+    VALID_TOKEN_RATE,
+    TEACHER_KL,
+    ENTROPY,
+    VALIDATION_ACCURACY,
+    REWARD_MEAN,
+    ZERO_VARIANCE_GROUPS,
+    TRUNCATED_FRACTION,
+    LEARNING_RATE,
+    TOKENS_PER_S,
+)
 POLL_S = 1.0
 
 
@@ -30,11 +49,40 @@ def alert_line(job_id: str, alert: HealthAlert) -> str:
     return f"! {job_id}: {alert}"
 
 
+class _Samples:
+    """The latest step's recorded samples, for a job whose metrics lack a truncation figure (agentic).
+
+    Fetched again only when a new step has metrics; never asked of a control plane without them.
+    """
+
+    def __init__(self, client: Any, job_id: str):
+        self.client, self.job_id = client, job_id
+        self.key: Any = None
+        self.records: list[dict] = []
+
+    def latest(self, rows: Sequence[Mapping[str, Any]] | None) -> list[dict] | None:
+        if not rows or any(TRUNCATED_FRACTION in r for r in rows):
+            return None
+        key = rows[-1].get("step")
+        if key != self.key:
+            self.key = key
+            page = self.client.rollouts(self.job_id, kind="train")
+            self.records = list(page.rollouts) if page is not None else []
+        return self.records
+
+
 def _fresh_alerts(
-    tracker: AlertTracker, job: Any, rows: Sequence[Mapping[str, Any]] | None
+    tracker: AlertTracker,
+    job: Any,
+    rows: Sequence[Mapping[str, Any]] | None,
+    records: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[HealthAlert]:
     alerts = job_alerts(
-        rows or [], status=job.status, job_id=job.job_id, eval_steps=eval_steps_of(job.hyper_parameters)
+        rows or [],
+        status=job.status,
+        job_id=job.job_id,
+        eval_steps=eval_steps_of(job.hyper_parameters),
+        records=records,
     )
     return tracker.fresh(alerts)
 
@@ -75,6 +123,7 @@ def watch_terminal(client: Any, job_id: str) -> Any:
     )
     task = progress.add_task(job_id, total=None)
     tracker = AlertTracker()
+    samples = _Samples(client, job_id)
     with Live(Group(progress, _metrics_table(None)), console=console, refresh_per_second=4) as live:
         while True:
             job = client.get(job_id)
@@ -86,7 +135,7 @@ def watch_terminal(client: Any, job_id: str) -> Any:
                 total=prog.get("total_steps"),
                 completed=prog.get("step") or 0,
             )
-            for alert in _fresh_alerts(tracker, job, rows):
+            for alert in _fresh_alerts(tracker, job, rows, samples.latest(rows)):
                 style = "red" if alert.severity == "error" else "yellow"
                 live.console.print(Text(alert_line(job_id, alert), style=style), soft_wrap=True)
             live.update(Group(progress, _metrics_table(rows)))
@@ -98,9 +147,11 @@ def watch_terminal(client: Any, job_id: str) -> Any:
 def wait_reporting_alerts(client: Any, job_id: str, report: Callable[[str], None]) -> Any:
     """Wait for the job to end (no live view); each new alert goes to `report` as one line."""
     tracker = AlertTracker()
+    samples = _Samples(client, job_id)
 
     def on_update(job: Any) -> None:
-        for alert in _fresh_alerts(tracker, job, client.metrics(job_id)):
+        rows = client.metrics(job_id)
+        for alert in _fresh_alerts(tracker, job, rows, samples.latest(rows)):
             report(alert_line(job_id, alert))
 
     return client.wait(job_id, on_update=on_update)

@@ -14,6 +14,7 @@ call's own ``OpdError`` (status 404, the service's code); known job → None (no
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -22,8 +23,11 @@ from urllib.parse import quote
 
 import httpx
 
+from opd_nb.client.deploy_results import ChatReply, Deployment, DeploymentList
 from opd_nb.client.job_results import Checkpoint, Job, JobList, LogPage
+from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.target import Target
+from opd_nb.constants import API_PATH, COMPATIBLE_PATH
 from opd_nb.errors import OpdError
 
 T = TypeVar("T")
@@ -34,8 +38,10 @@ class Send:
     """Step: send one request; the client answers with the response or the transport error."""
 
     method: str
-    path: str  # below the target's base URL (``/fine-tunes/...``)
+    path: str  # below the target's base URL (``/fine-tunes/...``), or below `api`'s root
     params: dict[str, Any] | None = None
+    json: Any = None  # the JSON body (POST/PUT)
+    api: str = "api"  # "api": the target's .../api/v1; "compatible": .../compatible-mode/v1 beside it
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,10 @@ class Call(Generic[T]):
     params: dict[str, Any] | None = None
     local_only: bool = False  # only `opd serve` has it: None from a control plane without it
     job_id: str | None = None  # the job a local-only call is about (asked about after a 404)
+    json: Any = None
+    api: str = "api"
+    optional: bool = False  # asked everywhere, but None (not an error) where the route is missing
+    idempotent: bool = True  # False: never resent after a lost answer (it may have been carried out)
 
 
 # ---- the calls ---------------------------------------------------------------------------------
@@ -126,11 +136,28 @@ def job_metrics(job_id: str) -> Call[list[dict]]:
 
 
 def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
+    """Bailian's "list checkpoints", asked on both planes (None where the route is missing)."""
     return Call(
         "GET",
         _job_path(job_id, "/checkpoints"),
         f"checkpoints of {job_id}",
-        lambda out: [Checkpoint(**c) for c in out.get("checkpoints") or []],
+        Checkpoint.listing,
+        optional=True,
+        job_id=job_id,
+    )
+
+
+def job_rollouts(
+    job_id: str, step: int | None = None, kind: str | None = None, limit: int | None = None
+) -> Call[RolloutPage]:
+    """One step's recorded rollouts (the latest by default); the service checks the parameters."""
+    params = {k: v for k, v in (("step", step), ("kind", kind), ("limit", limit)) if v is not None}
+    return Call(
+        "GET",
+        _job_path(job_id, "/rollouts"),
+        f"rollouts of {job_id}",
+        lambda out: RolloutPage.from_output(job_id, out),
+        params=params or None,
         local_only=True,
         job_id=job_id,
     )
@@ -138,6 +165,112 @@ def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
 
 def list_models() -> Call[list[dict]]:
     return Call("GET", "/models", "list models", lambda out: list(out.get("models") or []), local_only=True)
+
+
+# ---- deployments and chat ----------------------------------------------------------------------
+def _name_path(name: str, tail: str = "") -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise OpdError(f"deployment name {name!r} is empty", fix="`opd deployments` lists the deployed names")
+    return f"/deployments/{quote(name.strip(), safe='')}{tail}"
+
+
+def deploy(model: str, capacity: int, suffix: str | None) -> Call[Deployment]:
+    body: dict[str, Any] = {"model_name": model, "capacity": capacity}
+    if suffix is not None:
+        body["suffix"] = suffix
+    return Call(
+        "POST", "/deployments", f"deploy {model}", Deployment.from_output, json=body, idempotent=False
+    )
+
+
+def get_deployment(name: str) -> Call[Deployment]:
+    return Call("GET", _name_path(name), f"get deployment {name}", Deployment.from_output)
+
+
+def list_deployments(page: int, size: int) -> Call[DeploymentList]:
+    return Call(
+        "GET",
+        "/deployments",
+        "list deployments",
+        lambda out: DeploymentList.from_output(out, page=page, size=size),
+        params={"page_no": page, "page_size": size},
+    )
+
+
+def scale_deployment(name: str, capacity: int) -> Call[Deployment]:
+    body = {"deployed_model": name, "capacity": capacity}
+    return Call("PUT", _name_path(name, "/scale"), f"scale {name}", Deployment.from_output, json=body)
+
+
+def delete_deployment(name: str) -> Call[Deployment]:
+    return Call("DELETE", _name_path(name), f"undeploy {name}", Deployment.from_output)
+
+
+def chat_body(model: str, messages: str | list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+    """OpenAI's chat body; a plain string is one user message."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
+    body.update({k: v for k, v in params.items() if v is not None})
+    return body
+
+
+def chat(model: str, body: dict[str, Any]) -> Call[ChatReply]:
+    """The compatible-mode chat API (``.../compatible-mode/v1`` beside the target's ``/api/v1``)."""
+    return Call(
+        "POST",
+        "/chat/completions",
+        f"chat with {model}",
+        lambda out: ChatReply.from_output(out, model=model),
+        json=body,
+        api="compatible",
+    )
+
+
+def compatible_base(api_base: str) -> str:
+    """``https://host/api/v1`` -> ``https://host/compatible-mode/v1`` (where Bailian serves it)."""
+    return api_base.removesuffix("/").removesuffix(API_PATH) + COMPATIBLE_PATH
+
+
+def stream_delta(line: str) -> str | None:
+    """The text of one line of a streamed chat answer (None: no text in it; raises on an error event)."""
+    if not line.startswith("data:"):
+        return None
+    data = line[len("data:") :].strip()
+    if not data or data == "[DONE]":
+        return None
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        return None
+    if isinstance(chunk, dict) and chunk.get("error"):
+        err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+        raise OpdError(f"the answer stopped: {err.get('message')}", code=err.get("code"))
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    delta = (choices[0].get("delta") or {}) if choices else {}
+    return delta.get("content") or None
+
+
+def wait_deployed(
+    name: str, target: Target, retries: int, *, poll_s: float, timeout_s: float | None
+) -> Plan[Deployment]:
+    """Poll a deployment until it is RUNNING (a FAILED one, or `timeout_s`, is an OpdError)."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    while True:
+        dep = cast(Deployment, (yield from perform(get_deployment(name), target, retries)))
+        if dep.running:
+            return dep
+        if dep.status not in ("PENDING", "UPDATING"):
+            raise OpdError(
+                f"deployment {name} is {dep.status}" + (f": {dep.message}" if dep.message else ""),
+                fix=f"undeploy it (`opd undeploy {name}`) and deploy the model again",
+            )
+        if deadline and time.monotonic() > deadline:
+            raise OpdError(
+                f"deployment {name} is still {dep.status} after {timeout_s:.0f}s",
+                fix="check again with `opd deployments`",
+            )
+        yield Sleep(poll_s)
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -148,6 +281,8 @@ def error_for(resp: httpx.Response, what: str) -> OpdError:
     except ValueError:
         body = {}
     body = body if isinstance(body, dict) else {}
+    if isinstance(body.get("error"), dict):  # the compatible-mode API answers OpenAI's error object
+        body = {**body["error"], **{k: v for k, v in body.items() if k in ("code", "message")}}
     code = str(body["code"]) if body.get("code") else None
     message = body.get("message") or resp.text[:300] or resp.reason_phrase
     fix = None
@@ -194,8 +329,9 @@ def backoff(attempt: int) -> float:
 def _send(call: Call[Any], target: Target, retries: int) -> Plan[httpx.Response]:
     """Send with retries on 429/5xx/transport errors; the last answer is returned as it is."""
     last: httpx.TransportError | None = None
+    retries = retries if call.idempotent else 0
     for attempt in range(retries + 1):
-        reply = yield Send(call.method, call.path, call.params)
+        reply = yield Send(call.method, call.path, call.params, call.json, call.api)
         if isinstance(reply, httpx.Response):
             if not retryable(reply.status_code) or attempt == retries:
                 return reply
@@ -213,7 +349,7 @@ def perform(call: Call[T], target: Target, retries: int) -> Plan[T | None]:
     resp = yield from _send(call, target, retries)
     if resp.status_code >= 400:
         error = error_for(resp, call.what)
-        if call.local_only and resp.status_code == 404:
+        if (call.local_only or call.optional) and resp.status_code == 404:
             yield from _job_must_exist(call, target, retries, error)
             return None
         raise error

@@ -48,6 +48,13 @@ class Job(ResultMixin, BaseModel):
     def terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def functions(self) -> list[dict[str, Any]]:
+        """The registered functions the job runs, ``[{name, type, entity_id}]`` (local control plane;
+        empty where the service does not list them)."""
+        local = self.raw.get("local")
+        return list(local.get("functions") or []) if isinstance(local, dict) else []
+
     def summary(self) -> str:
         prog = ""
         if self.progress and self.progress.get("total_steps"):
@@ -191,9 +198,41 @@ class JobEvent(ResultMixin, BaseModel):
 
 
 class Checkpoint(ResultMixin, BaseModel):
+    """One kept checkpoint, read from Bailian's "list checkpoints" entry (local extras under ``local``)."""
+
     name: str
-    step: int
-    path: str
+    step: int | None = None
+    path: str | None = None  # local control plane: where it is on disk (deployable by this path)
     created_at: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     published: bool = False
+    checkpoint_id: str | None = None
+    job_id: str | None = None
+    status: str | None = None
+    model_name: str | None = None  # the id to deploy it by (or continue training from)
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> Checkpoint:
+        local = entry.get("local") if isinstance(entry.get("local"), dict) else {}
+        try:
+            step = int(entry["step"]) if entry.get("step") is not None else None
+        except (TypeError, ValueError):
+            step = None
+        return cls(
+            name=str(entry.get("checkpoint") or entry.get("name") or entry.get("full_name") or ""),
+            step=step,
+            path=local.get("path") or entry.get("path"),
+            created_at=entry.get("create_time") or entry.get("created_at"),
+            metrics=dict(local.get("metrics") or entry.get("metrics") or {}),
+            published=bool(local.get("published", entry.get("published", False))),
+            checkpoint_id=entry.get("checkpoint_id"),
+            job_id=entry.get("job_id"),
+            status=entry.get("status"),
+            model_name=entry.get("model_name"),
+        )
+
+    @classmethod
+    def listing(cls, out: Any) -> list[Checkpoint]:
+        """``output``: Bailian's list of checkpoints (an older local server's ``{"checkpoints": [...]}`` too)."""
+        entries = out.get("checkpoints") if isinstance(out, dict) else out
+        return [cls.from_entry(e) for e in entries or [] if isinstance(e, dict)]

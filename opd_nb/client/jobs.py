@@ -19,13 +19,25 @@ import httpx
 
 from opd_nb.client import _calls as calls
 from opd_nb.client._calls import Plan, Reply, Send, Step
+from opd_nb.client.deploy_results import ChatReply, Deployment, DeploymentList
 from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPage
+from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
 from opd_nb.client.target import Target, resolve_target
 
-__all__ = ["AsyncJobClient", "Checkpoint", "Job", "JobClient", "JobEvent", "JobList", "LogPage"]
+__all__ = [
+    "AsyncJobClient",
+    "Checkpoint",
+    "Job",
+    "JobClient",
+    "JobEvent",
+    "JobList",
+    "LogPage",
+    "RolloutPage",
+]
 
 T = TypeVar("T")
+CHAT_TIMEOUT_S = 600.0
 
 
 class _Base:
@@ -43,7 +55,16 @@ class _Base:
         return headers
 
     def _url(self, step: Send | calls.Call) -> str:
+        if step.api == "compatible":
+            return calls.compatible_base(self.target.base_url) + step.path
         return self.target.base_url + step.path
+
+    def _timeout(self, step: Send | calls.Call) -> float:
+        """Model calls generate (and may start a model first): they get longer than the others."""
+        return max(self.timeout, CHAT_TIMEOUT_S) if step.api == "compatible" else self.timeout
+
+    def _stream_call(self, model: str, messages: str | list[dict], params: dict) -> calls.Call:
+        return calls.chat(model, calls.chat_body(model, messages, True, **params))
 
     def _plan(self, call: calls.Call[T]) -> Plan[T | None]:
         return calls.perform(call, self.target, self.retries)
@@ -77,7 +98,9 @@ class JobClient(_Base):
             time.sleep(step.seconds)
             return None
         try:
-            return http.request(step.method, self._url(step), params=step.params)
+            return http.request(
+                step.method, self._url(step), params=step.params, json=step.json, timeout=self._timeout(step)
+            )
         except httpx.TransportError as exc:
             return exc
 
@@ -127,9 +150,95 @@ class JobClient(_Base):
         """Saved checkpoints (local control plane only; None where the API has none)."""
         return self._run(self._plan(calls.job_checkpoints(job_id)))
 
+    def rollouts(
+        self, job_id: str, step: int | None = None, kind: str | None = None, limit: int | None = None
+    ) -> RolloutPage | None:
+        """A step's recorded samples with token log-probs (the latest step by default; `kind`: train
+        or validation). Local control plane only; None where the API has none (Bailian's console
+        shows trajectories)."""
+        return self._run(self._plan(calls.job_rollouts(job_id, step, kind, limit)))
+
     def models(self) -> list[dict] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return self._run(self._plan(calls.list_models()))
+
+    # ---- deployments and the chat API (the same calls on Bailian and `opd serve`) ---------------
+    def deploy(self, model: str, capacity: int = 1, suffix: str | None = None) -> Deployment:
+        """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian."""
+        return self._run(self._plan(calls.deploy(model, capacity, suffix)))
+
+    def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
+        return self._run(self._plan(calls.list_deployments(page, size)))
+
+    def deployment(self, deployed_model: str) -> Deployment:
+        return self._run(self._plan(calls.get_deployment(deployed_model)))
+
+    def wait_deployed(
+        self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
+    ) -> Deployment:
+        """Poll until the deployment is RUNNING (FAILED or a timeout: OpdError)."""
+        return self._run(
+            calls.wait_deployed(deployed_model, self.target, self.retries, poll_s=poll_s, timeout_s=timeout_s)
+        )
+
+    def scale(self, deployed_model: str, capacity: int) -> Deployment:
+        return self._run(self._plan(calls.scale_deployment(deployed_model, capacity)))
+
+    def undeploy(self, deployed_model: str) -> Deployment:
+        return self._run(self._plan(calls.delete_deployment(deployed_model)))
+
+    def chat(
+        self,
+        model: str,
+        messages: str | list[dict],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        tools: list[dict] | None = None,
+    ) -> ChatReply:
+        """One answer from the compatible-mode chat API (a base model, or a deployed name)."""
+        params = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "tools": tools,
+        }
+        body = calls.chat_body(model, messages, False, **params)
+        return self._run(self._plan(calls.chat(model, body)))
+
+    def chat_stream(
+        self,
+        model: str,
+        messages: str | list[dict],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> Iterator[str]:
+        """The answer's text as it is generated (pieces, in order)."""
+        call = self._stream_call(
+            model,
+            messages,
+            {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed},
+        )
+        timeout = httpx.Timeout(self.timeout, read=CHAT_TIMEOUT_S)
+        try:
+            with httpx.stream(
+                call.method, self._url(call), json=call.json, headers=self._headers(), timeout=timeout
+            ) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise calls.error_for(r, call.what)
+                for line in r.iter_lines():
+                    piece = calls.stream_delta(line)
+                    if piece:
+                        yield piece
+        except httpx.TransportError as exc:
+            raise calls.unreachable(self.target, exc) from None
 
 
 class AsyncJobClient(_Base):
@@ -150,7 +259,9 @@ class AsyncJobClient(_Base):
             await asyncio.sleep(step.seconds)
             return None
         try:
-            return await http.request(step.method, self._url(step), params=step.params)
+            return await http.request(
+                step.method, self._url(step), params=step.params, json=step.json, timeout=self._timeout(step)
+            )
         except httpx.TransportError as exc:
             return exc
 
@@ -202,6 +313,91 @@ class AsyncJobClient(_Base):
         """Saved checkpoints (local control plane only; None where the API has none)."""
         return await self._run(self._plan(calls.job_checkpoints(job_id)))
 
+    async def rollouts(
+        self, job_id: str, step: int | None = None, kind: str | None = None, limit: int | None = None
+    ) -> RolloutPage | None:
+        """A step's recorded samples with token log-probs (the latest step by default; `kind`: train
+        or validation). Local control plane only; None where the API has none (Bailian's console
+        shows trajectories)."""
+        return await self._run(self._plan(calls.job_rollouts(job_id, step, kind, limit)))
+
     async def models(self) -> list[dict] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return await self._run(self._plan(calls.list_models()))
+
+    # ---- deployments and the chat API (the same calls on Bailian and `opd serve`) ---------------
+    async def deploy(self, model: str, capacity: int = 1, suffix: str | None = None) -> Deployment:
+        """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian."""
+        return await self._run(self._plan(calls.deploy(model, capacity, suffix)))
+
+    async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
+        return await self._run(self._plan(calls.list_deployments(page, size)))
+
+    async def deployment(self, deployed_model: str) -> Deployment:
+        return await self._run(self._plan(calls.get_deployment(deployed_model)))
+
+    async def wait_deployed(
+        self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
+    ) -> Deployment:
+        """Poll until the deployment is RUNNING (FAILED or a timeout: OpdError)."""
+        return await self._run(
+            calls.wait_deployed(deployed_model, self.target, self.retries, poll_s=poll_s, timeout_s=timeout_s)
+        )
+
+    async def scale(self, deployed_model: str, capacity: int) -> Deployment:
+        return await self._run(self._plan(calls.scale_deployment(deployed_model, capacity)))
+
+    async def undeploy(self, deployed_model: str) -> Deployment:
+        return await self._run(self._plan(calls.delete_deployment(deployed_model)))
+
+    async def chat(
+        self,
+        model: str,
+        messages: str | list[dict],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        tools: list[dict] | None = None,
+    ) -> ChatReply:
+        """One answer from the compatible-mode chat API (a base model, or a deployed name)."""
+        params = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "tools": tools,
+        }
+        body = calls.chat_body(model, messages, False, **params)
+        return await self._run(self._plan(calls.chat(model, body)))
+
+    async def chat_stream(
+        self,
+        model: str,
+        messages: str | list[dict],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> AsyncIterator[str]:
+        """The answer's text as it is generated (pieces, in order)."""
+        call = self._stream_call(
+            model,
+            messages,
+            {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "seed": seed},
+        )
+        timeout = httpx.Timeout(self.timeout, read=CHAT_TIMEOUT_S)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, headers=self._headers()) as http:
+                async with http.stream(call.method, self._url(call), json=call.json) as r:
+                    if r.status_code >= 400:
+                        await r.aread()
+                        raise calls.error_for(r, call.what)
+                    async for line in r.aiter_lines():
+                        piece = calls.stream_delta(line)
+                        if piece:
+                            yield piece
+        except httpx.TransportError as exc:
+            raise calls.unreachable(self.target, exc) from None

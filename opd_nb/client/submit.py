@@ -13,7 +13,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -50,17 +52,30 @@ class SubmitResult(ResultMixin, BaseModel):
     workspace: str
     runner: str  # "submit_job.py" or "sdk"
     log_tail: list[str] = []
+    functions: list[dict[str, Any]] = []  # submit_job.py's [{name, type, entity_id, reused, note}]
 
     def __str__(self) -> str:
         status = self.job.status if self.job else "submitted"
-        return f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}"
+        notes = [str(f["note"]) for f in self.functions if f.get("note")]  # reused or registered, and why
+        return "\n".join(
+            [f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}", *notes]
+        )
 
     def _repr_html_(self) -> str:
         status = self.job.status if self.job else "submitted"
+        notes = "".join(
+            f"<br><small>{html.escape(str(f['note']))}</small>" for f in self.functions if f.get("note")
+        )
         return (
             f"<div>submitted <code>{html.escape(self.job_id)}</code> ({html.escape(status)}) to "
-            f"{self.target_kind} <code>{html.escape(self.base_url)}</code></div>"
+            f"{self.target_kind} <code>{html.escape(self.base_url)}</code>{notes}</div>"
         )
+
+
+def _script_flags(sets: Mapping[str, Any] | None, fresh: bool) -> list[str]:
+    """submit_job.py's `--set KEY=JSON` (one per value) and `--fresh`."""
+    flags = [arg for key, value in (sets or {}).items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    return [*flags, "--fresh"] if fresh else flags
 
 
 def submit(
@@ -72,9 +87,15 @@ def submit(
     teacher_model: str | None = None,
     model: str | None = None,
     no_reward: bool = False,
+    fresh: bool = False,
+    sets: Mapping[str, Any] | None = None,
     timeout_s: float = 600.0,
 ) -> SubmitResult:
-    """Register functions, upload data and submit, exactly as the SDK does; returns the job id."""
+    """Register functions, upload data and submit, exactly as the SDK does; returns the job id.
+
+    `sets` (``{"training.hyper_parameters.learning_rate": 2e-6}``) changes config values for this
+    submit only and `fresh` registers the functions again; both need the workspace's submit_job.py.
+    """
     ws = Path(workspace).expanduser().resolve()
     cfg = ws / config
     if not cfg.is_file():
@@ -99,7 +120,13 @@ def submit(
                 cmd += [flag, value]
         if no_reward:
             cmd.append("--no-reward")
+        cmd += _script_flags(sets, fresh)
     else:
+        if fresh or sets:
+            raise OpdError(
+                f"{ws} has no submit_job.py, which --fresh and --set need",
+                fix="copy submit_job.py from a new workspace (`opd new`)",
+            )
         runner = "sdk"
         args = {
             "config": str(cfg),
@@ -114,7 +141,7 @@ def submit(
     except subprocess.TimeoutExpired:
         raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
     tail = (proc.stderr or "").splitlines()[-15:]
-    job_id = None
+    job_id, functions = None, []
     for line in reversed((proc.stdout or "").splitlines()):
         try:
             data = json.loads(line)
@@ -122,6 +149,7 @@ def submit(
             continue
         if isinstance(data, dict):
             job_id = data.get("job_id")
+            functions = data.get("functions") or []
             if not job_id and data.get("message"):
                 tail.append(f"service: [{data.get('code')}] {data.get('message')}")
             break
@@ -140,4 +168,5 @@ def submit(
         workspace=str(ws),
         runner=runner,
         log_tail=tail,
+        functions=functions,
     )

@@ -6,7 +6,9 @@ For each step the engine serves the student at ``http://127.0.0.1:PORT/v1/chat/c
 token. Requests that arrive together are generated in one batched ``generate`` call on the
 engine's own thread (torch stays on one thread). Every completion's token ids are recorded under
 the rollout's token, so training uses exactly the ids the student sampled; the trained tokens are
-the assistant turns of the trajectory the rollout function returns.
+the assistant turns of the trajectory the rollout function returns. Rollout records
+(:mod:`opd_nb.engine.rollouts`) keep each trajectory with its assistant turns' tokens, marking
+which were trained on.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from opd_nb.constants import ZERO_VARIANCE_GROUPS
 from opd_nb.engine.api import EngineError
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -41,6 +44,21 @@ class _GenRequest:
     top_p: float
     max_tokens: int
     future: Future = field(default_factory=Future)
+
+
+@dataclass
+class StepRollouts:
+    """What one round of rollout calls produced, kept for the rollout records (:meth:`Agentic.to_record`)."""
+
+    rows: list  # the rows the calls were made for
+    groups: list[int]  # row index per call
+    ok: list[int]  # calls that returned a trajectory
+    trajs: list[dict]  # their agent_output, parallel to ok
+    errors: dict[int, str]  # call index -> error, for failed calls
+    # per trajectory, per assistant turn: (batch row holding its trained tokens or None, message index,
+    # generated ids cut to fit max_length, generated without EOS)
+    turns: list[list[tuple[int | None, int, list[int], bool]]]
+    rewards: list[dict] | None  # per trajectory: reward_score / reward_metrics / reward_status / reward_error
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
@@ -67,13 +85,63 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
     return content, calls
 
 
+class ChatRequestError(ValueError):
+    """A chat request the endpoint cannot serve; the message is the 400 answer's text."""
+
+
+def chat_inputs(
+    tokenizer: Any, body: Any, max_total: int, *, temperature: float = 1.0, top_p: float = 1.0
+) -> tuple[list[int], float, float, int]:
+    """(prompt ids, temperature, top_p, max_tokens) of an OpenAI chat request; `temperature`/`top_p`
+    are the defaults for a request without them. Raises :class:`ChatRequestError`."""
+    from opd_nb.engine.data import template_ids
+
+    msgs = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(msgs, list) or not msgs:
+        raise ChatRequestError("'messages' must be a non-empty list")
+    try:
+        ids = template_ids(tokenizer, msgs, tools=body.get("tools"), add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - the caller sent messages the template cannot render
+        raise ChatRequestError(f"the chat template failed on these messages: {exc}") from None
+    if len(ids) >= max_total:
+        raise ChatRequestError(f"prompt is {len(ids)} tokens; the context limit (max_length) is {max_total}")
+    try:
+        temperature = float(body["temperature"] if body.get("temperature") is not None else temperature)
+        top_p = float(body["top_p"] if body.get("top_p") is not None else top_p)
+        mt = body.get("max_tokens") or body.get("max_completion_tokens") or max_total
+        max_tokens = max(1, min(int(mt), max_total - len(ids)))
+    except (TypeError, ValueError):
+        raise ChatRequestError("temperature, top_p and max_tokens must be numbers") from None
+    return ids, temperature, top_p, max_tokens
+
+
+def completion_body(model_name: str, n_prompt: int, n_completion: int, text: str, finish: str) -> dict:
+    """An OpenAI ``chat.completion`` for generated `text` (tool calls parsed out of it)."""
+    content, calls = parse_tool_calls(text)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+        finish = "tool_calls" if finish == "stop" else finish
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_completion,
+            "total_tokens": n_prompt + n_completion,
+        },
+    }
+
+
 class _Server:
     """The OpenAI-compatible endpoint; hands generation to the engine thread through a queue."""
 
     def __init__(self, tokenizer: Any, model_name: str, max_total: int):
         import uvicorn
 
-        from opd_nb.engine.data import template_ids
         from opd_nb.function_server import free_port
 
         self.q: queue.Queue[_GenRequest] = queue.Queue()
@@ -100,46 +168,16 @@ class _Server:
                 body = await request.json()
             except ValueError:
                 return err(400, "body is not JSON")
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs:
-                return err(400, "'messages' must be a non-empty list")
-            if body.get("stream"):
+            if isinstance(body, dict) and body.get("stream"):
                 return err(400, "stream=true is not supported by the local student endpoint")
             try:
-                ids = template_ids(tokenizer, msgs, tools=body.get("tools"), add_generation_prompt=True)
-            except Exception as exc:  # noqa: BLE001 - the rollout sent messages the template cannot render
-                return err(400, f"the chat template failed on these messages: {exc}")
-            if len(ids) >= max_total:
-                return err(400, f"prompt is {len(ids)} tokens; the context limit (max_length) is {max_total}")
-            try:
-                temperature = float(
-                    body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0
-                )
-                top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
-                mt = body.get("max_tokens") or body.get("max_completion_tokens") or max_total
-                max_tokens = max(1, min(int(mt), max_total - len(ids)))
-            except (TypeError, ValueError):
-                return err(400, "temperature, top_p and max_tokens must be numbers")
+                ids, temperature, top_p, max_tokens = chat_inputs(tokenizer, body, max_total)
+            except ChatRequestError as exc:
+                return err(400, str(exc))
             req = _GenRequest(token, ids, temperature, top_p, max_tokens)
             self.q.put(req)
             comp_ids, text, finish = await asyncio.wrap_future(req.future)
-            content, calls = parse_tool_calls(text)
-            message: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
-                message["tool_calls"] = calls
-                finish = "tool_calls" if finish == "stop" else finish
-            return {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": self.model_name,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {
-                    "prompt_tokens": len(ids),
-                    "completion_tokens": len(comp_ids),
-                    "total_tokens": len(ids) + len(comp_ids),
-                },
-            }
+            return completion_body(self.model_name, len(ids), len(comp_ids), text, finish)
 
         self.port = free_port()
         self.server = uvicorn.Server(
@@ -165,7 +203,7 @@ class Agentic:
     def __init__(self, run: Any):
         self.run = run
         self.server = _Server(run.tok, "opd-local-student", run.max_total)
-        self.records: dict[str, list[tuple[list[int], list[int]]]] = {}
+        self.records: dict[str, list[tuple[list[int], list[int], bool]]] = {}
         run.log(
             f"agentic mode: student served at {self.server.base_url} for the rollout function "
             f"{run.job.rollout.name!r} ({run.job.rollout.url})"
@@ -192,10 +230,11 @@ class Agentic:
                     r.future.set_exception(exc)
                 continue
             for r, (ids, has_eos) in zip(reqs, outs, strict=True):
+                ended = has_eos and len(ids) <= r.max_tokens  # the EOS survives this request's budget
                 ids = ids[: r.max_tokens]
-                finish = "stop" if has_eos and len(ids) <= r.max_tokens else "length"
-                self.records.setdefault(r.token, []).append((r.prompt_ids, ids))
-                text_ids = ids[:-1] if has_eos else ids
+                finish = "stop" if ended else "length"
+                self.records.setdefault(r.token, []).append((r.prompt_ids, ids, ended))
+                text_ids = ids[:-1] if ended else ids
                 r.future.set_result((ids, self.run.tok.decode(text_ids, skip_special_tokens=True), finish))
 
     def _pump(self, done: threading.Event) -> None:
@@ -249,7 +288,8 @@ class Agentic:
             return await asyncio.gather(*(one(client, p) for p in payloads))
 
     def _rollouts(self, rows: list, n: int, where: str, temperature: float):
-        """Call the rollout function n times per row -> (tokens, groups, ok indices, trajectories, metrics).
+        """Call the rollout function n times per row -> (tokens, groups, ok indices, trajectories, metrics,
+        errors of the failed calls by index).
 
         A failing call is logged and counted; every call failing fails the job with the first error.
         """
@@ -328,11 +368,11 @@ class Agentic:
                 if isinstance(v, int | float):
                     rsum.setdefault(k, []).append(float(v))
         metrics.update({f"trace/rollout_metrics/{k}": sum(v) / len(v) for k, v in rsum.items()})
-        return tokens, groups, ok, trajs, metrics
+        return tokens, groups, ok, trajs, metrics, dict(failed)
 
     def _task_scores(self, rows: list, groups: list[int], ok: list[int], trajs: list[dict], where: str):
-        """(reward metrics, total per trajectory or None): the job's reward functions, else the rollout's own
-        ``reward_score`` when every trajectory carries one."""
+        """(reward metrics, total per trajectory or None, record fields per trajectory or None): the job's
+        reward functions, else the rollout's own ``reward_score`` when every trajectory carries one."""
         from opd_nb.engine import rewards
 
         job = self.run.job
@@ -348,11 +388,15 @@ class Agentic:
                 for i, t in zip(ok, trajs, strict=True)
             ]
             res = rewards.score(job.rewards, samples, job.job_id, where=where, log=self.run.log)
-            return dict(res.metrics), res.totals
+            return dict(res.metrics), res.totals, res.per_sample
         if trajs and all(isinstance(t.get("reward_score"), int | float) for t in trajs):
             totals = [float(t["reward_score"]) for t in trajs]
-            return {"trace/reward/mean": sum(totals) / len(totals)}, totals
-        return {}, None
+            per = [
+                {"reward_score": x, "reward_metrics": {}, "reward_status": "success", "reward_error": None}
+                for x in totals
+            ]
+            return {"trace/reward/mean": sum(totals) / len(totals)}, totals, per
+        return {}, None, None
 
     def validate(self, rows: list, where: str) -> dict[str, float]:
         """One greedy rollout per validation row through the rollout function, as training rollouts run:
@@ -360,7 +404,7 @@ class Agentic:
         the trajectory's last assistant message; a failed rollout counts as wrong)."""
         from opd_nb.engine import task
 
-        _, groups, ok, trajs, _ = self._rollouts(rows, 1, where, temperature=0.0)
+        tokens, groups, ok, trajs, _, errors = self._rollouts(rows, 1, where, temperature=0.0)
         out: dict[str, float] = {}
         last = {
             groups[i]: next(
@@ -373,29 +417,80 @@ class Agentic:
             out["validation/accuracy"] = sum(
                 g in last and task.is_correct(last[g], sol) for g, sol in solved
             ) / len(solved)
-        _, totals = self._task_scores(rows, groups, ok, trajs, where)
+        _, totals, per = self._task_scores(rows, groups, ok, trajs, where)
         good = [x for x in (totals or []) if not math.isnan(x)]
         if good:
             out["validation/data/reward/mean@1"] = sum(good) / len(good)
+        if self.run.recorder.enabled:
+            t0 = time.perf_counter()
+            self._record_validation(StepRollouts(rows, groups, ok, trajs, errors, [], per), tokens, where)
+            out["timing_s/validation_record"] = time.perf_counter() - t0
         return out
 
-    def collect(self, rows: list, n: int, where: str):
-        """Run n rollouts per row; returns (SeqBatch of assistant turns, reward metrics, task advantages)."""
-        from opd_nb.engine import rewards
+    def _record_validation(self, info: StepRollouts, tokens: list[str], where: str) -> None:
+        """Write the validation trajectories, their tokens scored by one no-grad student and teacher pass."""
         from opd_nb.engine.batch import left_pad
+
+        run = self.run
+        try:
+            seqs, masks, _, _, info.turns, _ = self._samples(
+                info.rows, tokens, info.groups, info.ok, info.trajs, where
+            )
+        except EngineError as exc:
+            run.log(f"{where}: the validation rollouts were not recorded: {exc}", "WARNING")
+            return
+        scores = None
+        if seqs:
+            scores = run.score_tokens(
+                left_pad(seqs, masks, [0] * len(seqs), run.tok.pad_token_id, run.device)
+            )
+        run.recorder.write("validation", run.step, self.to_record(info, scores, None, run.step))
+
+    def to_record(self, info: StepRollouts, scores: Any, limit: int | None, step: int) -> list:
+        """:class:`rollouts.Rollout` per call (a fair sample of at most `limit`; None: all), failed ones included."""
+        from opd_nb.engine.rollouts import Rollout, Turn, fair_sample, ranks
+
+        calls = list(range(len(info.groups)))
+        sel = calls if limit is None else fair_sample(info.groups, limit, step)
+        pos = {i: j for j, i in enumerate(info.ok)}
+        rows_needed = [t[0] for i in sel if i in pos for t in info.turns[pos[i]] if t[0] is not None]
+        scored = self.run.turns(scores, rows_needed)
+        rank = ranks(info.groups)
+        out = []
+        for i in sel:
+            g = info.groups[i]
+            j = pos.get(i)
+            if j is None:
+                msgs = info.rows[g].messages
+                out.append(Rollout(g, rank[i], msgs, [], agentic=True, error=info.errors.get(i, "failed")))
+                continue
+            turns, truncated = [], False
+            for row, a, dropped, no_eos in info.turns[j]:
+                base = scored[row] if row is not None else Turn([], [], [])
+                turns.append(Turn(base.ids, base.student, base.teacher, message=a, dropped=dropped))
+                truncated = truncated or bool(dropped) or no_eos
+            reward = info.rewards[j] if info.rewards else None
+            out.append(Rollout(g, rank[i], info.trajs[j]["messages"], turns, truncated, reward, agentic=True))
+        return out
+
+    def _samples(
+        self, rows: list, tokens: list[str], groups: list[int], ok: list[int], trajs: list[dict], where: str
+    ):
+        """Training samples, one per assistant turn, with the ids the student actually generated.
+
+        Returns (sequences, trained masks, owning trajectory per sample, message text per sample, turns per
+        trajectory as in :attr:`StepRollouts.turns`, number of turns not generated through the endpoint).
+        """
         from opd_nb.engine.data import template_ids
 
         run = self.run
-        tokens, groups, ok, trajs, metrics = self._rollouts(rows, n, where, run.plan.temperature)
-        reward_metrics, totals = self._task_scores(rows, groups, ok, trajs, where)
-        metrics.update(reward_metrics)
-        adv = rewards.group_advantages(totals, [groups[i] for i in ok]) if totals is not None else None
-        # training samples: one per assistant turn, with the ids the student actually generated
-        seqs, masks, sgroups, sadv, texts, missing = [], [], [], [], [], 0
+        seqs, masks, owner, texts, turns, missing = [], [], [], [], [], 0
         for j, (i, t) in enumerate(zip(ok, trajs, strict=True)):
             rec = self.records.get(tokens[i], [])
             msgs = t["messages"]
             tools = rows[groups[i]].tools
+            mine: list[tuple[int | None, int, list[int], bool]] = []
+            turns.append(mine)
             for a, m in enumerate(msgs):
                 if m.get("role") != "assistant":
                     continue
@@ -406,22 +501,42 @@ class Agentic:
                         f"{where}: the chat template failed on a trajectory returned by the rollout "
                         f"function: {exc}"
                     ) from exc
-                comp = next((c for p, c in rec if p == ctx), None)
-                if comp is None:
+                hit = next(((c, e) for p, c, e in rec if p == ctx), None)
+                if hit is None:
                     missing += 1
                     full = template_ids(run.tok, msgs[: a + 1], tools=tools)
                     if full[: len(ctx)] != ctx:
                         continue
-                    comp = full[len(ctx) :]
+                    hit = (full[len(ctx) :], True)
+                comp, ended = hit
                 seq = (ctx + comp)[: run.max_total]
                 n_comp = len(seq) - len(ctx)
                 if n_comp <= 0:
+                    mine.append((None, a, comp, not ended))
                     continue
+                mine.append((len(seqs), a, comp[n_comp:], not ended))
                 seqs.append(seq)
                 masks.append([False] * len(ctx) + [True] * n_comp)
-                sgroups.append(groups[i])
-                sadv.append(adv[j] if adv is not None else 0.0)
+                owner.append(j)
                 texts.append(m.get("content") or "")
+        return seqs, masks, owner, texts, turns, missing
+
+    def collect(self, rows: list, n: int, where: str):
+        """Run n rollouts per row; returns (SeqBatch of assistant turns, reward metrics, task advantages,
+        the :class:`StepRollouts` for the records)."""
+        from opd_nb.engine import rewards
+        from opd_nb.engine.batch import left_pad
+
+        run = self.run
+        tokens, groups, ok, trajs, metrics, errors = self._rollouts(rows, n, where, run.plan.temperature)
+        reward_metrics, totals, per = self._task_scores(rows, groups, ok, trajs, where)
+        metrics.update(reward_metrics)
+        adv = None
+        if totals is not None:
+            ok_groups = [groups[i] for i in ok]
+            metrics[ZERO_VARIANCE_GROUPS] = rewards.zero_variance_fraction(totals, ok_groups)
+            adv = rewards.group_advantages(totals, ok_groups)
+        seqs, masks, owner, texts, turns, missing = self._samples(rows, tokens, groups, ok, trajs, where)
         if missing:
             run.log(
                 f"{where}: {missing} assistant turn(s) were not generated through the student endpoint; "
@@ -430,11 +545,13 @@ class Agentic:
             )
         if not seqs:
             raise EngineError(f"{where}: the rollout trajectories contain no assistant turns to train on")
-        b = left_pad(seqs, masks, sgroups, run.tok.pad_token_id, run.device)
+        b = left_pad(seqs, masks, [groups[ok[j]] for j in owner], run.tok.pad_token_id, run.device)
         b.texts = texts
         import torch
 
-        adv_t = torch.tensor(sadv, dtype=torch.float32, device=run.device) if adv is not None else None
-        if adv is not None and any(math.isnan(x) for x in sadv):
-            adv_t = torch.nan_to_num(adv_t)
-        return b, metrics, adv_t
+        adv_t = None
+        if adv is not None:
+            adv_t = torch.nan_to_num(
+                torch.tensor([adv[j] for j in owner], dtype=torch.float32, device=run.device)
+            )
+        return b, metrics, adv_t, StepRollouts(rows, groups, ok, trajs, errors, turns, per)

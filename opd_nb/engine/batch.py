@@ -22,6 +22,9 @@ class SeqBatch:
     texts: list[str] = field(default_factory=list)  # decoded completions (for rewards)
     truncated: torch.Tensor | None = None  # [B] bool: hit the length budget without EOS
     messages: list[list[dict]] = field(default_factory=list)  # full trajectory per sample (for rewards)
+    logprobs: torch.Tensor | None = (
+        None  # [B, window] student log-prob of each generated token (greedy decode)
+    )
 
     @property
     def position_ids(self) -> torch.Tensor:

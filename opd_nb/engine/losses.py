@@ -48,6 +48,40 @@ def token_logprobs(
     return torch.cat(outs)
 
 
+def _lp_ent_chunk(
+    h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = F.linear(h, w, b).float()
+    lse = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, ids[:, None]).squeeze(-1) - lse
+    with torch.no_grad():
+        ls = logits.detach() - lse.detach()[:, None]
+        ent = -(ls.exp() * ls).sum(-1)
+    return lp, ent
+
+
+def token_logprobs_entropy(
+    h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(ids[i] | h[i]), entropy of p(. | h[i]) without gradient) for rows h [N, H], chunked over rows.
+
+    Why together: the entropy diagnostic reuses the logits the log-probs need (no second head pass).
+    """
+    rows = _rows_per_chunk(w.shape[0])
+    if h.shape[0] <= rows:
+        return _lp_ent_chunk(h, w, b, ids)
+    lps, ents = [], []
+    for s in range(0, h.shape[0], rows):
+        args = (h[s : s + rows], w, b, ids[s : s + rows])
+        if torch.is_grad_enabled() and h.requires_grad:
+            lp, ent = checkpoint(_lp_ent_chunk, *args, use_reentrant=False)
+        else:
+            lp, ent = _lp_ent_chunk(*args)
+        lps.append(lp)
+        ents.append(ent)
+    return torch.cat(lps), torch.cat(ents)
+
+
 def _rkl_chunk(
     hs: torch.Tensor,
     ws: torch.Tensor,
@@ -123,3 +157,53 @@ def policy_loss(
         clipfrac = ((l2 > l1).to(lp.dtype) * m).sum() / m.sum().clamp(min=1.0)
         ppo_kl = ((lp_old - lp) * m).sum() / m.sum().clamp(min=1.0)
     return loss, {"actor/pg_clipfrac": float(clipfrac), "actor/ppo_kl": float(ppo_kl)}
+
+
+def _rkl_stats_chunk(
+    hs: torch.Tensor,
+    ws: torch.Tensor,
+    bs: torch.Tensor | None,
+    ht: torch.Tensor,
+    wt: torch.Tensor,
+    bt: torch.Tensor | None,
+    ids: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ls = F.log_softmax(F.linear(hs, ws, bs).float(), dim=-1)
+    ps = ls.exp()
+    with torch.no_grad():
+        lt = F.log_softmax(F.linear(ht, wt, bt).float(), dim=-1)
+    kl = (ps * (ls - lt)).sum(-1)
+    with torch.no_grad():
+        lsd = ls.detach()
+        s_lp = lsd.gather(-1, ids[:, None]).squeeze(-1)
+        t_lp = lt.gather(-1, ids[:, None]).squeeze(-1)
+        ent = -(ps.detach() * lsd).sum(-1)
+    return kl, s_lp, t_lp, ent
+
+
+def reverse_kl_stats(
+    hs: torch.Tensor,
+    ws: torch.Tensor,
+    bs: torch.Tensor | None,
+    ht: torch.Tensor,
+    wt: torch.Tensor,
+    bt: torch.Tensor | None,
+    ids: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`reverse_kl` plus, without gradient, the student's and the teacher's log-prob of the sampled
+    `ids` and the student's entropy, per position: (kl, student_lp, teacher_lp, entropy), each [N].
+
+    Why: the gkd estimator forms both full distributions anyway; the diagnostics and the rollout
+    records read them off instead of running the heads again.
+    """
+    rows = _rows_per_chunk(ws.shape[0])
+    if hs.shape[0] <= rows:
+        return _rkl_stats_chunk(hs, ws, bs, ht, wt, bt, ids)
+    parts = []
+    for s in range(0, hs.shape[0], rows):
+        args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt, ids[s : s + rows])
+        if torch.is_grad_enabled() and hs.requires_grad:
+            parts.append(checkpoint(_rkl_stats_chunk, *args, use_reentrant=False))
+        else:
+            parts.append(_rkl_stats_chunk(*args))
+    return tuple(torch.cat(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]

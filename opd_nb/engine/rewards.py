@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from opd_nb import reward_metrics
 from opd_nb.engine.api import EngineError, RewardEndpoint
 
 
@@ -33,6 +34,9 @@ class RewardResult:
     totals: list[float]  # weighted sum over components per sample; NaN where a call failed
     metrics: dict[str, float] = field(default_factory=dict)  # trace/reward_metrics/<key>, failure rate, mean
     failures: list[str] = field(default_factory=list)
+    # per sample, for rollout records: reward_score (None if a call failed), reward_metrics, reward_status,
+    # reward_error (the first component's error)
+    per_sample: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _error_text(resp: httpx.Response) -> str:
@@ -82,11 +86,12 @@ def _agent_output(s: Sample) -> dict:
 
 async def _score_endpoint(
     client: httpx.AsyncClient, ep: RewardEndpoint, samples: list[Sample], job_id: str
-) -> tuple[list[float], list[dict | None], list[str]]:
+) -> tuple[list[float], list[dict | None], list[str | None]]:
+    """(score, reward_metrics, error) per sample; NaN score where the call failed."""
     sem = asyncio.Semaphore(max(1, ep.concurrency))
     scores = [math.nan] * len(samples)
     rmetrics: list[dict | None] = [None] * len(samples)
-    errors: list[str] = []
+    errors: list[str | None] = [None] * len(samples)
     if ep.kind == "group_reward":
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(samples):
@@ -108,14 +113,15 @@ async def _score_endpoint(
             if err is None and (not isinstance(rewards, list) or len(rewards) != len(idx)):
                 err = f"group reward returned {0 if not isinstance(rewards, list) else len(rewards)} rewards for {len(idx)} outputs"
             if err is not None:
-                errors.extend([err] * len(idx))
+                for i in idx:
+                    errors[i] = err
                 continue
             for i, r in zip(idx, rewards, strict=True):
                 try:
                     scores[i] = float(r["reward_score"])
                     rmetrics[i] = r.get("reward_metrics") or None
                 except (KeyError, TypeError, ValueError):
-                    errors.append(f"group reward entry has no numeric reward_score: {str(r)[:200]}")
+                    errors[i] = f"group reward entry has no numeric reward_score: {str(r)[:200]}"
         return scores, rmetrics, errors
     payloads = [
         {
@@ -136,7 +142,7 @@ async def _score_endpoint(
                 continue
             except (KeyError, TypeError, ValueError):
                 err = f"reply has no numeric reward.reward_score: {str(body)[:200]}"
-        errors.append(err)
+        errors[i] = err
     return scores, rmetrics, errors
 
 
@@ -156,7 +162,11 @@ def score(
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     failures: list[str] = []
-    for ep, (scores, rmetrics, errors) in zip(endpoints, per_ep, strict=True):
+    per_sample: list[dict[str, Any]] = [
+        {"reward_metrics": {}, "reward_status": "success", "reward_error": None} for _ in samples
+    ]
+    for ep, (scores, rmetrics, errs) in zip(endpoints, per_ep, strict=True):
+        errors = [e for e in errs if e is not None]
         n_calls = len({s.group for s in samples}) if ep.kind == "group_reward" else len(samples)
         n_failed = sum(1 for x in scores if math.isnan(x))
         calls += len(samples)
@@ -171,8 +181,11 @@ def score(
                 f"reward function {ep.name!r} failed every call ({n_calls}) in {where}: {errors[0] if errors else 'no score'}. "
                 "Fix the reward code (run its tests with `opd test`) and resubmit"
             )
-        for i, (sc, rm) in enumerate(zip(scores, rmetrics, strict=True)):
+        for i, (sc, rm, e) in enumerate(zip(scores, rmetrics, errs, strict=True)):
             totals[i] += ep.weight * sc  # NaN propagates: a failed component voids the sample's task signal
+            _note(per_sample[i], ep, sc, rm, e, several=len(endpoints) > 1)
+            if log is not None:
+                reward_metrics.warn_once(job_id, rm, log)  # not silently dropped from the curves
             for k, v in (rm or {}).items():
                 try:
                     sums[k] = sums.get(k, 0.0) + float(v)
@@ -184,7 +197,39 @@ def score(
     ok = [t for t in totals if not math.isnan(t)]
     if ok:
         metrics["trace/reward/mean"] = sum(ok) / len(ok)
-    return RewardResult(totals=totals, metrics=metrics, failures=failures)
+    for info, t in zip(per_sample, totals, strict=True):
+        info["reward_score"] = None if math.isnan(t) else t
+    return RewardResult(totals=totals, metrics=metrics, failures=failures, per_sample=per_sample)
+
+
+def _note(
+    info: dict[str, Any], ep: RewardEndpoint, score: float, rm: dict | None, err: str | None, several: bool
+):
+    """Fold one component's result for one sample into its record (metrics merged; with several components,
+    each component's own score under ``reward_components``)."""
+    info["reward_metrics"].update(rm or {})
+    if several:
+        info.setdefault("reward_components", {})[ep.name] = None if math.isnan(score) else score
+    if math.isnan(score):
+        info["reward_status"] = "failed"
+        if info["reward_error"] is None:
+            info["reward_error"] = f"{ep.name}: {err or 'no score'}"
+
+
+def zero_variance_fraction(totals: list[float], groups: list[int]) -> float:
+    """Share of groups whose scored samples all got the same reward (their group advantage is 0).
+
+    A group with fewer than two scored samples counts as zero-variance: it carries no task signal either.
+    """
+    by: dict[int, list[float]] = {}
+    for t, g in zip(totals, groups, strict=True):
+        by.setdefault(g, [])
+        if not math.isnan(t):
+            by[g].append(t)
+    if not by:
+        return 0.0
+    flat = sum(1 for v in by.values() if len(v) < 2 or max(v) == min(v))
+    return flat / len(by)
 
 
 def group_advantages(totals: list[float], groups: list[int], eps: float = 1e-4) -> list[float]:

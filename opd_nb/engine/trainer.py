@@ -12,6 +12,11 @@ sampled tokens, discount 0, GSPO-token clipped policy loss. ``gkd`` (local): exa
 the full vocabulary, computed in chunks. A task reward adds a group-normalised advantage.
 The local meaning of the cloud's hyper-parameters is in :mod:`opd_nb.engine.hparams`.
 
+Each step also records a fair sample of its rollouts, and each evaluation every validation answer,
+with per-token student/teacher log-probs taken from the tensors the step already has
+(:mod:`opd_nb.engine.rollouts`), and reports ``actor/entropy``, ``trace/distillation/teacher_kl``
+and, with a reward, ``trace/reward/zero_variance_groups``.
+
 Speed: Llama-family models (Qwen3, Qwen2, Llama) run through :mod:`opd_nb.engine.lean`, the same
 function with fused projections and a preallocated KV cache; others through ``transformers``. The
 prompts' shared prefix runs once (:mod:`opd_nb.engine.batch`), and the process keeps freed memory
@@ -26,14 +31,37 @@ import random
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opd_nb.constants import ENTROPY, TEACHER_KL, ZERO_VARIANCE_GROUPS
 from opd_nb.engine import hparams as hp_mod
 from opd_nb.engine.api import EngineError, EngineEvents, EngineJob, EngineResult
 
 METRICS_FILE = "metrics.jsonl"
 STATE_FILE = "trainer_state.pt"
+
+
+@dataclass
+class TokenScores:
+    """Per-token view of a batch's last ``window`` columns, [B, W] tensors (what rollout records read)."""
+
+    ids: Any  # token ids
+    mask: Any  # bool: a trained (student-generated) token
+    valid: Any  # bool: scored by the teacher (inside opd_teacher_max_model_len)
+    student: Any  # student log-prob of the token under the sampling policy
+    teacher: Any  # teacher log-prob of the token
+
+
+def _put(dst: Any, idx: Any, mask: Any, vals: Any, whole: bool) -> None:
+    """dst[idx][mask] = vals (`whole`: idx is every row in order, so no gather/scatter of rows)."""
+    if whole:
+        dst[mask] = vals
+        return
+    blk = dst[idx]
+    blk[mask] = vals
+    dst[idx] = blk
 
 
 class ListEvents:
@@ -174,6 +202,11 @@ class _Run:
         torch.manual_seed(job.seed)
         if job.resume_from:
             self._load_state(Path(job.resume_from))
+        from opd_nb.engine.rollouts import Recorder
+
+        self.recorder = Recorder(self.out, self.tok, self.log)
+        if self.recorder.enabled:
+            self.recorder.start(self.step)
 
     # ---- plumbing -------------------------------------------------------------------------------
     def log(self, message: str, level: str = "INFO") -> None:
@@ -191,8 +224,19 @@ class _Run:
         return self.torch.randperm(len(self.train_rows), generator=g).tolist()
 
     # ---- generation -----------------------------------------------------------------------------
-    def _generate(self, prompt_ids: list[list[int]], *, temperature: float, top_p: float, max_new: int):
-        """One batched generate call (KV cache) -> (sequences [B, P+C], prompt attention [B, P], P, eos mask)."""
+    def _generate(
+        self,
+        prompt_ids: list[list[int]],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new: int,
+        lps: list | None = None,
+    ):
+        """One batched generate call (KV cache) -> (sequences [B, P+C], prompt attention [B, P], P, eos mask).
+
+        `lps` (greedy only): filled with each decode step's log-prob of the chosen token, [B] per step.
+        """
         torch = self.torch
         pad = self.tok.pad_token_id
         P = max(len(x) for x in prompt_ids)
@@ -205,7 +249,9 @@ class _Run:
         greedy = temperature <= 0
         was_training = self.student.training
         self.student.eval()
-        out = self._sample(ids, att, max(1, min(max_new, self.max_total - P)), temperature, top_p, greedy)
+        out = self._sample(
+            ids, att, max(1, min(max_new, self.max_total - P)), temperature, top_p, greedy, lps
+        )
         if was_training:
             self.student.train()
         comp = out[:, P:]
@@ -215,7 +261,7 @@ class _Run:
         before = (is_eos.cumsum(-1) - is_eos.long()) == 0  # tokens up to and including the first EOS
         return out, att, P, before, is_eos.any(-1)
 
-    def _sample(self, ids, att, max_new: int, temperature: float, top_p: float, greedy: bool):
+    def _sample(self, ids, att, max_new: int, temperature: float, top_p: float, greedy: bool, lps=None):
         """A lean decode loop (KV cache, one forward per token, stops when every row has ended).
 
         Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
@@ -230,6 +276,10 @@ class _Run:
         B = ids.shape[0]
 
         def pick(logits):
+            if greedy and lps is not None:  # the chosen token's log-prob comes with the argmax
+                top, arg = logits.max(-1)
+                lps.append(top - logits.logsumexp(-1))
+                return arg
             if greedy:
                 return logits.argmax(-1)
             probs = torch.softmax(logits / temperature, -1)
@@ -295,16 +345,23 @@ class _Run:
         lens = before.sum(-1).tolist()
         return [(out[j, P : P + lens[j]].tolist(), bool(has_eos[j])) for j in range(len(prompt_ids))]
 
-    def generate(self, prompt_ids: list[list[int]], groups: list[int], *, greedy: bool):
-        """Native rollouts as a SeqBatch; completions are marked up to and including EOS."""
+    def generate(
+        self, prompt_ids: list[list[int]], groups: list[int], *, greedy: bool, logprobs: bool = False
+    ):
+        """Native rollouts as a SeqBatch; completions are marked up to and including EOS.
+
+        `logprobs` (greedy): keep the student's log-prob of each chosen token (``SeqBatch.logprobs``).
+        """
         from opd_nb.engine.batch import SeqBatch
 
         torch = self.torch
+        lps: list | None = [] if greedy and logprobs else None
         out, att, P, before, has_eos = self._generate(
             prompt_ids,
             temperature=0.0 if greedy else self.plan.temperature,
             top_p=1.0,
             max_new=self.max_total,
+            lps=lps,
         )
         tmask = torch.zeros_like(out, dtype=torch.bool)
         tmask[:, P:] = before
@@ -315,7 +372,10 @@ class _Run:
             [comp[j, : lengths[j] - (1 if has_eos[j] else 0)].tolist() for j in range(len(prompt_ids))],
             skip_special_tokens=True,
         )
-        return SeqBatch(out, att_full, tmask, torch.tensor(groups, device=self.device), texts, ~has_eos)
+        b = SeqBatch(out, att_full, tmask, torch.tensor(groups, device=self.device), texts, ~has_eos)
+        if lps:
+            b.logprobs = torch.stack(lps, 1)  # [B, C]: the completion columns, which are the window
+        return b
 
     def hidden(self, lean_model, model, b, window: int):
         """Final hidden states predicting the last `window` tokens, through the lean forward where it applies."""
@@ -328,12 +388,16 @@ class _Run:
         )
 
     # ---- teacher --------------------------------------------------------------------------------
-    def teacher_score(self, b, window: int):
-        """Teacher log-probs of the trained tokens ([B, W]) or, for gkd, its hidden states ([B, W, H])."""
+    def teacher_score(self, b, window: int, logprobs: bool | None = None):
+        """Teacher log-probs of the window's tokens ([B, W]) or, for gkd, its hidden states ([B, W, H]).
+
+        ``logprobs=True`` asks for log-probs whatever the estimator (validation records).
+        """
         from opd_nb.engine import losses
         from opd_nb.engine.batch import targets_window
 
         torch = self.torch
+        want_lp = self.plan.estimator != "gkd" if logprobs is None else logprobs
         L = b.input_ids.shape[1]
         rows = max(1, self.plan.teacher_max_num_batched_tokens // L)
         w, bias = losses.head_params(self.teacher)
@@ -342,7 +406,7 @@ class _Run:
             for s in range(0, len(b), rows):
                 sub = b if rows >= len(b) else b.select(list(range(s, min(len(b), s + rows))))
                 h = self.hidden(self.t_lean, self.teacher, sub, window)
-                if self.plan.estimator == "gkd":
+                if not want_lp:
                     parts.append(h)
                 else:
                     ids, _, _ = targets_window(sub, window)
@@ -351,92 +415,163 @@ class _Run:
         return torch.cat(parts)
 
     # ---- one step -------------------------------------------------------------------------------
-    def student_logprobs(self, b, window: int, need_logprobs: bool = True):
-        """(final hidden states, log-probs of the window's tokens or None when not needed)."""
+    def student_logprobs(self, b, window: int, need_logprobs: bool = True, entropy: bool = False):
+        """(final hidden states, log-probs of the window's tokens or None, entropies or None), [B, W(, H)].
+
+        ``entropy``: also the full-vocabulary entropy at each position, from the same logits.
+        """
         from opd_nb.engine import losses
         from opd_nb.engine.batch import targets_window
 
         h = self.hidden(self.s_lean, self.student, b, window)
         if not need_logprobs:
-            return h, None
+            return h, None, None
         ids, _, _ = targets_window(b, window)
         w, bias = losses.head_params(self.student)
-        return h, losses.token_logprobs(h.reshape(-1, h.shape[-1]), w, bias, ids.reshape(-1)).view(ids.shape)
+        flat_h, flat_ids = h.reshape(-1, h.shape[-1]), ids.reshape(-1)
+        if entropy:
+            lp, ent = losses.token_logprobs_entropy(flat_h, w, bias, flat_ids)
+            return h, lp.view(ids.shape), ent.view(ids.shape)
+        return h, losses.token_logprobs(flat_h, w, bias, flat_ids).view(ids.shape), None
 
-    def update(self, b, t_vals, adv_task, window: int, metrics: dict[str, Any]) -> None:
-        """Optimizer updates over mini-batches of the step's sequences."""
+    def score_tokens(self, b) -> TokenScores:
+        """No-grad student and teacher log-probs of a batch's tokens (validation answers): the student's from
+        the greedy decode when it kept them, else one student pass; one teacher pass."""
+        from opd_nb.engine.batch import targets_window
+
+        window = b.window
+        ids, tm, pos = targets_window(b, window)
+        if b.logprobs is not None and b.logprobs.shape[1] == window:
+            s_lp = b.logprobs
+        else:
+            with self.torch.inference_mode():
+                _, s_lp, _ = self.student_logprobs(b, window)
+        t_lp = self.teacher_score(b, window, logprobs=True)
+        return TokenScores(ids, tm, tm & (pos < self.plan.teacher_max_model_len), s_lp, t_lp)
+
+    def _old_logprobs(self, b, window: int):
+        """The sampling policy's log-probs and entropies, frozen before several updates make the rest off-policy."""
+        torch = self.torch
+        mb = self.plan.ppo_mini_batch_size
+        with torch.no_grad():
+            parts = [
+                self.student_logprobs(b.select(list(range(s, min(len(b), s + mb)))), window, entropy=True)
+                for s in range(0, len(b), mb)
+            ]
+        return torch.cat([x[1] for x in parts]), torch.cat([x[2] for x in parts])
+
+    def _pg_loss(self, lp, lp_o, t_lp, v, tm, at):
+        """pg_opd: GSPO/GRPO loss on A = -clamp(k1) (+ task advantage) -> (loss, extra, sum of clamped k1)."""
         from opd_nb.engine import losses
+
+        p = self.plan
+        k1 = (lp_o - t_lp).clamp(-p.kl_clamp, p.kl_clamp)
+        adv = -k1 * v
+        if at is not None:
+            adv = adv + at
+        loss, extra = losses.policy_loss(
+            lp,
+            lp_o,
+            adv.detach(),
+            tm if at is not None else v,
+            kind=p.policy_loss,
+            clip_low=p.clip_low,
+            clip_high=p.clip_high,
+        )
+        return loss, extra, float((k1 * v).sum())
+
+    def _gkd_loss(self, h, t_h, ids, tm, v, lp, lp_o, at):
+        """gkd: exact reverse KL on the teacher-scored tokens (+ the task PG loss) -> (loss, extra, KL sum,
+        (student lp, teacher lp, entropy) at the trained tokens).
+
+        The KL runs over every trained token (the records want the student's log-prob there too); the
+        loss counts only the teacher-scored ones.
+        """
+        from opd_nb.engine import losses
+
+        p = self.plan
+        ws, bs = losses.head_params(self.student)
+        wt, bt = losses.head_params(self.teacher)
+        rkl, s_lp, t_lp, ent = losses.reverse_kl_stats(h[tm], ws, bs, t_h[tm], wt, bt, ids[tm])
+        rkl = rkl * v[tm].to(rkl.dtype)
+        loss = rkl.sum() / v.sum().clamp(min=1)
+        extra: dict[str, float] = {}
+        if at is not None:
+            pg, extra = losses.policy_loss(
+                lp, lp_o, at.detach(), tm, kind=p.policy_loss, clip_low=p.clip_low, clip_high=p.clip_high
+            )
+            loss = loss + pg
+        return loss, extra, float(rkl.detach().sum()), (s_lp, t_lp, ent)
+
+    def _diagnostics(self, metrics: dict[str, Any], s: TokenScores, ent) -> None:
+        """Entropy of the sampling policy at its trained tokens, and the k1 estimate of KL(student || teacher)."""
+        torch = self.torch
+        n_gen = float(s.mask.sum())
+        metrics["trace/distillation/valid_token_rate"] = float(s.valid.sum()) / max(1.0, n_gen)
+        metrics[ENTROPY] = float(torch.where(s.mask, ent, 0.0).sum()) / max(1.0, n_gen)
+        kl = torch.where(s.valid, s.student - s.teacher, 0.0).sum() / s.valid.sum().clamp(min=1)
+        metrics[TEACHER_KL] = float(kl)
+
+    def update(self, b, t_vals, adv_task, window: int, metrics: dict[str, Any]) -> TokenScores:
+        """Optimizer updates over mini-batches of the step's sequences.
+
+        Returns the sampled tokens' log-probs under the sampling policy and the teacher, as the
+        update computed them (the diagnostics and the rollout records read these; no extra passes).
+        With several gkd updates per step, later mini-batches' student log-probs are those the
+        policy had at that update.
+        """
         from opd_nb.engine.batch import targets_window
 
         torch = self.torch
         p = self.plan
-        _, tmask, pos = targets_window(b, window)
+        ids_w, tmask, pos = targets_window(b, window)
         valid = tmask & (pos < p.teacher_max_model_len)
         has_task = adv_task is not None
+        gkd = p.estimator == "gkd"
         order = torch.randperm(len(b)).tolist()
         mbs = [order[i : i + p.ppo_mini_batch_size] for i in range(0, len(b), p.ppo_mini_batch_size)]
-        need_lp = p.estimator == "pg_opd" or has_task
-        lp_old = None
+        need_lp = not gkd or has_task
+        lp_old = ent_old = None
         if (
             len(mbs) > 1 and need_lp
         ):  # later updates are off-policy: freeze the sampling policy's log-probs first
-            with torch.no_grad():
-                lp_old = torch.cat(
-                    [
-                        self.student_logprobs(
-                            b.select(list(range(s, min(len(b), s + p.ppo_mini_batch_size)))), window
-                        )[1]
-                        for s in range(0, len(b), p.ppo_mini_batch_size)
-                    ]
-                )
+            lp_old, ent_old = self._old_logprobs(b, window)
+        zeros = torch.zeros(tmask.shape, device=tmask.device)
+        s_rec = lp_old if lp_old is not None else zeros
+        ent_rec = ent_old if ent_old is not None else zeros.clone()
+        t_rec = zeros.clone() if gkd else t_vals
         d_sum = d_cnt = 0.0
         norms, clipfracs, ppo_kls = [], [], []
         for mb in mbs:
-            if len(mbs) == 1:  # one update per step: the whole batch in its own order (no copy)
+            one = len(mbs) == 1
+            if one:  # one update per step: the whole batch in its own order (no copy)
                 mb = list(range(len(b)))
-            sub = b if len(mbs) == 1 else b.select(mb)
+            sub = b if one else b.select(mb)
             idx = torch.tensor(mb, device=b.input_ids.device)
             # gkd without a task reward needs no sampled-token log-probs (the KL uses full distributions)
-            h, lp = self.student_logprobs(sub, window, need_logprobs=need_lp)
+            h, lp, ent = self.student_logprobs(
+                sub, window, need_logprobs=need_lp, entropy=not gkd and ent_old is None
+            )
             lp_o = None if lp is None else (lp.detach() if lp_old is None else lp_old[idx])
             v = valid[idx]
             tm = tmask[idx]
             at = adv_task[idx][:, None].expand_as(tm).to(h.dtype) * tm if has_task else None
-            if p.estimator == "pg_opd":
-                k1 = (lp_o - t_vals[idx]).clamp(-p.kl_clamp, p.kl_clamp)
-                adv = -k1 * v
-                if at is not None:
-                    adv = adv + at
-                loss, extra = losses.policy_loss(
-                    lp,
-                    lp_o,
-                    adv.detach(),
-                    tm if has_task else v,
-                    kind=p.policy_loss,
-                    clip_low=p.clip_low,
-                    clip_high=p.clip_high,
-                )
-                d_sum += float((k1 * v).sum())
-                d_cnt += float(v.sum())
+            if not gkd:
+                if lp_old is None:  # one update: this pass is the sampling policy's
+                    s_rec, ent_rec = lp_o, ent
+                loss, extra, k1_sum = self._pg_loss(lp, lp_o, t_vals[idx], v, tm, at)
+                d_sum += k1_sum
             else:
-                ws, bs = losses.head_params(self.student)
-                wt, bt = losses.head_params(self.teacher)
-                rkl = losses.reverse_kl(h[v], ws, bs, t_vals[idx][v], wt, bt)
-                loss = rkl.sum() / v.sum().clamp(min=1)
-                d_sum += float(rkl.detach().sum())
-                d_cnt += float(v.sum())
-                extra = {}
-                if at is not None:
-                    pg, extra = losses.policy_loss(
-                        lp,
-                        lp_o,
-                        at.detach(),
-                        tm,
-                        kind=p.policy_loss,
-                        clip_low=p.clip_low,
-                        clip_high=p.clip_high,
-                    )
-                    loss = loss + pg
+                loss, extra, kl_sum, (s_lp, t_lp, ent_t) = self._gkd_loss(
+                    h, t_vals[idx], ids_w[idx], tm, v, lp, lp_o, at
+                )
+                d_sum += kl_sum
+                _put(t_rec, idx, tm, t_lp, one)
+                if lp_old is None:
+                    _put(s_rec, idx, tm, s_lp, one)
+                if ent_old is None:
+                    _put(ent_rec, idx, tm, ent_t, one)
+            d_cnt += float(v.sum())
             if not torch.isfinite(loss):
                 raise EngineError(
                     f"the loss became {float(loss)} at step {self.step}; lower the learning rate"
@@ -450,11 +585,12 @@ class _Run:
                 ppo_kls.append(extra["actor/ppo_kl"])
         metrics["actor/distillation/loss"] = d_sum / max(1.0, d_cnt)
         metrics["actor/grad_norm"] = sum(norms) / len(norms)
-        n_gen = float(tmask.sum())
-        metrics["trace/distillation/valid_token_rate"] = float(valid.sum()) / max(1.0, n_gen)
         if clipfracs:
             metrics["actor/pg_clipfrac"] = sum(clipfracs) / len(clipfracs)
             metrics["actor/ppo_kl"] = sum(ppo_kls) / len(ppo_kls)
+        scores = TokenScores(ids_w, tmask, valid, s_rec, t_rec)
+        self._diagnostics(metrics, scores, ent_rec)
+        return scores
 
     def rollout(self, rows):
         """Native or agentic rollouts for `rows` (n_rollouts each)."""
@@ -492,8 +628,9 @@ class _Run:
         where = f"step {self.step + 1}"
         metrics: dict[str, Any] = {}
         adv_task = None
+        traj = res = None
         if self.agentic is not None:
-            b, m, adv_task = self.agentic.collect(rows, self.plan.n_rollouts, where)
+            b, m, adv_task, traj = self.agentic.collect(rows, self.plan.n_rollouts, where)
             metrics.update(m)
         else:
             b = self.rollout(rows)
@@ -501,16 +638,26 @@ class _Run:
         if self.job.rewards and self.agentic is None:
             res = self.reward(rows, b, where)
             metrics.update(res.metrics)
-            adv = rewards.group_advantages(res.totals, b.group.tolist())
+            groups = b.group.tolist()
+            metrics[ZERO_VARIANCE_GROUPS] = rewards.zero_variance_fraction(res.totals, groups)
+            adv = rewards.group_advantages(res.totals, groups)
             adv_task = torch.tensor(adv, dtype=torch.float32, device=self.device)
         t2 = time.perf_counter()
         window = b.window
         t_vals = self.teacher_score(b, window)
         t3 = time.perf_counter()
         metrics["actor/lr"] = self.sched.get_last_lr()[0]
-        self.update(b, t_vals, adv_task, window, metrics)
+        scores = self.update(b, t_vals, adv_task, window, metrics)
         self.sched.step()
         t4 = time.perf_counter()
+        if self.recorder.enabled:
+            if traj is not None:
+                recs = self.agentic.to_record(traj, scores, self.recorder.per_step, self.step + 1)
+            else:
+                per = res.per_sample if res is not None else None
+                recs = self.native_rollouts(rows, b, scores, per, limit=self.recorder.per_step)
+            self.recorder.write("train", self.step + 1, recs)
+        t5 = time.perf_counter()
         resp = b.target_mask.sum(-1).float()
         metrics["response_length/mean"] = float(resp.mean())
         if b.truncated is not None:
@@ -519,9 +666,52 @@ class _Run:
         metrics["timing_s/reward"] = t2 - t1
         metrics["timing_s/teacher"] = t3 - t2
         metrics["timing_s/update"] = t4 - t3
-        metrics["timing_s/step"] = t4 - t0
-        metrics["perf/tokens_per_s"] = float(b.attention_mask.sum()) / max(1e-9, t4 - t0)
+        metrics["timing_s/record"] = t5 - t4
+        metrics["timing_s/step"] = t5 - t0
+        metrics["perf/tokens_per_s"] = float(b.attention_mask.sum()) / max(1e-9, t5 - t0)
         return metrics
+
+    # ---- rollout records ------------------------------------------------------------------------
+    def turns(self, scores: TokenScores, rows: list[int]) -> dict[int, Any]:
+        """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows`."""
+        from opd_nb.engine.rollouts import Turn
+
+        if not rows:
+            return {}
+        idx = self.torch.tensor(rows, device=scores.ids.device)
+        cols = [
+            x[idx].tolist() for x in (scores.ids, scores.mask, scores.valid, scores.student, scores.teacher)
+        ]
+        out = {}
+        for r, ids, tm, va, s, t in zip(rows, *cols, strict=True):
+            keep = [j for j, m in enumerate(tm) if m]
+            out[r] = Turn(
+                ids=[ids[j] for j in keep],
+                student=[s[j] for j in keep],
+                teacher=[t[j] if va[j] else None for j in keep],
+            )
+        return out
+
+    def native_rollouts(self, rows, b, scores: TokenScores, per: list | None, limit: int | None) -> list:
+        """Records of native rollouts: a fair sample of at most `limit` (None: all), in batch order of groups."""
+        from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
+
+        groups = b.group.tolist()
+        sel = list(range(len(groups))) if limit is None else fair_sample(groups, limit, self.step + 1)
+        turns = self.turns(scores, sel)
+        rank = ranks(groups)
+        trunc = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
+        return [
+            Rollout(
+                group=groups[j],
+                sample=rank[j],
+                messages=rows[groups[j]].messages,
+                turns=[turns[j]],
+                truncated=bool(trunc[j]),
+                reward=per[j] if per else None,
+            )
+            for j in sel
+        ]
 
     # ---- evaluation -----------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
@@ -537,9 +727,15 @@ class _Run:
         texts: list[str] = []
         chunk = 512
         batches = []
+        per = None
         for s in range(0, len(rows), chunk):
             part = rows[s : s + chunk]
-            b = self.generate([r.prompt_ids for r in part], list(range(s, s + len(part))), greedy=True)
+            b = self.generate(
+                [r.prompt_ids for r in part],
+                list(range(s, s + len(part))),
+                greedy=True,
+                logprobs=self.recorder.enabled,
+            )
             texts.extend(t if not b.truncated[j] else "\x00" for j, t in enumerate(b.texts))
             batches.append(b)
         solved = [(t, r.solution) for t, r in zip(texts, rows, strict=True) if isinstance(r.solution, str)]
@@ -568,6 +764,15 @@ class _Run:
             ok = [x for x in res.totals if not math.isnan(x)]
             if ok:
                 out["validation/data/reward/mean@1"] = sum(ok) / len(ok)
+            per = res.per_sample
+        if self.recorder.enabled:
+            t0 = time.perf_counter()
+            recs = []
+            for s, b in zip(range(0, len(rows), chunk), batches, strict=True):
+                part = per[s : s + len(b)] if per else None
+                recs.extend(self.native_rollouts(rows, b, self.score_tokens(b), part, limit=None))
+            self.recorder.write("validation", self.step, recs)
+            out["timing_s/validation_record"] = time.perf_counter() - t0
         return out
 
     # ---- checkpoints ----------------------------------------------------------------------------
@@ -678,6 +883,7 @@ class _Run:
         try:
             return self._loop()
         finally:
+            self.recorder.close()
             if self.agentic is not None:
                 self.agentic.close()
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opd_nb.client.rollout_results import CLOUD_NOTE, best_and_worst
 from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.health import best_checkpoint, eval_steps_of, job_alerts
 
@@ -58,6 +59,10 @@ class JobState:
     cancel_requested: bool = False
     first_seen: float = field(default_factory=time.monotonic)
     final: bool = False
+    rollouts: list[dict] = field(default_factory=list)  # the latest recorded step's samples
+    rollouts_step: int | None = None
+    rollouts_available: bool | None = None  # False: the control plane has no rollouts endpoint
+    rollouts_key: Any = None  # the metric step they were fetched at (refetch when it moves)
 
     @property
     def terminal(self) -> bool:
@@ -131,13 +136,24 @@ def _best_view(st: JobState) -> dict[str, Any] | None:
     return {"name": get(c, "name"), "step": get(c, "step"), "path": get(c, "path"), "reason": best.reason}
 
 
+def samples_view(st: JobState) -> dict[str, Any] | None:
+    """The latest step's best and worst sample (indices into ``records``), or the cloud's note."""
+    if st.rollouts_available is False:
+        return {"note": CLOUD_NOTE, "records": [], "step": None}
+    pair = best_and_worst(st.rollouts)
+    if pair is None:
+        return None
+    return {"note": None, "step": st.rollouts_step, "records": st.rollouts, "best": pair[0], "worst": pair[1]}
+
+
 def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
-    """The plain snapshot of one job: status, progress, alerts, checkpoints, logs, events."""
+    """The plain snapshot of one job: status, progress, alerts, checkpoints, samples, logs, events."""
     alerts = job_alerts(
         st.metrics,
         status=st.status,
         job_id=st.job_id,
         eval_steps=eval_steps_of(get(st.job, "hyper_parameters")),
+        records=st.rollouts,
     )
     return {
         "status": st.status,
@@ -150,6 +166,8 @@ def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
         "checkpoints": [_checkpoint_view(c) for c in st.checkpoints],
         "best_checkpoint": _best_view(st),
         "finetuned_output": get(st.job, "finetuned_output"),
+        "samples": samples_view(st),
+        "functions": list(get(st.job, "functions") or []),  # [{name, type, entity_id}] (local control plane)
         "log_tail": list(st.logs)[-log_tail:],
         "events": list(st.events)[-10:],
         "error": st.error,

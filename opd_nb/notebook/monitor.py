@@ -14,7 +14,8 @@ Design (see notebook-anchors.md §6 for the complaints this avoids):
 
 The health rules and the best-checkpoint rule are ``opd_nb.health`` (``opd watch`` prints the same
 alerts); the per-job snapshot is ``job_state``, its HTML ``monitor_html``, the widgets
-``monitor_widgets``.
+``monitor_widgets``. The samples panel shows the latest recorded step's best and worst sample and
+the ``%opd rollouts`` line that opens the full viewer.
 """
 
 from __future__ import annotations
@@ -108,6 +109,22 @@ class JobMonitor:
         nxt = get(page, "next_offset")
         st.log_offset = int(nxt) if nxt is not None else st.log_offset + len(lines)
 
+    def _fetch_samples(self, st: JobState) -> None:
+        """The latest step's recorded samples, fetched again only when a new step has metrics."""
+        if st.rollouts_available is False:  # no such endpoint here (Bailian): asking again will not help
+            return
+        key = (st.metrics[-1].get("step") if st.metrics else None, st.terminal)
+        if key == st.rollouts_key:
+            return
+        page = self._call(st, self.client.rollouts, st.job_id)
+        if page is _NO_ANSWER:
+            return
+        st.rollouts_key = key
+        st.rollouts_available = page is not None
+        if page is not None:
+            with self._lock:
+                st.rollouts, st.rollouts_step = list(page.rollouts), page.step
+
     def _poll_job(self, st: JobState) -> None:
         """Status, metrics, checkpoints and new log lines of one job."""
         if not self._fetch_job(st):
@@ -119,6 +136,7 @@ class JobMonitor:
         ckpts = self._call(st, self.client.checkpoints, st.job_id)
         if ckpts is not _NO_ANSWER:
             st.checkpoints = list(ckpts or [])
+        self._fetch_samples(st)
         self._fetch_logs(st)
         if st.terminal:
             st.final = True
@@ -248,9 +266,10 @@ class JobMonitor:
             for jid, rows in rows_by_job.items()
         )
         if key != self._plot_key:
-            from opd_nb.plots import render_png
+            from opd_nb.plots import panel_names, render_png
 
-            png = render_png(rows_by_job) if rows_by_job else None
+            names = monitor_html.plot_names(rows_by_job, panel_names(rows_by_job))
+            png = render_png(rows_by_job, names=names) if rows_by_job else None
             with self._lock:
                 self._plot_key = key
                 self._plot_png = png

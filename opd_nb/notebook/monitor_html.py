@@ -6,12 +6,25 @@ while the jobs run, and the saved notebook keeps the last ones as a self-contain
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_nb import render
-from opd_nb.constants import CANCELED, FAILED, LOSS, REWARD_MEAN, SUCCEEDED, VALID_TOKEN_RATE
+from opd_nb.constants import (
+    CANCELED,
+    ENTROPY,
+    FAILED,
+    LOSS,
+    REWARD_MEAN,
+    SUCCEEDED,
+    TEACHER_KL,
+    VALID_TOKEN_RATE,
+    ZERO_VARIANCE_GROUPS,
+)
+from opd_nb.notebook.rollout_html import samples_panel_html
 
 STATUS_CLASS = {SUCCEEDED: "ok", FAILED: "bad", CANCELED: "warn"}
+DIAGNOSTICS = (TEACHER_KL, ENTROPY, ZERO_VARIANCE_GROUPS)  # the engine's per-step diagnostics, plotted too
 CLOUD_NOTE = (
     "This API has no metrics endpoint (Bailian): showing status, events and logs only. "
     "Open the job in the Bailian console for the curves."
@@ -40,15 +53,42 @@ def _status_row(jid: str, v: dict[str, Any]) -> tuple[Any, ...]:
         render.fmt(last.get(LOSS)),
         render.fmt(last.get(VALID_TOKEN_RATE)),
         render.fmt(last.get(REWARD_MEAN)),
+        render.fmt(last.get(TEACHER_KL)),
+        render.fmt(last.get(ENTROPY)),
+        render.fmt(last.get(ZERO_VARIANCE_GROUPS)),
     )
 
 
+def plot_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]], names: Sequence[str]) -> list[str]:
+    """The plot's panels: the key metrics (`names`), then the diagnostics any job reports."""
+    present = {k for rows in rows_by_job.values() for row in rows for k in row}
+    return list(names) + [m for m in DIAGNOSTICS if m in present and m not in names]
+
+
 def status_html(state: dict[str, Any]) -> str:
-    """One row per job: status, step, epoch, ETA and the three key metrics."""
+    """One row per job: status, step, epoch, ETA, the key metrics and diagnostics; then the functions it runs."""
     return render.table(
-        ["job", "status", "step", "epoch", "ETA", "loss", "valid_token_rate", "reward mean@1"],
+        [
+            "job",
+            "status",
+            "step",
+            "epoch",
+            "ETA",
+            "loss",
+            "valid_token_rate",
+            "reward mean@1",
+            "teacher_kl",
+            "entropy",
+            "zero-variance groups",
+        ],
         [_status_row(jid, v) for jid, v in state["jobs"].items()],
         raw_cols=(0, 1),
+    ) + "".join(
+        f"<div><small>{render.esc(jid)} runs: "
+        + ", ".join(render.esc(f"{f['name']} ({f['type']}, {f['entity_id']})") for f in v["functions"])
+        + "</small></div>"
+        for jid, v in state["jobs"].items()
+        if v.get("functions")
     )
 
 
@@ -107,6 +147,13 @@ def checkpoints_html(state: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def samples_html(state: dict[str, Any]) -> str:
+    """Each job's latest best and worst sample (tokens shaded by the teacher's disagreement)."""
+    return "".join(
+        samples_panel_html(jid, v["samples"]) for jid, v in state["jobs"].items() if v.get("samples")
+    )
+
+
 def logs_html(state: dict[str, Any]) -> str:
     """The log tail of each job (and, where there are no metrics, its recent events)."""
     parts = []
@@ -128,6 +175,7 @@ def snapshot_html(job_ids: list[str], state: dict[str, Any], png: bytes | None) 
         status_html(state)
         + alerts_html(state)
         + render.png_img(png)
+        + samples_html(state)
         + checkpoints_html(state)
         + logs_html(state),
         title=title,
@@ -150,6 +198,9 @@ def snapshot_text(state: dict[str, Any]) -> str:
             lines.append(f"  best checkpoint: {b['name']} ({b['reason']})")
         if v["metrics_available"] is False:
             lines.append(f"  {CLOUD_NOTE}")
+        samples = v.get("samples") or {}
+        if samples.get("records"):
+            lines.append(f"  samples of step {samples['step']}: %opd rollouts {jid} --step {samples['step']}")
         if v["error"]:
             lines.append(f"  error: {v['error']}")
         lines += [f"  | {line}" for line in v["log_tail"][-5:]]

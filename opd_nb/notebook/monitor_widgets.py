@@ -18,13 +18,14 @@ BAR_STYLE = {SUCCEEDED: "success", FAILED: "danger", CANCELED: "warning"}
 
 
 class MonitorWidgets:
-    """Status table, one progress bar and cancel button per job, alerts, plot, checkpoints, logs."""
+    """Status table, one progress bar and cancel button per job, alerts, plot, samples, checkpoints, logs."""
 
     def __init__(self, W: Any, job_ids: Sequence[str], on_cancel: Callable[[str], None]):
         self.status = W.HTML()
         self.bars = {jid: self._bar(W, jid) for jid in job_ids}
         self.plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.alerts = W.HTML()
+        self.samples = W.HTML()
         self.checkpoints = W.HTML()
         self.logs = W.HTML()
         self.cancel = {jid: self._cancel_button(W, jid, on_cancel) for jid in job_ids}
@@ -35,6 +36,7 @@ class MonitorWidgets:
                 *self.bars.values(),
                 self.alerts,
                 self.plot,
+                self.samples,
                 self.checkpoints,
                 W.HBox(list(self.cancel.values())),
                 self.message,
@@ -70,6 +72,7 @@ class MonitorWidgets:
             "bars": self.bars,
             "plot": self.plot,
             "alerts": self.alerts,
+            "samples": self.samples,
             "checkpoints": self.checkpoints,
             "logs": self.logs,
             "cancel": self.cancel,
@@ -91,6 +94,7 @@ class MonitorWidgets:
             self.plot.value = png
         for widget, fragment in (
             (self.alerts, monitor_html.alerts_html(state)),
+            (self.samples, monitor_html.samples_html(state)),
             (self.checkpoints, monitor_html.checkpoints_html(state)),
             (self.logs, monitor_html.logs_html(state)),
         ):

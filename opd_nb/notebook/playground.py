@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from opd_nb import render
+from opd_nb import render, reward_metrics
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
@@ -36,7 +36,7 @@ class ScoreResult(ResultMixin, BaseModel):
     ground_truth: Any = None
     cleaned: str | None = None
     reward_score: float | None = None
-    reward_metrics: dict[str, float] | None = None
+    reward_metrics: dict[str, Any] | None = None  # as returned: a non-float is flagged, not refused
     status: str = "failed"
     error: str | None = None
     error_code: str | None = None
@@ -46,11 +46,18 @@ class ScoreResult(ResultMixin, BaseModel):
     def ok(self) -> bool:
         return self.status == "success" and self.error is None
 
+    @property
+    def metric_warnings(self) -> list[str]:
+        """One line per metric the console would not show (not a float), the job log's wording."""
+        found = reward_metrics.non_float(self.reward_metrics)
+        return [reward_metrics.message(key, kind) for key, kind in found.items()]
+
     def __str__(self) -> str:
         head = f"reward_score={self.reward_score} status={self.status}"
         if self.reward_metrics:
             head += " metrics=" + ", ".join(f"{k}={render.fmt(v)}" for k, v in self.reward_metrics.items())
         lines = [head, f"cleaned: {self.cleaned!r}"]
+        lines += [f"warning: {w}" for w in self.metric_warnings]
         if self.error:
             lines.append(f"error: {self.error} ({self.error_code})")
         return "\n".join(lines)
@@ -65,6 +72,8 @@ class ScoreResult(ResultMixin, BaseModel):
         ]
         for k, v in (self.reward_metrics or {}).items():
             rows.append((f"reward_metrics.{k}", render.esc(render.fmt(v))))
+        for warning in self.metric_warnings:
+            rows.append(("warning", f'<span class="bad">{render.esc(warning)}</span>'))
         if self.error:
             rows.append(
                 (
@@ -126,15 +135,23 @@ class BatchResult(ResultMixin, BaseModel):
         rows = [(r.index, r.candidate[:80], r.status, r.error, r.error_code) for r in self.failures[:50]]
         return render.table(["#", "candidate", "status", "error", "code"], rows)
 
+    @property
+    def metric_warnings(self) -> list[str]:
+        """Each non-float metric once, however many candidates returned it."""
+        return list(dict.fromkeys(w for r in self.results for w in r.metric_warnings))
+
     def __str__(self) -> str:
         lines = [self.summary()]
+        lines += [f"warning: {w}" for w in self.metric_warnings]
         for r in self.failures[:20]:
             lines.append(f"  #{r.index}: {r.status} {r.error}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
+        warnings = "".join(f'<div class="bad">warning: {render.esc(w)}</div>' for w in self.metric_warnings)
         return render.box(
             render.png_img(self.histogram_png(), alt="score distribution")
+            + warnings
             + "<b>failures</b>"
             + self.failures_html(),
             title=self.summary(),

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from opd_nb.cli.view_requests import ConfigCellRequest, FormRequest, PlaygroundRequest, WatchRequest
+from opd_nb.cli.view_requests import (
+    ChatRequest,
+    CompareRequest,
+    ConfigCellRequest,
+    EvalRequest,
+    FormRequest,
+    PlaygroundRequest,
+    RolloutsRequest,
+    SweepRequest,
+    WatchRequest,
+)
 
 
 def _monitor(request: WatchRequest) -> Any:
@@ -18,6 +28,14 @@ def _monitor(request: WatchRequest) -> Any:
     from opd_nb.notebook.monitor import JobMonitor
 
     return JobMonitor(list(request.job_ids), JobClient(request.target)).start()
+
+
+def _rollouts(request: RolloutsRequest) -> Any:
+    from opd_nb.client import JobClient
+    from opd_nb.notebook.rollout_viewer import RolloutViewer
+
+    client = JobClient(request.target)
+    return RolloutViewer(request.job_id, client, step=request.step, kind=request.kind, sort=request.sort)
 
 
 def _form(request: FormRequest) -> Any:
@@ -40,8 +58,56 @@ def _config_cell(request: ConfigCellRequest) -> Any:
     return write_config_text(request.body, request.path, target=request.target)
 
 
+def _sweep(request: SweepRequest) -> Any:
+    from opd_nb.client import JobClient
+    from opd_nb.notebook.experiment_views import SweepMonitor
+
+    return SweepMonitor(request.sweep, JobClient(request.target)).start()
+
+
+def _compare(request: CompareRequest) -> Any:
+    from opd_nb.notebook.experiment_views import CompareView
+
+    return CompareView(request.comparison)
+
+
+def _chat(request: ChatRequest) -> Any:
+    from opd_nb.client import JobClient
+    from opd_nb.notebook.chat import ChatWidget
+
+    chat = ChatWidget(
+        request.model,
+        JobClient(request.target),
+        system=request.system,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+    )
+    if request.message:
+        chat.send(request.message)
+    return chat
+
+
+def _eval(request: EvalRequest) -> Any:
+    from opd_nb.client import JobClient
+    from opd_nb.notebook.eval_view import EvalView
+
+    return EvalView(
+        request.workspace,
+        request.models,
+        JobClient(request.target),
+        rows=request.rows,
+        concurrency=request.concurrency,
+        max_tokens=request.max_tokens,
+    ).start()
+
+
 _OPENERS: dict[type, Any] = {
+    ChatRequest: _chat,
+    EvalRequest: _eval,
     WatchRequest: _monitor,
+    SweepRequest: _sweep,
+    CompareRequest: _compare,
+    RolloutsRequest: _rollouts,
     FormRequest: _form,
     PlaygroundRequest: _playground,
     ConfigCellRequest: _config_cell,

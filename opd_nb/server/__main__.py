@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
+from opd_nb.server.lifecycle import API_KEY_ENV, MAX_INTERRUPTIONS
 
 
 def parse_model_map(items: list[str]) -> dict[str, str]:
@@ -27,6 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", default=None, help="write the bound port here once listening")
     parser.add_argument("--max-running", type=int, default=1)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"the only key the server accepts (better: {API_KEY_ENV}, which `ps` does not show)",
+    )
+    parser.add_argument(
+        "--no-resume", action="store_true", help="fail interrupted jobs at startup instead of resuming them"
+    )
+    parser.add_argument("--max-interruptions", type=int, default=MAX_INTERRUPTIONS)
     args = parser.parse_args(argv)
 
     from opd_nb.server.runner import serve_forever
@@ -39,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         max_running=args.max_running,
         ready_file=args.ready_file,
         log_level=args.log_level,
+        api_key=args.api_key,
+        resume=not args.no_resume,
+        max_interruptions=max(1, args.max_interruptions),
     )
 
 

@@ -3,7 +3,8 @@
 Shapes follow what dashscope 2.0.2 parses (see ``shared/reference/dashscope-sdk.md`` §2): job and
 FC answers under ``output``, ``POST /files`` under ``data``, errors as non-200 with
 ``{"request_id", "code", "message"}``. Local-only extensions (``/models``, ``/fine-tunes/{id}/metrics``,
-``/fine-tunes/{id}/checkpoints``) are tagged ``local-only`` in the OpenAPI schema.
+``/fine-tunes/{id}/checkpoints``, ``/fine-tunes/{id}/rollouts``) are tagged ``local-only`` in the
+OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -16,40 +17,78 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
+from opd_nb.server import process_tree
 from opd_nb.server.auth import BearerAuth
+from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
-from opd_nb.server.jobs import JobManager
+from opd_nb.server.jobs import MAX_INTERRUPTIONS, JobManager
+from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
-from opd_nb.server.responses import install_error_handlers
-from opd_nb.server.routers import files, functions, health, jobs, models
+from opd_nb.server.responses import document_errors, install_error_handlers
+from opd_nb.server.routers import deployments, files, functions, health, inference, jobs, models, rollouts
 from opd_nb.server.store import Store
 
 
-def build_services(data_dir: Path, model_map: dict[str, str] | None, max_running: int) -> Services:
+def build_services(
+    data_dir: Path,
+    model_map: dict[str, str] | None,
+    max_running: int,
+    max_deployments: int | None = None,
+    *,
+    resume: bool = True,
+    max_interruptions: int = MAX_INTERRUPTIONS,
+) -> Services:
     store = Store(data_dir)
+    registry = ModelRegistry(store, model_map)
     return Services(
         data_dir=data_dir,
         store=store,
-        registry=ModelRegistry(store, model_map),
-        jobs=JobManager(store, data_dir, max_running=max_running),
+        registry=registry,
+        jobs=JobManager(
+            store, data_dir, max_running=max_running, resume=resume, max_interruptions=max_interruptions
+        ),
         instances=InstanceManager(store, data_dir),
         max_zip_bytes=int(os.environ.get("OPD_MAX_ZIP_BYTES") or MAX_ZIP_BYTES),  # tests lower it
+        deployments=DeploymentManager(store, registry, data_dir, max_deployments=max_deployments),
     )
 
 
 def create_app(
-    data_dir: str | Path, model_map: dict[str, str] | None = None, *, max_running: int = 1
+    data_dir: str | Path,
+    model_map: dict[str, str] | None = None,
+    *,
+    max_running: int = 1,
+    max_deployments: int | None = None,
+    api_key: str | None = None,
+    resume: bool = True,
+    max_interruptions: int = MAX_INTERRUPTIONS,
 ) -> FastAPI:
-    services = build_services(Path(data_dir).expanduser().resolve(), model_map, max_running)
+    """`max_deployments`: how many deployments may run at once (default ``$OPD_MAX_DEPLOYMENTS`` or 3).
+
+    `api_key`: the only key accepted (None: any non-empty key, loopback only); `resume`: resume jobs
+    an earlier run left RUNNING (False: fail them); `max_interruptions`: a job interrupted that many
+    times fails instead.
+    """
+    services = build_services(
+        Path(data_dir).expanduser().resolve(),
+        model_map,
+        max_running,
+        max_deployments,
+        resume=resume,
+        max_interruptions=max_interruptions,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(process_tree.reap_previous_run, services.data_dir)
         await run_in_threadpool(services.instances.recover)
         await run_in_threadpool(services.jobs.start)
+        await run_in_threadpool(services.deployments.recover)
         yield
         await run_in_threadpool(services.jobs.stop)
         await run_in_threadpool(services.instances.stop_all)
+        await run_in_threadpool(services.deployments.stop_all)
 
     app = FastAPI(
         title="opd-nb local control plane",
@@ -59,7 +98,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = services
-    app.add_middleware(BearerAuth)
+    app.add_middleware(BodyGuard)  # size caps and JSON checks, after the key check below
+    app.add_middleware(BearerAuth, api_key=api_key)
     install_error_handlers(app)
     app.include_router(health.router)
     # Order matters: `/fine-tunes/create/{kind}` and friends before `/fine-tunes/{job_id}/...`.
@@ -67,5 +107,8 @@ def create_app(
     app.include_router(files.router)
     app.include_router(jobs.router)
     app.include_router(models.router)
-    # Room for the other Bailian resources, one router each: deployments.router, rollouts.router.
+    app.include_router(rollouts.router)
+    app.include_router(deployments.router)
+    app.include_router(inference.router)  # DashScope generation, and /compatible-mode/v1 beside /api/v1
+    document_errors(app)
     return app

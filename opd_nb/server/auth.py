@@ -1,42 +1,73 @@
-"""Bearer-key check for ``/api/*``: the SDK always sends one, so a missing key is a client mistake."""
+"""Who may call the control plane: the Bearer key check, and the signed token of the zip upload URL.
+
+Without a server key (loopback only), ``/api/*`` needs any non-empty Bearer, as before: the SDK
+always sends one, so a missing key is a client mistake. With a server key (``--api-key`` or
+``OPD_SERVE_API_KEY``, required for a non-loopback bind) only that key is accepted, on every
+endpoint. The zip PUT cannot carry a key (the SDK PUTs to the signed URL with no headers, as to OSS),
+so it carries a token in the URL's query string instead: an HMAC of the upload key under a secret
+that lives only in this process. The key is never logged or echoed.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from typing import Any
 
 from opd_nb.server.responses import err
 
-OSS_PREFIX = "/api/v1/local-oss/"  # the signed-URL zip PUT: exempt, as OSS URLs are on the cloud
+OSS_PREFIX = "/api/v1/local-oss/"  # the signed-URL zip PUT: checked by its token, not by the key
 
 
 class BearerAuth:
-    """Pure ASGI middleware (cheaper than BaseHTTPMiddleware): /api/* needs a non-empty Bearer.
+    """Pure ASGI middleware (cheaper than BaseHTTPMiddleware) for the Bearer key."""
 
-    Any value is accepted locally; the key is never logged or echoed.
-    """
-
-    def __init__(self, app: Any):
+    def __init__(self, app: Any, api_key: str | None = None):
         self.app = app
+        self._key = api_key.encode() if api_key else None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and _needs_key(scope.get("path", "")) and not _has_bearer(scope):
-            response = err(
-                401,
-                "InvalidApiKey",
-                "missing or empty API key: send 'Authorization: Bearer "
-                "<key>' (any non-empty value works locally; set DASHSCOPE_API_KEY before "
-                "importing dashscope)",
-            )
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            problem = self._problem(scope)
+            if problem:
+                await err(401, "InvalidApiKey", problem)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
+    def _problem(self, scope: dict) -> str | None:
+        path = scope.get("path", "")
+        if path.startswith(OSS_PREFIX):
+            return None
+        if self._key is None and not path.startswith(("/api/", "/compatible-mode/")):
+            return None
+        token = _bearer(scope)
+        if not token:
+            how = "the server's key" if self._key else "any non-empty value works locally"
+            return (
+                "missing or empty API key: send 'Authorization: Bearer <key>' "
+                f"({how}; set DASHSCOPE_API_KEY before importing dashscope)"
+            )
+        if self._key is not None and not hmac.compare_digest(token.encode("utf-8", "replace"), self._key):
+            return "the API key is not this server's key: set DASHSCOPE_API_KEY to the key `opd serve` was started with"
+        return None
 
-def _needs_key(path: str) -> bool:
-    return path.startswith("/api/") and not path.startswith(OSS_PREFIX)
 
-
-def _has_bearer(scope: dict) -> bool:
+def _bearer(scope: dict) -> str:
     auth = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
     scheme, _, token = auth.partition(" ")
-    return scheme.lower() == "bearer" and bool(token.strip())
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+class UploadSigner:
+    """Tokens for the zip upload URLs this process hands out (a fresh secret per server run)."""
+
+    def __init__(self) -> None:
+        self._secret = secrets.token_bytes(32)
+
+    def sign(self, key: str) -> str:
+        return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
+
+    def valid(self, key: str, token: str | None) -> bool:
+        given = str(token or "").encode("utf-8", "replace")
+        return bool(given) and hmac.compare_digest(self.sign(key).encode(), given)

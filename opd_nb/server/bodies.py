@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from opd_nb.server.limits import MAX_REQUIREMENTS_CHARS
+
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 TRAINING_TYPES = ("pg_opd", "reinforcement")
 
@@ -50,8 +52,18 @@ class UploadUrlBody(BaseModel):
 
 
 class LayerBody(BaseModel):
-    layer_name: str | None = None
+    layer_name: str | None = Field(None, max_length=256)
     requirements_content: str | None = None  # the SDK sends null without a requirements file
+
+    @field_validator("requirements_content")
+    @classmethod
+    def _requirements_cap(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > MAX_REQUIREMENTS_CHARS:
+            raise ValueError(
+                f"requirements_content is {len(value)} characters; at most {MAX_REQUIREMENTS_CHARS} "
+                "(1 MiB) are accepted"
+            )
+        return value
 
 
 class RegisterBody(BaseModel):
@@ -196,3 +208,165 @@ class JobBody(BaseModel):
                 "teacher_model)"
             )
         return self
+
+
+# ---- deployments and inference ----------------------------------------------------------------
+MAX_CAPACITY = 8  # locally one process serves a deployment; capacity bounds its batch
+_SUFFIX_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+ROLES = ("system", "user", "assistant", "tool")
+_MESSAGES_EXAMPLE = 'e.g. [{"role": "user", "content": "Hello"}]'
+
+
+def _capacity(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"capacity must be a whole number of instances (1..{MAX_CAPACITY}), got {value!r}")
+    if not 1 <= value <= MAX_CAPACITY:
+        raise ValueError(
+            f"capacity {value} is out of range: a deployment needs 1..{MAX_CAPACITY} instances "
+            "(use capacity=1 for a first deployment)"
+        )
+    return value
+
+
+Capacity = Annotated[int, BeforeValidator(_capacity)]
+
+
+def check_messages(value: Any, where: str = "messages") -> list[dict[str, Any]]:
+    """A chat history: a non-empty list of ``{"role", "content"}`` objects (the message says how to fix it)."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(
+            f"{where} must be a non-empty list of {{role, content}} objects, {_MESSAGES_EXAMPLE}"
+        )
+    for i, msg in enumerate(value):
+        if not isinstance(msg, dict):
+            raise ValueError(f"{where}[{i}] must be an object with role and content, {_MESSAGES_EXAMPLE}")
+        role = msg.get("role")
+        if role not in ROLES:
+            raise ValueError(f"{where}[{i}].role {role!r} is not one of {', '.join(ROLES)}")
+        content = msg.get("content")
+        if content is None and not (role == "assistant" and msg.get("tool_calls")):
+            raise ValueError(f"{where}[{i}] ({role}) has no content; give it a string, {_MESSAGES_EXAMPLE}")
+        if content is not None and not isinstance(content, str | list):
+            raise ValueError(f"{where}[{i}].content must be a string (or a list of text parts)")
+    return value
+
+
+class DeploymentBody(BaseModel):
+    """``POST /deployments`` as ``Deployments.call(model, capacity, suffix=...)`` sends it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_name: str
+    capacity: Capacity
+    suffix: str | None = None
+    model_version: str | None = None
+    plan: str | None = None
+
+    @field_validator("model_name")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model_name is required: the model to deploy (e.g. opd-local/<job_id>)")
+        return value.strip()
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, value: str | None) -> str | None:
+        if value is not None and not _SUFFIX_RE.match(value):
+            raise ValueError("suffix must be 1..64 letters, digits, '_' or '-' (it becomes part of the name)")
+        return value
+
+
+class ScaleBody(BaseModel):
+    """``PUT /deployments/{name}/scale``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    capacity: Capacity
+    deployed_model: str | None = None
+
+
+class GenerationInput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _messages(cls, value: Any) -> Any:
+        return None if value is None else check_messages(value, "input.messages")
+
+    @model_validator(mode="after")
+    def _something(self) -> GenerationInput:
+        if not self.messages and not (self.prompt or "").strip():
+            raise ValueError(f"input needs messages (or a prompt), {_MESSAGES_EXAMPLE}")
+        return self
+
+    def chat(self) -> list[dict[str, Any]]:
+        """The conversation: the messages, with a prompt as a last user turn."""
+        msgs = list(self.messages or [])
+        if (self.prompt or "").strip():
+            msgs.append({"role": "user", "content": self.prompt})
+        return msgs
+
+
+class GenerationParameters(BaseModel):
+    """DashScope text generation's ``parameters`` (others, e.g. top_k, are accepted and ignored locally)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    result_format: Literal["text", "message"] = "text"
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, lt=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = Field(None, ge=0)
+    incremental_output: bool = False
+    stream: bool | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class GenerationBody(BaseModel):
+    """``POST /services/aigc/text-generation/generation`` as ``Generation.call`` sends it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    input: GenerationInput
+    parameters: GenerationParameters = Field(default_factory=GenerationParameters)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model is required: a base model id or a deployed model name")
+        return value.strip()
+
+
+class ChatBody(BaseModel):
+    """``POST /compatible-mode/v1/chat/completions`` (OpenAI's chat body; unknown fields are ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _messages(cls, value: Any) -> Any:
+        return check_messages(value)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("model is required: a base model id or a deployed model name")
+        return value.strip()

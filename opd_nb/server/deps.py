@@ -8,12 +8,14 @@ Like the FastAPI full-stack template's ``api/deps.py``: ``create_app`` builds on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
+from opd_nb.server.auth import UploadSigner
+from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import InstanceManager
 from opd_nb.server.jobs import JobManager
@@ -33,6 +35,8 @@ class Services:
     jobs: JobManager
     instances: InstanceManager
     max_zip_bytes: int
+    deployments: DeploymentManager
+    uploads: UploadSigner = field(default_factory=UploadSigner)  # tokens of this run's zip upload URLs
 
 
 async def get_services(request: Request) -> Services:
@@ -55,11 +59,16 @@ async def get_instances(services: Annotated[Services, Depends(get_services)]) ->
     return services.instances
 
 
+async def get_deployments(services: Annotated[Services, Depends(get_services)]) -> DeploymentManager:
+    return services.deployments
+
+
 ServicesDep = Annotated[Services, Depends(get_services)]
 StoreDep = Annotated[Store, Depends(get_store)]
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 JobManagerDep = Annotated[JobManager, Depends(get_job_manager)]
 InstancesDep = Annotated[InstanceManager, Depends(get_instances)]
+DeploymentsDep = Annotated[DeploymentManager, Depends(get_deployments)]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import stat
 import threading
 import zipfile
@@ -19,11 +18,19 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from opd_nb.server import process_tree
 from opd_nb.server.errors import ApiError
+from opd_nb.server.limits import (
+    MAX_ENTRY_NAME_BYTES,
+    MAX_ENTRY_PATH_BYTES,
+    MAX_UNPACKED_BYTES,
+    MAX_ZIP_DIRECTORY_BYTES,
+    MAX_ZIP_ENTRIES,
+)
+from opd_nb.server.responses import shown
 from opd_nb.server.store import Store
 
 MAX_ZIP_BYTES = 200 * 1024 * 1024  # the SDK's own hard limit (FC_OSS_FILE_SIZE_WARNING)
-MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
 KIND_PREFIX = {"rollout": "ro", "reward": "rw", "group_reward": "grw"}
 
 
@@ -42,53 +49,117 @@ def kind_of(entity_id: str) -> str | None:
     return None
 
 
+def _refuse(message: str) -> ApiError:
+    return ApiError(400, "InvalidZip", message)
+
+
+def _directory_size(path: Path) -> tuple[int, int] | None:
+    """(entries, central directory bytes) from the end record, read before ``ZipFile`` parses anything."""
+    end_record = getattr(zipfile, "_EndRecData", None)  # stable since Python 2; skip the pre-check without it
+    if end_record is None:
+        return None
+    with open(path, "rb") as fh:
+        rec = end_record(fh)
+    if not rec:
+        raise _refuse("the uploaded body is not a valid zip archive")
+    return int(rec[zipfile._ECD_ENTRIES_TOTAL]), int(rec[zipfile._ECD_SIZE])
+
+
+def _check_name(name: str) -> None:
+    """Names that could not be extracted here, or would land outside the function directory."""
+    pure = PurePosixPath(name.replace("\\", "/"))
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or pure.is_absolute():
+        raise _refuse(
+            f"zip entry {shown(name)} has an absolute path; zip the function directory with relative paths"
+        )
+    if ".." in pure.parts:
+        raise _refuse(
+            f"zip entry {shown(name)} contains '..'; entries must stay inside the function directory"
+        )
+    if "\x00" in name or any(ord(c) < 32 for c in name):
+        raise _refuse(f"zip entry {shown(name)} has a control character in its name")
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_ENTRY_PATH_BYTES or any(
+        len(p.encode("utf-8", "surrogateescape")) > MAX_ENTRY_NAME_BYTES for p in pure.parts
+    ):
+        raise _refuse(
+            f"zip entry {shown(name, 80)} has a name over {MAX_ENTRY_NAME_BYTES} bytes per part "
+            f"(or {MAX_ENTRY_PATH_BYTES} in all), which no file system here can hold"
+        )
+
+
+def _check_entries(zf: zipfile.ZipFile, max_unpacked: int) -> None:
+    files: set[str] = set()
+    dirs: set[str] = set()
+    total = 0
+    for info in zf.infolist():
+        name = info.filename
+        _check_name(name)
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise _refuse(
+                f"zip entry {shown(name)} is a symbolic link; links are not "
+                "allowed in function zips, copy the file instead"
+            )
+        parts = PurePosixPath(name.replace("\\", "/")).parts
+        if not parts:
+            continue
+        key = "/".join(parts)
+        parents = {"/".join(parts[:i]) for i in range(1, len(parts))}
+        if info.is_dir():
+            parents.add(key)
+        elif key in files or key in dirs:
+            raise _refuse(f"zip entry {shown(name)} appears twice (or is also a directory)")
+        else:
+            files.add(key)
+        if clash := parents & files:
+            raise _refuse(f"zip entry {shown(min(clash))} is both a file and a directory")
+        dirs |= parents
+        total += info.file_size
+        if total > max_unpacked:
+            raise _refuse(
+                f"zip unpacks to more than {max_unpacked // 2**20} MiB; "
+                "exclude data and model files from the function directory"
+            )
+
+
 def check_zip(path: Path, max_unpacked: int = MAX_UNPACKED_BYTES) -> None:
-    """Refuse archives that could write outside their directory or exhaust the disk."""
+    """Refuse archives that could not be unpacked, could write outside their directory, or are too big.
+
+    The entry count and directory size come from the end record first, so a zip of a million
+    entries costs a read of its last 64 KiB, not the parse of every entry. Every entry's CRC is
+    checked too (reading it all, within the unpacked cap): a zip that passes never fails to unpack.
+    """
     try:
+        size = _directory_size(path)
+        if size is not None and (size[0] > MAX_ZIP_ENTRIES or size[1] > MAX_ZIP_DIRECTORY_BYTES):
+            raise _refuse(
+                f"the zip has {size[0]} entries ({size[1]} bytes of directory); at most "
+                f"{MAX_ZIP_ENTRIES} are allowed: exclude data and environments from the function directory"
+            )
         with zipfile.ZipFile(path) as zf:
-            total = 0
-            for info in zf.infolist():
-                name = info.filename
-                pure = PurePosixPath(name.replace("\\", "/"))
-                if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or pure.is_absolute():
-                    raise ApiError(
-                        400,
-                        "InvalidZip",
-                        f"zip entry {name!r} has an absolute path; zip the "
-                        "function directory with relative paths",
-                    )
-                if ".." in pure.parts:
-                    raise ApiError(
-                        400,
-                        "InvalidZip",
-                        f"zip entry {name!r} contains '..'; entries must stay inside the function directory",
-                    )
-                mode = info.external_attr >> 16
-                if stat.S_ISLNK(mode):
-                    raise ApiError(
-                        400,
-                        "InvalidZip",
-                        f"zip entry {name!r} is a symbolic link; links are not "
-                        "allowed in function zips, copy the file instead",
-                    )
-                total += info.file_size
-                if total > max_unpacked:
-                    raise ApiError(
-                        400,
-                        "InvalidZip",
-                        f"zip unpacks to more than {max_unpacked // 2**20} MiB; "
-                        "exclude data and model files from the function directory",
-                    )
-    except zipfile.BadZipFile:
-        raise ApiError(400, "InvalidZip", "the uploaded body is not a valid zip archive") from None
+            if len(zf.infolist()) > MAX_ZIP_ENTRIES:
+                raise _refuse(f"the zip has more than {MAX_ZIP_ENTRIES} entries")
+            _check_entries(zf, max_unpacked)
+            bad = zf.testzip()
+            if bad is not None:
+                raise _refuse(f"zip entry {shown(bad)} is corrupt (bad CRC); zip the directory again")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError):
+        raise _refuse("the uploaded body is not a valid zip archive") from None
+    except (RuntimeError, NotImplementedError) as exc:  # encrypted, or a compression zipfile lacks
+        raise _refuse(f"the zip cannot be read: {shown(str(exc))}") from None
 
 
 def unpack(zip_path: Path, dest: Path) -> None:
+    """Unpack into ``dest`` via a temporary directory that never outlives a failure."""
     check_zip(zip_path)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    with zipfile.ZipFile(zip_path) as zf:
-        zf.extractall(tmp)
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            zf.extractall(tmp)
+    except (OSError, zipfile.BadZipFile, RuntimeError, NotImplementedError, ValueError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _refuse(f"the zip could not be unpacked: {shown(str(exc))}") from None
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
 
@@ -96,8 +167,10 @@ def unpack(zip_path: Path, dest: Path) -> None:
 def processor_path(name: str, func: str) -> tuple[str, str]:
     """(file relative to the code dir, dotted PROCESSOR_CLASS) the way the SDK's start.sh computes it."""
     rel = os.path.normpath(name).replace(os.sep, "/")
-    if rel.startswith("../") or rel.startswith("/") or rel == "..":
-        raise ApiError(400, "InvalidParameter", f"function file {name!r} must be relative to the zip root")
+    if rel.startswith("../") or rel.startswith("/") or rel == ".." or "\x00" in rel:
+        raise ApiError(
+            400, "InvalidParameter", f"function file {shown(name)} must be a path relative to the zip root"
+        )
     if not rel.endswith(".py"):
         rel += ".py"
     module = rel[: -len(".py")].replace("/", ".")
@@ -124,17 +197,20 @@ def register_function(store: Store, data_dir: Path, kind: str, name: str, func: 
         raise ApiError(
             400,
             "InvalidParameter",
-            f"no zip was uploaded for unique_key {unique_key!r}; PUT it to the "
+            f"no zip was uploaded for unique_key {shown(unique_key)}; PUT it to the "
             "URL from /fine-tunes/generate/faas/upload/url first",
         )
     rel, processor = processor_path(name, func)
     entity_id = new_id(KIND_PREFIX[kind])
     code_dir = data_dir / "functions" / entity_id / "code"
     code_dir.parent.mkdir(parents=True, exist_ok=True)
-    unpack(Path(upload), code_dir)
-    if not (code_dir / rel).is_file():
-        shutil.rmtree(code_dir.parent, ignore_errors=True)
-        raise ApiError(400, "InvalidParameter", f"function file {rel!r} is not in the uploaded zip")
+    try:
+        unpack(Path(upload), code_dir)
+        if not (code_dir / rel).is_file():
+            raise ApiError(400, "InvalidParameter", f"function file {shown(rel)} is not in the uploaded zip")
+    except BaseException:
+        shutil.rmtree(code_dir.parent, ignore_errors=True)  # a refused registration leaves nothing behind
+        raise
     store.add_function(entity_id, kind, name, func, processor, unique_key, str(code_dir))
     return entity_id
 
@@ -149,9 +225,9 @@ class InstanceManager:
         self._lock = threading.Lock()
 
     def recover(self) -> None:
-        """After a restart no instance of ours is running: stop leftovers, mark them stopped."""
+        """After a restart no instance of ours is running: end leftover trees, mark them stopped."""
         for inst in self.store.instances_with_status(InstanceState.RUNNING):
-            kill_if_ours(inst["pid"], "uvicorn")
+            process_tree.end(self.data_dir, process_tree.instance_owner(inst["instance_id"]))
             self.store.set_instance(inst["instance_id"], status=InstanceState.STOPPED, pid=None)
 
     def load(self, entity_id: str, tag: str, runtime: dict) -> dict:
@@ -179,13 +255,15 @@ class InstanceManager:
 
         inst = self.store.instance(instance_id)
         fn = self.store.function(inst["entity_id"])
+        owner = process_tree.instance_owner(instance_id)
+        env = {**runtime_env(inst["runtime"]), **process_tree.child_env(self.data_dir, owner, base={})}
         try:
             server = FunctionServer.start(
                 fn["code_dir"],
                 fn["kind"],
                 fn["processor"],
                 log_path=inst["log_path"],
-                env=runtime_env(inst["runtime"]),
+                env=env,
                 startup_timeout=90.0,
             )
         except OpdError as exc:
@@ -237,6 +315,7 @@ class InstanceManager:
             server = self._servers.pop(instance_id, None)
         if server is not None:
             server.stop()
+        process_tree.end(self.data_dir, process_tree.instance_owner(instance_id))
         self.store.set_instance(instance_id, status=InstanceState.DELETED, pid=None)
 
     def stop_all(self) -> None:
@@ -245,6 +324,7 @@ class InstanceManager:
             self._servers.clear()
         for instance_id, server in servers:
             server.stop()
+            process_tree.end(self.data_dir, process_tree.instance_owner(instance_id))
             self.store.set_instance(instance_id, status=InstanceState.STOPPED, pid=None)
 
 
@@ -255,21 +335,3 @@ def runtime_env(runtime: str | dict | None) -> dict[str, str]:
     if not isinstance(env, dict):
         return {}
     return {str(k): ("true" if v is True else "false" if v is False else str(v)) for k, v in env.items()}
-
-
-def kill_if_ours(pid: int | None, marker: str) -> bool:
-    """Kill `pid` only when its command line shows it is one of our processes (pids get reused)."""
-
-    if not pid:
-        return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    if marker not in cmdline:
-        return False
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        return False
-    return True

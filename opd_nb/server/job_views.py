@@ -1,10 +1,10 @@
-"""How a stored job is answered: Bailian's job shape, and the local-only checkpoint listing."""
+"""How a stored job is answered: Bailian's job shape, and its checkpoints in Bailian's listing shape."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from opd_nb.constants import FAILED
+from opd_nb.constants import FAILED, SUCCEEDED
 
 
 def _file_ids(datasets: list[dict] | None) -> list[str]:
@@ -40,6 +40,10 @@ def job_output(job: dict) -> dict:
             "student_path": meta.get("student_path"),
             "teacher_path": meta.get("teacher_path"),
             "final_checkpoint": meta.get("final_checkpoint"),
+            "functions": [  # the registered functions the job runs (a reused entity shows up here)
+                {"name": f.get("name"), "type": f.get("kind"), "entity_id": f.get("entity_id")}
+                for f in meta.get("functions") or []
+            ],
         },
     }
     if job["status"] == FAILED:
@@ -50,8 +54,14 @@ def job_output(job: dict) -> dict:
     return out
 
 
-def checkpoint_listing(job: dict, checkpoints: list[dict]) -> dict:
-    """The saved checkpoints, marking the published one (the job's ``finetuned_output``)."""
+def checkpoint_listing(job: dict, checkpoints: list[dict]) -> list[dict]:
+    """The saved checkpoints in Bailian's "list checkpoints" shape, the published one marked.
+
+    Each entry has Bailian's fields (``checkpoint_id``, ``checkpoint``, ``full_name``, ``job_id``,
+    ``step``, ``status``, ``create_time``, ``model_name``: the id to deploy or continue from, which
+    is the job's ``finetuned_output`` for the published checkpoint and the checkpoint's path for the
+    others); the local extras (``path``, ``metrics``, ``published``) are under ``local``.
+    """
     meta = job["meta"]
     final = meta.get("final_checkpoint")
     for cp in checkpoints:
@@ -67,9 +77,18 @@ def checkpoint_listing(job: dict, checkpoints: list[dict]) -> dict:
                 "published": True,
             }
         )
-    return {
-        "job_id": job["job_id"],
-        "checkpoints": checkpoints,
-        "finetuned_output": job.get("finetuned_output"),
-        "final_checkpoint": final,
-    }
+    job_id = job["job_id"]
+    return [
+        {
+            "checkpoint_id": f"{job_id}-{cp['name']}",
+            "checkpoint": cp["name"],
+            "full_name": f"{job_id}-{cp['name']}",
+            "job_id": job_id,
+            "step": cp["step"],
+            "status": SUCCEEDED,
+            "create_time": cp["created_at"],
+            "model_name": job.get("finetuned_output") if cp["published"] else cp["path"],
+            "local": {"path": cp["path"], "metrics": cp["metrics"], "published": cp["published"]},
+        }
+        for cp in checkpoints
+    ]

@@ -1,13 +1,19 @@
 """The job queue: PENDING jobs run one at a time (by default) in worker subprocesses.
 
-A worker is ``python -m opd_nb.server.worker DATA_DIR JOB_ID``. It writes logs, metrics, progress
-and the final state into the shared store itself; this manager only starts workers, asks them to
-stop on cancel (and kills them if they do not), and settles jobs whose worker died without a word.
+A worker is ``python -m opd_nb.server.worker DATA_DIR JOB_ID``, started in its own session (a
+terminal's Ctrl-C reaches the server, not the job) with the job's process-tree tag
+(:mod:`opd_nb.server.process_tree`), which its function servers inherit. It writes logs, metrics,
+progress and the final state into the shared store itself; this manager starts workers, asks them
+to stop on cancel, ends the job's whole process tree whenever a worker is done, and settles jobs
+whose worker died without a word.
 
-Restart semantics (documented choice): a job that was RUNNING when the control plane died is
-marked FAILED on the next start, with the reason and its last checkpoint in its log; the published
-checkpoints stay listed so a new job can continue from them (``model: opd-local/...`` needs a
-SUCCEEDED job, so pass the checkpoint path as ``model`` instead). PENDING jobs simply run.
+Interruptions (documented choice): a job that was RUNNING when the control plane stopped, by
+SIGKILL or by SIGTERM/SIGINT alike, resumes at the next start from its last checkpoint
+(:mod:`opd_nb.server.resume`), or from step 0 if it saved none, and its log says so. A job
+interrupted ``max_interruptions`` times (default 3) fails with the reason instead; ``opd serve
+--no-resume`` fails it at once (``ServerRestarted``), as before. A stop is never a user cancel. A
+worker that dies while the server runs fails its job (``WorkerCrashed``) with the exit reason and
+the last checkpoint, which a new job can continue from by passing its path as ``model``.
 """
 
 from __future__ import annotations
@@ -21,54 +27,99 @@ import time
 from pathlib import Path
 
 from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, TERMINAL_STATUSES
-from opd_nb.server.function_registry import kill_if_ours
+from opd_nb.server import process_tree
+from opd_nb.server.lifecycle import MAX_INTERRUPTIONS
+from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
 from opd_nb.server.store import Store, now_text
 
 CANCEL_GRACE_S = 4.0
 WORKER_MARKER = "opd_nb.server.worker"
+EXIT_INTERRUPTED = 75  # the worker stopped on SIGTERM/SIGINT; its job stays RUNNING (EX_TEMPFAIL)
+
+__all__ = ["CANCEL_GRACE_S", "EXIT_INTERRUPTED", "MAX_INTERRUPTIONS", "JobManager", "exit_reason"]
+
+
+def exit_reason(returncode: int | None) -> str:
+    """A worker's exit in words: ``killed by SIGKILL``, ``exit code 1``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    if returncode == EXIT_INTERRUPTED:
+        return "stopped by a signal (SIGTERM/SIGINT)"
+    return f"exit code {returncode}"
 
 
 class JobManager:
-    def __init__(self, store: Store, data_dir: Path, *, max_running: int = 1, poll_s: float = 0.25):
+    def __init__(
+        self,
+        store: Store,
+        data_dir: Path,
+        *,
+        max_running: int = 1,
+        poll_s: float = 0.25,
+        resume: bool = True,
+        max_interruptions: int = MAX_INTERRUPTIONS,
+    ):
         self.store = store
         self.data_dir = data_dir
         self.max_running = max_running
         self.poll_s = poll_s
+        self.resume = resume
+        self.max_interruptions = max(1, max_interruptions)
         self._procs: dict[str, subprocess.Popen] = {}
         self._cancel_at: dict[str, float] = {}
+        self._resume: list[str] = []  # RUNNING jobs to start again (oldest first), before any PENDING
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def recover(self) -> None:
-        """Settle jobs left RUNNING by a control plane that died (see the module docstring)."""
+        """Settle what an earlier run left: resume (or fail) RUNNING jobs, finish asked-for cancels."""
         for job in self.store.jobs_with_status(RUNNING):
-            killed = kill_if_ours(job.get("worker_pid"), WORKER_MARKER)
-            last = self.store.checkpoints(job["job_id"])
-            hint = f" Its last checkpoint is {last[-1]['path']}." if last else " It saved no checkpoint."
-            reason = (
-                "the local control plane stopped while this job was running (server restart); "
-                "local jobs do not resume." + hint + " Submit it again to retrain."
-            )
-            self.store.add_log(
-                job["job_id"],
-                f"[server] {now_text()} FAILED: {reason}"
-                + (" (its orphaned worker was stopped)" if killed else ""),
-            )
-            self.store.set_job(
-                job["job_id"],
-                only_if_status=(RUNNING,),
-                status=FAILED,
-                code="ServerRestarted",
-                message=reason,
-                end_time=now_text(),
-                worker_pid=None,
-            )
-        # A cancel that was asked for but never carried out on a pending job.
+            self._recover_running(job)
         for job in self.store.jobs_with_status(PENDING):
             if job.get("cancel_requested"):
                 self._finish_canceled(job["job_id"])
+
+    def _recover_running(self, job: dict) -> None:
+        job_id = job["job_id"]
+        ended = process_tree.end(self.data_dir, process_tree.job_owner(job_id))
+        note = f" (ended {ended} leftover process(es) of it)" if ended else ""
+        if job.get("cancel_requested"):
+            self._finish_canceled(job_id, running=True)
+            return
+        n = int(job["meta"].get("interruptions") or 0) + 1
+        self.store.merge_meta(job_id, interruptions=n)
+        if not self.resume:
+            hint = continue_hint(latest_checkpoint(output_dir(self.data_dir, job_id)))
+            reason = (
+                "the local control plane stopped while this job was running (server restart) and "
+                f"`opd serve --no-resume` does not resume jobs. {hint}"
+            )
+            self._fail(job_id, "ServerRestarted", reason, note)
+            return
+        if n >= self.max_interruptions:
+            hint = continue_hint(latest_checkpoint(output_dir(self.data_dir, job_id)))
+            reason = (
+                f"the job was interrupted {n} time{'s' if n != 1 else ''} (the local control plane "
+                "stopped while it ran); "
+                f"it is not resumed again after {self.max_interruptions}. {hint}"
+            )
+            self._fail(job_id, "TooManyInterruptions", reason, note)
+            return
+        point = rewind(self.store, self.data_dir, job)
+        where = f"resumes from {point.name}" if point.path else "restarts from step 0 (no checkpoint)"
+        self.store.add_log(
+            job_id,
+            f"[server] {now_text()} interrupted by a server restart ({n} of {self.max_interruptions - 1} "
+            f"allowed); the job {where}; metrics past step {point.step} were dropped{note}",
+        )
+        self._resume.append(job_id)
 
     def start(self) -> None:
         self.recover()
@@ -76,7 +127,7 @@ class JobManager:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop scheduling; running workers are stopped and their jobs marked FAILED (clean shutdown)."""
+        """Stop scheduling; running jobs are interrupted (resumed at the next start) and their trees ended."""
         self._stop.set()
         self._wake.set()
         if self._thread:
@@ -87,8 +138,8 @@ class JobManager:
                 try:
                     proc.wait(CANCEL_GRACE_S)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+                    pass
+            self._end_tree(job_id, proc)
             self._settle(job_id, proc, shutting_down=True)
 
     def wake(self) -> None:
@@ -128,6 +179,7 @@ class JobManager:
     def _tick(self) -> None:
         for job_id, proc in list(self._procs.items()):
             if proc.poll() is not None:
+                self._end_tree(job_id, proc)
                 self._settle(job_id, proc)
                 continue
             asked = self._cancel_at.get(job_id)
@@ -136,9 +188,10 @@ class JobManager:
                 if job is None or job.get("cancel_requested"):
                     asked = self._cancel_at.setdefault(job_id, time.monotonic())
             if asked is not None and time.monotonic() - asked > CANCEL_GRACE_S:
-                proc.kill()
-                proc.wait(5)
+                self._end_tree(job_id, proc)
                 self._settle(job_id, proc)
+        while self._resume and len(self._procs) < self.max_running and not self._stop.is_set():
+            self._launch(self._resume.pop(0), resuming=True)
         if len(self._procs) >= self.max_running or self._stop.is_set():
             return
         for job in self.store.jobs_with_status(PENDING):
@@ -149,13 +202,18 @@ class JobManager:
                 continue
             self._launch(job["job_id"])
 
-    def _launch(self, job_id: str) -> None:
+    def _launch(self, job_id: str, *, resuming: bool = False) -> None:
         job_dir = self.data_dir / "jobs" / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
-        if not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
+        if resuming:
+            job = self.store.job(job_id)
+            if job is None or job["status"] != RUNNING:
+                return
+        elif not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
             return
-        env = dict(os.environ)
+        env = process_tree.child_env(self.data_dir, process_tree.job_owner(job_id))
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["OPD_SERVER_PID"] = str(os.getpid())  # the worker exits when this process is gone
         with open(job_dir / "worker.log", "ab") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MARKER, str(self.data_dir), job_id],
@@ -163,10 +221,27 @@ class JobManager:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                start_new_session=True,
             )
         self._procs[job_id] = proc
         self.store.set_job(job_id, worker_pid=proc.pid)
-        self.store.add_log(job_id, f"[server] {now_text()} job started (worker pid {proc.pid})")
+        if resuming:
+            point = job["meta"].get("resume_from")
+            what = f"resumed from {Path(point).name}" if point else "restarted from step 0"
+            self.store.add_log(
+                job_id, f"[server] {now_text()} {what} after a server restart (worker pid {proc.pid})"
+            )
+        else:
+            self.store.add_log(job_id, f"[server] {now_text()} job started (worker pid {proc.pid})")
+
+    def _end_tree(self, job_id: str, proc: subprocess.Popen) -> None:
+        """No process of a finished (or stopping) job may remain: its worker, function servers, anything."""
+        process_tree.end(self.data_dir, process_tree.job_owner(job_id), grace_s=1.0)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
     def _settle(self, job_id: str, proc: subprocess.Popen, *, shutting_down: bool = False) -> None:
         """The worker is gone: if it did not record a final state, record one for it."""
@@ -178,18 +253,28 @@ class JobManager:
         if asked is not None or job.get("cancel_requested"):
             self._finish_canceled(job_id, running=True)
             return
+        point = latest_checkpoint(output_dir(self.data_dir, job_id))
+        if shutting_down and self.resume:
+            where = f"from {point.name}" if point.path else "from step 0 (no checkpoint yet)"
+            self.store.add_log(
+                job_id,
+                f"[server] {now_text()} interrupted: the local control plane stopped while this job was "
+                f"running; it resumes {where} when `opd serve` starts again on this data dir",
+            )
+            return  # stays RUNNING: the next start resumes it
+        tail = [f"[worker] {t}" for t in _tail(self.data_dir / "jobs" / job_id / "worker.log", 20)]
         if shutting_down:
             reason = (
-                "the local control plane was stopped while this job was running; local jobs do not resume"
+                "the local control plane was stopped while this job was running and `opd serve "
+                f"--no-resume` does not resume jobs. {continue_hint(point)}"
             )
-            code = "ServerStopped"
-        else:
-            reason = f"the job worker exited unexpectedly (exit code {proc.returncode})"
-            code = "WorkerCrashed"
-        tail = _tail(self.data_dir / "jobs" / job_id / "worker.log", 20)
-        self.store.add_log(
-            job_id, f"[server] {now_text()} FAILED: {reason}", *[f"[worker] {t}" for t in tail]
-        )
+            self._fail(job_id, "ServerStopped", reason, "", tail)
+            return
+        reason = f"the job worker died ({exit_reason(proc.returncode)}). {continue_hint(point)}"
+        self._fail(job_id, "WorkerCrashed", reason, "", tail)
+
+    def _fail(self, job_id: str, code: str, reason: str, note: str, extra: list[str] | None = None) -> None:
+        self.store.add_log(job_id, f"[server] {now_text()} FAILED: {reason}{note}", *(extra or []))
         self.store.set_job(
             job_id,
             only_if_status=(RUNNING,),

@@ -8,10 +8,17 @@ start`, ``%opd serve start``) branch on its type. :func:`start` is the plain lau
 the demo and the bench use: it returns a :class:`ServerHandle` (also a context manager) or raises
 an :class:`~opd_nb.errors.OpdError`. Importing this module is light: no FastAPI, and httpx only
 once a server is polled.
+
+One server owns a data dir: it holds ``<data_dir>/server.lock`` (:class:`DataDirLock`, a ``filelock``
+released by the kernel even on SIGKILL) and describes itself in ``<data_dir>/server.json``, so a
+second server is refused with the owner's URL and pid, and :func:`start_background` reuses the owner.
+A server key (``--api-key`` or ``OPD_SERVE_API_KEY``) travels to the child in its environment,
+never on its command line, and no record holds it: :class:`ServerInfo` only says that one is needed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
@@ -29,6 +36,10 @@ from opd_nb.errors import OpdError
 
 _LOG_TAIL_LINES = 10
 _POLL_S = 0.1
+API_KEY_ENV = "OPD_SERVE_API_KEY"  # the server key; the only way it reaches a launched server
+LOCK_FILE = "server.lock"
+OWNER_FILE = "server.json"
+MAX_INTERRUPTIONS = 3  # a job interrupted this many times (server restarts) fails instead of resuming
 
 
 def default_data_dir() -> Path:
@@ -45,6 +56,26 @@ def state_file() -> Path:
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opd-nb"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (``localhost``, 127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    name = host.strip().strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        pass
+    import socket
+
+    try:
+        addrs = {a[4][0] for a in socket.getaddrinfo(name, None)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
 
 
 def server_urls(host: str, port: int) -> tuple[str, str]:
@@ -66,16 +97,28 @@ class ServerInfo:
     api_base: str
     data_dir: str
     log_path: str = ""
+    key_required: bool = False  # started with a server key (the key itself is never recorded)
 
     @classmethod
     def at(
-        cls, pid: int, host: str, port: int, data_dir: str | Path, log_path: str | Path = ""
+        cls,
+        pid: int,
+        host: str,
+        port: int,
+        data_dir: str | Path,
+        log_path: str | Path = "",
+        key_required: bool = False,
     ) -> ServerInfo:
         base_url, api_base = server_urls(host, port)
-        return cls(pid, host, port, base_url, api_base, str(data_dir), str(log_path))
+        return cls(pid, host, port, base_url, api_base, str(data_dir), str(log_path), key_required)
 
     def env(self) -> dict[str, str]:
-        """The two variables a workspace (and the dashscope SDK) needs to target this server."""
+        """The variables a workspace (and the dashscope SDK) needs to target this server.
+
+        With a server key there is no key to give: the caller sets ``DASHSCOPE_API_KEY`` to it.
+        """
+        if self.key_required:
+            return {"DASHSCOPE_HTTP_BASE_URL": self.api_base}
         return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, "DASHSCOPE_API_KEY": LOCAL_API_KEY}
 
     def to_json(self) -> str:
@@ -125,6 +168,80 @@ def write_state(info: ServerInfo) -> None:
 
 def clear_state() -> None:
     state_file().unlink(missing_ok=True)
+
+
+# ---- one owner per data dir --------------------------------------------------------------------
+class DataDirLock:
+    """The running server's hold on its data dir (``filelock``; the kernel drops it if the server dies)."""
+
+    def __init__(self, data_dir: str | Path):
+        from filelock import FileLock
+
+        self.path = Path(data_dir) / LOCK_FILE
+        self._lock = FileLock(str(self.path))
+
+    def acquire(self) -> bool:
+        """Take the lock now, or answer False if another process holds it."""
+        from filelock import Timeout
+
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def owner_file(data_dir: str | Path) -> Path:
+    return Path(data_dir) / OWNER_FILE
+
+
+def read_owner(data_dir: str | Path) -> ServerInfo | None:
+    """The server recorded as serving ``data_dir`` (alive or not), or None."""
+    try:
+        return ServerInfo.from_json(owner_file(data_dir).read_text())
+    except OSError:
+        return None
+
+
+def write_owner(info: ServerInfo) -> None:
+    path = owner_file(info.data_dir)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(info.to_json())
+    os.replace(tmp, path)
+
+
+def clear_owner(data_dir: str | Path, pid: int) -> None:
+    """Forget the owner record if it is ``pid``'s (a newer owner's record stays)."""
+    info = read_owner(data_dir)
+    if info is not None and info.pid == pid:
+        owner_file(data_dir).unlink(missing_ok=True)
+
+
+def data_dir_owner(data_dir: str | Path) -> ServerInfo | None:
+    """The live, answering server that owns ``data_dir``, or None."""
+    info = read_owner(Path(data_dir).expanduser().resolve())
+    return info if info is not None and _is_running(info) else None
+
+
+def owned_message(data_dir: str | Path, wait_s: float = 3.0) -> str:
+    """The one line a second server on a locked data dir exits with (waits briefly for the record)."""
+    deadline = time.monotonic() + wait_s
+    info = read_owner(data_dir)
+    while (info is None or not _pid_alive(info.pid)) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        info = read_owner(data_dir)
+    who = (
+        f"the opd serve at {info.base_url} (pid {info.pid})"
+        if info is not None and _pid_alive(info.pid)
+        else "another opd serve that is starting up"
+    )
+    return (
+        f"error: data dir {data_dir} is in use by {who}; use that server (`opd serve start` reuses it), "
+        "stop it first, or pick another --data-dir"
+    )
 
 
 # ---- typed answers of start_background ---------------------------------------------------------
@@ -197,17 +314,19 @@ def _pid_alive(pid: int | None) -> bool:
         return True  # no /proc (macOS): the signal check is all there is
 
 
-def _healthy(base_url: str) -> bool:
+def _healthy(base_url: str, key_required: bool = False) -> bool:
+    """Whether the server answers; one with a server key answers 401 to us, which is enough."""
     import httpx
 
     try:  # a loopback check: never through a proxy from the environment
-        return httpx.get(base_url + "/health", timeout=2.0, trust_env=False).status_code == 200
+        code = httpx.get(base_url + "/health", timeout=2.0, trust_env=False).status_code
     except httpx.HTTPError:
         return False
+    return code == 200 or (key_required and code == 401)
 
 
 def _is_running(info: ServerInfo) -> bool:
-    return _pid_alive(info.pid) and _healthy(info.base_url)
+    return _pid_alive(info.pid) and _healthy(info.base_url, info.key_required)
 
 
 def running_server() -> ServerInfo | None:
@@ -232,6 +351,9 @@ class ServerHandle:
         data_dir: Path,
         pid: int | None = None,
         log_path: str | Path = "",
+        *,
+        api_key: str | None = None,
+        key_required: bool | None = None,
     ):
         self.process = process
         self.host = host
@@ -239,11 +361,21 @@ class ServerHandle:
         self.data_dir = Path(data_dir)
         self.pid = pid if pid is not None else (process.pid if process else None)
         self.log_path = str(log_path)
+        self._api_key = api_key  # in memory only, for env(); never in a repr or a record
+        self.key_required = bool(api_key) if key_required is None else key_required
 
     @classmethod
     def attach(cls, info: ServerInfo) -> ServerHandle:
         """A handle on a server started by another process (from its state-file record)."""
-        return cls(None, info.host, info.port, Path(info.data_dir), pid=info.pid, log_path=info.log_path)
+        return cls(
+            None,
+            info.host,
+            info.port,
+            Path(info.data_dir),
+            pid=info.pid,
+            log_path=info.log_path,
+            key_required=info.key_required,
+        )
 
     @property
     def base_url(self) -> str:
@@ -255,30 +387,38 @@ class ServerHandle:
 
     @property
     def info(self) -> ServerInfo:
-        return ServerInfo.at(self.pid or 0, self.host, self.port, self.data_dir, self.log_path)
+        return ServerInfo.at(
+            self.pid or 0, self.host, self.port, self.data_dir, self.log_path, self.key_required
+        )
 
     def env(self) -> dict[str, str]:
-        """The two variables a workspace (and the dashscope SDK) needs to target this server."""
-        return self.info.env()
+        """The two variables a workspace (and the dashscope SDK) needs to target this server.
+
+        With a server key this holds the key, if this handle started the server with it.
+        """
+        env = self.info.env()
+        if self._api_key:
+            env["DASHSCOPE_API_KEY"] = self._api_key
+        return env
 
     def alive(self) -> bool:
         if self.process is not None:
             return self.process.poll() is None
         return _pid_alive(self.pid)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop the server: running jobs are stopped and recorded as FAILED (local jobs do not resume)."""
+    def stop(self, timeout: float = 15.0, sig: int = signal.SIGINT) -> None:
+        """Stop the server (SIGINT, or ``sig``): a running job is interrupted and resumes at the next start."""
         if not self.alive():
             return
         if self.process is not None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(sig)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
             return
-        os.kill(self.pid, signal.SIGINT)  # type: ignore[arg-type]
+        os.kill(self.pid, sig)  # type: ignore[arg-type]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.alive():
             time.sleep(_POLL_S)
@@ -308,7 +448,7 @@ class ServerHandle:
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
-            for k, v in self.env().items()
+            for k, v in self.info.env().items()  # never the server key
         )
         state = "running" if self.alive() else "stopped"
         return (
@@ -318,14 +458,33 @@ class ServerHandle:
 
 
 # ---- launching -----------------------------------------------------------------------------------
-def _command(
-    host: str, port: int, data_dir: Path, model_map: dict[str, str], max_running: int, ready: str
-) -> list[str]:
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a launched server runs its jobs (everything but where it listens and its key)."""
+
+    model_map: dict[str, str] = dataclasses.field(default_factory=dict)
+    max_running: int = 1
+    resume: bool = True  # resume interrupted jobs at startup (False: the old FAILED ServerRestarted)
+    max_interruptions: int = MAX_INTERRUPTIONS
+
+
+def _command(host: str, port: int, data_dir: Path, options: ServeOptions, ready: str) -> list[str]:
     cmd = [sys.executable, "-m", "opd_nb.server", "--host", host, "--port", str(port)]
-    cmd += ["--data-dir", str(data_dir), "--ready-file", ready, "--max-running", str(max_running)]
-    for key, value in model_map.items():
+    cmd += ["--data-dir", str(data_dir), "--ready-file", ready, "--max-running", str(options.max_running)]
+    cmd += ["--max-interruptions", str(options.max_interruptions)]
+    if not options.resume:
+        cmd.append("--no-resume")
+    for key, value in options.model_map.items():
         cmd += ["--model-map", f"{key}={value}"]
     return cmd
+
+
+def _child_env(api_key: str | None) -> dict[str, str]:
+    """The server's environment: the key goes here (never on the command line, which `ps` shows)."""
+    env = dict(os.environ)
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    return env
 
 
 def _ready_path() -> str:
@@ -354,7 +513,13 @@ def _log_tail(log_path: Path) -> str:
 
 
 def _wait_until_healthy(
-    process: subprocess.Popen, host: str, data_dir: Path, log_path: Path, ready: str, timeout: float
+    process: subprocess.Popen,
+    host: str,
+    data_dir: Path,
+    log_path: Path,
+    ready: str,
+    timeout: float,
+    api_key: str | None,
 ) -> ServerHandle | StartFailed | StartTimedOut:
     deadline = time.monotonic() + timeout
     port: int | None = None
@@ -368,8 +533,8 @@ def _wait_until_healthy(
             )
         port = port or _read_port(ready)
         if port:
-            handle = ServerHandle(process, host, port, data_dir, log_path=log_path)
-            if _healthy(handle.base_url):
+            handle = ServerHandle(process, host, port, data_dir, log_path=log_path, api_key=api_key)
+            if _healthy(handle.base_url, handle.key_required):
                 return handle
         time.sleep(_POLL_S)
     process.kill()
@@ -378,31 +543,37 @@ def _wait_until_healthy(
     return StartTimedOut(process.pid, timeout, str(log_path))
 
 
+def _resolve_dir(data_dir: str | Path | None) -> Path:
+    return Path(data_dir).expanduser().resolve() if data_dir else default_data_dir().resolve()
+
+
 def _launch(
     host: str,
     port: int,
     data_dir: str | Path | None,
-    model_map: dict[str, str] | None,
+    options: ServeOptions,
     *,
-    max_running: int,
+    api_key: str | None,
     startup_timeout: float,
     log_path: str | Path | None,
     detach: bool,
 ) -> ServerHandle | StartFailed | StartTimedOut:
     """Spawn ``python -m opd_nb.server`` and wait until it answers ``/health``."""
-    data_dir = Path(data_dir).expanduser().resolve() if data_dir else default_data_dir()
+    data_dir = _resolve_dir(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     log = Path(log_path) if log_path else data_dir / "server.log"
     ready = _ready_path()
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _command(host, port, data_dir, model_map or {}, max_running, ready),
+            _command(host, port, data_dir, options, ready),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=_child_env(api_key),
             start_new_session=detach,
         )
-    return _wait_until_healthy(process, host, data_dir, log, ready, startup_timeout)
+    return _wait_until_healthy(process, host, data_dir, log, ready, startup_timeout, api_key)
 
 
 def start(
@@ -415,14 +586,20 @@ def start(
     startup_timeout: float = 60.0,
     log_path: str | Path | None = None,
     detach: bool = False,
+    api_key: str | None = None,
+    resume: bool = True,
+    max_interruptions: int = MAX_INTERRUPTIONS,
 ) -> ServerHandle:
-    """Start the control plane in a background subprocess and wait until it answers `/health`."""
+    """Start the control plane in a background subprocess and wait until it answers `/health`.
+
+    A data dir another server owns is a start failure (that server's URL and pid in the message).
+    """
     outcome = _launch(
         host,
         port,
         data_dir,
-        model_map,
-        max_running=max_running,
+        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions),
+        api_key=api_key,
         startup_timeout=startup_timeout,
         log_path=log_path,
         detach=detach,
@@ -440,17 +617,20 @@ def start_background(
     *,
     max_running: int = 1,
     startup_timeout: float = 60.0,
+    api_key: str | None = None,
+    resume: bool = True,
+    max_interruptions: int = MAX_INTERRUPTIONS,
 ) -> StartResult:
-    """Reuse the recorded server if it is healthy, else launch a detached one and record it."""
-    current = running_server()
+    """Reuse the recorded server, or the one that owns ``data_dir``, if healthy; else launch one and record it."""
+    current = running_server() or data_dir_owner(_resolve_dir(data_dir))
     if current is not None:
         return StartReused(current)
     outcome = _launch(
         host,
         port,
         data_dir,
-        model_map,
-        max_running=max_running,
+        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions),
+        api_key=api_key,
         startup_timeout=startup_timeout,
         log_path=None,
         detach=True,

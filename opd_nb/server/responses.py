@@ -3,7 +3,9 @@
 dashscope 2.0.2 reads a job or function answer under ``output`` (``POST /files`` under ``data``) and an
 error from any non-200 answer with ``code`` and ``message``. Every error this server gives, whether a
 bad body caught by pydantic, an unknown route or an :class:`ApiError`, goes out in that one shape, as a
-4xx: a bad request is never a 500.
+4xx: a bad request is never a 500. A message echoes at most a few hundred characters of what was
+sent (:func:`shown`; :func:`err` clips whatever slips through), so a 10 MB field never comes back.
+The OpenAPI schema documents that 400 body (FastAPI's default would promise a 422 we never send).
 """
 
 from __future__ import annotations
@@ -21,6 +23,16 @@ from opd_nb.server.errors import ApiError
 INVALID = "InvalidParameter"
 _MAX_REPORTED = 5  # validation problems named in one message
 _NOT_AN_OBJECT = ("model_attributes_type", "dict_type", "model_type")
+MAX_SHOWN = 200  # characters of a client's value quoted back in a message
+MAX_MESSAGE = 1000  # characters of any error message
+
+
+def shown(value: Any, limit: int = MAX_SHOWN) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (and safe to encode as UTF-8)."""
+    text = repr(value) if isinstance(value, str) else repr(str(value))
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(str(value))} characters)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def request_id() -> str:
@@ -32,8 +44,13 @@ def ok(output: Any = None, *, key: str = "output", **extra: Any) -> JSONResponse
     return JSONResponse({"request_id": request_id(), key: output, **extra}, status_code=200)
 
 
-def err(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"request_id": request_id(), "code": code, "message": message}, status_code=status)
+def err(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    message = str(message)
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + "... (message cut)"
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # no lone surrogates
+    body = {"request_id": request_id(), "code": code, "message": message}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def describe_validation(errors: list[dict[str, Any]]) -> str:
@@ -73,5 +90,55 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
             return err(404, "NotFound", f"no such endpoint: {request.method} {request.url.path}")
-        code = {405: "MethodNotAllowed"}.get(exc.status_code, "BadRequest")
-        return err(exc.status_code, code, str(exc.detail))
+        code = {405: "MethodNotAllowed", 413: "RequestTooLarge"}.get(exc.status_code, "BadRequest")
+        return err(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "required": ["request_id", "code", "message"],
+    "properties": {
+        "request_id": {"type": "string"},
+        "code": {"type": "string"},
+        "message": {"type": "string"},
+    },
+}
+
+
+def _error_response(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def document_errors(app: FastAPI) -> None:
+    """Make the OpenAPI schema promise the errors this server really sends (400, 401, 404, 413)."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["Error"] = ERROR_SCHEMA
+        for name in ("HTTPValidationError", "ValidationError"):
+            components.pop(name, None)
+        for path, ops in schema.get("paths", {}).items():
+            for op in ops.values():
+                responses = op.setdefault("responses", {})
+                responses.pop("422", None)
+                responses["400"] = _error_response("Bad request: a parameter or the body is invalid")
+                if path.startswith("/api/"):
+                    responses["401"] = _error_response("Missing or wrong API key")
+                if "{" in path:
+                    responses["404"] = _error_response("No such resource")
+                if "requestBody" in op:
+                    responses["413"] = _error_response("Request body over the size cap")
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,14 +1,76 @@
-"""Serve the control plane in this process until Ctrl-C (`opd serve run`, ``python -m opd_nb.server``)."""
+"""Serve the control plane in this process until Ctrl-C (`opd serve run`, ``python -m opd_nb.server``).
+
+Startup refuses, with exit 2 and one line on stderr, before anything is bound: a non-loopback
+``--host`` without a server key (it would run uploaded Python for anyone who can reach the port),
+a data dir another server owns (its lock is held), and a port that is taken.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
-from opd_nb.server.lifecycle import default_data_dir
+from opd_nb.server.lifecycle import (
+    API_KEY_ENV,
+    MAX_INTERRUPTIONS,
+    DataDirLock,
+    ServeOptions,
+    ServerInfo,
+    clear_owner,
+    default_data_dir,
+    is_loopback,
+    owned_message,
+    write_owner,
+)
+
+Banner = Callable[[ServerInfo], None]
+
+
+def refuse_open_bind(host: str, api_key: str | None) -> str | None:
+    """The one-line refusal for a non-loopback bind without a server key, or None when it is fine."""
+    if api_key or is_loopback(host):
+        return None
+    return (
+        f"error: --host {host} accepts connections from other machines, and this server runs "
+        f"uploaded code; set a server key with --api-key or {API_KEY_ENV} to listen there"
+    )
+
+
+def default_banner(info: ServerInfo) -> None:
+    """What a background server writes to its log once it listens (the real bind address)."""
+    print(bind_line(info), file=sys.stderr, flush=True)
+    if not is_loopback(info.host):
+        print(open_warning(info.host), file=sys.stderr, flush=True)
+
+
+def bind_line(info: ServerInfo) -> str:
+    shown = f"[{info.host}]" if ":" in info.host else info.host
+    return f"opd serve: listening on {shown}:{info.port} (pid {info.pid}, data {info.data_dir})"
+
+
+def open_warning(host: str) -> str:
+    return (
+        f"WARNING: {host} is not a loopback address: anyone who can reach this port and has the server "
+        "key can submit jobs and run uploaded code on this machine"
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket | str:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        return (
+            f"error: cannot listen on {host}:{port}: {exc.strerror} "
+            "(pick another --port, or `opd serve status` to see a running server)"
+        )
+    return sock
 
 
 def serve_forever(
@@ -20,30 +82,68 @@ def serve_forever(
     max_running: int = 1,
     ready_file: str | None = None,
     log_level: str = "warning",
+    api_key: str | None = None,
+    resume: bool = True,
+    max_interruptions: int | None = None,
+    banner: Banner = default_banner,
 ) -> int:
-    """Bind first (so a taken port is a clear exit 2), then write the bound port to ``ready_file``."""
+    """Check, lock the data dir, bind (so each refusal is a clear exit 2), then serve until stopped."""
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    refusal = refuse_open_bind(host, api_key)
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
+    data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = data_dir.resolve()
+    lock = DataDirLock(data_dir)
+    if not lock.acquire():
+        print(owned_message(data_dir), file=sys.stderr)
+        return 2
+    try:
+        sock = _bind(host, port)
+        if isinstance(sock, str):
+            print(sock, file=sys.stderr)
+            return 2
+        options = ServeOptions(
+            dict(model_map or {}), max_running, resume, max_interruptions or MAX_INTERRUPTIONS
+        )
+        return _serve(sock, host, data_dir, options, api_key, ready_file, log_level, banner)
+    finally:
+        clear_owner(data_dir, os.getpid())
+        lock.release()
+
+
+def _serve(
+    sock: socket.socket,
+    host: str,
+    data_dir: Path,
+    options: ServeOptions,
+    api_key: str | None,
+    ready_file: str | None,
+    log_level: str,
+    banner: Banner,
+) -> int:
     import uvicorn
 
     from opd_nb.server.app import create_app
 
-    data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
-    app = create_app(data_dir, model_map, max_running=max_running)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        print(
-            f"error: cannot listen on {host}:{port}: {exc.strerror} "
-            "(pick another --port, or `opd serve status` to see a running server)",
-            file=sys.stderr,
-        )
-        return 2
+    app = create_app(
+        data_dir,
+        options.model_map,
+        max_running=options.max_running,
+        api_key=api_key,
+        resume=options.resume,
+        max_interruptions=options.max_interruptions,
+    )
     sock.listen(2048)
     sock.set_inheritable(True)
+    info = ServerInfo.at(os.getpid(), host, sock.getsockname()[1], data_dir, key_required=bool(api_key))
+    write_owner(info)
+    banner(info)
     if ready_file:
         tmp = f"{ready_file}.tmp"
-        Path(tmp).write_text(str(sock.getsockname()[1]))
+        Path(tmp).write_text(str(info.port))
         os.replace(tmp, ready_file)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])

@@ -46,6 +46,11 @@ CREATE TABLE IF NOT EXISTS metrics (
 CREATE TABLE IF NOT EXISTS checkpoints (
     job_id TEXT NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, path TEXT NOT NULL,
     created_at TEXT NOT NULL, metrics TEXT, PRIMARY KEY (job_id, step));
+CREATE TABLE IF NOT EXISTS deployments (
+    deployed_model TEXT PRIMARY KEY, model_name TEXT NOT NULL, base_model TEXT, suffix TEXT,
+    capacity INTEGER NOT NULL, status TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
+    pid INTEGER, port INTEGER, token TEXT NOT NULL, message TEXT, is_base INTEGER DEFAULT 0,
+    deleted INTEGER DEFAULT 0, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL);
 """
 
 
@@ -206,6 +211,12 @@ class Store:
             for r in rows
         ]
 
+    def drop_steps_after(self, job_id: str, step: int) -> None:
+        """Forget metric and checkpoint rows past ``step`` (a job resuming from checkpoint ``step``)."""
+        with self.tx() as conn:
+            conn.execute("DELETE FROM metrics WHERE job_id = ? AND step > ?", (job_id, step))
+            conn.execute("DELETE FROM checkpoints WHERE job_id = ? AND step > ?", (job_id, step))
+
     def cancel_requested(self, job_id: str) -> bool:
         """Whether a cancel was asked for (a deleted or unknown job counts as canceled)."""
         row = self._one("SELECT cancel_requested FROM jobs WHERE job_id = ?", job_id)
@@ -313,6 +324,42 @@ class Store:
     def set_instance(self, instance_id: str, **fields: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
         self._run(f"UPDATE instances SET {cols} WHERE instance_id = ?", *fields.values(), instance_id)
+
+    # ---- deployments (and the endpoints that serve base models) --------------------------------
+    def put_deployment(self, row: dict[str, Any]) -> None:
+        """Insert a deployment, replacing a deleted one of the same name."""
+        row = {**row, "gmt_create": now_text(), "gmt_modified": now_text(), "deleted": 0}
+        cols = ", ".join(row)
+        self._run(
+            f"INSERT OR REPLACE INTO deployments({cols}) VALUES ({','.join('?' * len(row))})", *row.values()
+        )
+
+    def deployment(self, name: str) -> dict | None:
+        """A deployment by name, deleted ones included (callers say "was deleted")."""
+        row = self._one("SELECT * FROM deployments WHERE deployed_model = ?", name)
+        return dict(row) if row else None
+
+    def deployments(self, offset: int, limit: int) -> tuple[list[dict], int]:
+        """The listed deployments (not deleted, not the base-model endpoints), newest first."""
+        where = "FROM deployments WHERE deleted = 0 AND is_base = 0"
+        total = self._one(f"SELECT COUNT(*) {where}")[0]
+        rows = self._all(
+            f"SELECT * {where} ORDER BY gmt_create DESC, rowid DESC LIMIT ? OFFSET ?", limit, offset
+        )
+        return [dict(r) for r in rows], total
+
+    def live_deployments(self) -> list[dict]:
+        """Every row that is not deleted, base-model endpoints included (oldest first)."""
+        return [dict(r) for r in self._all("SELECT * FROM deployments WHERE deleted = 0 ORDER BY rowid")]
+
+    def set_deployment(self, name: str, **fields: Any) -> None:
+        fields["gmt_modified"] = now_text()
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._run(f"UPDATE deployments SET {cols} WHERE deployed_model = ?", *fields.values(), name)
+
+    def drop_deployment(self, name: str) -> None:
+        """Forget a row for good (base-model endpoints: they are not listed, nothing asks for them)."""
+        self._run("DELETE FROM deployments WHERE deployed_model = ?", name)
 
 
 def _job_dict(row: sqlite3.Row) -> dict:

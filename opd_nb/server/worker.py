@@ -4,6 +4,10 @@ Runs one job with the local OPD engine. It starts the job's function servers, bu
 :class:`~opd_nb.engine.api.EngineJob`, and writes everything the engine reports (logs, progress,
 metrics, checkpoints, the final state) straight into the shared SQLite store. Running in its own
 process means a crash in training or in user code never takes the control plane down.
+
+SIGTERM/SIGINT is an interruption, not a cancel: the engine stops at its next step, nothing is
+published, the job stays RUNNING and the worker exits with ``EXIT_INTERRUPTED``; the control plane
+resumes it from its last checkpoint at its next start. Only the store's cancel flag cancels.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from opd_nb.errors import OpdError
 from opd_nb.server.store import Store, now_text
 
 _STOP_POLL_S = 0.5
+EXIT_INTERRUPTED = 75  # opd_nb.server.jobs.EXIT_INTERRUPTED (the job stays RUNNING)
+PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
+
+
+class Interrupted(Exception):
+    """Raised from the engine's stop check after SIGTERM/SIGINT: unwind now, publish nothing."""
 
 
 class StoreEvents:
@@ -75,7 +85,11 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class StopFlag:
-    """`should_stop` for the engine: the cancel flag in the store (polled at most every 0.5 s)."""
+    """`should_stop` for the engine: the cancel flag in the store (polled at most every 0.5 s).
+
+    After a signal it raises :class:`Interrupted` instead of answering: a stopped engine would
+    publish its model as if the job were done.
+    """
 
     def __init__(self, store: Store, job_id: str):
         self.store = store
@@ -85,7 +99,9 @@ class StopFlag:
         self.signalled = False
 
     def __call__(self) -> bool:
-        if self._stopped or self.signalled:
+        if self.signalled:
+            raise Interrupted()
+        if self._stopped:
             return True
         now = time.monotonic()
         if now - self._last >= _STOP_POLL_S:
@@ -94,18 +110,38 @@ class StopFlag:
         return self._stopped
 
 
-def _watch_parent(cleanup: list[Any]) -> None:
-    """If the control plane dies (even by SIGKILL) stop at once; the restarted server settles the job."""
-    parent = os.getppid()
+def _watch_parent(parent: int) -> None:
+    """If the control plane dies (even by SIGKILL), end our children and exit; the next server resumes the job.
+
+    ``parent`` comes from the server (``OPD_SERVER_PID``): a server killed while this worker was
+    still importing torch is already gone by the time a thread could ask ``getppid()``.
+    """
     while True:
-        time.sleep(0.5)
         if os.getppid() != parent:
-            for server in cleanup:
-                try:
-                    server.stop(timeout=1.0)
-                except Exception:
-                    pass
+            _end_children()
             os._exit(3)
+        time.sleep(0.5)
+
+
+def _end_children() -> None:
+    """Every process this worker started (function servers, even half-started ones), TERM then KILL."""
+    import psutil
+
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=1.0)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
 
 
 def run_job(data_dir: Path, job_id: str) -> int:
@@ -118,26 +154,31 @@ def run_job(data_dir: Path, job_id: str) -> int:
     events = StoreEvents(store, job_id)
     should_stop = StopFlag(store, job_id)
     servers: list[Any] = []
-    threading.Thread(target=_watch_parent, args=(servers,), daemon=True).start()
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         should_stop.signalled = True
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         result = _train(data_dir, job, events, should_stop, servers)
-        if should_stop():
+    except Interrupted:
+        return _interrupted(events)
+    except Exception as exc:
+        if should_stop.signalled:
+            return _interrupted(events)  # the signal broke a step mid-way
+        if store.cancel_requested(job_id):
+            _mark_canceled(store, job_id)
+            return 0
+        _record_failure(store, events, job_id, exc, servers)
+        return 1
+    else:
+        if store.cancel_requested(job_id):
             events.log("job stopped on request")
             _mark_canceled(store, job_id)
             return 0
         _publish(store, events, job_id, result)
         return 0
-    except Exception as exc:
-        if should_stop():
-            _mark_canceled(store, job_id)
-            return 0
-        _record_failure(store, events, job_id, exc, servers)
-        return 1
     finally:
         for server in servers:
             try:
@@ -146,12 +187,24 @@ def run_job(data_dir: Path, job_id: str) -> int:
                 pass
 
 
+def _interrupted(events: StoreEvents) -> int:
+    events.log(
+        "worker interrupted (SIGTERM/SIGINT): nothing published; if the control plane is stopping, "
+        "the job resumes from its last checkpoint when it starts again",
+        level="WARNING",
+    )
+    return EXIT_INTERRUPTED
+
+
 def _train(data_dir: Path, job: dict, events: StoreEvents, should_stop: StopFlag, servers: list[Any]) -> Any:
     """Start the job's functions (appended to ``servers`` for cleanup) and run the engine to the end."""
     from opd_nb.engine.api import EngineJob
 
     job_id, meta = job["job_id"], job["meta"]
+    resume_from = meta.get("resume_from")
     events.log(f"job {job_id} running on the local OPD engine ({meta.get('training_type')})")
+    if resume_from:
+        events.log(f"resuming from {Path(resume_from).name} ({resume_from})")
     for note in meta.get("substitutions", []):
         events.log(note)
     rewards, rollout = _start_functions(
@@ -167,6 +220,7 @@ def _train(data_dir: Path, job: dict, events: StoreEvents, should_stop: StopFlag
         rewards=rewards,
         rollout=rollout,
         output_dir=str(data_dir / "jobs" / job_id / "output"),
+        resume_from=resume_from,
     )
     from opd_nb.engine.trainer import run as engine_run
 
@@ -286,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m opd_nb.server.worker DATA_DIR JOB_ID", file=sys.stderr)
         return 2
+    parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+    threading.Thread(target=_watch_parent, args=(parent,), name="opd-watch-parent", daemon=True).start()
     try:  # training is background work: the control plane (and the user's notebook) stay responsive
         os.nice(int(os.environ.get("OPD_WORKER_NICE", "10")))
     except (OSError, ValueError):

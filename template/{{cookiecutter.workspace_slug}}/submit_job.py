@@ -5,6 +5,14 @@
     python submit_job.py                         # register functions, upload data, submit
     python submit_job.py --local --wait          # submit to http://127.0.0.1:8765/api/v1 and follow it
     python submit_job.py --no-reward             # pure distillation: functions=None
+    python submit_job.py --set training.hyper_parameters.learning_rate=2e-6   # one change, YAML untouched
+    python submit_job.py --fresh                 # register the functions again even if unchanged
+
+Registered functions are remembered in .opd/entities.json (per target, function name and type, with a
+hash of exactly what the SDK would zip, plus requirements.txt). While that code is unchanged the next
+submit passes the function's entity_id (rw-.../ro-...) and nothing is zipped or uploaded again; an
+entity the control plane no longer knows is registered again once, automatically. The file holds ids
+and hashes only (no secrets); it is git-ignored and left out of the function zip.
 
 Needs only the standard library, PyYAML and dashscope>=2.0.2, so the workspace works without
 opd-nb. The API key comes from DASHSCOPE_API_KEY or a .env file next to the config; it is never
@@ -15,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
+import hashlib
 import json
 import os
 import sys
@@ -25,6 +35,19 @@ from typing import Any
 LOCAL_URL = "http://127.0.0.1:8765/api/v1"
 CLOUD_URL = "https://dashscope.aliyuncs.com/api/v1"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
+# Remembered entities: the same algorithm and file format as opd_nb.entities (opd-nb's tests prove
+# that both hash alike), kept here so that this script needs nothing but the SDK.
+STATE_DIR = ".opd"
+STATE_FILE = "entities.json"
+SDK_ZIP_EXCLUDES = (  # the default of the SDK's FC_ZIP_EXCLUDE_PATTERNS (dashscope 2.0.2)
+    ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
+    "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data"
+)
+GENERATED_FILES = ("start.sh",)  # the SDK writes it into zipdir for each function, just before zipping
+START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WORKERS_COUNT", "FC_LAYER_USED")
+STATE_NOTE = ("Functions registered by submit_job.py, reused while the code is unchanged. No secrets. "
+              "Delete this file (or pass --fresh) to register again.")
+STALE_CODES = ("FunctionNotFound",)  # what a control plane answers for an entity id it does not know
 
 
 class UsageError(Exception):
@@ -39,6 +62,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--job-name", help="job name (overrides name; the service appends -<8 hex>)")
     parser.add_argument("--no-reward", action="store_true",
                         help="submit without reward functions (pure distillation: functions=None)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                        help="change one config value for this submit only, e.g. "
+                             "training.hyper_parameters.learning_rate=2e-6 (VALUE is JSON, else text; repeatable)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="register every function again, even if its code is unchanged")
     parser.add_argument("--local", nargs="?", const=LOCAL_URL, metavar="URL",
                         help=f"target a local control plane (default URL {LOCAL_URL})")
     parser.add_argument("--dry-run", action="store_true", help="print the effective job and send nothing")
@@ -98,6 +126,9 @@ def configure_env(args: argparse.Namespace, workspace: Path) -> str:
             source = "placeholder 'local'"
     if not args.verbose:
         os.environ.setdefault("LOG_LEVEL", "warning")  # the SDK logs whole requests at INFO
+    patterns = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS", SDK_ZIP_EXCLUDES)
+    if STATE_DIR not in [p.strip() for p in patterns.split(",")]:
+        os.environ["FC_ZIP_EXCLUDE_PATTERNS"] = f"{patterns},{STATE_DIR}"  # the state never enters the zip
     return source or "not set"
 
 
@@ -112,12 +143,50 @@ def sdk_error(exc: BaseException) -> str:
     return text
 
 
-def load_tuning(config: Path) -> Any:
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs: KEY is a dotted path into the YAML, VALUE is JSON (else plain text)."""
+    sets: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. training.hyper_parameters.learning_rate=2e-6")
+        try:
+            sets[key] = json.loads(raw)
+        except ValueError:
+            sets[key] = raw
+    return sets
+
+
+def apply_sets(data: dict, sets: dict[str, Any]) -> dict:
+    """The YAML's data with each `--set` applied (missing mappings on the way are created)."""
+    for key, value in sets.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise UsageError(f"--set {key}: `{part}` is not a mapping in the config")
+            node = child
+        node[leaf] = value
+    return data
+
+
+def load_tuning(config: Path, sets: dict[str, Any] | None = None) -> Any:
     """The job as the SDK's own loader reads it (the same TuningModel that AgenticRL.init builds)."""
     from dashscope.finetune.reinforcement import TuningModel
 
     try:
-        return TuningModel.load_from_yaml(str(config))
+        if not sets:
+            return TuningModel.load_from_yaml(str(config))
+        import yaml
+
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise UsageError(f"{config.name}: the config is not a mapping")
+        return TuningModel.load_from_dict(apply_sets(data, sets))
+    except UsageError:
+        raise
     except Exception as exc:
         raise UsageError(f"{config.name}: {sdk_error(exc)}") from None
 
@@ -129,6 +198,215 @@ def select_functions(tuning: Any, no_reward: bool) -> list | None:
         functions = [f for f in functions if str(getattr(f.type, "value", f.type)) == "rollout"]
         tuning.functions = functions
     return functions or None  # pure distillation must send None, not []
+
+
+# ---------------------------------------------------------------- remembered entities
+
+def fn_type(function: Any) -> str:
+    return str(getattr(function.type, "value", function.type))
+
+
+def zip_patterns() -> list[str]:
+    raw = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS", SDK_ZIP_EXCLUDES)
+    return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+def zip_members(zipdir: Path, patterns: list[str]) -> list[str]:
+    """The files (relative, sorted) the SDK's zip_dir puts in a function zip: same walk, same exclusions."""
+    out = []
+    for root, dirs, files in os.walk(zipdir, topdown=True):
+        rel_root = os.path.relpath(root, start=zipdir)
+        dirs[:] = [d for d in dirs if not any(
+            fnmatch.fnmatch(d, p) or fnmatch.fnmatch(os.path.join(rel_root, d).replace("\\", "/"), p)
+            for p in patterns)]
+        out += [Path(os.path.relpath(os.path.join(root, f), start=zipdir)).as_posix()
+                for f in files if not any(fnmatch.fnmatch(f, p) for p in patterns)]
+    return sorted(out)
+
+
+def file_digest(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).hexdigest().encode()
+
+
+def sdk_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("dashscope")
+    except Exception:
+        return ""
+
+
+def code_hash(zipdir: Path, kind: str, classpath: Any, filepath: Any, classname: Any, requirements_path: Any,
+              extra_files: Any, patterns: list[str]) -> str:
+    """sha256 of what the SDK would zip and register for one function (start.sh by its inputs)."""
+    header = {"type": kind, "classpath": classpath or "", "filepath": filepath or "", "classname": classname or "",
+              "requirements_path": requirements_path or "", "extra_files": list(extra_files or []),
+              "sdk": sdk_version(), "env": {k: os.environ.get(k, "") for k in START_SCRIPT_ENV}}
+    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode("utf-8") + b"\n")
+    for rel in zip_members(zipdir, patterns):
+        if rel not in GENERATED_FILES:
+            digest.update(rel.encode("utf-8") + b"\0" + file_digest(zipdir / rel) + b"\n")
+    for extra in extra_files or []:  # added at the zip's root unless a pattern excludes the name
+        path = Path(extra)
+        if path.is_file() and not any(fnmatch.fnmatch(path.name, p) for p in patterns):
+            digest.update(b"extra\0" + path.name.encode("utf-8") + b"\0" + file_digest(path) + b"\n")
+    layer = zipdir / "requirements.txt"  # the SDK builds the dependency layer from this file
+    digest.update(b"requirements\0" + (layer.read_bytes() if layer.is_file() else b""))
+    return "sha256:" + digest.hexdigest()
+
+
+def function_hash(function: Any) -> str:
+    fc = function.fcmodel
+    return code_hash(Path(fc.zipdir or "./"), fn_type(function), fc.classpath, fc.filepath, fc.classname,
+                     fc.requirements_path, fc.extra_files, zip_patterns())
+
+
+def key_name(function: Any) -> str:
+    """The name a function is remembered under (an unnamed one by its classpath)."""
+    if function.name:
+        return str(function.name)
+    fc = function.fcmodel
+    return f"unnamed:{(fc.classpath or f'{fc.filepath}:{fc.classname}') if fc else ''}"
+
+
+def load_state(workspace: Path) -> dict:
+    path = workspace / STATE_DIR / STATE_FILE
+    empty = {"version": 1, "note": STATE_NOTE, "entities": []}
+    if not path.is_file():
+        return empty
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not isinstance(data.get("entities"), list):
+            raise ValueError("no list of entities")
+        return data
+    except (OSError, ValueError) as exc:
+        print(f"note: ignoring unreadable {STATE_DIR}/{STATE_FILE} ({exc}); registering every function",
+              file=sys.stderr)
+        return empty
+
+
+def save_state(workspace: Path, state: dict) -> None:
+    """Write atomically; a read-only workspace only costs the reuse next time."""
+    path = workspace / STATE_DIR / STATE_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"note: cannot write {STATE_DIR}/{STATE_FILE} ({exc}); the next submit registers again",
+              file=sys.stderr)
+
+
+def same_key(record: dict, target: str, name: str, kind: str) -> bool:
+    return (record.get("target"), record.get("name"), record.get("type")) == (target, name, kind)
+
+
+class Entity:
+    """One function of this submit: its key, its code hash, and the entity it reuses (None: it registers)."""
+
+    def __init__(self, function: Any, name: str, kind: str, code: str | None, reused: str | None, note: str):
+        self.function, self.name, self.kind, self.code = function, name, kind, code
+        self.reused, self.note, self.recorded = reused, note, False
+        runtime = function.runtime
+        self.own_layer = getattr(runtime, "layer_code", None) if runtime is not None else None
+        self.own_weight = getattr(function, "reward_metric_weight", None)
+
+    def reuse(self, record: dict) -> None:
+        """Pass the remembered entity, with what its registration computed (layer, metric weights)."""
+        from dashscope.finetune.reinforcement.common.model import FunctionComponentRuntime
+
+        f = self.function
+        f.entity_id = record["entity_id"]
+        if record.get("layer_code") and not self.own_layer:
+            if f.runtime is None:
+                f.runtime = FunctionComponentRuntime()
+            f.runtime.layer_code = record["layer_code"]
+        if record.get("reward_metric_weight") and hasattr(f, "reward_metric_weight") and not self.own_weight:
+            f.reward_metric_weight = record["reward_metric_weight"]
+
+    def unreuse(self) -> None:
+        f = self.function
+        f.entity_id, self.reused = None, None
+        if f.runtime is not None:
+            f.runtime.layer_code = self.own_layer
+        if hasattr(f, "reward_metric_weight"):
+            f.reward_metric_weight = self.own_weight
+
+    def summary(self) -> dict:
+        return {"name": self.name, "type": self.kind, "entity_id": self.function.entity_id,
+                "reused": bool(self.reused), "note": self.note}
+
+
+def plan_entities(functions: list, workspace: Path, target: str, fresh: bool) -> list[Entity]:
+    """Reuse each function's remembered entity while its code is unchanged; say why not otherwise."""
+    state = load_state(workspace)
+    plan = []
+    for f in functions:
+        name, kind = key_name(f), fn_type(f)
+        if f.entity_id:  # set in the config: the user manages it
+            plan.append(Entity(f, name, kind, None, f.entity_id, f"using {name} ({f.entity_id}) from the config"))
+            continue
+        code = function_hash(f)
+        record = next((r for r in state["entities"] if same_key(r, target, name, kind)), None)
+        if fresh:
+            note = f"registering {name}: --fresh"
+        elif record is None:
+            note = f"registering {name}: no entity remembered for {target}"
+        elif record.get("code_hash") != code or not record.get("entity_id"):
+            note = f"registering {name}: code changed since {record.get('entity_id')} was registered"
+        else:
+            entity = Entity(f, name, kind, code, record["entity_id"], "")
+            entity.note = f"reusing {name} ({record['entity_id']}), code unchanged"
+            entity.reuse(record)
+            plan.append(entity)
+            continue
+        plan.append(Entity(f, name, kind, code, None, note))
+    return plan
+
+
+def remember(plan: list[Entity], workspace: Path, target: str) -> None:
+    """Record the entity ids the SDK just returned (also after a failed submission: they exist now)."""
+    new = [e for e in plan if e.code and not e.reused and not e.recorded and e.function.entity_id]
+    if not new:
+        return
+    state = load_state(workspace)
+    for e in new:
+        runtime = e.function.runtime
+        record = {"target": target, "name": e.name, "type": e.kind, "code_hash": e.code,
+                  "entity_id": e.function.entity_id,
+                  "layer_code": getattr(runtime, "layer_code", None) if runtime is not None else None,
+                  "reward_metric_weight": None if e.own_weight else getattr(e.function, "reward_metric_weight", None),
+                  "registered_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        state["entities"] = [r for r in state["entities"] if not same_key(r, target, e.name, e.kind)] + [record]
+        e.recorded = True
+        print(f"registered {e.name} ({e.function.entity_id}), remembered in {STATE_DIR}/{STATE_FILE}",
+              file=sys.stderr)
+    save_state(workspace, state)
+
+
+def stale_entities(plan: list[Entity], result: Any) -> list[Entity]:
+    """The reused entities a rejected submission says the control plane does not know."""
+    reused = [e for e in plan if e.reused and e.code]
+    if not reused or result is None or getattr(result, "status_code", None) == 200:
+        return []
+    text = f"{getattr(result, 'code', '') or ''} {getattr(result, 'message', '') or ''}"
+    named = [e for e in reused if e.reused in text]
+    if named:
+        return named
+    return reused if getattr(result, "code", None) in STALE_CODES else []
+
+
+def forget_stale(stale: list[Entity], workspace: Path, target: str) -> None:
+    state = load_state(workspace)
+    for e in stale:
+        print(f"note: the control plane no longer knows {e.reused} ({e.name}); registering it again",
+              file=sys.stderr)
+        e.note = f"registered {e.name} again: the control plane no longer knew {e.reused}"
+        state["entities"] = [r for r in state["entities"] if not same_key(r, target, e.name, e.kind)]
+        e.unreuse()
+    save_state(workspace, state)
 
 
 def effective_job(tuning: Any, args: argparse.Namespace, functions: list | None, key_source: str) -> dict:
@@ -161,7 +439,22 @@ def effective_job(tuning: Any, args: argparse.Namespace, functions: list | None,
     }
 
 
-def submit(tuning: Any, args: argparse.Namespace, functions: list | None) -> str:
+def run_once(client: Any, args: argparse.Namespace, functions: list | None, plan: list[Entity],
+             workspace: Path, target: str) -> Any:
+    """One `run()`: register what is not reused, upload the datasets, submit; remember new entities."""
+    steps = "registering functions, " if any(not e.reused for e in plan) else ""
+    print(f"{steps}uploading datasets, submitting ...", file=sys.stderr)
+    try:
+        return asyncio.run(client.run(model=args.model, functions=functions, job_name=args.job_name,
+                                      teacher_model=args.teacher_model))
+    except Exception as exc:
+        raise SubmitError(f"submission failed: {sdk_error(exc)}") from None
+    finally:
+        remember(plan, workspace, target)
+
+
+def submit(tuning: Any, args: argparse.Namespace, functions: list | None, plan: list[Entity],
+           workspace: Path, target: str) -> str:
     from dashscope.finetune.agentic_rl import AgenticRL
 
     try:
@@ -169,12 +462,13 @@ def submit(tuning: Any, args: argparse.Namespace, functions: list | None) -> str
     except Exception as exc:
         raise UsageError(f"API key: {sdk_error(exc)}") from None
     client.tuning = tuning
-    print("registering functions, uploading datasets, submitting ...", file=sys.stderr)
-    try:
-        result = asyncio.run(client.run(model=args.model, functions=functions, job_name=args.job_name,
-                                        teacher_model=args.teacher_model))
-    except Exception as exc:
-        raise SubmitError(f"submission failed: {sdk_error(exc)}") from None
+    for entity in plan:
+        print(entity.note, file=sys.stderr)
+    result = run_once(client, args, functions, plan, workspace, target)
+    stale = stale_entities(plan, result)
+    if stale:  # registered once more, automatically; a second refusal is reported as it is
+        forget_stale(stale, workspace, target)
+        result = run_once(client, args, functions, plan, workspace, target)
     output = getattr(result, "output", None)
     job_id = getattr(output, "job_id", None) if output is not None else None
     if getattr(result, "status_code", None) != 200 or not job_id:
@@ -222,23 +516,30 @@ def main(argv: list[str] | None = None) -> int:
         workspace = config.parent
         os.chdir(workspace)  # the SDK resolves zipdir, classpath and file_name against the CWD
         key_source = configure_env(args, workspace)
-        tuning = load_tuning(config)
+        sets = parse_sets(args.sets)
+        tuning = load_tuning(config, sets)
         functions = select_functions(tuning, args.no_reward)
         job = effective_job(tuning, args, functions, key_source)
+        target = job["target"].rstrip("/")
+        plan = plan_entities(functions or [], workspace, target, args.fresh)
         if args.dry_run:
+            if sets:
+                job["set"] = sets
+            job["registrations"] = [e.note for e in plan]
             print(json.dumps(job, indent=2, ensure_ascii=False, default=str))
             return 0
         if not os.environ.get("DASHSCOPE_API_KEY"):
             raise UsageError("no API key: set DASHSCOPE_API_KEY (or put it in .env next to the config), "
                              "or use --local for a local control plane")
-        job_id = submit(tuning, args, functions)
+        job_id = submit(tuning, args, functions, plan, workspace, target)
         status = None
         if not args.json:
             print(f"job id: {job_id}")
         if args.wait:
             status = wait(job_id, args.poll or (2.0 if args.local else 15.0))
         if args.json:
-            print(json.dumps({"job_id": job_id, "status": status, "target": job["target"]}))
+            print(json.dumps({"job_id": job_id, "status": status, "target": job["target"],
+                              "functions": [e.summary() for e in plan]}))
         elif status:
             print(f"final status: {status}")
         return 0 if status in (None, "SUCCEEDED") else 1

@@ -1,12 +1,15 @@
 """Dataset files: ``POST /files`` (multipart, answered under ``data`` as the SDK expects), list, get, delete.
 
 An upload must be UTF-8 JSON Lines, one object per line; a file that is not is reported under
-``failed_uploads`` (the cloud's shape) instead of being stored.
+``failed_uploads`` (the cloud's shape) instead of being stored. A file name that cannot be one here
+(``..``, a control character, over 200 characters) refuses the whole request with a 400 before
+anything is written, and each file lands in ``files/<id>/`` by one rename, so nothing partial stays.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +20,8 @@ from fastapi.responses import JSONResponse
 from opd_nb.server.deps import PageDep, ServicesDep, StoreDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import new_id
-from opd_nb.server.responses import ok, request_id
+from opd_nb.server.limits import MAX_FILE_NAME_CHARS, has_surrogate
+from opd_nb.server.responses import ok, request_id, shown
 from opd_nb.server.store import Store
 
 router = APIRouter(prefix="/api/v1/files", tags=["files"])
@@ -37,30 +41,60 @@ def upload_files(
     descriptions: Annotated[list[str] | None, Form()] = None,
     purpose: Annotated[str, Form()] = "fine-tune",
 ) -> JSONResponse:
+    names = [dataset_name(upload.filename) for upload in files]  # all checked before any is written
+    for text in [*(descriptions or []), purpose]:
+        if has_surrogate(text):
+            raise ApiError(
+                400, "InvalidParameter", "a form field holds a lone UTF-16 surrogate, which is not text"
+            )
     done, failed = [], []
-    for i, upload in enumerate(files):
+    for i, (upload, name) in enumerate(zip(files, names, strict=True)):
         description = descriptions[i] if descriptions and i < len(descriptions) else None
-        stored = _store_dataset(services.store, services.data_dir, upload, purpose, description)
+        stored = _store_dataset(services.store, services.data_dir, upload, name, purpose, description)
         (done if "file_id" in stored else failed).append(stored)
     return JSONResponse(
         {"request_id": request_id(), "data": {"uploaded_files": done, "failed_uploads": failed}}
     )
 
 
+def dataset_name(filename: str | None) -> str:
+    """The name a dataset is stored under (its base name), or a 400 if it cannot be a file name here."""
+    if not filename:
+        return "data.jsonl"
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    if has_surrogate(name) or any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise ApiError(400, "InvalidParameter", f"file name {shown(filename)} has a control character")
+    if name in ("", ".", ".."):
+        raise ApiError(
+            400, "InvalidParameter", f"file name {shown(filename)} names no file; send e.g. train.jsonl"
+        )
+    if len(name) > MAX_FILE_NAME_CHARS or len(name.encode()) > 255:
+        raise ApiError(
+            400,
+            "InvalidParameter",
+            f"file name {shown(filename, 60)} is over {MAX_FILE_NAME_CHARS} characters; use a shorter name",
+        )
+    return name
+
+
 def _store_dataset(
-    store: Store, data_dir: Path, upload: UploadFile, purpose: str, description: str | None
+    store: Store, data_dir: Path, upload: UploadFile, name: str, purpose: str, description: str | None
 ) -> dict:
     """Save one uploaded dataset; returns its uploaded-file entry, or ``{name, reason}`` if it is bad."""
     data = upload.file.read()
-    name = Path(upload.filename or "data.jsonl").name or "data.jsonl"
     problem, lines = check_jsonl(data)
     if problem:
         return {"name": name, "reason": problem}
     file_id = new_id("file-ft")
-    dest = data_dir / "files" / file_id / name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
-    store.add_file(file_id, name, str(dest), len(data), lines, purpose, description)
+    folder = data_dir / "files" / file_id
+    tmp = data_dir / "files" / f".tmp-{file_id}-{secrets.token_hex(4)}"
+    try:
+        tmp.mkdir(parents=True)
+        (tmp / name).write_bytes(data)
+        tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    store.add_file(file_id, name, str(folder / name), len(data), lines, purpose, description)
     return {"file_id": file_id, "name": name, "bytes": len(data), "lines": lines}
 
 
@@ -93,7 +127,7 @@ def _public(row: dict) -> dict:
 def _existing_file(store: Store, file_id: str) -> dict:
     row = store.file(file_id)
     if row is None:
-        raise ApiError(404, "FileNotFound", f"file {file_id!r} does not exist")
+        raise ApiError(404, "FileNotFound", f"file {shown(file_id)} does not exist")
     return row
 
 

@@ -3,10 +3,16 @@
 The SDK's flow: ask for an upload URL, PUT the zip there (OSS on the cloud, ``/local-oss/`` here),
 register the zip's class as a rollout/reward/group-reward, then ``load`` an instance of it and query,
 read the logs of, or delete that instance.
+
+The upload URL carries a token (``?token=``, an HMAC only this server run can make), so only a
+client that asked for the URL with a valid key can PUT code, on loopback too. An upload key is
+written once: a second PUT with other bytes is a 409, the same bytes again (an SDK retry) a 200.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import secrets
 from pathlib import Path
 
@@ -33,27 +39,62 @@ from opd_nb.server.function_registry import (
     new_id,
     register_function,
 )
-from opd_nb.server.responses import ok, request_id
+from opd_nb.server.responses import ok, request_id, shown
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])
 
 
 @router.post("/fine-tunes/generate/faas/upload/url")
-def upload_url(body: UploadUrlBody, request: Request) -> JSONResponse:
+def upload_url(body: UploadUrlBody, request: Request, services: ServicesDep) -> JSONResponse:
     base = str(request.base_url).rstrip("/")
-    return ok({"url": f"{base}{OSS_PREFIX}{body.unique_key}.zip", "unique_key": body.unique_key})
+    token = services.uploads.sign(body.unique_key)
+    url = f"{base}{OSS_PREFIX}{body.unique_key}.zip?token={token}"
+    return ok({"url": url, "unique_key": body.unique_key})
 
 
 @router.put(OSS_PREFIX.removeprefix("/api/v1") + "{name}")
-async def oss_put(name: str, request: Request, services: ServicesDep) -> JSONResponse:
-    """The signed-URL target: stream the zip to disk (capped), check it, record it under its key."""
+async def oss_put(
+    name: str, request: Request, services: ServicesDep, token: str | None = Query(None, max_length=200)
+) -> JSONResponse:
+    """The signed-URL target: check the token, stream the zip to disk (capped), check it, record it once."""
     key = name.removesuffix(".zip")
     if not name.endswith(".zip") or not is_unique_key(name):
-        raise ApiError(400, "InvalidParameter", f"bad upload name {name!r}")
+        raise ApiError(400, "InvalidParameter", f"bad upload name {shown(name)}")
+    if not services.uploads.valid(key, token):
+        raise ApiError(
+            403,
+            "AccessDenied",
+            "this upload URL has no valid token; PUT to the exact URL /fine-tunes/generate/faas/upload/url returned",
+        )
     dest = services.data_dir / "uploads" / name
     size = await _receive_zip(request, dest, services.max_zip_bytes)
     await run_in_threadpool(services.store.put_upload, key, str(dest), size)
     return JSONResponse({"request_id": request_id(), "output": {"key": key, "bytes": size}})
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    def digest(path: Path) -> str:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return a.stat().st_size == b.stat().st_size and digest(a) == digest(b)
+
+
+def _publish_once(tmp: Path, dest: Path) -> None:
+    """Put the checked zip at ``dest`` unless one is there (atomic: a hard link never replaces)."""
+    try:
+        os.link(tmp, dest)
+    except FileExistsError:
+        if not _same_bytes(tmp, dest):
+            raise ApiError(
+                409,
+                "UploadExists",
+                f"a different zip was already uploaded under {shown(dest.stem)}; ask for a new upload "
+                "URL with a new unique_key",
+            ) from None
 
 
 async def _receive_zip(request: Request, dest: Path, max_bytes: int) -> int:
@@ -74,7 +115,7 @@ async def _receive_zip(request: Request, dest: Path, max_bytes: int) -> int:
                     )
                 await fh.write(chunk)
         await run_in_threadpool(check_zip, tmp)
-        await anyio.to_thread.run_sync(tmp.replace, dest)
+        await run_in_threadpool(_publish_once, tmp, dest)
     finally:
         await anyio.to_thread.run_sync(lambda: tmp.unlink(missing_ok=True))
     return size
@@ -96,7 +137,7 @@ def create_layer(body: LayerBody, store: StoreDep) -> JSONResponse:
 @router.get("/fine-tunes/query/faas/layer/status")
 def layer_status(store: StoreDep, layer_code: str = Query(...)) -> JSONResponse:
     if not store.has_layer(layer_code):
-        raise ApiError(404, "LayerNotFound", f"layer {layer_code!r} does not exist")
+        raise ApiError(404, "LayerNotFound", f"layer {shown(layer_code)} does not exist")
     return ok({"layer_code": layer_code, "status": "SUCCESS"})
 
 
@@ -104,7 +145,7 @@ def layer_status(store: StoreDep, layer_code: str = Query(...)) -> JSONResponse:
 def register(kind: str, body: RegisterBody, services: ServicesDep) -> JSONResponse:
     if kind not in FUNCTION_KINDS:
         raise ApiError(
-            404, "NotFound", f"unknown function type {kind!r}; use rollout, reward or group-reward"
+            404, "NotFound", f"unknown function type {shown(kind)}; use rollout, reward or group-reward"
         )
     entity_kind = FUNCTION_KINDS[kind]
     entity_id = register_function(

@@ -7,6 +7,7 @@ async and reads the store through ``anyio.to_thread`` so a slow disk never stall
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 
@@ -29,6 +30,7 @@ MAX_OFFSET = 2**53  # log offsets stay far inside SQLite's 64-bit INTEGER
 STREAM_BATCH = 500  # log lines per read while streaming
 STREAM_POLL_S = 0.5
 KEEPALIVE_S = 10.0
+_EVENT_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits, within SQLite's INTEGER
 
 
 @router.post("")
@@ -102,9 +104,13 @@ async def job_stream(
     job_id: str, store: StoreDep, request: Request, offset: int = Query(1, ge=0, le=MAX_OFFSET)
 ) -> StreamingResponse:
     """Server-sent events from log line ``offset`` (or after ``Last-Event-ID`` when reconnecting)."""
+    last_id = request.headers.get("last-event-id", "").strip()
+    if last_id and not _EVENT_ID.fullmatch(last_id):  # e.g. "²" (isdigit, not int) or 5,000 digits
+        raise ApiError(
+            400, "InvalidParameter", "Last-Event-ID must be the number of a log line (id: of an event)"
+        )
     await anyio.to_thread.run_sync(existing_job, job_id, store)
-    last_id = request.headers.get("last-event-id", "")
-    start = min(int(last_id), MAX_OFFSET) + 1 if last_id.isdigit() else max(offset, 1)
+    start = min(int(last_id), MAX_OFFSET) + 1 if last_id else max(offset, 1)
     return StreamingResponse(
         job_events(store, job_id, start, request),
         media_type="text/event-stream",
@@ -142,7 +148,8 @@ def job_metrics(job: JobDep, store: StoreDep) -> JSONResponse:
     return ok({"job_id": job["job_id"], "metrics": store.metrics(job["job_id"])})
 
 
-@router.get("/{job_id}/checkpoints", tags=["local-only"])
+@router.get("/{job_id}/checkpoints")
 def job_checkpoints(job: JobDep, store: StoreDep) -> JSONResponse:
-    """Local-only: saved checkpoints; the published one is the job's finetuned_output."""
+    """Bailian's "list checkpoints": the kept checkpoints, local extras under ``local`` (path, metrics,
+    published: the one that is the job's finetuned_output)."""
     return ok(checkpoint_listing(job, store.checkpoints(job["job_id"])))

@@ -1,0 +1,145 @@
+"""`opd deploy|deployments|undeploy|chat`: serve a model and talk to it, on `opd serve` or on Bailian.
+
+The same calls on both control planes (Bailian's deployment API and its compatible-mode chat API);
+``--local [URL]`` / ``--cloud`` pick the target as for the job commands. Under ``%opd``, ``chat``
+opens the chat widget (a view request); the other commands return their typed results.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from opd_nb.cli._app import app
+from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
+from opd_nb.cli.view_requests import ChatRequest
+from opd_nb.errors import OpdError
+
+CLOUD_DEPLOY_NOTE = (
+    "note: a Bailian deployment costs money for as long as it runs; stop it with `opd undeploy NAME --cloud`"
+)
+MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, help="longest answer in tokens")]
+TemperatureOpt = Annotated[
+    float | None, typer.Option("--temperature", min=0.0, max=2.0, help="sampling temperature (0: greedy)")
+]
+SystemOpt = Annotated[str | None, typer.Option("--system", help="a system message before the conversation")]
+
+
+@app.command("deploy")
+def deploy_cmd(
+    model: Annotated[
+        str, typer.Argument(help="what to deploy: opd-local/<job_id>, a checkpoint path, a model id")
+    ],
+    capacity: Annotated[
+        int, typer.Option(min=1, help="instances (locally: one process; sizes its batch)")
+    ] = 1,
+    suffix: Annotated[str | None, typer.Option(help="name suffix: the deployment is MODEL-SUFFIX")] = None,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="return at once (PENDING) instead of at RUNNING")
+    ] = False,
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    as_json: JsonOpt = False,
+) -> Any:
+    """Deploy a model (a finished job's output, a kept checkpoint, a base model) and wait until it runs."""
+    client = _client(local, cloud)
+    if client.target.kind == "cloud":
+        typer.echo(CLOUD_DEPLOY_NOTE, err=True)
+    dep = client.deploy(model, capacity=capacity, suffix=suffix)
+    if not no_wait:
+        if not in_magic() and not as_json:
+            typer.echo(f"deploying {dep.deployed_model} ...", err=True)
+        dep = client.wait_deployed(dep.deployed_model)
+    return emit(dep, as_json=as_json)
+
+
+@app.command("deployments")
+def deployments_cmd(
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    page: Annotated[int, typer.Option(min=1, help="page number")] = 1,
+    size: Annotated[int, typer.Option(min=1, max=100, help="deployments per page")] = 20,
+    as_json: JsonOpt = False,
+) -> Any:
+    """List deployments, newest first."""
+    return emit(_client(local, cloud).deployments(page=page, size=size), as_json=as_json)
+
+
+@app.command("undeploy")
+def undeploy_cmd(
+    name: Annotated[str, typer.Argument(help="the deployed_model name (`opd deployments` lists them)")],
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    as_json: JsonOpt = False,
+) -> Any:
+    """Stop a deployment (calls to it then say it was deleted)."""
+    return emit(_client(local, cloud).undeploy(name), as_json=as_json)
+
+
+@app.command("chat")
+def chat_cmd(
+    name: Annotated[str, typer.Argument(help="a deployed_model name, or a base model id")],
+    message: Annotated[
+        str | None, typer.Argument(help="one message (without it: an interactive chat)")
+    ] = None,
+    system: SystemOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    temperature: TemperatureOpt = None,
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    as_json: JsonOpt = False,
+) -> Any:
+    """Chat with a model through the chat API: one message, or interactively (a widget in a notebook)."""
+    client = _client(local, cloud)
+    history = [{"role": "system", "content": system}] if system else []
+    params = {"max_tokens": max_tokens, "temperature": temperature}
+    if in_magic():
+        return ChatRequest(model=name, target=client.target, message=message, system=system, **params)
+    if message is None:
+        return _interactive(client, name, history, params)
+    if as_json:
+        return emit(
+            client.chat(name, [*history, {"role": "user", "content": message}], **params), as_json=True
+        )
+    _stream_answer(client, name, [*history, {"role": "user", "content": message}], params)
+    return None
+
+
+def _stream_answer(client: Any, name: str, messages: list[dict], params: dict) -> str:
+    """Print the answer as it comes (plain text: never read as markup); returns it."""
+    pieces = []
+    for piece in client.chat_stream(name, messages, **params):
+        pieces.append(piece)
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return "".join(pieces)
+
+
+def _interactive(client: Any, name: str, history: list[dict], params: dict) -> None:
+    typer.echo(f"chatting with {name} (empty line or Ctrl-D to quit, /reset to start over)", err=True)
+    system = list(history)
+    while True:
+        try:
+            line = input("you> ")
+        except (EOFError, KeyboardInterrupt):
+            typer.echo("", err=True)
+            return None
+        if not line.strip():
+            return None
+        if line.strip() == "/reset":
+            history[:] = system
+            typer.echo("(history cleared)", err=True)
+            continue
+        history.append({"role": "user", "content": line})
+        sys.stdout.write(f"{name}> ")
+        try:
+            answer = _stream_answer(client, name, history, params)
+        except OpdError as exc:
+            history.pop()
+            typer.echo(f"error: {exc}", err=True)
+            continue
+        history.append({"role": "assistant", "content": answer})

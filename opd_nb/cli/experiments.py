@@ -1,0 +1,84 @@
+"""`opd sweep` (one variable, one job per value, functions registered once) and `opd compare`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from opd_nb.cli._app import app
+from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
+from opd_nb.cli.view_requests import CompareRequest, SweepRequest
+
+
+@app.command("sweep")
+def sweep_cmd(
+    param: Annotated[
+        list[str],
+        typer.Option(
+            "--param",
+            "-p",
+            metavar="NAME=V1,V2,...",
+            help="the one hyper-parameter (or resource) to vary and its values, e.g. learning_rate=5e-7,1e-6",
+        ),
+    ],
+    workspace: Annotated[Path, typer.Argument(help="workspace folder (default: current folder)")] = Path("."),
+    grid: Annotated[
+        bool, typer.Option("--grid", help="allow several --param: one job per combination")
+    ] = False,
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print each value's effective job and send nothing")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="confirm the paid jobs of a cloud sweep")] = False,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="the first job registers the functions again, even if unchanged")
+    ] = False,
+    config: Annotated[
+        str, typer.Option("--config", "-c", help="job YAML inside the workspace")
+    ] = "config.yaml",
+    as_json: JsonOpt = False,
+) -> Any:
+    """Submit one job per value, each config.yaml plus that one change; the first registers the functions."""
+    from opd_nb.experiments import sweep
+
+    client = _client(local, cloud, workspace)
+
+    def progress(point: Any, result: Any) -> None:
+        notes = "; ".join(str(f.get("note")) for f in result.functions)
+        typer.echo(f"submitted {point.label}: {result.job_id}" + (f" ({notes})" if notes else ""), err=True)
+
+    quiet = in_magic() or as_json
+    result = sweep(
+        str(workspace),
+        param,
+        client.target,
+        grid=grid,
+        dry_run=dry_run,
+        yes=yes,
+        fresh=fresh,
+        config=config,
+        on_submitted=None if quiet else progress,
+    )
+    if in_magic() and not dry_run and not as_json:  # the notebook opens the multi-job monitor on it
+        return SweepRequest(sweep=result, target=client.target)
+    return emit(result, as_json=as_json)
+
+
+@app.command("compare")
+def compare_cmd(
+    job_ids: Annotated[list[str], typer.Argument(metavar="JOB...", help="two or more job ids")],
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    as_json: JsonOpt = False,
+) -> Any:
+    """Jobs side by side: status, steps, differing parameters, metrics, best checkpoints, the winner."""
+    from opd_nb.experiments import compare_jobs
+
+    comparison = compare_jobs(_client(local, cloud), job_ids)
+    if in_magic() and not as_json:  # the notebook shows the table with the overlaid curves
+        return CompareRequest(comparison=comparison)
+    return emit(comparison, as_json=as_json)

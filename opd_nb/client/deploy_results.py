@@ -1,0 +1,140 @@
+"""The typed results of deployment and chat calls, whichever control plane answered.
+
+A :class:`Deployment` reads Bailian's deployment object (``deployed_model``, ``status``,
+``model_name``, ``capacity``, ...) and a :class:`ChatReply` OpenAI's ``chat.completion``, as the
+compatible-mode API answers on Bailian and on ``opd serve``. The notebook renders them with
+``_repr_html_``, the CLI with ``__rich__`` (user text as plain text, never as rich markup).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from opd_nb.results import ResultMixin
+
+RUNNING = "RUNNING"
+_COLOR = {"RUNNING": "green", "FAILED": "red", "PENDING": "yellow", "DELETED": "white"}
+
+
+class Deployment(ResultMixin, BaseModel):
+    deployed_model: str
+    status: str = "UNKNOWN"
+    model_name: str | None = None
+    base_model: str | None = None
+    capacity: int | None = None
+    ready_capacity: int | None = None
+    gmt_create: str | None = None
+    gmt_modified: str | None = None
+    message: str | None = None  # why it FAILED (local control plane)
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_output(cls, out: Any) -> Deployment:
+        out = out if isinstance(out, dict) else {}
+        fields = {
+            k: out.get(k) for k in cls.model_fields if k not in ("raw", "message") and out.get(k) is not None
+        }
+        local = out.get("local") if isinstance(out.get("local"), dict) else {}
+        return cls(**fields, message=local.get("message") or out.get("message"), raw=out)
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+    def __str__(self) -> str:
+        cap = f" capacity {self.capacity}" if self.capacity is not None else ""
+        src = f" ({self.model_name})" if self.model_name and self.model_name != self.deployed_model else ""
+        why = f": {self.message}" if self.message and self.status == "FAILED" else ""
+        return f"{self.deployed_model} {self.status}{cap}{src}{why}"
+
+    def _repr_html_(self) -> str:
+        color = _COLOR.get(self.status, "gray")
+        return (
+            f"<div>deployment <code>{html.escape(self.deployed_model)}</code> "
+            f"<span style='color:{color};font-weight:bold'>{html.escape(self.status)}</span>"
+            f" — model <code>{html.escape(self.model_name or '')}</code>, capacity {self.capacity}"
+            + (f"<br/><small>{html.escape(self.message)}</small>" if self.message else "")
+            + "</div>"
+        )
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(str(self), style=_COLOR.get(self.status, ""))
+
+
+class DeploymentList(ResultMixin, BaseModel):
+    deployments: list[Deployment]
+    total: int
+    page: int = 1
+    size: int = 20
+
+    @classmethod
+    def from_output(cls, out: Any, *, page: int, size: int) -> DeploymentList:
+        out = out if isinstance(out, dict) else {}
+        return cls(
+            deployments=[Deployment.from_output(d) for d in out.get("deployments") or []],
+            total=out.get("total") or 0,
+            page=page,
+            size=size,
+        )
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [
+            (d.deployed_model, d.status, d.model_name or "", str(d.capacity or ""), d.gmt_create or "")
+            for d in self.deployments
+        ]
+
+    def __str__(self) -> str:
+        return "\n".join(str(d) for d in self.deployments) or "no deployments"
+
+    def _repr_html_(self) -> str:
+        from opd_nb import render
+
+        head = ["deployment", "status", "model", "capacity", "created"]
+        return render.box(render.table(head, self._rows()) + f"<small>{self.total} deployment(s)</small>")
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"{len(self.deployments)} of {self.total} deployments")
+        for col in ("deployment", "status", "model", "capacity", "created"):
+            table.add_column(col)
+        for row in self._rows():  # cells are Text: user strings are not read as rich markup
+            table.add_row(*(Text(c, style=_COLOR.get(c, "") if i == 1 else "") for i, c in enumerate(row)))
+        return table
+
+
+class ChatReply(ResultMixin, BaseModel):
+    """One answer of the chat API (OpenAI's ``chat.completion``)."""
+
+    model: str
+    content: str = ""
+    finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    usage: dict[str, Any] = Field(default_factory=dict)
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)  # the service's answer as sent
+
+    @classmethod
+    def from_output(cls, out: Any, *, model: str) -> ChatReply:
+        out = out if isinstance(out, dict) else {}
+        choice = (out.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        return cls(
+            model=str(out.get("model") or model),
+            content=str(message.get("content") or ""),
+            finish_reason=choice.get("finish_reason"),
+            tool_calls=list(message.get("tool_calls") or []),
+            usage=dict(out.get("usage") or {}),
+            raw=out,
+        )
+
+    def __str__(self) -> str:
+        return self.content
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.content)}</pre>"

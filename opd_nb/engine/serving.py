@@ -1,0 +1,391 @@
+"""One model served at an OpenAI-compatible ``/v1/chat/completions``: a deployment's own process.
+
+``python -m opd_nb.engine.serving --model PATH --name NAME --ready-file FILE`` loads the model,
+binds a loopback port, writes the port to FILE once it can answer, and serves until SIGTERM, or
+until its parent (the control plane) is gone, so no deployment outlives the server. The bearer
+token it accepts comes from ``$OPD_SERVING_TOKEN`` (never the command line, which ``ps`` shows).
+
+The request rules, the answer and the tool-call parsing are the agentic endpoint's
+(:func:`opd_nb.engine.agentic.chat_inputs`, :func:`~opd_nb.engine.agentic.completion_body`).
+Unlike that one, this endpoint streams (``stream: true``: OpenAI's ``chat.completion.chunk``
+events, one per decoded piece of text) and takes ``seed``. Requests that arrive together are
+generated in one batched decode on a single generation thread (torch stays on one thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from opd_nb.engine.agentic import ChatRequestError, chat_inputs, completion_body
+
+TOKEN_ENV = "OPD_SERVING_TOKEN"
+DEFAULT_TEMPERATURE = 0.7  # Bailian's defaults for Qwen chat models
+DEFAULT_TOP_P = 0.8
+BATCH_WAIT_S = 0.003  # let requests that arrive together join one batch
+
+
+@dataclass
+class _Request:
+    """One chat request on its way through the generation thread."""
+
+    ids: list[int]
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None
+    stream: bool
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    out: list[int] = field(default_factory=list)
+    sent: str = ""
+    finish: str | None = None
+
+    def put(self, item: tuple) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+
+
+class Generator:
+    """The model, its tokenizer and a batched decode loop with a per-token callback."""
+
+    def __init__(self, path: str, device: str | None = None):
+        import torch
+
+        from opd_nb.engine import lean, models
+
+        self.torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tok = models.load_tokenizer(path, "student")
+        self.model = models.load_model(path, "student", self.device)
+        self.model.eval()
+        self.model.requires_grad_(False)
+        self.lean = lean.wrap(self.model)
+        max_pos = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        self.max_total = int(max_pos)
+        ids = self.model.generation_config.eos_token_id
+        eos = list(ids) if isinstance(ids, list | tuple) else ([ids] if ids is not None else [])
+        if self.tok.eos_token_id is not None and self.tok.eos_token_id not in eos:
+            eos.append(self.tok.eos_token_id)
+        self.eos = set(eos)
+
+    def _picker(self, temperature: float, top_p: float, seed: int | None) -> Callable[[Any], Any]:
+        torch = self.torch
+        gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+
+        def pick(logits: Any) -> Any:
+            if temperature <= 0:
+                return logits.argmax(-1)
+            probs = torch.softmax(logits / temperature, -1)
+            if top_p < 1.0:
+                sp, si = probs.sort(-1, descending=True)
+                keep = (sp.cumsum(-1) - sp) < top_p
+                probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+            return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+
+        return pick
+
+    def decode(
+        self,
+        prompts: list[list[int]],
+        *,
+        temperature: float,
+        top_p: float,
+        seed: int | None,
+        max_new: int,
+        on_step: Callable[[list[int]], bool],
+    ) -> None:
+        """Decode up to `max_new` tokens after each prompt; `on_step(next ids)` returns True to stop."""
+        torch = self.torch
+        pad = self.tok.pad_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        att = torch.zeros((len(prompts), width), dtype=torch.long)
+        for j, p in enumerate(prompts):
+            ids[j, width - len(p) :] = torch.tensor(p)
+            att[j, width - len(p) :] = 1
+        ids, att = ids.to(self.device), att.to(self.device)
+        choose = self._picker(temperature, top_p, seed)
+        stop = torch.tensor(sorted(self.eos) or [pad], device=self.device)
+        halted = False
+
+        def pick(logits: Any) -> Any:
+            nonlocal halted
+            nxt = choose(logits)
+            if not halted and on_step(nxt.tolist()):
+                halted = True
+            return torch.full_like(nxt, int(stop[0])) if halted else nxt  # an EOS everywhere ends the loop
+
+        max_new = max(1, min(max_new, self.max_total - width))
+        if self.lean is not None:
+            self.lean.decode(ids, att, 0, max_new, pick, stop, pad)
+        else:
+            self._hf_decode(ids, att, max_new, pick, stop)
+
+    def _hf_decode(self, ids: Any, att: Any, max_new: int, pick: Callable[[Any], Any], stop: Any) -> None:
+        """The same loop over the ``transformers`` forward, for architectures the lean one does not cover."""
+        from transformers import DynamicCache
+
+        from opd_nb.engine.batch import cache_kw
+
+        torch = self.torch
+        cache = DynamicCache()
+        ckw = cache_kw(self.model, cache)
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        B = ids.shape[0]
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **ckw)
+            last, n_att = pos[:, -1:], att.shape[1]
+            att = torch.cat([att, torch.ones((B, max_new), dtype=att.dtype, device=att.device)], dim=1)
+            done = torch.zeros(B, dtype=torch.bool, device=ids.device)
+            for _ in range(max_new):
+                nxt = pick(out.logits[:, -1].float())
+                done = done | torch.isin(nxt, stop)
+                if bool(done.all()):
+                    return
+                n_att, last = n_att + 1, last + 1
+                out = self.model(
+                    input_ids=nxt[:, None],
+                    attention_mask=att[:, :n_att],
+                    position_ids=last,
+                    use_cache=True,
+                    **ckw,
+                )
+
+
+class Engine:
+    """The generation thread: batches queued requests and feeds each one its tokens."""
+
+    def __init__(self, gen: Generator, max_batch: int = 16):
+        self.gen = gen
+        self.max_batch = max(1, max_batch)
+        self.q: queue.Queue[_Request] = queue.Queue()
+        self.thread = threading.Thread(target=self._loop, name="opd-serving-generate", daemon=True)
+
+    def _loop(self) -> None:
+        while True:
+            batch = [self.q.get()]
+            time.sleep(BATCH_WAIT_S)
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self.q.get_nowait())
+                except queue.Empty:
+                    break
+            groups: dict[tuple, list[_Request]] = {}
+            for r in batch:
+                key = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.seed)
+                groups.setdefault(key, []).append(r)
+            for (temperature, top_p, seed), reqs in groups.items():
+                self._run(reqs, temperature, top_p, seed)
+
+    def _run(self, reqs: list[_Request], temperature: float, top_p: float, seed: int | None) -> None:
+        def on_step(nxt: list[int]) -> bool:
+            for r, tok in zip(reqs, nxt, strict=True):
+                if r.finish is None:
+                    self._advance(r, tok)
+            return all(r.finish is not None for r in reqs)
+
+        try:
+            self.gen.decode(
+                [r.ids for r in reqs],
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                max_new=max(r.max_tokens for r in reqs),
+                on_step=on_step,
+            )
+        except Exception as exc:  # noqa: BLE001 - answer the callers instead of hanging them
+            for r in reqs:
+                r.put(("error", f"generation failed: {type(exc).__name__}: {exc}"))
+            return
+        for r in reqs:
+            r.finish = r.finish or "length"
+            r.put(("end", r.finish, len(r.out), self._text(r)))
+
+    def _text(self, r: _Request) -> str:
+        return self.gen.tok.decode(r.out, skip_special_tokens=True)
+
+    def _advance(self, r: _Request, tok: int) -> None:
+        if tok in self.gen.eos:
+            r.finish = "stop"
+            return
+        r.out.append(tok)
+        if r.stream:
+            text = self._text(r)
+            if text.startswith(r.sent) and not text.endswith("\ufffd") and len(text) > len(r.sent):
+                r.put(("delta", text[len(r.sent) :], len(r.out)))
+                r.sent = text
+        if len(r.out) >= r.max_tokens:
+            r.finish = "length"
+
+
+def _chunk(cid: str, model: str, delta: dict, finish: str | None = None, usage: dict | None = None) -> str:
+    body: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+async def _stream(r: _Request, model: str, tools: bool) -> AsyncIterator[str]:
+    """OpenAI chunks: the role, the text as it decodes (all at the end with tools), the finish.
+
+    Every chunk carries the usage so far (the control plane's DashScope events report it)."""
+    cid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
+    n_prompt = len(r.ids)
+
+    def usage(n: int) -> dict:
+        return {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
+
+    yield _chunk(cid, model, {"role": "assistant", "content": ""}, usage=usage(0))
+    while True:
+        kind, *rest = await r.events.get()
+        if kind == "delta":
+            if not tools:
+                yield _chunk(cid, model, {"content": rest[0]}, usage=usage(rest[1]))
+            continue
+        if kind == "error":
+            yield f"data: {json.dumps({'error': {'message': rest[0], 'type': 'server_error'}})}\n\n"
+            return
+        finish, n_completion, text = rest
+        message = completion_body(model, len(r.ids), n_completion, text, finish)
+        choice = message["choices"][0]
+        delta: dict[str, Any] = {}
+        if tools:
+            delta = {"content": choice["message"]["content"]}
+            calls = choice["message"].get("tool_calls")
+            if calls:
+                delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(calls)]
+        yield _chunk(cid, model, delta, choice["finish_reason"], message["usage"])
+        yield "data: [DONE]\n\n"
+        return
+
+
+def _bad(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def create_app(engine: Engine, name: str, token: str) -> FastAPI:
+    """The FastAPI app: ``/health``, ``/v1/models`` and ``/v1/chat/completions``."""
+    app = FastAPI()
+    gen = engine.gen
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "healthy", "model": name, "max_total": gen.max_total}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "opd-nb"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        auth = request.headers.get("authorization", "")
+        if not token or auth != f"Bearer {token}":
+            return _bad(401, "invalid api key for this deployment", "authentication_error")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _bad(400, "body is not JSON")
+        try:
+            ids, temperature, top_p, max_tokens = chat_inputs(
+                gen.tok, body, gen.max_total, temperature=DEFAULT_TEMPERATURE, top_p=DEFAULT_TOP_P
+            )
+            seed = int(body["seed"]) if body.get("seed") is not None else None
+        except ChatRequestError as exc:
+            return _bad(400, str(exc))
+        except (TypeError, ValueError):
+            return _bad(400, "seed must be an integer")
+        model = str(body.get("model") or name)
+        stream = bool(body.get("stream"))
+        r = _Request(ids, temperature, top_p, max_tokens, seed, stream, asyncio.get_running_loop())
+        engine.q.put(r)
+        if stream:
+            return StreamingResponse(
+                _stream(r, model, bool(body.get("tools"))),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        while True:
+            kind, *rest = await r.events.get()
+            if kind == "error":
+                return _bad(500, rest[0], "server_error")
+            if kind == "end":
+                finish, n_completion, text = rest
+                return completion_body(model, len(ids), n_completion, text, finish)
+
+    return app
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit as soon as the control plane that started us is gone (even after a SIGKILL)."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def serve(model: str, name: str, ready_file: str | None, *, max_batch: int, device: str | None) -> int:
+    import uvicorn
+
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    engine = Engine(Generator(model, device), max_batch=max_batch)
+    engine.thread.start()
+    app = create_app(engine, name, os.environ.pop(TOKEN_ENV, ""))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(256)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    )
+    if ready_file:
+
+        def announce() -> None:
+            while not server.started:
+                time.sleep(0.02)
+            tmp = f"{ready_file}.tmp"
+            Path(tmp).write_text(str(sock.getsockname()[1]))
+            os.replace(tmp, ready_file)
+
+        threading.Thread(target=announce, daemon=True).start()
+    print(f"serving {model} as {name!r} on 127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    server.run(sockets=[sock])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m opd_nb.engine.serving")
+    parser.add_argument("--model", required=True, help="a local Hugging Face model directory")
+    parser.add_argument("--name", required=True, help="the model name answers carry")
+    parser.add_argument("--ready-file", default=None, help="write the bound port here once serving")
+    parser.add_argument("--max-batch", type=int, default=16)
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args(argv)
+    try:
+        return serve(args.model, args.name, args.ready_file, max_batch=args.max_batch, device=args.device)
+    except Exception as exc:  # noqa: BLE001 - one line for the deployment's log, the manager shows it
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

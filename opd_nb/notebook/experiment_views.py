@@ -1,0 +1,110 @@
+"""The notebook views of experiments: a sweep's live monitor and a comparison of finished jobs.
+
+`%opd sweep` opens the multi-job monitor (:class:`~opd_nb.notebook.monitor.JobMonitor`: the jobs'
+curves overlaid, polled in the background) with the sweep's own table on top: which value went to
+which job, and what each did with the functions. `%opd compare` shows the side-by-side table with
+the compared metrics overlaid. Like the monitor, both leave a static HTML snapshot in a saved
+notebook, and their widgets are only ever updated by trait assignments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opd_nb import render
+from opd_nb.notebook.monitor import JobMonitor, _in_kernel
+
+
+class SweepMonitor(JobMonitor):
+    """The job monitor over a sweep's jobs, headed by the sweep's value → job table."""
+
+    def __init__(self, sweep: Any, client: Any = None, **kwargs: Any):
+        super().__init__(sweep.job_ids, client, **kwargs)
+        self.sweep = sweep
+        self._header: Any = None
+
+    def header_html(self) -> str:
+        return render.box(self.sweep.html(), title=self.sweep._title())
+
+    def to_html(self) -> str:
+        return self.header_html() + super().to_html()
+
+    def __str__(self) -> str:
+        return str(self.sweep) + "\n" + super().__str__()
+
+    def _ensure_widgets(self) -> dict[str, Any] | None:
+        widgets = super()._ensure_widgets()
+        if widgets is not None and self._header is None:
+            import ipywidgets as W
+
+            self._header = W.HTML(self.header_html())
+            box = widgets["box"]
+            box.children = (self._header, *box.children)
+        if widgets is not None:
+            widgets = {**widgets, "sweep": self._header}
+        return widgets
+
+
+class CompareView:
+    """A comparison's table (winner and notes included) and its overlaid curves, as a widget."""
+
+    def __init__(self, comparison: Any):
+        self.comparison = comparison
+        self._png: bytes | None = None
+        self._png_done = False
+        self._widgets: dict[str, Any] | None = None
+
+    @property
+    def png(self) -> bytes | None:
+        if not self._png_done:
+            self._png, self._png_done = self.comparison.plot_png(), True
+        return self._png
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """What the view shows, as plain data (the comparison's JSON plus whether there is a plot)."""
+        return {**self.comparison.to_payload(), "has_plot": self.png is not None}
+
+    def table_html(self) -> str:
+        return render.box(self.comparison.html(), title=f"{len(self.comparison.jobs)} jobs compared")
+
+    def to_html(self) -> str:
+        return render.box(
+            self.comparison.html(png=self.png), title=f"{len(self.comparison.jobs)} jobs compared"
+        )
+
+    def _ensure_widgets(self) -> dict[str, Any] | None:
+        if self._widgets is None:
+            try:
+                import ipywidgets as W
+            except ImportError:
+                return None
+            table = W.HTML(self.table_html())
+            plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
+            if self.png:
+                plot.value = self.png
+            else:
+                plot.layout.display = "none"
+            box = W.VBox([table, plot])
+            box.add_class("opd-compare")
+            self._widgets = {"box": box, "table": table, "plot": plot}
+        return self._widgets
+
+    def widget(self) -> Any:
+        """The ipywidgets VBox: the table, then the plot (None without ipywidgets)."""
+        w = self._ensure_widgets()
+        return None if w is None else w["box"]
+
+    def __str__(self) -> str:
+        return str(self.comparison)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self.to_html()}
+        if _in_kernel():
+            w = self._ensure_widgets()
+            if w is not None:
+                view = w["box"]._repr_mimebundle_()
+                if isinstance(view, tuple):
+                    view = view[0]
+                bundle.update({k: v for k, v in (view or {}).items() if k != "text/plain"})
+        return bundle

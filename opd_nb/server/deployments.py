@@ -1,0 +1,433 @@
+"""Deployments: each served model is a bounded process of its own (``python -m opd_nb.engine.serving``).
+
+Bailian's deployment API, locally. ``create`` starts a serving process for any model the local
+engine can run (a job's ``opd-local/<job_id>``, a kept checkpoint's path, a ``--model-map`` id, a
+cloud id's stand-in); the deployment is PENDING until the process answers, then RUNNING. At most
+``max_deployments`` run at once (``OPD_MAX_DEPLOYMENTS``, default 3); past that, ``create`` is a
+4xx that says which ones to stop. ``delete`` stops the process; ``scale`` records the capacity
+(locally one process serves a deployment whatever its capacity; capacity sizes its batch).
+
+Base models are callable without a deployment, as on Bailian: the first call for a cloud id, a
+bundled stand-in or a ``--model-map`` id starts a shared endpoint for its weights (at most
+``MAX_BASE`` at once, the least recently used one is stopped first). Those are not listed.
+
+Processes: each starts in its own process group (``start_new_session``), tagged for the process
+tree rules (:mod:`opd_nb.server.process_tree`, owner ``deployment:<name>``), with its pid in the
+store; it also exits by itself when the control plane is gone (it watches its parent). The control
+plane stops them all when it stops; on the next start the leftovers of the previous run are reaped
+and every deployment is started again, so deployments survive a restart and none outlives the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from opd_nb.server import process_tree
+from opd_nb.server.errors import ApiError
+from opd_nb.server.models import LOCAL_PREFIX, ModelNotServable, ModelRegistry, ResolvedModel
+from opd_nb.server.store import Store
+
+MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours
+TOKEN_ENV = "OPD_SERVING_TOKEN"  # read by the serving process (never on its command line)
+MAX_DEPLOYMENTS_ENV = "OPD_MAX_DEPLOYMENTS"
+DEFAULT_MAX_DEPLOYMENTS = 3
+MAX_BASE = 2
+STARTUP_TIMEOUT_S = 180.0
+STOP_GRACE_S = 5.0
+BATCH_PER_CAPACITY = 8
+
+PENDING, RUNNING, FAILED, DELETED = "PENDING", "RUNNING", "FAILED", "DELETED"
+BASE_KINDS = ("stand-in", "mapped")  # callable directly; the others are fine-tuned outputs
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+_JOB_ID = re.compile(r"^ft-\d{12}-[0-9a-f]+$")
+
+
+def owner(name: str) -> str:
+    """The process-tree owner of a deployment's (or base endpoint's) serving process."""
+    return f"deployment:{name}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a model answers: the serving process's OpenAI base URL and its bearer token."""
+
+    url: str
+    token: str
+    name: str
+
+
+def max_deployments_from_env() -> int:
+    raw = os.environ.get(MAX_DEPLOYMENTS_ENV, "").strip()
+    try:
+        return max(1, int(raw)) if raw else DEFAULT_MAX_DEPLOYMENTS
+    except ValueError:
+        return DEFAULT_MAX_DEPLOYMENTS
+
+
+def deploy_hint(model: str) -> str:
+    return (
+        f"deploy it first: `opd deploy {model}` (or Deployments.call(model={model!r}, capacity=1)), "
+        "wait until it is RUNNING, then call the deployed_model name it answers"
+    )
+
+
+def _slug(model: str, resolved: ResolvedModel) -> str:
+    """A name part without '/': the SDK puts deployment names into URL paths unescaped."""
+    if resolved.kind == "path":
+        parts = Path(resolved.path).parts
+        job = next((p for p in parts if _JOB_ID.match(p)), None)
+        model = f"{job}-{parts[-1]}" if job else parts[-1]
+    return _SLUG.sub("-", model).strip("-.")[:64] or "model"
+
+
+class DeploymentManager:
+    """The serving processes of this control plane (deployments and base-model endpoints)."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: ModelRegistry,
+        data_dir: Path,
+        *,
+        max_deployments: int | None = None,
+        max_base: int = MAX_BASE,
+    ):
+        self.store = store
+        self.registry = registry
+        self.data_dir = data_dir
+        self.max_deployments = max_deployments or max_deployments_from_env()
+        self.max_base = max_base
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._started: dict[str, float] = {}
+        self._used: dict[str, float] = {}  # base endpoints: last call (least recently used goes first)
+        self._lock = threading.RLock()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def recover(self) -> None:
+        """On start: stop leftovers of a previous server, start every deployment again."""
+        for row in self.store.live_deployments():
+            process_tree.end(self.data_dir, owner(row["deployed_model"]), grace_s=1.0)  # a leftover, if any
+            if row["is_base"]:
+                self.store.drop_deployment(row["deployed_model"])
+            elif row["status"] in (PENDING, RUNNING):
+                with self._lock:
+                    self._launch(row)
+
+    def stop_all(self) -> None:
+        """On shutdown: stop every process; deployments keep their rows and come back on the next start."""
+        with self._lock:
+            procs = list(self._procs.items())
+            self._procs.clear()
+        for name, proc in procs:
+            self._stop(name, proc)
+            row = self.store.deployment(name)
+            if row and row["is_base"]:
+                self.store.drop_deployment(name)
+            elif row:
+                self.store.set_deployment(name, pid=None, port=None)
+
+    # ---- the API ------------------------------------------------------------------------------
+    def create(self, model: str, capacity: int, suffix: str | None) -> dict:
+        resolved = self._resolve(model)
+        name = f"{_slug(model, resolved)}-{suffix or secrets.token_hex(3)}"
+        with self._lock:
+            existing = self.store.deployment(name)
+            if existing and not existing["deleted"]:
+                raise ApiError(
+                    400,
+                    "DeploymentExists",
+                    f"a deployment named {name!r} exists already; pick another suffix or undeploy it first",
+                )
+            active = [r for r in self._active() if not r["is_base"]]
+            if len(active) >= self.max_deployments:
+                names = ", ".join(r["deployed_model"] for r in active)
+                raise ApiError(
+                    400,
+                    "DeploymentLimitExceeded",
+                    f"at most {self.max_deployments} deployments run at once on this server ({names}); "
+                    "undeploy one first (`opd undeploy NAME` or Deployments.delete), or restart `opd serve` "
+                    f"with {MAX_DEPLOYMENTS_ENV}=N",
+                )
+            row = {
+                "deployed_model": name,
+                "model_name": model,
+                "base_model": self._base_model(model, resolved),
+                "suffix": suffix,
+                "capacity": capacity,
+                "status": PENDING,
+                "kind": resolved.kind,
+                "path": resolved.path,
+                "token": secrets.token_urlsafe(24),
+                "is_base": 0,
+            }
+            self.store.put_deployment(row)
+            self._launch(self.store.deployment(name))
+        return self.get(name)
+
+    def get(self, name: str) -> dict:
+        row = self.store.deployment(name)
+        if row is None or row["is_base"]:
+            raise ApiError(
+                404,
+                "DeploymentNotFound",
+                f"deployment {name!r} does not exist; `opd deployments` (GET /api/v1/deployments) lists them",
+            )
+        if row["deleted"]:
+            raise ApiError(
+                404,
+                "DeploymentNotFound",
+                f"deployment {name!r} was deleted; deploy {row['model_name']!r} again to serve it",
+            )
+        return self._refresh(row)
+
+    def list(self, offset: int, limit: int) -> tuple[list[dict], int]:
+        rows, total = self.store.deployments(offset, limit)
+        return [self._refresh(r) for r in rows], total
+
+    def scale(self, name: str, capacity: int) -> dict:
+        """Record the new capacity (the running process keeps serving; its batch size follows on restart)."""
+        if self.get(name)["capacity"] != capacity:
+            self.store.set_deployment(name, capacity=capacity)
+        return self.get(name)
+
+    def delete(self, name: str) -> dict:
+        row = self.get(name)
+        with self._lock:
+            proc = self._procs.pop(name, None)
+        self._stop(name, proc)
+        self.store.set_deployment(name, deleted=1, status=DELETED, pid=None, port=None)
+        return {**row, "status": DELETED}
+
+    # ---- inference ----------------------------------------------------------------------------
+    def endpoint(self, model: str) -> Endpoint:
+        """Where `model` answers: a RUNNING deployment, or the base-model endpoint for a base model."""
+        row = self.store.deployment(model)
+        if row is not None and not row["is_base"]:
+            return self._deployed(row)
+        resolved = self._resolve(model, not_found_status=404)
+        if resolved.kind not in BASE_KINDS:
+            raise ApiError(
+                400,
+                "ModelNotDeployed",
+                f"model {model!r} is a fine-tuned output ({resolved.kind} {resolved.path}), and fine-tuned "
+                f"models answer only once deployed; {deploy_hint(model)}",
+            )
+        return self._base(model, resolved)
+
+    def _deployed(self, row: dict) -> Endpoint:
+        name = row["deployed_model"]
+        if row["deleted"]:
+            raise ApiError(
+                400,
+                "ModelNotDeployed",
+                f"deployment {name!r} was deleted, so it no longer answers; {deploy_hint(row['model_name'])}",
+            )
+        row = self._refresh(row)
+        if row["status"] == PENDING:
+            raise ApiError(
+                400,
+                "DeploymentNotReady",
+                f"deployment {name!r} is still starting (PENDING); retry when "
+                f"`opd deployments` (GET /api/v1/deployments/{name}) says RUNNING",
+            )
+        if row["status"] != RUNNING or not row["port"]:
+            raise ApiError(
+                400,
+                "DeploymentFailed",
+                f"deployment {name!r} is {row['status']}: {row['message'] or 'its process is gone'}; "
+                f"undeploy it and deploy {row['model_name']!r} again",
+            )
+        return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
+
+    def _base(self, model: str, resolved: ResolvedModel) -> Endpoint:
+        name = "base-" + hashlib.sha1(resolved.path.encode()).hexdigest()[:12]
+        with self._lock:
+            row = self.store.deployment(name)
+            if row is None or row["deleted"] or row["status"] == FAILED:
+                self._evict_base()
+                row = {
+                    "deployed_model": name,
+                    "model_name": model,
+                    "base_model": model,
+                    "suffix": None,
+                    "capacity": 2,
+                    "status": PENDING,
+                    "kind": resolved.kind,
+                    "path": resolved.path,
+                    "token": secrets.token_urlsafe(24),
+                    "is_base": 1,
+                }
+                self.store.put_deployment(row)
+                self._launch(self.store.deployment(name))
+            self._used[name] = time.monotonic()
+        row = self._wait_ready(name)
+        return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
+
+    def _wait_ready(self, name: str) -> dict:
+        while True:
+            row = self._refresh(self.store.deployment(name))
+            if row["status"] == RUNNING:
+                return row
+            if row["status"] != PENDING:
+                raise ApiError(
+                    400,
+                    "ModelUnavailable",
+                    f"the local endpoint for {row['model_name']!r} failed to start: {row['message']}",
+                )
+            time.sleep(0.1)
+
+    def _evict_base(self) -> None:
+        bases = [r for r in self._active() if r["is_base"]]
+        while len(bases) >= self.max_base:
+            oldest = min(bases, key=lambda r: self._used.get(r["deployed_model"], 0.0))
+            bases.remove(oldest)
+            self._stop(oldest["deployed_model"], self._procs.pop(oldest["deployed_model"], None))
+            self.store.drop_deployment(oldest["deployed_model"])
+
+    # ---- processes ----------------------------------------------------------------------------
+    def _stop(self, name: str, proc: subprocess.Popen | None) -> None:
+        """Stop a serving process: its group, then anything else still tagged as its tree."""
+        if proc is not None:
+            stop_group(proc)
+        process_tree.end(self.data_dir, owner(name), grace_s=1.0)
+
+    def _active(self) -> list[dict]:
+        return [r for r in self.store.live_deployments() if r["status"] in (PENDING, RUNNING)]
+
+    def _dir(self, name: str) -> Path:
+        path = self.data_dir / "deployments" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _launch(self, row: dict) -> None:
+        """Start the serving process for `row` (caller holds the lock)."""
+        name = row["deployed_model"]
+        ddir = self._dir(name)
+        ready = ddir / "ready.port"
+        ready.unlink(missing_ok=True)
+        env = process_tree.child_env(self.data_dir, owner(name))
+        env[TOKEN_ENV] = row["token"]
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("OMP_NUM_THREADS", "2")
+        cmd = [sys.executable, "-m", MARKER, "--model", row["path"], "--name", name]
+        cmd += ["--ready-file", str(ready), "--max-batch", str(BATCH_PER_CAPACITY * int(row["capacity"]))]
+        with open(ddir / "serving.log", "ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self._procs[name] = proc
+        self._started[name] = time.monotonic()
+        self.store.set_deployment(name, status=PENDING, pid=proc.pid, port=None, message=None)
+
+    def _refresh(self, row: dict) -> dict:
+        """Move PENDING to RUNNING once the process answers, to FAILED when it is gone."""
+        name = row["deployed_model"]
+        if row["status"] not in (PENDING, RUNNING) or row["deleted"]:
+            return row
+        proc = self._procs.get(name)
+        if proc is None or proc.poll() is not None:
+            code = proc.returncode if proc is not None else None
+            message = f"the serving process exited (code {code})" if proc is not None else "not running"
+            tail = _tail(self._dir(name) / "serving.log")
+            message += f": {tail}" if tail else ""
+            self.store.set_deployment(name, status=FAILED, pid=None, port=None, message=message)
+            return self.store.deployment(name) or row
+        if row["status"] == PENDING:
+            port = _read_port(self._dir(name) / "ready.port")
+            if port:
+                self.store.set_deployment(name, status=RUNNING, port=port)
+                return self.store.deployment(name) or row
+            if time.monotonic() - self._started.get(name, time.monotonic()) > STARTUP_TIMEOUT_S:
+                self._stop(name, proc)
+                message = f"the serving process did not answer within {STARTUP_TIMEOUT_S:.0f}s"
+                self.store.set_deployment(name, status=FAILED, pid=None, message=message)
+                return self.store.deployment(name) or row
+        return row
+
+    def _resolve(self, model: str, not_found_status: int = 400) -> ResolvedModel:
+        try:
+            return self.registry.resolve(model, "student")
+        except ModelNotServable as exc:
+            raise ApiError(
+                not_found_status,
+                "ModelNotFound",
+                f"{exc}. Base models and published models: GET /api/v1/models; deployments: "
+                "GET /api/v1/deployments",
+            ) from None
+
+    def _base_model(self, model: str, resolved: ResolvedModel) -> str | None:
+        """The base model a fine-tuned output was trained from (the job's `model`), else the model itself."""
+        job_id = model[len(LOCAL_PREFIX) :] if model.startswith(LOCAL_PREFIX) else None
+        if resolved.kind == "path":
+            job_id = next((p for p in Path(resolved.path).parts if _JOB_ID.match(p)), None)
+        job = self.store.job(job_id) if job_id else None
+        if job is not None:
+            return job["request"].get("model")
+        return None if resolved.kind == "path" else model
+
+
+def deployment_output(row: dict) -> dict:
+    """A deployment as Bailian answers it (every field dashscope's DeploymentOutput declares) plus ``local``."""
+    running = row["status"] == RUNNING
+    return {
+        "deployed_model": row["deployed_model"],
+        "gmt_create": row["gmt_create"],
+        "gmt_modified": row["gmt_modified"],
+        "status": row["status"],
+        "model_name": row["model_name"],
+        "base_model": row["base_model"],
+        "base_capacity": row["capacity"],
+        "capacity": row["capacity"],
+        "ready_capacity": row["capacity"] if running else 0,
+        "workspace_id": "local",
+        "charge_type": "local",
+        "modifier": "local",
+        "creator": "local",
+        "local": {"kind": row["kind"], "path": row["path"], "message": row.get("message")},
+    }
+
+
+# ---- process helpers -------------------------------------------------------------------------------
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group, SIGKILL it after a grace period."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(STOP_GRACE_S)
+
+
+def _read_port(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in lines[-n:] if line.strip())[-600:]

@@ -1,0 +1,287 @@
+"""Calling models, as Bailian offers it: DashScope text generation and the OpenAI-compatible chat API.
+
+``POST /api/v1/services/aigc/text-generation/generation`` is what ``dashscope.Generation.call``
+sends: ``input.messages`` (or ``input.prompt``) and ``parameters`` (``result_format`` "text" or
+"message", ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``tools``). With the SDK's
+``stream=True`` (header ``X-DashScope-SSE: enable``) the answer is DashScope's server-sent events,
+each with the text so far, or only the new text with ``incremental_output``.
+
+``POST /compatible-mode/v1/chat/completions`` is OpenAI's chat API, beside ``/api/v1`` as on
+Bailian (``https://dashscope.aliyuncs.com/compatible-mode/v1``): ``messages``, ``max_tokens``,
+``temperature``, ``top_p``, ``seed``, ``stream`` and ``tools`` (passed to the chat template).
+Its errors are OpenAI's error object (with ``request_id``), as Bailian answers there.
+
+Both resolve the model through the deployment manager (a deployed name, or a base model, which is
+callable directly) and forward the request to that model's serving process. A fine-tuned output
+that is not deployed, and a deleted deployment, answer a 4xx that says how to deploy it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from opd_nb.server.bodies import ChatBody, GenerationBody
+from opd_nb.server.deployments import Endpoint
+from opd_nb.server.deps import DeploymentsDep
+from opd_nb.server.errors import ApiError
+from opd_nb.server.responses import INVALID, describe_validation, request_id
+
+router = APIRouter(tags=["inference"])
+GENERATION_PATH = "/api/v1/services/aigc/text-generation/generation"
+COMPATIBLE_BASE = "/compatible-mode/v1"
+TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+class _Upstream(Exception):
+    """The serving process failed in the middle of a streamed answer."""
+
+
+# ---- talking to a serving process ----------------------------------------------------------------
+def _payload(model: str, messages: list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
+    body.update({k: v for k, v in params.items() if v is not None})
+    return body
+
+
+def _upstream_error(resp: httpx.Response) -> ApiError:
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.text[:300] or resp.reason_phrase
+    if resp.status_code < 500:
+        return ApiError(400, INVALID, str(message))
+    return ApiError(503, "ModelUnavailable", f"the model's serving process failed: {message}")
+
+
+def _unreachable(endpoint: Endpoint, exc: Exception) -> ApiError:
+    return ApiError(
+        503,
+        "ModelUnavailable",
+        f"the serving process of {endpoint.name!r} did not answer ({type(exc).__name__}); "
+        "`opd deployments` shows its status",
+    )
+
+
+async def _post(endpoint: Endpoint, payload: dict) -> dict:
+    headers = {"Authorization": f"Bearer {endpoint.token}"}
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
+            resp = await http.post(f"{endpoint.url}/chat/completions", json=payload, headers=headers)
+    except httpx.HTTPError as exc:
+        raise _unreachable(endpoint, exc) from None
+    if resp.status_code != 200:
+        raise _upstream_error(resp)
+    return resp.json()
+
+
+async def _open(endpoint: Endpoint, payload: dict) -> tuple[httpx.AsyncClient, httpx.Response]:
+    """Start a streamed answer; a refusal (a prompt too long, ...) is an ApiError before any event."""
+    http = httpx.AsyncClient(timeout=TIMEOUT, trust_env=False)
+    request = http.build_request(
+        "POST",
+        f"{endpoint.url}/chat/completions",
+        json=payload,
+        headers={"Authorization": f"Bearer {endpoint.token}"},
+    )
+    try:
+        resp = await http.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        await http.aclose()
+        raise _unreachable(endpoint, exc) from None
+    if resp.status_code != 200:
+        await resp.aread()
+        await resp.aclose()
+        await http.aclose()
+        raise _upstream_error(resp)
+    return http, resp
+
+
+async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[dict]:
+    """The OpenAI chunks of an opened stream (closes it at the end)."""
+    try:
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                return
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise _Upstream(str((chunk["error"] or {}).get("message") or chunk["error"]))
+            yield chunk
+    except httpx.HTTPError as exc:
+        raise _Upstream(f"the serving process stopped answering ({type(exc).__name__})") from None
+    finally:
+        await resp.aclose()
+        await http.aclose()
+
+
+# ---- DashScope text generation ------------------------------------------------------------------
+def _usage(openai_usage: dict | None) -> dict[str, int]:
+    u = openai_usage or {}
+    n_in, n_out = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+    return {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
+
+
+def _output(result_format: str, message: dict, finish: str) -> dict:
+    if result_format == "text":
+        return {"text": message.get("content") or "", "finish_reason": finish}
+    return {"choices": [{"finish_reason": finish, "message": message}]}
+
+
+def _event(seq: int, kind: str, status: int, body: dict) -> str:
+    return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+async def _dashscope_events(
+    http: httpx.AsyncClient, resp: httpx.Response, result_format: str, incremental: bool, rid: str
+) -> AsyncIterator[str]:
+    """DashScope's events: the text so far (or only the new text, `incremental`), "null" until the end."""
+    text, seq = "", 0
+    try:
+        async for chunk in _chunks(http, resp):
+            choice = (chunk.get("choices") or [{}])[0]
+            delta = choice.get("delta") or {}
+            piece, finish = delta.get("content") or "", choice.get("finish_reason")
+            if not piece and finish is None and not delta.get("tool_calls"):
+                continue  # the opening role chunk
+            text += piece
+            message: dict[str, Any] = {"role": "assistant", "content": piece if incremental else text}
+            if delta.get("tool_calls"):
+                message["tool_calls"] = [
+                    {k: v for k, v in call.items() if k != "index"} for call in delta["tool_calls"]
+                ]
+            seq += 1
+            body = {
+                "output": _output(result_format, message, finish or "null"),
+                "usage": _usage(chunk.get("usage")),
+                "request_id": rid,
+            }
+            yield _event(seq, "result", 200, body)
+    except _Upstream as exc:
+        body = {"code": "InternalError", "message": str(exc), "request_id": rid}
+        yield _event(seq + 1, "error", 500, body)
+
+
+@router.post(GENERATION_PATH)
+async def generation(body: GenerationBody, request: Request, manager: DeploymentsDep) -> Any:
+    """DashScope text generation (``Generation.call``), plain or streamed."""
+    rid = request_id()
+    params = body.parameters
+    stream = bool(params.stream) or request.headers.get("x-dashscope-sse", "").lower() == "enable"
+    endpoint = await run_in_threadpool(manager.endpoint, body.model)
+    payload = _payload(
+        body.model,
+        body.input.chat(),
+        stream,
+        max_tokens=params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        seed=params.seed,
+        tools=params.tools,
+    )
+    if stream:
+        http, resp = await _open(endpoint, payload)
+        return StreamingResponse(
+            _dashscope_events(http, resp, params.result_format, params.incremental_output, rid),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-DashScope-Request-Id": rid},
+        )
+    out = await _post(endpoint, payload)
+    choice = out["choices"][0]
+    return JSONResponse(
+        {
+            "request_id": rid,
+            "output": _output(params.result_format, choice["message"], choice["finish_reason"]),
+            "usage": _usage(out.get("usage")),
+        }
+    )
+
+
+# ---- OpenAI-compatible chat ---------------------------------------------------------------------
+def openai_error(status: int, code: str, message: str, rid: str) -> JSONResponse:
+    kind = "authentication_error" if status == 401 else "invalid_request_error"
+    if status >= 500:
+        kind = "server_error"
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}, "request_id": rid},
+        status_code=status,
+    )
+
+
+async def _compatible_chunks(
+    http: httpx.AsyncClient, resp: httpx.Response, model: str, include_usage: bool, rid: str
+) -> AsyncIterator[str]:
+    usage = None
+    try:
+        async for chunk in _chunks(http, resp):
+            chunk["model"] = model
+            usage = chunk.pop("usage", None) or usage
+            yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+            if include_usage and chunk["choices"] and chunk["choices"][0].get("finish_reason"):
+                tail = {**chunk, "choices": [], "usage": usage}
+                yield f"data: {json.dumps(tail, ensure_ascii=False)}\n\n"
+    except _Upstream as exc:
+        err = {
+            "error": {"message": str(exc), "type": "server_error", "code": "InternalError"},
+            "request_id": rid,
+        }
+        yield f"data: {json.dumps(err)}\n\n"
+        return
+    yield "data: [DONE]\n\n"
+
+
+@router.post(f"{COMPATIBLE_BASE}/chat/completions")
+async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
+    """OpenAI's chat completions, beside /api/v1 as on Bailian."""
+    rid = request_id()
+    try:
+        body = ChatBody.model_validate(await request.json())
+    except ValueError as exc:  # not JSON, or pydantic's ValidationError (a ValueError)
+        errors = (
+            exc.errors() if isinstance(exc, ValidationError) else [{"type": "json_invalid", "msg": str(exc)}]
+        )
+        return openai_error(400, INVALID, describe_validation(list(errors)), rid)
+    payload = _payload(
+        body.model,
+        body.messages,
+        body.stream,
+        max_tokens=body.max_tokens or body.max_completion_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+        tools=body.tools,
+    )
+    try:
+        endpoint = await run_in_threadpool(manager.endpoint, body.model)
+        if body.stream:
+            include_usage = bool((body.stream_options or {}).get("include_usage"))
+            http, resp = await _open(endpoint, payload)
+            return StreamingResponse(
+                _compatible_chunks(http, resp, body.model, include_usage, rid),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        out = await _post(endpoint, payload)
+    except ApiError as exc:
+        return openai_error(exc.status, exc.code, exc.message, rid)
+    return JSONResponse({**out, "model": body.model})
+
+
+@router.get(f"{COMPATIBLE_BASE}/models")
+def compatible_models(manager: DeploymentsDep) -> JSONResponse:
+    """OpenAI's model list: the base models this server runs and the deployments."""
+    rows, _ = manager.list(0, 100)
+    ids = [m["model_id"] for m in manager.registry.listing() if m["kind"] in ("stand-in", "mapped")]
+    ids += [r["deployed_model"] for r in rows]
+    return JSONResponse(
+        {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "opd-nb"} for i in ids]}
+    )
