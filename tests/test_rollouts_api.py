@@ -147,7 +147,7 @@ def test_terminal_shading_follows_the_log_ratio() -> None:
         {"text": "", "student_logprob": -0.2, "teacher_logprob": -0.3},
     ]
     text = tokens_rich(tokens)
-    assert text.plain == "[b]7<i>␄"
+    assert text.plain == "[b]7<i>∎"
     styles = [span.style for span in text.spans]
     assert styles[1].bgcolor.triplet.green < styles[0].bgcolor.triplet.green  # redder where it disagrees
     console = Console(record=True, width=40, color_system="truecolor")

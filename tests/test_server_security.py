@@ -137,7 +137,7 @@ REGISTER = r"""
 import asyncio, json
 from dashscope.finetune.agentic_rl import AgenticRL
 rl = AgenticRL().init(config_path="config.yaml")
-print(json.dumps(asyncio.run(rl.register_functions(lazy_load=True)), default=str))
+print(json.dumps(asyncio.run(rl.register_functions(lazy_load=False)), default=str))
 """
 
 
@@ -149,6 +149,11 @@ def test_the_unmodified_sdk_uploads_and_registers_against_a_keyed_server(tmp_pat
         done = run_sdk(server, REGISTER, ws, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "rw-" in done.stdout, done.stdout
+        # The loaded function server (user code) does not inherit the server key.
+        from opd_nb.server.store import Store
+
+        (instance,) = Store(tmp_path / "data").instances_with_status("RUNNING")
+        assert KEY.encode() not in Path(f"/proc/{instance['pid']}/environ").read_bytes()
         wrong = run_sdk(server, REGISTER, ws, timeout=120, DASHSCOPE_API_KEY="not-the-key")
         assert wrong.returncode != 0 and "rw-" not in wrong.stdout
 

@@ -117,7 +117,7 @@ class ChatReply(ResultMixin, BaseModel):
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     usage: dict[str, Any] = Field(default_factory=dict)
-    raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)  # the service's answer as sent
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)  # the answer as sent
 
     @classmethod
     def from_output(cls, out: Any, *, model: str) -> ChatReply:

@@ -27,11 +27,11 @@ CLOUD_NOTE = (
     "This control plane has no rollouts endpoint (Bailian): the Bailian console shows the "
     "trajectories of each job."
 )
-EOS_MARK = "␄"  # how the end-of-sequence token (empty text) is shown
+EOS_MARK = "∎"  # how the end-of-sequence token (empty text) is shown
 FULL_SHADE = 3.0  # |log-ratio| in nats at which a token is fully shaded
 LEGEND = (
     "token shading: red = the teacher disagrees (log p_teacher − log p_student < 0), "
-    "green = the teacher likes it more; grey underline = no teacher score"
+    f"green = the teacher likes it more; grey underline = no teacher score; {EOS_MARK} = end of answer"
 )
 
 
@@ -267,7 +267,7 @@ class RolloutPage(ResultMixin, BaseModel):
         flags = [bool(r.get("truncated")) for r in self.rollouts]
         return sum(flags) / len(flags) if flags else None
 
-    def _title(self) -> str:
+    def title(self) -> str:
         if self.step is None:
             return f"{self.job_id}: no rollouts recorded yet"
         kind = self.kind or "train + validation"
@@ -277,7 +277,7 @@ class RolloutPage(ResultMixin, BaseModel):
         )
 
     def __str__(self) -> str:
-        lines = [self._title()]
+        lines = [self.title()]
         for i, s in enumerate(self.summaries()):
             lines.append(
                 f"#{i} {s['kind']} group {s['group']} sample {s['sample']}: reward {_num(s['reward'])} "
@@ -293,7 +293,7 @@ class RolloutPage(ResultMixin, BaseModel):
         from rich.console import Group
         from rich.text import Text
 
-        parts: list[Any] = [Text(self._title(), style="bold"), Text(LEGEND, style="dim")]
+        parts: list[Any] = [Text(self.title(), style="bold"), Text(LEGEND, style="dim")]
         if self.step is None:
             parts.append(Text("the engine records rollouts from the first step; try again in a moment"))
         for i, s in enumerate(self.summaries()):
@@ -328,7 +328,7 @@ class RolloutPage(ResultMixin, BaseModel):
         table = render.table(
             ["#", "prompt", "completion", "reward", "length", "truncated", "mean log-ratio"], rows
         )
-        return render.box(table, title=self._title())
+        return render.box(table, title=self.title())
 
 
 def _span(steps: Sequence[int]) -> str:

@@ -61,7 +61,8 @@ def reward_html(record: Mapping[str, Any]) -> str:
         ("kind · step", f"{s['kind']} · {s['step']}"),
         ("group · sample", f"{s['group']} · {s['sample']}"),
     ]
-    table = render.table(["", ""], rows)
+    body = "".join(f"<tr><th>{render.esc(k)}</th><td>{render.esc(render.fmt(v))}</td></tr>" for k, v in rows)
+    table = f"<table><tbody>{body}</tbody></table>"
     error = s["reward_error"]
     err = f'<div class="bad"><b>error:</b> {render.esc(error)}</div>' if error else ""
     return table + err

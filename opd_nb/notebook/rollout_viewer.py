@@ -171,7 +171,13 @@ class RolloutViewer:
     def __str__(self) -> str:
         if self.available is False:
             return f"rollouts of {self.job_id}: {CLOUD_NOTE}"
-        return str(self.page) if self.page is not None else f"rollouts of {self.job_id}"
+        if self.page is None:
+            return f"rollouts of {self.job_id}"
+        head = self.page.title()  # one line: the full table is the HTML view's (or `opd rollouts`)
+        if self.selected is None:
+            return head
+        s = summary(self.records[self.selected])
+        return f"{head}\nselected #{self.selected}: reward {s['reward']} · {s['completion']!r}"
 
     def __repr__(self) -> str:
         return f"RolloutViewer({self.job_id!r}, step={self.step!r}, kind={self.kind!r})"

@@ -89,6 +89,7 @@ def serve_forever(
 ) -> int:
     """Check, lock the data dir, bind (so each refusal is a clear exit 2), then serve until stopped."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    os.environ.pop(API_KEY_ENV, None)  # in memory only: no worker or user function inherits the key
     refusal = refuse_open_bind(host, api_key)
     if refusal:
         print(refusal, file=sys.stderr)

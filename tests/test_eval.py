@@ -1,0 +1,152 @@
+"""`opd eval`: a finished job's trained model against its base, through the chat API, scored with the
+workspace's own reward in a function server; pure distillation by exact match; the cloud's guard.
+
+The trained model is a real job on the session's `opd serve`, deployed as on Bailian (a fine-tuned
+output answers only once deployed); the base is the job's cloud model id, which answers directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import tiny_workspace, wait_status
+from pydantic import SecretStr
+
+from opd_nb.client import JobClient, Target, submit
+
+pytestmark = pytest.mark.slow
+
+BASE = "qwen3.5-9b"  # the template's student: what the job trained from (the bundled tiny student)
+VAL_ROWS = 16
+# A job on the demo task (digit sorting) that trains the tiny student past its base.
+TRAIN_HP = {
+    "algorithm": "gkd",
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "constant",
+    "n_epochs": 1,
+    "batch_size": 8,
+    "n_rollouts": 1,
+    "ppo_mini_batch_size": 8,
+    "max_prompt_length": 32,
+    "max_length": 48,
+    "eval_steps": 40,
+    "save_strategy": "no",
+}
+TRAIN_ROWS = 640
+
+
+def _opd(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "opd_nb", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def client(local_server):
+    return JobClient(Target(kind="local", base_url=local_server.api_base, api_key=SecretStr("test")))
+
+
+@pytest.fixture(scope="module")
+def trained(client, tmp_path_factory):
+    """(workspace, finished job, the job's output deployed)."""
+    from opd_nb import data
+    from opd_nb.engine.task import make_rows
+
+    ws = tiny_workspace("reward", tmp_path_factory.mktemp("eval") / "ws", val_rows=VAL_ROWS, **TRAIN_HP)
+    seen = {r["messages"][-1]["content"] for r in data.read_jsonl(ws / "data" / "validation.jsonl")}
+    data.write_jsonl(make_rows(TRAIN_ROWS, seed=3, exclude=seen), ws / "data" / "train.jsonl")
+    job = wait_status(
+        client, submit(ws, client.target).job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=900
+    )
+    assert job.status == "SUCCEEDED", client.logs(job.job_id, lines=10000).lines[-20:]
+    name = client.deploy(job.finetuned_output, suffix="eval").deployed_model
+    client.wait_deployed(name, poll_s=0.2, timeout_s=300)
+    yield ws, job, name
+    client.undeploy(name)
+
+
+def test_eval_ranks_the_trained_model_above_its_base(trained, local_server):
+    ws, job, name = trained
+    proc = _opd("eval", str(ws), "--model", name, "--model", BASE, "--local", local_server.base_url, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    models = {m["model"]: m for m in out["models"]}
+    assert list(models) == [name, BASE] and all(m["n"] == VAL_ROWS for m in models.values())
+    assert models[name]["reward_mean"] > models[BASE]["reward_mean"], models  # training helped
+    assert {"contains_answer", "length_match"} <= set(models[name]["metrics"])  # the reward's own metrics
+    rows = out["rows"]
+    assert len(rows) == VAL_ROWS and all(set(r["answers"]) == {name, BASE} for r in rows)
+    differ = [len({r["scores"][name], r["scores"][BASE]}) > 1 for r in rows]
+    assert differ == sorted(differ, reverse=True)  # the rows where the models differ come first
+    assert out["scorer"].startswith("reward ")
+
+
+def test_eval_of_an_undeployed_output_says_how_to_deploy(trained, local_server):
+    ws, job, _ = trained
+    proc = _opd("eval", str(ws), "--model", job.finetuned_output, "--local", local_server.base_url)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "ModelNotDeployed" in proc.stderr and f"opd deploy {job.finetuned_output}" in proc.stderr
+
+
+def test_checkpoints_in_bailians_shape(trained, api):
+    _, job, _ = trained
+    out = api.get(f"/fine-tunes/{job.job_id}/checkpoints").json()["output"]
+    assert isinstance(out, list) and out
+    last = out[-1]
+    assert {"checkpoint_id", "checkpoint", "job_id", "step", "status", "create_time", "model_name"} <= set(
+        last
+    )
+    assert last["model_name"] == job.finetuned_output and last["local"]["published"]
+    assert Path(last["local"]["path"]).is_dir()
+
+
+def test_pure_distillation_is_scored_by_exact_match(client, tmp_path):
+    from opd_nb import data
+    from opd_nb.evaluation import evaluate
+
+    ws = tiny_workspace("pure-distill", tmp_path / "pd", val_rows=3)
+    rows = data.read_jsonl(ws / "data" / "validation.jsonl")
+    rows[2].pop("rollout_extra")  # no solution: no score for this row
+    data.write_jsonl(rows, ws / "data" / "validation.jsonl")
+    teacher = "local/tiny-teacher"
+    res = evaluate(ws, [BASE, teacher], client=client)
+    assert res.scorer == "exact_match"
+    for m in res.models:
+        assert m.n == 2 and set(m.metrics) == {"exact_match"} and m.reward_mean == m.metrics["exact_match"]
+    assert res.rows[2].scores == {BASE: None, teacher: None} and res.rows[2].answers[teacher]
+    html = res._repr_html_()
+    assert "exact_match" in html and teacher in html
+
+
+def test_cloud_eval_says_what_it_costs_and_needs_yes(tmp_path):
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=5)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    proc = _opd("eval", str(ws), "--model", "a", "--model", "b", "--cloud", env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "makes 10 calls" in proc.stderr and "cost money" in proc.stderr and "--yes" in proc.stderr
+    assert "opd deploy MODEL --cloud" in proc.stderr
+
+
+def test_magic_eval_view_runs_in_the_background(client, local_server, tmp_path):
+    pytest.importorskip("ipywidgets")
+    from opd_nb.cli import invoke
+    from opd_nb.notebook.eval_view import EvalView
+    from opd_nb.notebook.views import open_view
+
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=4)
+    url = local_server.base_url
+    view = open_view(
+        invoke(["eval", str(ws), "--model", BASE, "--model", "local/tiny-teacher", "--local", url])
+    )
+    assert isinstance(view, EvalView) and view.widget() is not None
+    result = view.wait(300)
+    assert view.done and [m.model for m in result.models] == [BASE, "local/tiny-teacher"]
+    w = view._ensure_widgets()
+    assert w["bar"].value == w["bar"].max == 8 and w["bar"].bar_style == "success"
+    snapshot = view._repr_mimebundle_()["text/html"]
+    assert "reward_mean" in snapshot and "local/tiny-teacher" in snapshot  # kept in a saved notebook
