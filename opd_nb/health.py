@@ -169,7 +169,8 @@ def truncation_alert(
         "warning",
         f"{share:.0%} of the {source} of step {step:g} were cut off at max_length: "
         "the teacher scores answers that never finished",
-        f"raise max_length (the completions of {_rollouts_hint(job_id, step)} show where they stop)",
+        f"raise max_length; the completions of {_rollouts_hint(job_id, step)} show where they stop "
+        "(an answer that repeats itself needs training, not room)",
     )
 
 

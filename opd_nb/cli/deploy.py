@@ -21,6 +21,7 @@ from opd_nb.errors import OpdError
 CLOUD_DEPLOY_NOTE = (
     "note: a Bailian deployment costs money for as long as it runs; stop it with `opd undeploy NAME --cloud`"
 )
+CLOUD_CHAT_NOTE = "note: on Bailian every message is a paid model call"
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, help="longest answer in tokens")]
 TemperatureOpt = Annotated[
     float | None, typer.Option("--temperature", min=0.0, max=2.0, help="sampling temperature (0: greedy)")
@@ -94,6 +95,8 @@ def chat_cmd(
 ) -> Any:
     """Chat with a model through the chat API: one message, or interactively (a widget in a notebook)."""
     client = _client(local, cloud)
+    if client.target.kind == "cloud" and not in_magic():
+        typer.echo(CLOUD_CHAT_NOTE, err=True)
     history = [{"role": "system", "content": system}] if system else []
     params = {"max_tokens": max_tokens, "temperature": temperature}
     if in_magic():

@@ -36,6 +36,7 @@ class EvalView(LiveView):
         self.result: Any = None  # EvalResult once finished
         self.error: OpdError | None = None
         self._finished = threading.Event()
+        self._settled = threading.Event()
         self._thread: threading.Thread | None = None
         self._w: dict[str, Any] | None = None
 
@@ -65,9 +66,10 @@ class EvalView(LiveView):
         except Exception as exc:  # noqa: BLE001 - shown in the view, re-raised by wait()
             self.error = OpdError(f"the evaluation failed: {type(exc).__name__}: {exc}")
         finally:
-            self._finished.set()
+            self._finished.set()  # `done` is read by the render: the views show the end state
             self._render()
             self._refresh_static()
+            self._settled.set()  # wait() returns after the snapshot went out, while its cell still runs
 
     def _progress(self, done: int, total: int) -> None:
         self.done_calls, self.total_calls = done, total
@@ -76,7 +78,7 @@ class EvalView(LiveView):
     def wait(self, timeout_s: float | None = 900) -> Any:
         """Block until the evaluation is done; returns the :class:`~opd_nb.evaluation.EvalResult`."""
         self.start()
-        if not self._finished.wait(timeout_s):
+        if not self._settled.wait(timeout_s):
             raise OpdError(f"the evaluation is still running after {timeout_s}s", fix="call wait() again")
         if self.error is not None:
             raise self.error

@@ -3,8 +3,9 @@
 Shapes follow what dashscope 2.0.2 parses (see ``shared/reference/dashscope-sdk.md`` §2): job and
 FC answers under ``output``, ``POST /files`` under ``data``, errors as non-200 with
 ``{"request_id", "code", "message"}``. Local-only extensions (``/models``, ``/fine-tunes/{id}/metrics``,
-``/fine-tunes/{id}/checkpoints``, ``/fine-tunes/{id}/rollouts``) are tagged ``local-only`` in the
-OpenAPI schema.
+``/fine-tunes/{id}/rollouts``) are tagged ``local-only`` in the OpenAPI schema. Deployments
+(``/deployments``), DashScope text generation and the OpenAI-compatible ``/compatible-mode/v1`` beside
+``/api/v1`` are Bailian's, as ``dashscope.Deployments`` and ``Generation`` call them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fine-tune jobs: create, list, get, cancel, delete, logs, the SSE stream, and local-only metrics/checkpoints.
+"""Fine-tune jobs: create, list, get, cancel, delete, logs, the SSE stream, checkpoints, local-only metrics.
 
 Every route that reads SQLite is a plain ``def`` (FastAPI runs it in the thread pool); the stream is
 async and reads the store through ``anyio.to_thread`` so a slow disk never stalls the event loop.
