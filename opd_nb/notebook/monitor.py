@@ -208,9 +208,13 @@ class JobMonitor:
                     break
                 self._stop.wait(self.poll_s)
         finally:
-            self._done.set()
-            self._render()
-            self._refresh_static()
+            try:
+                self._render()
+                self._refresh_static()
+            finally:
+                # Last: `wait()` returns only once the final snapshot is out, so the cell that waits is
+                # still running when it arrives (a runner such as nbval records output only meanwhile).
+                self._done.set()
 
     def stop(self) -> None:
         """Stop polling (the jobs keep running)."""
