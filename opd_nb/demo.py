@@ -1,6 +1,7 @@
 """`opd demo`: the whole product in one command, offline.
 
-Scaffold a reward workspace, check it, run its tests, start a local control plane, submit through
+Scaffold a reward workspace (or, with ``mode="agentic"``, one whose rollout function calls a tool
+over several turns), check it, run its tests, start a local control plane, submit through
 the workspace's own ``submit_job.py --local``, follow the job with a progress bar to SUCCEEDED,
 print a summary of the metrics, write a PNG of the curves next to the workspace, and stop the
 control plane again. Each stage is a public API call, so the demo doubles as an integration test.
@@ -52,10 +53,24 @@ def parse_job_id(output: str) -> str | None:
     return found[-1] if found else None
 
 
-def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any = None) -> DemoResult:
-    """Run the demo in `directory` (created; must be new or empty)."""
+DEMO_MODES = ("reward", "agentic")
+# The agentic demo is a streamlined rehearsal (as in notebook 03): 32 tool-using rows, one epoch of 8 prompts
+# x 2 rollouts (4 steps) through the workspace's rollout function and its tool loop.
+AGENTIC_ROWS = {"train.jsonl": 32, "validation.jsonl": 16}
+AGENTIC_HP = {"n_epochs": 1, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 8, "eval_steps": 2}
+
+
+def run_demo(
+    directory: str | Path = "opd-demo", *, port: int = 0, mode: str = "reward", console: Any = None
+) -> DemoResult:
+    """Run the demo of `mode` (reward or agentic) in `directory` (created; must be new or empty)."""
     from rich.console import Console
 
+    if mode not in DEMO_MODES:
+        raise OpdError(
+            f"unknown demo mode {mode!r}",
+            fix=f"use one of: {', '.join(DEMO_MODES)} (e.g. opd demo --mode agentic)",
+        )
     console = console or Console()
     started = time.monotonic()
     root = Path(directory).expanduser().resolve()
@@ -65,9 +80,13 @@ def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any 
 
     from opd_nb.workspace import create
 
-    console.rule("[bold]1. Scaffold a reward workspace")
-    ws = create("reward", root / "reward-demo", name="reward-demo")
+    article = "an" if mode[0] in "aeiou" else "a"
+    console.rule(f"[bold]1. Scaffold {article} {mode} workspace")
+    ws = create(mode, root / f"{mode}-demo", name=f"{mode}-demo")
     console.print(f"workspace: {ws.path}", markup=False)
+    sets: list[str] = []
+    if mode == "agentic":
+        sets = _streamline(Path(ws.path), console)
 
     from opd_nb.server import start
 
@@ -76,7 +95,7 @@ def run_demo(directory: str | Path = "opd-demo", *, port: int = 0, console: Any 
     _exit_on_sigterm()  # so that `finally` stops the control plane when the demo is killed
     try:
         console.print(f"local control plane at {server.api_base}", markup=False)
-        return _run_with_server(root, Path(ws.path), server, console, started)
+        return _run_with_server(root, Path(ws.path), server, console, started, sets)
     finally:
         server.stop()
         console.print("local control plane stopped")
@@ -90,7 +109,22 @@ def _exit_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: float) -> DemoResult:
+def _streamline(ws: Path, console: Any) -> list[str]:
+    """Keep the first rows of each data file (the full ones stay in data/full-*.jsonl); returns the
+    ``--set`` arguments of a short job (the config file stays as scaffolded)."""
+    for name, n in AGENTIC_ROWS.items():
+        path = ws / "data" / name
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        path.rename(path.with_name(f"full-{name}"))
+        path.write_text("".join(lines[:n]), encoding="utf-8")
+    hp = ", ".join(f"{k}={v}" for k, v in AGENTIC_HP.items())
+    console.print(f"streamlined rehearsal: {AGENTIC_ROWS['train.jsonl']} tool-using rows, {hp}", markup=False)
+    return [arg for k, v in AGENTIC_HP.items() for arg in ("--set", f"training.hyper_parameters.{k}={v}")]
+
+
+def _run_with_server(
+    root: Path, ws: Path, server: Any, console: Any, started: float, sets: list[str]
+) -> DemoResult:
     from opd_nb.checks import check
     from opd_nb.testing import run_workspace_tests
 
@@ -109,7 +143,7 @@ def _run_with_server(root: Path, ws: Path, server: Any, console: Any, started: f
     console.rule("[bold]5. Submit with the workspace's own submit_job.py --local")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
     proc = subprocess.run(
-        [sys.executable, "submit_job.py", "--local", server.api_base],
+        [sys.executable, "submit_job.py", "--local", server.api_base, *sets],
         cwd=ws,
         env=env,
         capture_output=True,

@@ -33,8 +33,16 @@ SPECIAL = ["<pad>", "<|end|>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>
 ATOMIC = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 CHARS = [chr(i) for i in range(32, 127)] + ["\n", "\t"]
 
-# Renders messages compactly; tool calls become <tool_call>{"name":..,"arguments":..}</tool_call>.
+# Renders messages compactly; offered tools become one leading line (`<|system|>tools:name(arg,..)`, one per tool),
+# tool calls become <tool_call>{"name":..,"arguments":..}</tool_call>.
 CHAT_TEMPLATE = (
+    "{%- if tools -%}<|system|>tools:"
+    "{%- for t in tools -%}"
+    "{%- set f = t['function'] if t['function'] is defined else t -%}"
+    "{%- set p = f.get('parameters') or {} -%}"
+    " {{ f['name'] }}({{ (p.get('properties') or {}) | join(',') }})"
+    "{%- endfor -%}"
+    "{%- endif -%}"
     "{%- for m in messages -%}"
     "{%- if m['role'] == 'system' -%}<|system|>{{ m['content'] }}"
     "{%- elif m['role'] == 'user' -%}<|user|>{{ m['content'] }}"
@@ -105,17 +113,31 @@ def build_model(tokenizer, shape: dict, seed: int):
     return model
 
 
+def teacher_trajectory(row: dict) -> list[dict]:
+    """What the teacher is taught for a row: the answer, or (tools offered) the tool call, result, answer."""
+    digits = row["messages"][-1]["content"]
+    if row.get("tools"):
+        return task.tool_trajectory(digits)
+    return [*row["messages"], {"role": "assistant", "content": task.target_completion(digits)}]
+
+
 def encode_rows(tokenizer, rows: list[dict]):
-    """Prompt ids (chat template + generation prompt) and target ids (completion + eos)."""
+    """(context ids, target ids) per assistant turn of each row's teacher trajectory, as the engine cuts them.
+
+    The target ends with the template's end-of-turn (the EOS); a tool-using row gives two turns."""
+    from opd_nb.engine.data import template_ids
+
     prompts, targets = [], []
     for r in rows:
-        p = tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=True)
-        if hasattr(p, "keys"):  # BatchEncoding in recent transformers
-            p = p["input_ids"]
-        digits = r["messages"][-1]["content"]
-        t = tokenizer(task.target_completion(digits), add_special_tokens=False)["input_ids"]
-        prompts.append(list(p))
-        targets.append(list(t) + [tokenizer.eos_token_id])
+        msgs, tools = teacher_trajectory(r), r.get("tools")
+        for a, m in enumerate(msgs):
+            if m["role"] != "assistant":
+                continue
+            ctx = template_ids(tokenizer, msgs[:a], tools=tools, add_generation_prompt=True)
+            full = template_ids(tokenizer, msgs[: a + 1], tools=tools)
+            assert full[: len(ctx)] == ctx, "the chat template must render a turn as a suffix of its context"
+            prompts.append(ctx)
+            targets.append(full[len(ctx) :])
     return prompts, targets
 
 
@@ -137,36 +159,101 @@ def sft_batch(prompts, targets, idx, pad_id):
     return ids, att, pos, labels
 
 
-def greedy_accuracy(model, tokenizer, rows, prompts, batch: int = 256) -> float:
+def greedy_texts(
+    model, tokenizer, prompts: list[list[int]], max_new: int, batch: int = 256
+) -> list[str | None]:
+    """Greedy completion text per prompt (None when it did not end with the EOS within `max_new`)."""
     import torch
 
     model.eval()
-    ok = 0
+    texts: list[str | None] = []
     with torch.no_grad():
-        for s in range(0, len(rows), batch):
-            chunk = list(range(s, min(len(rows), s + batch)))
-            n = max(len(prompts[i]) for i in chunk)
+        for s in range(0, len(prompts), batch):
+            chunk = prompts[s : s + batch]
+            n = max(len(p) for p in chunk)
             ids = torch.full((len(chunk), n), tokenizer.pad_token_id)
             att = torch.zeros((len(chunk), n), dtype=torch.long)
-            for j, i in enumerate(chunk):
-                ids[j, n - len(prompts[i]) :] = torch.tensor(prompts[i])
-                att[j, n - len(prompts[i]) :] = 1
-            out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=16, do_sample=False)
-            for j, i in enumerate(chunk):
+            for j, p in enumerate(chunk):
+                ids[j, n - len(p) :] = torch.tensor(p)
+                att[j, n - len(p) :] = 1
+            out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new, do_sample=False)
+            for j in range(len(chunk)):
                 text = tokenizer.decode(out[j, n:], skip_special_tokens=False)
-                text = text.split(tokenizer.eos_token)[0] if tokenizer.eos_token in text else None
-                if text is not None and task.is_correct(text, rows[i]["rollout_extra"]["solution"]):
-                    ok += 1
+                texts.append(text.split(tokenizer.eos_token)[0] if tokenizer.eos_token in text else None)
     model.train()
+    return texts
+
+
+def greedy_accuracy(model, tokenizer, rows) -> float:
+    """Exact match of the greedy answer on plain rows (no tools)."""
+    from opd_nb.engine.data import template_ids
+
+    prompts = [template_ids(tokenizer, r["messages"], add_generation_prompt=True) for r in rows]
+    texts = greedy_texts(model, tokenizer, prompts, 16)
+    ok = sum(
+        t is not None and task.is_correct(t, r["rollout_extra"]["solution"])
+        for t, r in zip(texts, rows, strict=True)
+    )
     return ok / len(rows)
 
 
-def sft(model, tokenizer, train_rows, eval_rows, *, lr, steps, batch, seed, stop, eval_every, label):
-    """Plain SFT on the task; `stop(acc)` ends training early at an eval."""
+def _tool_message(call: dict) -> dict:
+    """The template rollout's answer to a call: the tool's result, or an error the model sees."""
+    f = call["function"]
+    try:
+        args = json.loads(f["arguments"])
+        content = task.tool_result(args["digits"]) if f["name"] == task.TOOL_NAME else None
+    except (ValueError, KeyError, TypeError):
+        content = None
+    content = content or json.dumps({"error": f"bad call of {f['name']!r}"})
+    return {"role": "tool", "tool_call_id": call["id"], "name": f["name"], "content": content}
+
+
+def tool_loop_accuracy(model, tokenizer, rows, max_turns: int = 4) -> tuple[float, float]:
+    """Exact match of the final greedy answer on tool-using rows, through the template rollout's loop;
+    an answer given without calling the tool counts as wrong (the task is to use it).
+
+    Returns (accuracy, share of rows where the tool was called at all)."""
+    from opd_nb.engine.agentic import parse_tool_calls
+    from opd_nb.engine.data import template_ids
+
+    convs = [list(r["messages"]) for r in rows]
+    final: list[str | None] = [None] * len(rows)
+    live = list(range(len(rows)))
+    for _ in range(max_turns):
+        if not live:
+            break
+        prompts = [
+            template_ids(tokenizer, convs[i], tools=rows[i]["tools"], add_generation_prompt=True)
+            for i in live
+        ]
+        texts = greedy_texts(model, tokenizer, prompts, 96)
+        nxt = []
+        for i, text in zip(live, texts, strict=True):
+            content, calls = parse_tool_calls(text or "")
+            if text is None or not calls:
+                final[i] = text
+                continue
+            convs[i].append({"role": "assistant", "content": content, "tool_calls": calls})
+            convs[i].extend(_tool_message(c) for c in calls)
+            nxt.append(i)
+        live = nxt
+    called = [any(m["role"] == "tool" for m in c) for c in convs]
+    ok = sum(
+        c and t is not None and task.is_correct(t, r["rollout_extra"]["solution"])
+        for c, t, r in zip(called, final, rows, strict=True)
+    )
+    return ok / len(rows), sum(called) / len(rows)
+
+
+def sft(
+    model, tokenizer, train_rows, evaluate, *, lr, steps, batch, seed, stop, eval_every, label, on_eval=None
+):
+    """Plain SFT on every assistant turn of the rows; `evaluate(model)` -> accuracies, `stop(accs)` ends
+    training early at an eval, `on_eval(accs)` runs after each one. Returns the last accuracies."""
     import torch
 
     prompts, targets = encode_rows(tokenizer, train_rows)
-    ev_prompts, _ = encode_rows(tokenizer, eval_rows)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
@@ -176,10 +263,10 @@ def sft(model, tokenizer, train_rows, eval_rows, *, lr, steps, batch, seed, stop
     )
     rng = random.Random(seed)
     model.train()
-    acc = 0.0
+    accs: dict[str, float] = {}
     t0 = time.time()
     for step in range(1, steps + 1):
-        idx = rng.sample(range(len(train_rows)), batch)
+        idx = rng.sample(range(len(prompts)), batch)
         ids, att, pos, labels = sft_batch(prompts, targets, idx, tokenizer.pad_token_id)
         loss = model(input_ids=ids, attention_mask=att, position_ids=pos, labels=labels).loss
         opt.zero_grad(set_to_none=True)
@@ -188,14 +275,17 @@ def sft(model, tokenizer, train_rows, eval_rows, *, lr, steps, batch, seed, stop
         opt.step()
         sched.step()
         if step % eval_every == 0 or step == steps:
-            acc = greedy_accuracy(model, tokenizer, eval_rows, ev_prompts)
+            accs = evaluate(model)
+            shown = " ".join(f"{k}={v:.3f}" for k, v in accs.items())
             print(
-                f"[{label}] step {step}/{steps} loss={loss.item():.4f} acc={acc:.3f} ({time.time() - t0:.0f}s)",
+                f"[{label}] step {step}/{steps} loss={loss.item():.4f} {shown} ({time.time() - t0:.0f}s)",
                 flush=True,
             )
-            if stop(acc):
+            if on_eval is not None:
+                on_eval(accs)
+            if stop(accs):
                 break
-    return acc
+    return accs
 
 
 def embed_chat_template(out: Path) -> None:
@@ -213,38 +303,148 @@ def save(model, tokenizer, out: Path, card: dict) -> None:
     tokenizer.save_pretrained(out)
     embed_chat_template(out)
     (out / "README.md").write_text(
-        f"# {card['name']}\n\nTiny stand-in made by `scripts/make_tiny_models.py` (offline, from scratch) for the "
-        "digit-sorting task in `opd_nb/engine/task.py`.\n\n```json\n" + json.dumps(card, indent=2) + "\n```\n"
+        f"# {card['name']}\n\nTiny stand-in made by `scripts/make_tiny_models.py` (offline) for the "
+        "digit-sorting task in `opd_nb/engine/task.py`: `greedy_exact_match` without tools, "
+        "`tool_loop_exact_match` with the example tool offered (greedy, through the template rollout's "
+        "tool loop).\n\n```json\n" + json.dumps(card, indent=2) + "\n```\n"
     )
 
 
-def train_teacher(teacher, tokenizer, train_rows, eval_rows, args) -> float:
-    return sft(
+def evaluator(tokenizer, plain_rows, tool_rows):
+    """Both tasks' greedy accuracies, as the model cards record them."""
+
+    def evaluate(model) -> dict[str, float]:
+        acc, calls = tool_loop_accuracy(model, tokenizer, tool_rows)
+        return {
+            "greedy_exact_match": greedy_accuracy(model, tokenizer, plain_rows),
+            "tool_loop_exact_match": acc,
+            "greedy_tool_call_rate": calls,
+        }
+
+    return evaluate
+
+
+def good_teacher(accs: dict[str, float]) -> bool:
+    """The acceptance bar: >= 95% greedy exact match on both variants."""
+    return min(accs["greedy_exact_match"], accs["tool_loop_exact_match"]) >= 0.95
+
+
+def make_teacher(tokenizer, train_rows, evaluate, args):
+    """The teacher: SFT on both variants (from scratch, or continued from --teacher-init); every eval that
+    meets the bar is saved, so a long run can be stopped once it is good enough."""
+    if args.teacher_init:
+        from transformers import AutoModelForCausalLM
+
+        teacher = AutoModelForCausalLM.from_pretrained(args.teacher_init)
+    else:
+        teacher = build_model(tokenizer, TEACHER, args.seed)
+
+    def keep(accs: dict[str, float]) -> None:
+        if good_teacher(accs):
+            save(
+                teacher,
+                tokenizer,
+                Path(args.out) / "tiny-teacher",
+                card("tiny-teacher", teacher, accs, TEACHER),
+            )
+
+    accs = sft(
         teacher,
         tokenizer,
         train_rows,
-        eval_rows,
-        lr=3e-3,
+        evaluate,
+        lr=args.teacher_lr,
         steps=args.teacher_steps,
-        batch=96,
+        batch=args.teacher_batch,
         seed=args.seed,
-        stop=lambda a: a >= 0.985,
-        eval_every=200,
+        stop=lambda a: a["greedy_exact_match"] >= 0.985 and a["tool_loop_exact_match"] >= 0.985,
+        eval_every=args.teacher_eval_every,
         label="teacher",
+        on_eval=keep,
     )
+    return teacher, accs
+
+
+def make_student(tokenizer, plain_rows, tool_rows, evaluate, args):
+    """The student: a short SFT on the plain task, stopped while it is still weak, then a shorter one on
+    plain and tool-using rows, stopped as soon as it has a first, unreliable habit of calling the tool
+    (so that on-policy distillation has something to sharpen, as with a real student)."""
+    from transformers import AutoModelForCausalLM
+
+    if args.student_init:
+        student = AutoModelForCausalLM.from_pretrained(args.student_init)
+    else:
+        student = build_model(tokenizer, STUDENT, args.seed + 1)
+        sft(
+            student,
+            tokenizer,
+            plain_rows,
+            evaluate,
+            lr=3e-3,
+            steps=args.student_steps,
+            batch=64,
+            seed=args.seed + 1,
+            stop=lambda a: a["greedy_exact_match"] >= args.student_target,
+            eval_every=5,
+            label="student",
+        )
+    if args.student_tool_steps <= 0:
+        return student, evaluate(student)
+    accs = sft(
+        student,
+        tokenizer,
+        tool_rows,  # tool rows only: the plain task stays as weak as the first phase left it
+        evaluate,
+        lr=args.student_tool_lr,
+        steps=args.student_tool_steps,
+        batch=64,
+        seed=args.seed + 2,
+        stop=lambda a: a["greedy_tool_call_rate"] >= args.student_tool_target,
+        eval_every=5,
+        label="student-tools",
+    )
+    return student, accs
+
+
+def card(name: str, model, accs: dict[str, float], shape: dict) -> dict:
+    n = sum(p.numel() for p in model.parameters())
+    return {"name": name, "params": n, **{k: round(v, 4) for k, v in accs.items()}, **shape}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(REPO / "opd_nb" / "engine" / "assets"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--teacher-steps", type=int, default=1000)
+    ap.add_argument("--teacher-steps", type=int, default=2000)
+    ap.add_argument("--teacher-lr", type=float, default=3e-3)
+    ap.add_argument("--teacher-batch", type=int, default=96)
+    ap.add_argument("--teacher-eval-every", type=int, default=200)
+    ap.add_argument(
+        "--teacher-plain-rows", type=int, default=20_000, help="plain rows in the teacher's SFT mix"
+    )
+    ap.add_argument(
+        "--teacher-init", default=None, help="continue the teacher's SFT from this model directory"
+    )
+    ap.add_argument("--tool-rows", type=int, default=8000, help="tool-using training rows (two turns each)")
     ap.add_argument("--student-steps", type=int, default=400)
     ap.add_argument(
         "--student-target", type=float, default=0.20, help="stop the student's SFT at this accuracy"
     )
-    ap.add_argument("--reuse-teacher", action="store_true", help="keep an existing tiny-teacher in --out")
     ap.add_argument("--student-only", action="store_true", help="only (re)make the student")
+    ap.add_argument(
+        "--student-init", default=None, help="skip the plain SFT: start from this model directory"
+    )
+    ap.add_argument(
+        "--student-tool-steps", type=int, default=0, help="steps of the optional tool phase (0: none)"
+    )
+    ap.add_argument("--student-tool-lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--student-tool-target",
+        type=float,
+        default=0.05,
+        help="stop the student's tool phase once it calls the tool (greedily) on this share of rows",
+    )
+    ap.add_argument("--student-tool-rows", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
 
@@ -253,59 +453,27 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     tokenizer = build_tokenizer()
-    eval_rows = task.make_rows(512, seed=10_000 + args.seed)
-    held = {r["messages"][-1]["content"] for r in eval_rows}
-    train_rows = task.make_rows(20_000, seed=args.seed, exclude=held)
+    eval_plain = task.make_rows(512, seed=10_000 + args.seed)
+    eval_tools = task.make_rows(256, seed=11_000 + args.seed, tools=True)
+    held = {r["messages"][-1]["content"] for r in eval_plain + eval_tools}
+    plain = task.make_rows(20_000, seed=args.seed, exclude=held)
+    tools = task.make_rows(args.tool_rows, seed=args.seed + 7, exclude=held, tools=True)
+    evaluate = evaluator(tokenizer, eval_plain, eval_tools)
 
-    if args.student_only:
-        t_acc, n_t = float("nan"), 0
-    elif args.reuse_teacher and (out / "tiny-teacher" / "config.json").is_file():
-        from transformers import AutoModelForCausalLM
-
-        teacher = AutoModelForCausalLM.from_pretrained(out / "tiny-teacher")
-        ev_prompts, _ = encode_rows(tokenizer, eval_rows)
-        t_acc = greedy_accuracy(teacher, tokenizer, eval_rows, ev_prompts)
-        print(f"[teacher] reused, acc={t_acc:.3f}")
-    else:
-        teacher = build_model(tokenizer, TEACHER, args.seed)
-        t_acc = train_teacher(teacher, tokenizer, train_rows, eval_rows, args)
     if not args.student_only:
-        if t_acc < 0.95:
-            print(f"teacher reached only {t_acc:.3f} < 0.95; raise --teacher-steps", file=sys.stderr)
+        teacher, t_accs = make_teacher(tokenizer, plain[: args.teacher_plain_rows] + tools, evaluate, args)
+        if not good_teacher(t_accs):
+            print(f"teacher reached only {t_accs} (< 0.95); raise --teacher-steps", file=sys.stderr)
             return 1
-        n_t = sum(p.numel() for p in teacher.parameters())
-        save(
-            teacher,
-            tokenizer,
-            out / "tiny-teacher",
-            {"name": "tiny-teacher", "params": n_t, "greedy_exact_match": round(t_acc, 4), **TEACHER},
-        )
+        save(teacher, tokenizer, out / "tiny-teacher", card("tiny-teacher", teacher, t_accs, TEACHER))
+        print(f"teacher: {t_accs}")
 
-    student = build_model(tokenizer, STUDENT, args.seed + 1)
-    s_acc = sft(
-        student,
-        tokenizer,
-        train_rows,
-        eval_rows,
-        lr=3e-3,
-        steps=args.student_steps,
-        batch=64,
-        seed=args.seed + 1,
-        stop=lambda a: a >= args.student_target,
-        eval_every=5,
-        label="student",
-    )
-    if s_acc > 0.40:
-        print(f"student is too strong ({s_acc:.3f} > 0.40); lower --student-target", file=sys.stderr)
+    student, s_accs = make_student(tokenizer, plain, tools[: args.student_tool_rows], evaluate, args)
+    if max(s_accs["greedy_exact_match"], s_accs["tool_loop_exact_match"]) > 0.40:
+        print(f"student is too strong ({s_accs} > 0.40); lower --student-target", file=sys.stderr)
         return 1
-    n_s = sum(p.numel() for p in student.parameters())
-    save(
-        student,
-        tokenizer,
-        out / "tiny-student",
-        {"name": "tiny-student", "params": n_s, "greedy_exact_match": round(s_acc, 4), **STUDENT},
-    )
-    print(f"teacher {n_t} params acc={t_acc:.3f}; student {n_s} params acc={s_acc:.3f}; written to {out}")
+    save(student, tokenizer, out / "tiny-student", card("tiny-student", student, s_accs, STUDENT))
+    print(f"student: {s_accs}; written to {out}")
     return 0
 
 

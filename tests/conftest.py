@@ -86,7 +86,11 @@ def tiny_workspace(mode: str, dest: Path, *, train_rows: int = 16, val_rows: int
         data = path / "data" / name
         data.write_text("".join(data.read_text().splitlines(keepends=True)[:n]))
     cfg = yaml.safe_load((path / "config.yaml").read_text())
-    cfg["training"]["hyper_parameters"].update({**TINY_HP, **hp})
+    tiny = dict(TINY_HP)
+    if mode == "agentic":  # tool-using rows: keep the template's lengths (tools line, call, result, answer)
+        tiny.pop("max_prompt_length")
+        tiny.pop("max_length")
+    cfg["training"]["hyper_parameters"].update({**tiny, **hp})
     (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 

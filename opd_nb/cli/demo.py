@@ -13,9 +13,12 @@ from opd_nb.cli._app import app
 def demo(
     directory: Path = typer.Argument(Path("opd-demo"), help="A new or empty directory for the demo."),
     port: int = typer.Option(0, help="Port for the local control plane (0: any free port)."),
+    mode: str = typer.Option(
+        "reward", help="The workspace to demo: reward, or agentic (a rollout function that calls a tool)."
+    ),
 ) -> object:
-    """Run the whole product offline: reward workspace -> check -> tests -> local job -> metrics PNG."""
+    """Run the whole product offline: workspace -> check -> tests -> local job -> metrics PNG."""
     from opd_nb.demo import run_demo
 
     # The demo narrates every stage itself; the result is returned for the magic and for tests.
-    return run_demo(directory, port=port)
+    return run_demo(directory, port=port, mode=mode)

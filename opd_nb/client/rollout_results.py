@@ -14,6 +14,7 @@ student's token less likely than the student did (it disagrees), above 0 it like
 from __future__ import annotations
 
 import html
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,6 +57,19 @@ def message_text(message: Mapping[str, Any] | None) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
     return "" if content is None else str(content)
+
+
+def tool_calls_text(message: Mapping[str, Any] | None) -> str:
+    """An assistant message's tool calls as ``name(arguments)``, comma-separated (empty: none), so that a
+    turn whose only output is a call still shows what it did."""
+    out = []
+    for call in (message or {}).get("tool_calls") or ():
+        if not isinstance(call, Mapping):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+        args = fn.get("arguments", "")
+        out.append(f"{fn.get('name', '?')}({args if isinstance(args, str) else json.dumps(args)})")
+    return ", ".join(out)
 
 
 def prompt_text(record: Mapping[str, Any]) -> str:

@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 
 from opd_nb.constants import ZERO_VARIANCE_GROUPS
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.trajectory import MALFORMED
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -43,6 +44,7 @@ class _GenRequest:
     temperature: float
     top_p: float
     max_tokens: int
+    tools: list | None = None  # the tools the rollout offered with this request
     future: Future = field(default_factory=Future)
 
 
@@ -174,7 +176,7 @@ class _Server:
                 ids, temperature, top_p, max_tokens = chat_inputs(tokenizer, body, max_total)
             except ChatRequestError as exc:
                 return err(400, str(exc))
-            req = _GenRequest(token, ids, temperature, top_p, max_tokens)
+            req = _GenRequest(token, ids, temperature, top_p, max_tokens, body.get("tools") or None)
             self.q.put(req)
             comp_ids, text, finish = await asyncio.wrap_future(req.future)
             return completion_body(self.model_name, len(ids), len(comp_ids), text, finish)
@@ -204,6 +206,7 @@ class Agentic:
         self.run = run
         self.server = _Server(run.tok, "opd-local-student", run.max_total)
         self.records: dict[str, list[tuple[list[int], list[int], bool]]] = {}
+        self.offered: dict[str, list] = {}  # rollout token -> the tools its requests offered
         run.log(
             f"agentic mode: student served at {self.server.base_url} for the rollout function "
             f"{run.job.rollout.name!r} ({run.job.rollout.url})"
@@ -234,6 +237,8 @@ class Agentic:
                 ids = ids[: r.max_tokens]
                 finish = "stop" if ended else "length"
                 self.records.setdefault(r.token, []).append((r.prompt_ids, ids, ended))
+                if r.tools:
+                    self.offered[r.token] = r.tools
                 text_ids = ids[:-1] if ended else ids
                 r.future.set_result((ids, self.run.tok.decode(text_ids, skip_special_tokens=True), finish))
 
@@ -327,7 +332,7 @@ class Agentic:
                     }
                 )
         self.server.tokens.update(tokens)
-        self.records = {}
+        self.records, self.offered = {}, {}
         done = threading.Event()
         results: list = []
         errors: list[BaseException] = []
@@ -347,6 +352,14 @@ class Agentic:
         self.server.tokens.difference_update(tokens)
         if errors:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
+        metrics: dict[str, float] = {}
+        rsum: dict[str, list[float]] = {}
+        for t, _ in results:
+            for k, v in ((t or {}).get("rollout_metrics") or {}).items():
+                if isinstance(v, int | float):
+                    rsum.setdefault(k, []).append(float(v))
+        metrics.update({f"trace/rollout_metrics/{k}": sum(v) / len(v) for k, v in rsum.items()})
+        results = self._drop_malformed(results, where)
         failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
         if failed:
             run.log(
@@ -361,14 +374,31 @@ class Agentic:
             )
         ok = [i for i, (_, e) in enumerate(results) if e is None]
         trajs = [results[i][0] for i in ok]
-        metrics: dict[str, float] = {"trace/rollout/failure_rate": len(failed) / len(results)}
-        rsum: dict[str, list[float]] = {}
-        for t in trajs:
-            for k, v in (t.get("rollout_metrics") or {}).items():
-                if isinstance(v, int | float):
-                    rsum.setdefault(k, []).append(float(v))
-        metrics.update({f"trace/rollout_metrics/{k}": sum(v) / len(v) for k, v in rsum.items()})
+        metrics["trace/rollout/failure_rate"] = len(failed) / len(results)
         return tokens, groups, ok, trajs, metrics, dict(failed)
+
+    def _drop_malformed(self, results: list, where: str) -> list:
+        """Turn malformed trajectories into failed calls, logging one ``malformed trajectory:`` line per
+        kind; a round whose every returned trajectory is malformed fails the job with the first line."""
+        from opd_nb.engine.trajectory import check_trajectory
+
+        kinds: dict[str, tuple[Any, int]] = {}
+        out, n_returned = [], 0
+        for traj, err in results:
+            problems = check_trajectory(traj["messages"]) if err is None else []
+            n_returned += err is None
+            for pr in problems:
+                first, count = kinds.get(pr.kind, (pr, 0))
+                kinds[pr.kind] = (first, count + 1)
+            out.append(
+                (traj, None) if not problems else (None, "; ".join(f"{MALFORMED} {p.kind}" for p in problems))
+            )
+        lines = [pr.line(count, len(results), where) for pr, count in kinds.values()]
+        for line in lines:
+            self.run.log(line, "WARNING")
+        if lines and all(e is not None for _, e in out) and n_returned:
+            raise EngineError(lines[0])
+        return out
 
     def _task_scores(self, rows: list, groups: list[int], ok: list[int], trajs: list[dict], where: str):
         """(reward metrics, total per trajectory or None, record fields per trajectory or None): the job's
@@ -481,44 +511,32 @@ class Agentic:
         Returns (sequences, trained masks, owning trajectory per sample, message text per sample, turns per
         trajectory as in :attr:`StepRollouts.turns`, number of turns not generated through the endpoint).
         """
-        from opd_nb.engine.data import template_ids
+        from opd_nb.engine.trajectory import turn_samples
 
         run = self.run
         seqs, masks, owner, texts, turns, missing = [], [], [], [], [], 0
         for j, (i, t) in enumerate(zip(ok, trajs, strict=True)):
-            rec = self.records.get(tokens[i], [])
             msgs = t["messages"]
-            tools = rows[groups[i]].tools
+            # the tools the rollout offered the endpoint (the row's own when it offered none)
+            tools = self.offered.get(tokens[i]) or rows[groups[i]].tools
+            try:
+                cut = turn_samples(run.tok, msgs, tools, self.records.get(tokens[i], []), run.max_total)
+            except Exception as exc:  # noqa: BLE001
+                raise EngineError(
+                    f"{where}: the chat template failed on a trajectory returned by the rollout function: {exc}"
+                ) from exc
             mine: list[tuple[int | None, int, list[int], bool]] = []
             turns.append(mine)
-            for a, m in enumerate(msgs):
-                if m.get("role") != "assistant":
+            for ts in cut:
+                missing += not ts.generated
+                if not any(ts.mask):
+                    mine.append((None, ts.index, ts.dropped, ts.no_eos))
                     continue
-                try:
-                    ctx = template_ids(run.tok, msgs[:a], tools=tools, add_generation_prompt=True)
-                except Exception as exc:  # noqa: BLE001
-                    raise EngineError(
-                        f"{where}: the chat template failed on a trajectory returned by the rollout "
-                        f"function: {exc}"
-                    ) from exc
-                hit = next(((c, e) for p, c, e in rec if p == ctx), None)
-                if hit is None:
-                    missing += 1
-                    full = template_ids(run.tok, msgs[: a + 1], tools=tools)
-                    if full[: len(ctx)] != ctx:
-                        continue
-                    hit = (full[len(ctx) :], True)
-                comp, ended = hit
-                seq = (ctx + comp)[: run.max_total]
-                n_comp = len(seq) - len(ctx)
-                if n_comp <= 0:
-                    mine.append((None, a, comp, not ended))
-                    continue
-                mine.append((len(seqs), a, comp[n_comp:], not ended))
-                seqs.append(seq)
-                masks.append([False] * len(ctx) + [True] * n_comp)
+                mine.append((len(seqs), ts.index, ts.dropped, ts.no_eos))
+                seqs.append(ts.ids)
+                masks.append(ts.mask)
                 owner.append(j)
-                texts.append(m.get("content") or "")
+                texts.append(msgs[ts.index].get("content") or "")
         return seqs, masks, owner, texts, turns, missing
 
     def collect(self, rows: list, n: int, where: str):

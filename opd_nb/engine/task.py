@@ -13,6 +13,7 @@ pure Python so that the template, the checks and the tests can use it without to
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -49,8 +50,9 @@ def random_digits(rng: random.Random, min_digits: int = MIN_DIGITS, max_digits: 
     return "".join(rng.choice("0123456789") for _ in range(n))
 
 
-def make_rows(n: int, seed: int = 0, *, exclude: set[str] | None = None) -> list[dict]:
-    """`n` distinct rows (by prompt), deterministic for a seed, skipping prompts in `exclude`."""
+def make_rows(n: int, seed: int = 0, *, exclude: set[str] | None = None, tools: bool = False) -> list[dict]:
+    """`n` distinct rows (by prompt), deterministic for a seed, skipping prompts in `exclude`;
+    with `tools`, the tool-using variant (the example tool offered in each row's ``tools``)."""
     rng = random.Random(seed)
     seen: set[str] = set(exclude or ())
     rows: list[dict] = []
@@ -59,7 +61,7 @@ def make_rows(n: int, seed: int = 0, *, exclude: set[str] | None = None) -> list
         if digits in seen:
             continue
         seen.add(digits)
-        rows.append(make_row(digits))
+        rows.append(make_tool_row(digits) if tools else make_row(digits))
     return rows
 
 
@@ -74,3 +76,69 @@ def strip_thinking(text: str) -> str:
 def is_correct(completion: str, solution: str) -> bool:
     """Exact match of the cleaned answer (the engine's greedy accuracy metric)."""
     return strip_thinking(completion) == solution
+
+
+# ---- the tool-using variant ------------------------------------------------------------------
+# When a row offers tools, the teacher first calls the example tool with the digits, then answers
+# from the tool's per-digit counts. The name, schema and result format are the template rollout's
+# (template/.../functions/rollout/rollout.py), which cannot import this module (it runs in FC).
+TOOL_NAME = "count_digits"
+TOOL_SCHEMA: dict = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Count how often each digit 0-9 occurs in a string of digits.",
+        "parameters": {
+            "type": "object",
+            "properties": {"digits": {"type": "string", "description": "the digits, e.g. 93418"}},
+            "required": ["digits"],
+        },
+    },
+}
+
+
+def count_digits(digits: str) -> dict[str, int]:
+    """The example tool: how often each digit occurs (sorted by digit, enough to write the answer)."""
+    counts: dict[str, int] = {}
+    for ch in str(digits):
+        if ch.isdigit():
+            counts[ch] = counts.get(ch, 0) + 1
+    return {d: counts[d] for d in sorted(counts)}
+
+
+def tool_result(digits: str) -> str:
+    """The text of the ``tool`` message the template rollout sends back for a call with `digits`."""
+    return json.dumps(count_digits(digits))
+
+
+def tool_call_message(digits: str, call_id: str = "call-1") -> dict:
+    """The teacher's first turn when tools are offered: one call of the example tool on the digits."""
+    args = json.dumps({"digits": digits})
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": args}}
+        ],
+    }
+
+
+def answer_from_counts(counts: dict[str, int]) -> str:
+    """The teacher's answer after the tool turn, built from the counts alone."""
+    digits = "".join(d * int(n) for d, n in sorted(counts.items()))
+    return f"{THINK_OPEN}n={len(digits)}{THINK_CLOSE}{digits}"
+
+
+def make_tool_row(digits: str) -> dict:
+    """One tool-using row: the plain row plus the example tool offered in ``tools``."""
+    return {**make_row(digits), "tools": [TOOL_SCHEMA]}
+
+
+def tool_trajectory(digits: str, call_id: str = "call-1") -> list[dict]:
+    """The full conversation the teacher produces through the tool loop (prompt included)."""
+    return [
+        *make_row(digits)["messages"],
+        tool_call_message(digits, call_id),
+        {"role": "tool", "tool_call_id": call_id, "name": TOOL_NAME, "content": tool_result(digits)},
+        {"role": "assistant", "content": answer_from_counts(count_digits(digits))},
+    ]

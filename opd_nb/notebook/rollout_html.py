@@ -28,17 +28,21 @@ def one_line(text: str, width: int) -> str:
 
 
 def messages_html(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The prompt turns (agentic: the whole trajectory), one line each, escaped."""
-    from opd_nb.client.rollout_results import message_text
+    """The prompt turns (agentic: the whole trajectory, tool calls and results included), one line each,
+    escaped."""
+    from opd_nb.client.rollout_results import message_text, tool_calls_text
 
     lines = []
     for m in messages:
         if not isinstance(m, Mapping):
             continue
         mark = "" if m.get("trained") is not True else " (trained)"
+        text, calls = message_text(m), tool_calls_text(m)
+        if calls:  # a tool turn: show the call(s) it made
+            text = f"{text} → {calls}" if text else f"→ {calls}"
         lines.append(
             f"<div><b>{render.esc(m.get('role') or '?')}{mark}:</b> "
-            f'<span style="white-space:pre-wrap">{render.esc(message_text(m))}</span></div>'
+            f'<span style="white-space:pre-wrap">{render.esc(text)}</span></div>'
         )
     return "".join(lines)
 

@@ -28,3 +28,11 @@ for rel in REMOVE:
         shutil.rmtree(path)
     elif path.exists():
         path.unlink()
+
+# Agentic workspaces get the tool-using rows (each offers the example tool); the others the plain ones.
+AGENTIC_DATA = Path("data") / "agentic"
+if AGENTIC_DATA.is_dir():
+    if HAS_ROLLOUT:
+        for src in AGENTIC_DATA.glob("*.jsonl"):
+            src.replace(Path("data") / src.name)
+    shutil.rmtree(AGENTIC_DATA)

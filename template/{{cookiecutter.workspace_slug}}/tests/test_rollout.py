@@ -7,13 +7,15 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from dashscope.finetune.reinforcement import RolloutInput, RolloutOutput, TaskStatus
 
-from functions.rollout.rollout import {{ cookiecutter.rollout_class }}, count_digits, run_tool
+from functions.rollout.rollout import TOOLS, {{ cookiecutter.rollout_class }}, count_digits, run_tool
 
 API_KEY = "sk-test-not-a-real-key"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 class StandIn:
@@ -127,3 +129,12 @@ def test_tools() -> None:
     assert count_digits("1121") == {"1": 3, "2": 1}
     assert "unknown tool" in json.loads(run_tool("nope", "{}"))["error"]
     assert "error" in json.loads(run_tool("count_digits", "not json"))
+
+
+def test_sample_rows_offer_the_example_tool_and_the_rollout_passes_it_on(stand_in: StandIn) -> None:
+    row = json.loads((DATA / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert [t["function"]["name"] for t in row["tools"]] == list(TOOLS)
+    out = rollout(stand_in.base_url, messages=row["messages"], rollout_extra=row["rollout_extra"], tools=row["tools"])
+    assert out.status == TaskStatus.SUCCESS, out.error
+    assert stand_in.requests[0]["tools"] == row["tools"]
+    assert [m["role"] for m in out.agent_output.messages][-3:] == ["assistant", "tool", "assistant"]
