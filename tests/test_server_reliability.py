@@ -302,3 +302,32 @@ def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path):
         assert job["status"] == "FAILED" and job["code"] == "TooManyInterruptions", job
         assert "interrupted 1 time " in job["message"]
         _wait(lambda: not process_tree.members(tmp_path), 15, "no process of the job")
+
+
+PARENT = """
+import sys, time
+from opd_nb.server import start
+server = start(port=0, data_dir=sys.argv[1])
+print(server.api_base, server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_started_for_a_process_ends_when_that_process_is_killed(tmp_path):
+    """`start()` (the demo's and the tests' way) ties the server to its caller: a caller killed with
+    SIGKILL, whose `finally` never runs, still leaves no control plane and no job process behind;
+    the job it was running stays RUNNING, to resume at the next start."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        api, pid = parent.stdout.readline().split()
+        job_id = _submit(api, n_epochs=20)
+        _wait(lambda: _job(api, job_id)["status"] == "RUNNING", 120, "the job to run")
+        parent.kill()
+        parent.wait(10)
+        _wait(lambda: _gone([int(pid)]), 30, "the orphaned control plane to stop")
+    finally:
+        parent.kill()
+    _wait(lambda: not process_tree.members(tmp_path), 15, "the job's processes to end")
+    assert Store(tmp_path).job(job_id)["status"] == "RUNNING"  # interrupted, not failed: it resumes

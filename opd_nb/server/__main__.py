@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-resume", action="store_true", help="fail interrupted jobs at startup instead of resuming them"
     )
     parser.add_argument("--max-interruptions", type=int, default=MAX_INTERRUPTIONS)
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop (as on SIGTERM: running jobs resume at the next start) when the process that started it is gone",
+    )
     args = parser.parse_args(argv)
 
     from opd_nb.server.runner import serve_forever
@@ -52,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         api_key=args.api_key,
         resume=not args.no_resume,
         max_interruptions=max(1, args.max_interruptions),
+        exit_with_parent=args.exit_with_parent,
     )
 
 

@@ -468,8 +468,12 @@ class ServeOptions:
     max_interruptions: int = MAX_INTERRUPTIONS
 
 
-def _command(host: str, port: int, data_dir: Path, options: ServeOptions, ready: str) -> list[str]:
+def _command(
+    host: str, port: int, data_dir: Path, options: ServeOptions, ready: str, *, detach: bool
+) -> list[str]:
     cmd = [sys.executable, "-m", "opd_nb.server", "--host", host, "--port", str(port)]
+    if not detach:  # a server started for a process (a demo, a test) ends with it, even after a SIGKILL
+        cmd.append("--exit-with-parent")
     cmd += ["--data-dir", str(data_dir), "--ready-file", ready, "--max-running", str(options.max_running)]
     cmd += ["--max-interruptions", str(options.max_interruptions)]
     if not options.resume:
@@ -566,7 +570,7 @@ def _launch(
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _command(host, port, data_dir, options, ready),
+            _command(host, port, data_dir, options, ready, detach=detach),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
