@@ -90,6 +90,7 @@ def serve_forever(
     max_interruptions: int | None = None,
     banner: Banner = default_banner,
     exit_with_parent: bool = False,
+    max_deployments: int | None = None,
 ) -> int:
     """Check, lock the data dir, bind (so each refusal is a clear exit 2), then serve until stopped.
 
@@ -116,7 +117,11 @@ def serve_forever(
             print(sock, file=sys.stderr)
             return 2
         options = ServeOptions(
-            dict(model_map or {}), max_running, resume, max_interruptions or MAX_INTERRUPTIONS
+            dict(model_map or {}),
+            max_running,
+            resume,
+            max_interruptions or MAX_INTERRUPTIONS,
+            max_deployments,
         )
         return _serve(sock, host, data_dir, options, api_key, ready_file, log_level, banner)
     finally:
@@ -156,6 +161,7 @@ def _serve(
         api_key=api_key,
         resume=options.resume,
         max_interruptions=options.max_interruptions,
+        max_deployments=options.max_deployments,
     )
     sock.listen(2048)
     sock.set_inheritable(True)
