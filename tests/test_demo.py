@@ -79,7 +79,38 @@ def test_demo_runs_to_succeeded_and_writes_the_curves(tmp_path: Path) -> None:
     assert "local control plane stopped" in text
     with pytest.raises(httpx.HTTPError):
         httpx.get(m.group(1) + "/health", timeout=3)
-    assert job_id.strip()
+
+    # The trained model beats its base on the demo task, as `opd eval` measures it on a control plane
+    # started again on the demo's data dir: the finished job's output, deployed, against the base id.
+    _assert_trained_beats_base(out, ws, job_id, _clean_env(home))
+
+
+def _assert_trained_beats_base(out: Path, ws: Path, job_id: str, env: dict[str, str]) -> None:
+    import json
+
+    from pydantic import SecretStr
+
+    from opd_nb.client import JobClient, Target
+    from opd_nb.server import start
+
+    with start(port=0, data_dir=out / ".opd-server") as server:
+        client = JobClient(Target(kind="local", base_url=server.api_base, api_key=SecretStr("demo")))
+        job = client.get(job_id)
+        assert job.status == "SUCCEEDED"
+        name = client.deploy(job.finetuned_output, suffix="demo").deployed_model
+        client.wait_deployed(name, poll_s=0.2, timeout_s=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "opd_nb", "eval", str(ws), "--model", name, "--model", job.model]
+            + ["--local", server.base_url, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        models = {m["model"]: m for m in json.loads(proc.stdout)["models"]}
+        assert models[name]["reward_mean"] > models[job.model]["reward_mean"], models
+        client.undeploy(name)
 
 
 def test_demo_refuses_a_non_empty_directory(tmp_path: Path) -> None:

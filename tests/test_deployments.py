@@ -114,8 +114,8 @@ def _gone(data_dir, name, timeout=20.0) -> bool:
 def test_limit_restart_and_no_deployment_outlives_the_server(tmp_path, monkeypatch):
     from opd_nb.server import start
 
-    monkeypatch.setenv("OPD_MAX_DEPLOYMENTS", "1")
-    server = start(port=0, data_dir=tmp_path)
+    monkeypatch.setenv("OPD_MAX_DEPLOYMENTS", "3")  # the flag (`opd serve --max-deployments 1`) wins
+    server = start(port=0, data_dir=tmp_path, max_deployments=1)
 
     def client_of(handle):
         return JobClient(Target(kind="local", base_url=handle.api_base, api_key=SecretStr("test")), retries=0)
@@ -129,6 +129,7 @@ def test_limit_restart_and_no_deployment_outlives_the_server(tmp_path, monkeypat
         assert (
             "at most 1" in info.value.message
             and name in info.value.message
+            and "--max-deployments N" in info.value.message
             and "undeploy" in info.value.message
         )
         assert client.wait_deployed(name, poll_s=0.2, timeout_s=180).running

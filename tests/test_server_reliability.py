@@ -161,14 +161,14 @@ def _final_accuracy(api: str, job_id: str) -> float:
     return [r[ACCURACY] for r in _metrics(api, job_id) if r.get(ACCURACY) is not None][-1]
 
 
-def _assert_consistent_series(data_dir: Path, api: str, job_id: str) -> None:
+def _assert_consistent_series(data_dir: Path, api: str, job_id: str, last: int) -> None:
     steps = [r["step"] for r in _metrics(api, job_id)]
-    assert steps == sorted(set(steps)) and steps[-1] == 8, steps
+    assert steps == sorted(set(steps)) and steps[-1] == last, steps
     out = data_dir / "jobs" / job_id / "output"
     on_disk = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert on_disk == sorted(set(on_disk)) and on_disk[-1] == 8, on_disk
+    assert on_disk == sorted(set(on_disk)) and on_disk[-1] == last, on_disk
     kept = sorted(p.name for p in (out / "checkpoints").iterdir())
-    assert kept == ["checkpoint-7", "checkpoint-8"], kept  # save_total_limit=2 held across the restart
+    assert kept == [f"checkpoint-{last - 1}", f"checkpoint-{last}"], kept  # save_total_limit=2 held
 
 
 def _gone(pids: list[int]) -> bool:
@@ -182,8 +182,9 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
     baseline = start(port=0, data_dir=tmp_path / "baseline")  # the same job, never interrupted
     server = start(port=0, data_dir=data_dir)
     try:
-        clean = _submit(baseline.api_base)
-        job_id = _submit(server.api_base)
+        # 16 steps: the kill lands with most of the job still to run, however fast this machine is.
+        clean = _submit(baseline.api_base, n_epochs=4)
+        job_id = _submit(server.api_base, n_epochs=4)
         _wait(_checkpointed(server.api_base, job_id, 2), 240, "a checkpoint")
         tree = [p.pid for p in process_tree.members(data_dir, process_tree.job_owner(job_id))]
         assert tree, "the worker carries its job's process-tree tag"
@@ -218,7 +219,7 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
         assert process_tree.members(data_dir, process_tree.job_owner(job_id))
 
         _finished(api, job_id)
-        _assert_consistent_series(data_dir, api, job_id)
+        _assert_consistent_series(data_dir, api, job_id, last=16)
         _finished(baseline.api_base, clean)
         resumed_acc, clean_acc = _final_accuracy(api, job_id), _final_accuracy(baseline.api_base, clean)
         assert abs(resumed_acc - clean_acc) <= 0.25, (resumed_acc, clean_acc)
@@ -302,3 +303,32 @@ def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path):
         assert job["status"] == "FAILED" and job["code"] == "TooManyInterruptions", job
         assert "interrupted 1 time " in job["message"]
         _wait(lambda: not process_tree.members(tmp_path), 15, "no process of the job")
+
+
+PARENT = """
+import sys, time
+from opd_nb.server import start
+server = start(port=0, data_dir=sys.argv[1])
+print(server.api_base, server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_started_for_a_process_ends_when_that_process_is_killed(tmp_path):
+    """`start()` (the demo's and the tests' way) ties the server to its caller: a caller killed with
+    SIGKILL, whose `finally` never runs, still leaves no control plane and no job process behind;
+    the job it was running stays RUNNING, to resume at the next start."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        api, pid = parent.stdout.readline().split()
+        job_id = _submit(api, n_epochs=20)
+        _wait(lambda: _job(api, job_id)["status"] == "RUNNING", 120, "the job to run")
+        parent.kill()
+        parent.wait(10)
+        _wait(lambda: _gone([int(pid)]), 30, "the orphaned control plane to stop")
+    finally:
+        parent.kill()
+    _wait(lambda: not process_tree.members(tmp_path), 15, "the job's processes to end")
+    assert Store(tmp_path).job(job_id)["status"] == "RUNNING"  # interrupted, not failed: it resumes

@@ -333,3 +333,23 @@ def test_monitor_unknown_job_shows_the_error(server) -> None:
         JobMonitor(["ft-does-not-exist"], _client(server)).start()
     with pytest.raises(OpdError):
         JobMonitor([])
+
+
+def test_a_running_jobs_plot_is_redrawn_at_most_every_tenfold_render_time() -> None:
+    """Plotting must not compete with the local job it shows: while running, a new PNG waits for 10x
+    the last render's duration; the finished state is drawn at once."""
+    from opd_nb.notebook.monitor import PLOT_BUSY_FACTOR, JobMonitor
+
+    monitor = JobMonitor("ft-plot", poll_s=0.1)
+    st = monitor._jobs["ft-plot"]
+    st.metrics = [{"step": 1, "actor/distillation/loss": 1.0}]
+    first = monitor._plot()
+    assert first and monitor.plot_updates == 1 and monitor._plot_cost > 0
+    st.metrics = [*st.metrics, {"step": 2, "actor/distillation/loss": 0.5}]
+    assert monitor._plot() is first and monitor.plot_updates == 1  # new rows, but too soon: the old plot
+    monitor._plot_at -= PLOT_BUSY_FACTOR * monitor._plot_cost  # as if that much time had passed
+    second = monitor._plot()
+    assert second != first and monitor.plot_updates == 2
+    st.metrics = [*st.metrics, {"step": 3, "actor/distillation/loss": 0.25}]
+    st.final = True  # finished: the last rows are drawn at once
+    assert monitor._plot() not in (first, second) and monitor.plot_updates == 3

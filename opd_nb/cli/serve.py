@@ -30,7 +30,13 @@ from opd_nb.server import (
     start_background,
     stop_background,
 )
-from opd_nb.server.lifecycle import API_KEY_ENV, MAX_INTERRUPTIONS, is_loopback
+from opd_nb.server.lifecycle import (
+    API_KEY_ENV,
+    DEFAULT_MAX_DEPLOYMENTS,
+    MAX_DEPLOYMENTS_ENV,
+    MAX_INTERRUPTIONS,
+    is_loopback,
+)
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
 
 ACTIONS = ("run", "start", "stop", "status")
@@ -112,10 +118,12 @@ def _parse_map(items: list[str] | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class JobPolicy:
-    """How the server treats interrupted jobs (`--resume/--no-resume`, `--max-interruptions`)."""
+    """How the server treats interrupted jobs (`--resume/--no-resume`, `--max-interruptions`) and
+    how many deployments it runs at once (`--max-deployments`)."""
 
     resume: bool = True
     max_interruptions: int = MAX_INTERRUPTIONS
+    max_deployments: int | None = None
 
 
 def start_info(
@@ -138,6 +146,7 @@ def start_info(
         api_key=api_key,
         resume=policy.resume,
         max_interruptions=policy.max_interruptions,
+        max_deployments=policy.max_deployments,
     )
     match result:
         case StartReused(info):
@@ -194,6 +203,7 @@ def run_foreground(
         api_key=api_key,
         resume=policy.resume,
         max_interruptions=policy.max_interruptions,
+        max_deployments=policy.max_deployments,
         banner=print_banner,
     )
     if rc:
@@ -242,6 +252,15 @@ def serve(
     max_interruptions: Annotated[
         int, typer.Option(min=1, help="a job interrupted this many times fails instead of resuming")
     ] = MAX_INTERRUPTIONS,
+    max_deployments: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            envvar=MAX_DEPLOYMENTS_ENV,
+            show_envvar=True,
+            help=f"how many deployments may run at once (past that, a deploy is a 400) [default: {DEFAULT_MAX_DEPLOYMENTS}]",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
@@ -249,7 +268,7 @@ def serve(
     if action not in ACTIONS:
         raise OpdError(f"unknown action {action!r}", fix=f"use one of: {', '.join(ACTIONS)}")
     mapping = _parse_map(model_map)
-    policy = JobPolicy(resume, max_interruptions)
+    policy = JobPolicy(resume, max_interruptions, max_deployments)
     if action == "run":
         return run_foreground(host, port, data_dir, mapping, api_key or None, policy)
     if action == "start":

@@ -21,6 +21,7 @@ the ``%opd rollouts`` line that opens the full viewer.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,6 +34,8 @@ from opd_nb.notebook.monitor_html import CLOUD_NOTE
 __all__ = ["JobMonitor", "CLOUD_NOTE"]
 
 _NO_ANSWER = object()  # what `_call` returns when the request raised (the error is on the job state)
+
+PLOT_BUSY_FACTOR = 10  # a running job's plot is redrawn after at least 10x its last render time
 
 
 class JobMonitor:
@@ -59,6 +62,8 @@ class JobMonitor:
         self._display_id: str | None = None
         self._plot_png: bytes | None = None
         self._plot_key: Any = None
+        self._plot_at = 0.0  # monotonic time of the last render
+        self._plot_cost = 0.0  # how long the last render took (s)
         self.polls = 0
         self.plot_updates = 0
         self.notes: list[str] = []
@@ -263,20 +268,28 @@ class JobMonitor:
             }
 
     def _plot(self) -> bytes | None:
-        """The metric plot, re-rendered only when some job has new rows."""
+        """The metric plot, re-rendered only when some job has new rows.
+
+        While jobs run, renders are spaced so that plotting takes at most a tenth of the kernel's time
+        (a 1 s render waits 10 s for the next): on a CPU that also trains the local job, a plot per
+        poll would slow the job it shows. The final state is always drawn at once."""
         rows_by_job = {jid: st.metrics for jid, st in self._jobs.items() if st.metrics}
         key = tuple(
             (jid, len(rows), (rows[-1] if rows else None) and rows[-1].get("step"))
             for jid, rows in rows_by_job.items()
         )
-        if key != self._plot_key:
+        throttled = not self.done and time.monotonic() - self._plot_at < PLOT_BUSY_FACTOR * self._plot_cost
+        if key != self._plot_key and not (throttled and self._plot_png):
             from opd_nb.plots import panel_names, render_png
 
+            started = time.monotonic()
             names = monitor_html.plot_names(rows_by_job, panel_names(rows_by_job))
             png = render_png(rows_by_job, names=names) if rows_by_job else None
             with self._lock:
                 self._plot_key = key
                 self._plot_png = png
+                self._plot_at = time.monotonic()
+                self._plot_cost = self._plot_at - started
                 if png:
                     self.plot_updates += 1
         return self._plot_png

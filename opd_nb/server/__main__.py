@@ -37,6 +37,17 @@ def main(argv: list[str] | None = None) -> int:
         "--no-resume", action="store_true", help="fail interrupted jobs at startup instead of resuming them"
     )
     parser.add_argument("--max-interruptions", type=int, default=MAX_INTERRUPTIONS)
+    parser.add_argument(
+        "--max-deployments",
+        type=int,
+        default=None,
+        help="how many deployments may run at once (default $OPD_MAX_DEPLOYMENTS, else 3)",
+    )
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop (as on SIGTERM: running jobs resume at the next start) when the process that started it is gone",
+    )
     args = parser.parse_args(argv)
 
     from opd_nb.server.runner import serve_forever
@@ -52,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         api_key=args.api_key,
         resume=not args.no_resume,
         max_interruptions=max(1, args.max_interruptions),
+        exit_with_parent=args.exit_with_parent,
+        max_deployments=max(1, args.max_deployments) if args.max_deployments is not None else None,
     )
 
 

@@ -3,7 +3,7 @@
 Bailian's deployment API, locally. ``create`` starts a serving process for any model the local
 engine can run (a job's ``opd-local/<job_id>``, a kept checkpoint's path, a ``--model-map`` id, a
 cloud id's stand-in); the deployment is PENDING until the process answers, then RUNNING. At most
-``max_deployments`` run at once (``OPD_MAX_DEPLOYMENTS``, default 3); past that, ``create`` is a
+``max_deployments`` run at once (``opd serve --max-deployments``, else ``OPD_MAX_DEPLOYMENTS``, else 3); past that, ``create`` is a
 4xx that says which ones to stop. ``delete`` stops the process; ``scale`` records the capacity
 (locally one process serves a deployment whatever its capacity; capacity sizes its batch).
 
@@ -35,13 +35,12 @@ from pathlib import Path
 
 from opd_nb.server import process_tree
 from opd_nb.server.errors import ApiError
+from opd_nb.server.lifecycle import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.models import LOCAL_PREFIX, ModelNotServable, ModelRegistry, ResolvedModel
 from opd_nb.server.store import Store
 
 MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours
 TOKEN_ENV = "OPD_SERVING_TOKEN"  # read by the serving process (never on its command line)
-MAX_DEPLOYMENTS_ENV = "OPD_MAX_DEPLOYMENTS"
-DEFAULT_MAX_DEPLOYMENTS = 3
 MAX_BASE = 2
 STARTUP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
@@ -157,7 +156,7 @@ class DeploymentManager:
                     "DeploymentLimitExceeded",
                     f"at most {self.max_deployments} deployments run at once on this server ({names}); "
                     "undeploy one first (`opd undeploy NAME` or Deployments.delete), or restart `opd serve` "
-                    f"with {MAX_DEPLOYMENTS_ENV}=N",
+                    f"with `--max-deployments N` (or {MAX_DEPLOYMENTS_ENV}=N)",
                 )
             row = {
                 "deployed_model": name,

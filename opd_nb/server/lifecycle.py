@@ -40,6 +40,8 @@ API_KEY_ENV = "OPD_SERVE_API_KEY"  # the server key; the only way it reaches a l
 LOCK_FILE = "server.lock"
 OWNER_FILE = "server.json"
 MAX_INTERRUPTIONS = 3  # a job interrupted this many times (server restarts) fails instead of resuming
+MAX_DEPLOYMENTS_ENV = "OPD_MAX_DEPLOYMENTS"  # or `opd serve --max-deployments`
+DEFAULT_MAX_DEPLOYMENTS = 3
 
 
 def default_data_dir() -> Path:
@@ -466,12 +468,19 @@ class ServeOptions:
     max_running: int = 1
     resume: bool = True  # resume interrupted jobs at startup (False: the old FAILED ServerRestarted)
     max_interruptions: int = MAX_INTERRUPTIONS
+    max_deployments: int | None = None  # None: $OPD_MAX_DEPLOYMENTS, else DEFAULT_MAX_DEPLOYMENTS
 
 
-def _command(host: str, port: int, data_dir: Path, options: ServeOptions, ready: str) -> list[str]:
+def _command(
+    host: str, port: int, data_dir: Path, options: ServeOptions, ready: str, *, detach: bool
+) -> list[str]:
     cmd = [sys.executable, "-m", "opd_nb.server", "--host", host, "--port", str(port)]
+    if not detach:  # a server started for a process (a demo, a test) ends with it, even after a SIGKILL
+        cmd.append("--exit-with-parent")
     cmd += ["--data-dir", str(data_dir), "--ready-file", ready, "--max-running", str(options.max_running)]
     cmd += ["--max-interruptions", str(options.max_interruptions)]
+    if options.max_deployments is not None:
+        cmd += ["--max-deployments", str(options.max_deployments)]
     if not options.resume:
         cmd.append("--no-resume")
     for key, value in options.model_map.items():
@@ -566,7 +575,7 @@ def _launch(
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _command(host, port, data_dir, options, ready),
+            _command(host, port, data_dir, options, ready, detach=detach),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -589,6 +598,7 @@ def start(
     api_key: str | None = None,
     resume: bool = True,
     max_interruptions: int = MAX_INTERRUPTIONS,
+    max_deployments: int | None = None,
 ) -> ServerHandle:
     """Start the control plane in a background subprocess and wait until it answers `/health`.
 
@@ -598,7 +608,7 @@ def start(
         host,
         port,
         data_dir,
-        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions),
+        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions, max_deployments),
         api_key=api_key,
         startup_timeout=startup_timeout,
         log_path=log_path,
@@ -620,6 +630,7 @@ def start_background(
     api_key: str | None = None,
     resume: bool = True,
     max_interruptions: int = MAX_INTERRUPTIONS,
+    max_deployments: int | None = None,
 ) -> StartResult:
     """Reuse the recorded server, or the one that owns ``data_dir``, if healthy; else launch one and record it."""
     current = running_server() or data_dir_owner(_resolve_dir(data_dir))
@@ -629,7 +640,7 @@ def start_background(
         host,
         port,
         data_dir,
-        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions),
+        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions, max_deployments),
         api_key=api_key,
         startup_timeout=startup_timeout,
         log_path=None,

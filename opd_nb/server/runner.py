@@ -8,8 +8,11 @@ a data dir another server owns (its lock is held), and a port that is taken.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,8 +89,13 @@ def serve_forever(
     resume: bool = True,
     max_interruptions: int | None = None,
     banner: Banner = default_banner,
+    exit_with_parent: bool = False,
+    max_deployments: int | None = None,
 ) -> int:
-    """Check, lock the data dir, bind (so each refusal is a clear exit 2), then serve until stopped."""
+    """Check, lock the data dir, bind (so each refusal is a clear exit 2), then serve until stopped.
+
+    `exit_with_parent`: stop as on SIGTERM once the process that started this one is gone, so that a
+    demo or a test killed with SIGKILL leaves no control plane (and no training job) behind."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     os.environ.pop(API_KEY_ENV, None)  # in memory only: no worker or user function inherits the key
     refusal = refuse_open_bind(host, api_key)
@@ -101,18 +109,35 @@ def serve_forever(
     if not lock.acquire():
         print(owned_message(data_dir), file=sys.stderr)
         return 2
+    if exit_with_parent:
+        _stop_when_orphaned(os.getppid())
     try:
         sock = _bind(host, port)
         if isinstance(sock, str):
             print(sock, file=sys.stderr)
             return 2
         options = ServeOptions(
-            dict(model_map or {}), max_running, resume, max_interruptions or MAX_INTERRUPTIONS
+            dict(model_map or {}),
+            max_running,
+            resume,
+            max_interruptions or MAX_INTERRUPTIONS,
+            max_deployments,
         )
         return _serve(sock, host, data_dir, options, api_key, ready_file, log_level, banner)
     finally:
         clear_owner(data_dir, os.getpid())
         lock.release()
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    """SIGTERM ourselves when reparented: uvicorn's graceful stop interrupts running jobs, which resume."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="opd-parent-watch", daemon=True).start()
 
 
 def _serve(
@@ -136,6 +161,7 @@ def _serve(
         api_key=api_key,
         resume=options.resume,
         max_interruptions=options.max_interruptions,
+        max_deployments=options.max_deployments,
     )
     sock.listen(2048)
     sock.set_inheritable(True)
