@@ -54,10 +54,11 @@ def parse_job_id(output: str) -> str | None:
 
 
 DEMO_MODES = ("reward", "agentic")
-# The agentic demo is a streamlined rehearsal (as in notebook 03): 32 tool-using rows, one epoch of 8 prompts
-# x 2 rollouts (4 steps) through the workspace's rollout function and its tool loop.
-AGENTIC_ROWS = {"train.jsonl": 32, "validation.jsonl": 16}
-AGENTIC_HP = {"n_epochs": 1, "batch_size": 8, "n_rollouts": 2, "ppo_mini_batch_size": 8, "eval_steps": 2}
+# The agentic demo is a streamlined rehearsal (as in notebook 03): 128 tool-using rows, one epoch of the
+# template's 16 prompts x 4 rollouts (8 steps) through the workspace's rollout function and its tool loop,
+# long enough for the student to learn to call the tool.
+AGENTIC_ROWS = {"train.jsonl": 128, "validation.jsonl": 32}
+AGENTIC_HP = {"n_epochs": 1, "eval_steps": 4, "save_steps": 4}
 
 
 def run_demo(

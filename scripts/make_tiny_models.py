@@ -6,7 +6,8 @@ distillation visibly works within seconds on a CPU. Nothing here touches the net
 What it writes (Hugging Face format, safetensors, a few MB in total)::
 
     opd_nb/engine/assets/tiny-teacher/   Qwen3, ~0.74M params, SFT'd to >= 95% greedy exact match
-    opd_nb/engine/assets/tiny-student/   Qwen3, ~0.1M params, a short SFT that leaves it weak (<= 40%)
+    opd_nb/engine/assets/tiny-student/   Qwen3, ~0.1M params, a short SFT that leaves it weak (<= 40%),
+                                         then a tool phase: it can use the example tool but seldom calls it
 
 Both share one character-level tokenizer (printable ASCII plus atomic special tokens) and a
 compact chat template that renders system/user/assistant/tool turns and tool calls.
@@ -141,12 +142,17 @@ def encode_rows(tokenizer, rows: list[dict]):
     return prompts, targets
 
 
-def sft_batch(prompts, targets, idx, pad_id):
-    """Left-padded prompt+target batch, labels only on the target tokens."""
+def sft_batch(prompts, targets, idx, pad_id, n_skip=None):
+    """Left-padded prompt+target batch, labels only on the target tokens (all but the first ``n_skip[i]``
+    of them when given)."""
     import torch
 
     seqs = [prompts[i] + targets[i] for i in idx]
-    lab = [[-100] * len(prompts[i]) + targets[i] for i in idx]
+    lab = [
+        [-100] * len(prompts[i])
+        + [t if n_skip is None or k >= n_skip[i] else -100 for k, t in enumerate(targets[i])]
+        for i in idx
+    ]
     n = max(len(s) for s in seqs)
     ids = torch.full((len(idx), n), pad_id)
     labels = torch.full((len(idx), n), -100)
@@ -247,13 +253,28 @@ def tool_loop_accuracy(model, tokenizer, rows, max_turns: int = 4) -> tuple[floa
 
 
 def sft(
-    model, tokenizer, train_rows, evaluate, *, lr, steps, batch, seed, stop, eval_every, label, on_eval=None
+    model,
+    tokenizer,
+    train_rows,
+    evaluate,
+    *,
+    lr,
+    steps,
+    batch,
+    seed,
+    stop,
+    eval_every,
+    label,
+    on_eval=None,
+    encoded=None,
 ):
-    """Plain SFT on every assistant turn of the rows; `evaluate(model)` -> accuracies, `stop(accs)` ends
-    training early at an eval, `on_eval(accs)` runs after each one. Returns the last accuracies."""
+    """Plain SFT on every assistant turn of the rows (or on `encoded`: contexts, targets, and per target
+    the number of leading tokens left unlabelled, or None);
+    `evaluate(model)` -> accuracies, `stop(accs)` ends training early at an eval, `on_eval(accs)` runs after
+    each one. Returns the last accuracies."""
     import torch
 
-    prompts, targets = encode_rows(tokenizer, train_rows)
+    prompts, targets, masks = encoded if encoded is not None else (*encode_rows(tokenizer, train_rows), None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
@@ -267,7 +288,7 @@ def sft(
     t0 = time.time()
     for step in range(1, steps + 1):
         idx = rng.sample(range(len(prompts)), batch)
-        ids, att, pos, labels = sft_batch(prompts, targets, idx, tokenizer.pad_token_id)
+        ids, att, pos, labels = sft_batch(prompts, targets, idx, tokenizer.pad_token_id, masks)
         loss = model(input_ids=ids, attention_mask=att, position_ids=pos, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -306,7 +327,9 @@ def save(model, tokenizer, out: Path, card: dict) -> None:
         f"# {card['name']}\n\nTiny stand-in made by `scripts/make_tiny_models.py` (offline) for the "
         "digit-sorting task in `opd_nb/engine/task.py`: `greedy_exact_match` without tools, "
         "`tool_loop_exact_match` with the example tool offered (greedy, through the template rollout's "
-        "tool loop).\n\n```json\n" + json.dumps(card, indent=2) + "\n```\n"
+        "tool loop); for the student also `sampled_tool_call_rate`, the share of first turns sampled at "
+        "temperature 1 that call the tool, and `sampled_valid_call_share`, the share of those calls that "
+        "parse and carry the row's digits.\n\n```json\n" + json.dumps(card, indent=2) + "\n```\n"
     )
 
 
@@ -365,10 +388,96 @@ def make_teacher(tokenizer, train_rows, evaluate, args):
     return teacher, accs
 
 
+def own_answers(model, tokenizer, rows) -> list[str | None]:
+    """The model's greedy answer to each row's plain prompt (None when it ran on without an EOS)."""
+    from opd_nb.engine.data import template_ids
+
+    prompts = [template_ids(tokenizer, r["messages"], add_generation_prompt=True) for r in rows]
+    return greedy_texts(model, tokenizer, prompts, 16)
+
+
+def encode_student_mix(model, tokenizer, tool_rows, plain_rows, call_share: float, seed: int):
+    """The student's tool phase. A `call_share` of the tool rows get the whole tool-call turn; the other
+    tool rows, and the plain rows, get the student's own greedy answer (so its sorting stays exactly as
+    weak as the plain phase left it, tools line or not). Every tool row also gives its call turn once more
+    with the opening ``<tool_call>`` unlabelled (that teaches the call's body without raising the rate),
+    and the answer written from the tool's result. Trained to convergence, this leaves a student that can
+    use the tool but seldom reaches for it (about `call_share` of its samples, none of its greedy turns),
+    as with a real student: on-policy distillation has to teach it to call, and to call well."""
+    from opd_nb.engine.data import template_ids
+
+    rng = random.Random(seed)
+    answers = own_answers(model, tokenizer, tool_rows + plain_rows)
+    prompts, targets, n_skip = [], [], []
+
+    def add(r, context: list[dict], turn: dict, skip: int) -> None:
+        tools = r.get("tools")
+        ctx = template_ids(tokenizer, context, tools=tools, add_generation_prompt=True)
+        full = template_ids(tokenizer, [*context, turn], tools=tools)
+        prompts.append(ctx)
+        targets.append(full[len(ctx) :])
+        n_skip.append(skip)
+
+    for r, own in zip(tool_rows + plain_rows, answers, strict=True):
+        if r.get("tools"):
+            *context, call, result, answer = task.tool_trajectory(r["messages"][-1]["content"])
+            add(r, context, call, 1)
+            add(r, [*context, call, result], answer, 0)
+        if r.get("tools") and rng.random() < call_share:
+            add(r, r["messages"], call, 0)
+        elif own is not None:
+            add(r, r["messages"], {"role": "assistant", "content": own}, 0)
+    return prompts, targets, n_skip
+
+
+def sampled_call_stats(model, tokenizer, rows, n: int = 4) -> dict[str, float]:
+    """First turns sampled at temperature 1 (`n` per row): the share that call the tool, and the share of
+    those calls that parse and carry the row's digits (what the rollout can run)."""
+    import torch
+
+    from opd_nb.engine.agentic import parse_tool_calls
+    from opd_nb.engine.data import template_ids
+
+    prompts = [
+        template_ids(tokenizer, r["messages"], tools=r["tools"], add_generation_prompt=True) for r in rows
+    ]
+    pad = tokenizer.pad_token_id
+    L = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), L), pad)
+    att = torch.zeros((len(prompts), L), dtype=torch.long)
+    for j, p in enumerate(prompts):
+        ids[j, L - len(p) :] = torch.tensor(p)
+        att[j, L - len(p) :] = 1
+    model.eval()
+    calls = valid = 0
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for _ in range(n):
+            out = model.generate(
+                input_ids=ids, attention_mask=att, max_new_tokens=96, do_sample=True, top_k=0, top_p=1.0
+            )
+            for j, r in enumerate(rows):
+                text = tokenizer.decode(out[j, L:], skip_special_tokens=False).split(tokenizer.eos_token)[0]
+                if not text.startswith("<tool_call>"):
+                    continue
+                calls += 1
+                _, parsed = parse_tool_calls(text)
+                try:
+                    args = json.loads(parsed[0]["function"]["arguments"]) if parsed else {}
+                except ValueError:
+                    args = {}
+                valid += args.get("digits") == r["messages"][-1]["content"]
+    model.train()
+    return {
+        "sampled_tool_call_rate": calls / (n * len(rows)),
+        "sampled_valid_call_share": valid / max(calls, 1),
+    }
+
+
 def make_student(tokenizer, plain_rows, tool_rows, evaluate, args):
-    """The student: a short SFT on the plain task, stopped while it is still weak, then a shorter one on
-    plain and tool-using rows, stopped as soon as it has a first, unreliable habit of calling the tool
-    (so that on-policy distillation has something to sharpen, as with a real student)."""
+    """The student: a short SFT on the plain task, stopped while it is still weak, then the tool phase of
+    :func:`encode_student_mix` (so that on-policy distillation has something to sharpen, as with a real
+    student: a rare, well-formed habit of calling the tool)."""
     from transformers import AutoModelForCausalLM
 
     if args.student_init:
@@ -390,18 +499,30 @@ def make_student(tokenizer, plain_rows, tool_rows, evaluate, args):
         )
     if args.student_tool_steps <= 0:
         return student, evaluate(student)
+
+    def evaluate_tools(model) -> dict[str, float]:
+        return {**evaluate(model), **sampled_call_stats(model, tokenizer, tool_rows[:128])}
+
     accs = sft(
         student,
         tokenizer,
-        tool_rows,  # tool rows only: the plain task stays as weak as the first phase left it
-        evaluate,
+        None,
+        evaluate_tools,
         lr=args.student_tool_lr,
         steps=args.student_tool_steps,
         batch=64,
         seed=args.seed + 2,
-        stop=lambda a: a["greedy_tool_call_rate"] >= args.student_tool_target,
-        eval_every=5,
+        stop=lambda a: False,
+        eval_every=args.student_tool_steps // 4,
         label="student-tools",
+        encoded=encode_student_mix(
+            student,
+            tokenizer,
+            tool_rows,
+            plain_rows[-len(tool_rows) :],
+            args.student_call_share,
+            args.seed + 3,
+        ),
     )
     return student, accs
 
@@ -434,15 +555,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--student-init", default=None, help="skip the plain SFT: start from this model directory"
     )
+    ap.add_argument("--student-tool-steps", type=int, default=800, help="steps of the tool phase (0: none)")
+    ap.add_argument("--student-tool-lr", type=float, default=2e-3)
     ap.add_argument(
-        "--student-tool-steps", type=int, default=0, help="steps of the optional tool phase (0: none)"
-    )
-    ap.add_argument("--student-tool-lr", type=float, default=1e-3)
-    ap.add_argument(
-        "--student-tool-target",
+        "--student-call-share",
         type=float,
-        default=0.05,
-        help="stop the student's tool phase once it calls the tool (greedily) on this share of rows",
+        default=0.15,
+        help="share of the tool phase's rows whose first turn is a call (the student's starting call rate)",
     )
     ap.add_argument("--student-tool-rows", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)

@@ -41,7 +41,7 @@ def test_agentic_demo_runs_the_tool_loop_to_succeeded(tmp_path: Path) -> None:
     assert proc.returncode == 0, text[-4000:]
     stages = [
         "Scaffold an agentic workspace",
-        "streamlined rehearsal: 32 tool-using rows",
+        "streamlined rehearsal: 128 tool-using rows",
         "Start a local control plane",
         "Preflight checks",
         "The workspace's own tests",
@@ -56,5 +56,5 @@ def test_agentic_demo_runs_the_tool_loop_to_succeeded(tmp_path: Path) -> None:
     assert re.search(r"job (\S+): SUCCEEDED in \d+s", text), text[-3000:]
     ws = out / "agentic-demo"
     assert (ws / "data" / "full-train.jsonl").is_file()
-    assert len((ws / "data" / "train.jsonl").read_text().splitlines()) == 32
+    assert len((ws / "data" / "train.jsonl").read_text().splitlines()) == 128
     assert (out / "agentic-demo-metrics.png").is_file()

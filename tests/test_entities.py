@@ -175,3 +175,31 @@ def test_reuse_change_stale_fresh(local_server, tmp_path):
     assert len(_uploads(local_server)) == zips + 4
     _, err, fn = submit()
     assert fn["reused"] and len(_uploads(local_server)) == zips + 4
+
+
+@pytest.mark.slow
+def test_every_stale_entity_is_registered_again(local_server, tmp_path):
+    """The service names one unknown entity per refusal: with a rollout and a reward both unknown, the
+    submission registers each of them again (once) and the job is accepted."""
+    from opd_nb.client import JobClient, resolve_target
+
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    ws = tiny_workspace("agentic", tmp_path / "ws", train_rows=8)
+    out, _ = _submit(local_server, ws)
+    client.cancel(out["job_id"])
+    state_file = ws / ".opd" / "entities.json"
+    state = json.loads(state_file.read_text())
+    gone = {e["name"]: f"{e['entity_id'][:3]}000000000000" for e in state["entities"]}
+    assert sorted(gone) == ["reward-1", "rollout-1"]
+    for e in state["entities"]:
+        e["entity_id"] = gone[e["name"]]
+    state_file.write_text(json.dumps(state))
+
+    out, err = _submit(local_server, ws)
+    client.cancel(out["job_id"])
+    for name, old in gone.items():
+        assert f"no longer knows {old} ({name}); registering it again" in err, err[-2000:]
+    fns = {f["name"]: f for f in out["functions"]}
+    assert all(not fns[n]["reused"] and fns[n]["entity_id"] != gone[n] for n in gone)
+    remembered = {e["name"]: e["entity_id"] for e in json.loads(state_file.read_text())["entities"]}
+    assert remembered == {n: fns[n]["entity_id"] for n in gone}

@@ -391,7 +391,7 @@ class Agentic:
                 first, count = kinds.get(pr.kind, (pr, 0))
                 kinds[pr.kind] = (first, count + 1)
             out.append(
-                (traj, None) if not problems else (None, "; ".join(f"{MALFORMED} {p.kind}" for p in problems))
+                (traj, err) if not problems else (None, "; ".join(f"{MALFORMED} {p.kind}" for p in problems))
             )
         lines = [pr.line(count, len(results), where) for pr, count in kinds.values()]
         for line in lines:

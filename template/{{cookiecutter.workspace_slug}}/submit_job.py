@@ -465,8 +465,11 @@ def submit(tuning: Any, args: argparse.Namespace, functions: list | None, plan: 
     for entity in plan:
         print(entity.note, file=sys.stderr)
     result = run_once(client, args, functions, plan, workspace, target)
-    stale = stale_entities(plan, result)
-    if stale:  # registered once more, automatically; a second refusal is reported as it is
+    # Each stale entity is registered once more, automatically. The service names one unknown entity
+    # per refusal, so this repeats while it names one not yet re-registered; any other refusal stands.
+    retried: set[str] = set()
+    while stale := [e for e in stale_entities(plan, result) if e.name not in retried]:
+        retried.update(e.name for e in stale)
         forget_stale(stale, workspace, target)
         result = run_once(client, args, functions, plan, workspace, target)
     output = getattr(result, "output", None)
