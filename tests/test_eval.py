@@ -4,7 +4,8 @@ workspace's own reward in a function server; pure distillation by exact match; t
 The trained model is a real job on the session's `opd serve`, deployed as on Bailian (a fine-tuned
 output answers only once deployed); the base is the job's cloud model id, which answers directly.
 The eval must agree with the job's own validation curve (step 0 is the base, the last step the
-trained model); that the trained model ends above its base on the demo task is notebook 02's check.
+trained model); that the trained model ends above its base on the demo task is checked by
+tests/test_demo.py and notebook 02.
 """
 
 from __future__ import annotations

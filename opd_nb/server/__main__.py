@@ -6,7 +6,12 @@ import argparse
 import sys
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
-from opd_nb.server.lifecycle import API_KEY_ENV, MAX_INTERRUPTIONS
+from opd_nb.server.lifecycle import (
+    API_KEY_ENV,
+    DEFAULT_MAX_DEPLOYMENTS,
+    MAX_DEPLOYMENTS_ENV,
+    MAX_INTERRUPTIONS,
+)
 
 
 def parse_model_map(items: list[str]) -> dict[str, str]:
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-deployments",
         type=int,
         default=None,
-        help="how many deployments may run at once (default $OPD_MAX_DEPLOYMENTS, else 3)",
+        help=f"how many deployments may run at once (default ${MAX_DEPLOYMENTS_ENV}, else {DEFAULT_MAX_DEPLOYMENTS})",
     )
     parser.add_argument(
         "--exit-with-parent",
