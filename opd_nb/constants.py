@@ -33,6 +33,7 @@ TOKENS_PER_S = "perf/tokens_per_s"
 GRAD_NORM = "actor/grad_norm"
 REWARD_FAILURE_RATE = "trace/reward/failure_rate"  # share of reward calls that raised or timed out
 REWARD_METRIC_PREFIX = "trace/reward_metrics/"  # + the reward function's own metric key
+ROLLOUT_METRIC_PREFIX = "trace/rollout_metrics/"  # + each key of the rollout function's rollout_metrics
 ENTROPY = "actor/entropy"  # mean full-vocabulary entropy of the student at its sampled tokens
 TEACHER_KL = "trace/distillation/teacher_kl"  # mean log pi_s - log pi_t on teacher-scored sampled tokens (k1)
 ZERO_VARIANCE_GROUPS = "trace/reward/zero_variance_groups"  # share of prompts whose rollouts all scored alike

@@ -54,11 +54,11 @@ def parse_job_id(output: str) -> str | None:
 
 
 DEMO_MODES = ("reward", "agentic")
-# The agentic demo is a streamlined rehearsal (as in notebook 03): 128 tool-using rows, one epoch of the
-# template's 16 prompts x 4 rollouts (8 steps) through the workspace's rollout function and its tool loop,
-# long enough for the student to learn to call the tool.
-AGENTIC_ROWS = {"train.jsonl": 128, "validation.jsonl": 32}
-AGENTIC_HP = {"n_epochs": 1, "eval_steps": 4, "save_steps": 4}
+# The agentic demo is a streamlined rehearsal (notebook 03 runs twice as long): 64 tool-using rows, one
+# epoch of the template's 16 prompts x 4 rollouts (4 steps) through the workspace's rollout function and its
+# tool loop, enough to see the student start calling the tool.
+AGENTIC_ROWS = {"train.jsonl": 64, "validation.jsonl": 16}
+AGENTIC_HP = {"n_epochs": 1, "eval_steps": 2, "save_steps": 2}
 
 
 def run_demo(

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opd_nb.constants import LOSS, REWARD_MEAN, REWARD_METRIC_PREFIX, VALID_TOKEN_RATE
+from opd_nb.constants import LOSS, REWARD_MEAN, REWARD_METRIC_PREFIX, ROLLOUT_METRIC_PREFIX, VALID_TOKEN_RATE
 
 KEY_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN)
 
@@ -30,7 +30,8 @@ def metric_series(rows: Sequence[Mapping[str, Any]], name: str) -> tuple[list[fl
 
 
 def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
-    """The metrics worth a panel: the docs' key metrics, then each reward metric, if present."""
+    """The metrics worth a panel: the docs' key metrics, then each reward metric and each rollout metric
+    (an agentic job's ``tool_calls``, ``turns``, ...), if present."""
     present: set[str] = set()
     for rows in rows_by_job.values():
         for row in rows:
@@ -39,6 +40,7 @@ def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[
             )
     names = [m for m in KEY_METRICS if m in present]
     names += sorted(k for k in present if k.startswith(REWARD_METRIC_PREFIX))
+    names += sorted(k for k in present if k.startswith(ROLLOUT_METRIC_PREFIX))
     return names
 
 

@@ -107,3 +107,22 @@ def wait_status(client: object, job_id: str, statuses: set[str], timeout: float 
         time.sleep(0.5)
     tail = client.logs(job_id, lines=10000).lines[-30:]  # type: ignore[attr-defined]
     raise AssertionError(f"job {job_id} still {job.status} after {timeout}s:\n" + "\n".join(tail))
+
+
+# What `opd demo` narrates after scaffolding its workspace, in order (both modes).
+DEMO_STAGES = [
+    "Start a local control plane",
+    "Preflight checks",
+    "The workspace's own tests",
+    "submit_job.py --local",
+    "Watch job",
+    "Metrics",
+    "Done",
+]
+
+
+def assert_stages_in_order(text: str, stages: list[str]) -> None:
+    """Every stage heading appears in `text`, in this order (the demo narrates each stage it runs)."""
+    positions = [text.find(s) for s in stages]
+    assert all(p >= 0 for p in positions), [s for s, p in zip(stages, positions, strict=True) if p < 0]
+    assert positions == sorted(positions), "stages out of order"

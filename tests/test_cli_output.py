@@ -35,6 +35,25 @@ def test_job_and_job_list_keep_bracketed_user_text():
     assert f"qwen{BRACKETS}" in listing and "FAILED" in listing
 
 
+def test_job_list_keeps_ids_whole_in_a_narrow_terminal():
+    """`opd jobs` in an 80-column terminal (or a pipe): long models and outputs wrap, ids stay copyable."""
+    jobs = [
+        Job(
+            job_id=f"ft-20261201154{i}-8e401{i}",
+            status="SUCCEEDED",
+            model="qwen3.5-9b-with-a-rather-long-model-name",
+            create_time="2026-12-01 15:40:30",
+            finetuned_output=f"opd-local/ft-20261201154{i}-8e401{i}-with-a-long-suffix",
+        )
+        for i in range(2)
+    ]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(JobList(jobs=jobs, total=2))
+    text = console.export_text()
+    assert all(j.job_id in text for j in jobs), text
+    assert text.count("SUCCEEDED") == 2
+
+
 def test_check_report_keeps_key_paths_and_messages(capsys):
     report = CheckReport(workspace="ws", target="local")
     report.add(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import DEMO_STAGES, assert_stages_in_order
 
 pytestmark = pytest.mark.slow
 
@@ -41,17 +42,9 @@ def test_demo_runs_to_succeeded_and_writes_the_curves(tmp_path: Path) -> None:
     # It narrates every stage of the demo, in order.
     stages = [
         "Scaffold a reward workspace",
-        "Start a local control plane",
-        "Preflight checks",
-        "The workspace's own tests",
-        "submit_job.py --local",
-        "Watch job",
-        "Metrics",
-        "Done",
+        *DEMO_STAGES,
     ]
-    positions = [text.find(s) for s in stages]
-    assert all(p >= 0 for p in positions), [s for s, p in zip(stages, positions, strict=True) if p < 0]
-    assert positions == sorted(positions), "stages out of order"
+    assert_stages_in_order(text, stages)
 
     # The job it submitted through the workspace's own submit_job.py succeeded.
     match = re.search(r"job (\S+): SUCCEEDED in \d+s", text)

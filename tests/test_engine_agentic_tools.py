@@ -8,6 +8,7 @@ fails the job with ``malformed trajectory:`` lines that name the problem.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,26 @@ def test_tool_results_sent_as_user_fail_the_job_naming_the_problem(tmp_path: Pat
     lines = [m for _, m in ev.logs if m.startswith(MALFORMED)]
     assert lines and all("fix the rollout function:" in m for m in lines)
     assert "'user' message" in lines[0]
+
+
+def test_failed_rollout_calls_are_dropped_and_the_job_goes_on(tmp_path: Path) -> None:
+    """A rollout that reports a failure for one prompt (status FAILED, as the template does when its model
+    endpoint fails) costs that prompt's samples only: the step trains on the rest and says what failed."""
+    ws = agentic_workspace(tmp_path)
+    first = json.loads((ws / "data" / "train.jsonl").read_text().splitlines()[0])
+    digits = first["messages"][-1]["content"]
+    rollout = ws / "functions" / "rollout" / "rollout.py"
+    text = rollout.read_text()
+    anchor = "        messages: list[dict[str, Any]] = [dict(m) for m in input_data.messages]\n"
+    assert text.count(anchor) == 1
+    planted = f"        if input_data.messages[-1]['content'] == {digits!r}:\n"
+    planted += "            return self._output(input_data, list(input_data.messages), 0, 0, False, error='planted')\n"
+    rollout.write_text(text.replace(anchor, anchor + planted))
+    with FunctionServer.start(ws, "rollout", ROLLOUT) as rs, FunctionServer.start(ws, "reward", REWARD) as fs:
+        ev = ListEvents()
+        res = run(teacher_as_student_job(tmp_path, ws, rs.url, fs.url), ev, lambda: False)
+    assert res.steps == 2
+    rates = [r["trace/rollout/failure_rate"] for r in ev.rows if r["step"] > 0]
+    assert sorted(rates) == [0.0, 0.25], rates  # the planted prompt's 2 of 8 calls, in one of the 2 steps
+    failed = [m for _, m in ev.logs if "rollouts failed in" in m]
+    assert len(failed) == 1 and "2/8" in failed[0] and "planted" in failed[0], failed

@@ -17,6 +17,8 @@ from opd_nb.workspace import create, template_dir
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+# The template's starting rate: the docs' 1e-6, lower for multi-turn (agentic) trajectories.
+START_LR = {"pure-distill": 1.0e-6, "reward": 1.0e-6, "agentic": 3.0e-7}
 FAKE_KEY = "sk-" + "fake0123456789abcdefSECRET"  # assembled: no key-like literal in the repo
 DOTENV_KEY = "sk-" + "dotenv9876543210fedcbaSECRET"
 
@@ -58,7 +60,7 @@ def test_config_loads_with_the_sdk(baked: dict, case_id: str, monkeypatch: pytes
     assert tuning.model.name == "qwen3.5-9b" and tuning.teacher_model == "qwen3.5-397b-a17b"
     assert str(getattr(tuning.training.type, "value", tuning.training.type)) == "pg_opd"
     hp = tuning.training.hyper_parameters
-    assert hp["learning_rate"] == 1.0e-6 and isinstance(hp["learning_rate"], float)
+    assert hp["learning_rate"] == START_LR[mode] and isinstance(hp["learning_rate"], float)
     assert hp["ppo_mini_batch_size"] <= hp["batch_size"] * hp["n_rollouts"]
     assert hp["lr_scheduler_type"] == "cosine"
     assert set(tuning.training.resources) == {"charge_type", "mtu_spec_code", "mtu_capacity"}
@@ -173,7 +175,7 @@ def test_dry_run_shows_the_effective_job_and_never_the_key(baked: dict, case_id:
         has_reward = mode == "reward" or (mode == "agentic" and with_reward)
         kinds = [f["type"] for f in job["functions"] or []]
         assert kinds == ["rollout"] * (mode == "agentic") + ["reward"] * has_reward
-        assert job["hyper_parameters"]["learning_rate"] == 1.0e-6
+        assert job["hyper_parameters"]["learning_rate"] == START_LR[mode]
 
         over, _ = _dry_run(
             path, "--no-reward", "--teacher-model", "t-2", "--model", "s-2", "--job-name", "exp1", "--local"

@@ -138,7 +138,8 @@ class JobList(ResultMixin, BaseModel):
 
         table = Table(title=f"{len(self.jobs)} of {self.total} jobs")
         for col in ("job", "status", "model", "created", "output"):
-            table.add_column(col)
+            # ids and statuses stay on one line, whole, so they can be copied; the other columns wrap
+            table.add_column(col, no_wrap=col in ("job", "status"))
         for j in self.jobs:  # cells are Text: user strings are not read as rich markup
             table.add_row(
                 Text(j.job_id),

@@ -30,7 +30,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from opd_nb.constants import ZERO_VARIANCE_GROUPS
+from opd_nb.constants import ROLLOUT_METRIC_PREFIX, ZERO_VARIANCE_GROUPS
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.trajectory import MALFORMED
 
@@ -358,7 +358,7 @@ class Agentic:
             for k, v in ((t or {}).get("rollout_metrics") or {}).items():
                 if isinstance(v, int | float):
                     rsum.setdefault(k, []).append(float(v))
-        metrics.update({f"trace/rollout_metrics/{k}": sum(v) / len(v) for k, v in rsum.items()})
+        metrics.update({f"{ROLLOUT_METRIC_PREFIX}{k}": sum(v) / len(v) for k, v in rsum.items()})
         results = self._drop_malformed(results, where)
         failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
         if failed:
