@@ -122,23 +122,29 @@ def teacher_trajectory(row: dict) -> list[dict]:
     return [*row["messages"], {"role": "assistant", "content": task.target_completion(digits)}]
 
 
-def encode_rows(tokenizer, rows: list[dict]):
-    """(context ids, target ids) per assistant turn of each row's teacher trajectory, as the engine cuts them.
+def turn_target(tokenizer, context: list[dict], turn: dict, tools) -> tuple[list[int], list[int]]:
+    """(context ids with the generation prompt, the turn's ids after them), as the engine cuts a turn.
 
-    The target ends with the template's end-of-turn (the EOS); a tool-using row gives two turns."""
+    The target ends with the template's end-of-turn (the EOS)."""
     from opd_nb.engine.data import template_ids
 
+    ctx = template_ids(tokenizer, context, tools=tools, add_generation_prompt=True)
+    full = template_ids(tokenizer, [*context, turn], tools=tools)
+    assert full[: len(ctx)] == ctx, "the chat template must render a turn as a suffix of its context"
+    return ctx, full[len(ctx) :]
+
+
+def encode_rows(tokenizer, rows: list[dict]):
+    """(context ids, target ids) per assistant turn of each row's teacher trajectory (:func:`turn_target`);
+    a tool-using row gives two turns."""
     prompts, targets = [], []
     for r in rows:
-        msgs, tools = teacher_trajectory(r), r.get("tools")
+        msgs = teacher_trajectory(r)
         for a, m in enumerate(msgs):
-            if m["role"] != "assistant":
-                continue
-            ctx = template_ids(tokenizer, msgs[:a], tools=tools, add_generation_prompt=True)
-            full = template_ids(tokenizer, msgs[: a + 1], tools=tools)
-            assert full[: len(ctx)] == ctx, "the chat template must render a turn as a suffix of its context"
-            prompts.append(ctx)
-            targets.append(full[len(ctx) :])
+            if m["role"] == "assistant":
+                ctx, target = turn_target(tokenizer, msgs[:a], m, r.get("tools"))
+                prompts.append(ctx)
+                targets.append(target)
     return prompts, targets
 
 
@@ -165,6 +171,19 @@ def sft_batch(prompts, targets, idx, pad_id, n_skip=None):
     return ids, att, pos, labels
 
 
+def left_padded(prompts: list[list[int]], pad_id: int):
+    """(ids, attention mask) of the prompts, left-padded to the longest, for ``generate``."""
+    import torch
+
+    n = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), n), pad_id)
+    att = torch.zeros((len(prompts), n), dtype=torch.long)
+    for j, p in enumerate(prompts):
+        ids[j, n - len(p) :] = torch.tensor(p)
+        att[j, n - len(p) :] = 1
+    return ids, att
+
+
 def greedy_texts(
     model, tokenizer, prompts: list[list[int]], max_new: int, batch: int = 256
 ) -> list[str | None]:
@@ -176,12 +195,8 @@ def greedy_texts(
     with torch.no_grad():
         for s in range(0, len(prompts), batch):
             chunk = prompts[s : s + batch]
-            n = max(len(p) for p in chunk)
-            ids = torch.full((len(chunk), n), tokenizer.pad_token_id)
-            att = torch.zeros((len(chunk), n), dtype=torch.long)
-            for j, p in enumerate(chunk):
-                ids[j, n - len(p) :] = torch.tensor(p)
-                att[j, n - len(p) :] = 1
+            ids, att = left_padded(chunk, tokenizer.pad_token_id)
+            n = ids.shape[1]
             out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new, do_sample=False)
             for j in range(len(chunk)):
                 text = tokenizer.decode(out[j, n:], skip_special_tokens=False)
@@ -190,12 +205,17 @@ def greedy_texts(
     return texts
 
 
-def greedy_accuracy(model, tokenizer, rows) -> float:
-    """Exact match of the greedy answer on plain rows (no tools)."""
+def own_answers(model, tokenizer, rows) -> list[str | None]:
+    """The model's greedy answer to each row's plain prompt (None when it ran on without an EOS)."""
     from opd_nb.engine.data import template_ids
 
     prompts = [template_ids(tokenizer, r["messages"], add_generation_prompt=True) for r in rows]
-    texts = greedy_texts(model, tokenizer, prompts, 16)
+    return greedy_texts(model, tokenizer, prompts, 16)
+
+
+def greedy_accuracy(model, tokenizer, rows) -> float:
+    """Exact match of the greedy answer on plain rows (no tools)."""
+    texts = own_answers(model, tokenizer, rows)
     ok = sum(
         t is not None and task.is_correct(t, r["rollout_extra"]["solution"])
         for t, r in zip(texts, rows, strict=True)
@@ -388,14 +408,6 @@ def make_teacher(tokenizer, train_rows, evaluate, args):
     return teacher, accs
 
 
-def own_answers(model, tokenizer, rows) -> list[str | None]:
-    """The model's greedy answer to each row's plain prompt (None when it ran on without an EOS)."""
-    from opd_nb.engine.data import template_ids
-
-    prompts = [template_ids(tokenizer, r["messages"], add_generation_prompt=True) for r in rows]
-    return greedy_texts(model, tokenizer, prompts, 16)
-
-
 def encode_student_mix(model, tokenizer, tool_rows, plain_rows, call_share: float, seed: int):
     """The student's tool phase. A `call_share` of the tool rows get the whole tool-call turn; the other
     tool rows, and the plain rows, get the student's own greedy answer (so its sorting stays exactly as
@@ -404,18 +416,14 @@ def encode_student_mix(model, tokenizer, tool_rows, plain_rows, call_share: floa
     and the answer written from the tool's result. Trained to convergence, this leaves a student that can
     use the tool but seldom reaches for it (about `call_share` of its samples, none of its greedy turns),
     as with a real student: on-policy distillation has to teach it to call, and to call well."""
-    from opd_nb.engine.data import template_ids
-
     rng = random.Random(seed)
     answers = own_answers(model, tokenizer, tool_rows + plain_rows)
     prompts, targets, n_skip = [], [], []
 
     def add(r, context: list[dict], turn: dict, skip: int) -> None:
-        tools = r.get("tools")
-        ctx = template_ids(tokenizer, context, tools=tools, add_generation_prompt=True)
-        full = template_ids(tokenizer, [*context, turn], tools=tools)
+        ctx, target = turn_target(tokenizer, context, turn, r.get("tools"))
         prompts.append(ctx)
-        targets.append(full[len(ctx) :])
+        targets.append(target)
         n_skip.append(skip)
 
     for r, own in zip(tool_rows + plain_rows, answers, strict=True):
@@ -441,13 +449,8 @@ def sampled_call_stats(model, tokenizer, rows, n: int = 4) -> dict[str, float]:
     prompts = [
         template_ids(tokenizer, r["messages"], tools=r["tools"], add_generation_prompt=True) for r in rows
     ]
-    pad = tokenizer.pad_token_id
-    L = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), L), pad)
-    att = torch.zeros((len(prompts), L), dtype=torch.long)
-    for j, p in enumerate(prompts):
-        ids[j, L - len(p) :] = torch.tensor(p)
-        att[j, L - len(p) :] = 1
+    ids, att = left_padded(prompts, tokenizer.pad_token_id)
+    L = ids.shape[1]
     model.eval()
     calls = valid = 0
     torch.manual_seed(0)

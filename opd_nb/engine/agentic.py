@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse
 
 from opd_nb.constants import ROLLOUT_METRIC_PREFIX, ZERO_VARIANCE_GROUPS
 from opd_nb.engine.api import EngineError
-from opd_nb.engine.trajectory import MALFORMED
+from opd_nb.engine.trajectory import MALFORMED, check_trajectory, turn_samples
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -380,8 +380,6 @@ class Agentic:
     def _drop_malformed(self, results: list, where: str) -> list:
         """Turn malformed trajectories into failed calls, logging one ``malformed trajectory:`` line per
         kind; a round whose every returned trajectory is malformed fails the job with the first line."""
-        from opd_nb.engine.trajectory import check_trajectory
-
         kinds: dict[str, tuple[Any, int]] = {}
         out, n_returned = [], 0
         for traj, err in results:
@@ -511,8 +509,6 @@ class Agentic:
         Returns (sequences, trained masks, owning trajectory per sample, message text per sample, turns per
         trajectory as in :attr:`StepRollouts.turns`, number of turns not generated through the endpoint).
         """
-        from opd_nb.engine.trajectory import turn_samples
-
         run = self.run
         seqs, masks, owner, texts, turns, missing = [], [], [], [], [], 0
         for j, (i, t) in enumerate(zip(ok, trajs, strict=True)):

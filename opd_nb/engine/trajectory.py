@@ -51,6 +51,10 @@ def _call_ids(message: dict) -> list[str]:
     return [str(c.get("id", "")) for c in calls if isinstance(c, dict)]
 
 
+def _unanswered(pending: list[str]) -> str:
+    return f"call id(s) {', '.join(map(repr, pending))} have no tool message with a matching tool_call_id"
+
+
 def check_trajectory(messages: Sequence[Any]) -> list[Problem]:
     """Every shape problem of a trajectory (empty: well formed), first occurrence per kind."""
     found: dict[str, Problem] = {}
@@ -80,21 +84,13 @@ def check_trajectory(messages: Sequence[Any]) -> list[Problem]:
                     f"the tool call(s) of messages[{caller}] are answered by a {role!r} message",
                 )
             else:
-                add(
-                    "unanswered tool call",
-                    caller,
-                    f"call id(s) {', '.join(map(repr, pending))} have no tool message with a matching tool_call_id",
-                )
+                add("unanswered tool call", caller, _unanswered(pending))
         elif "tool_call_id" in m:
             add("tool result with another role", i, f"a message with a tool_call_id has role {role!r}")
         pending = _call_ids(m) if role == "assistant" else []
         caller = i
     if pending and "tool result with another role" not in found:
-        add(
-            "unanswered tool call",
-            caller,
-            f"call id(s) {', '.join(map(repr, pending))} have no tool message with a matching tool_call_id",
-        )
+        add("unanswered tool call", caller, _unanswered(pending))
     last = messages[-1] if messages else None
     if not isinstance(last, dict) or last.get("role") != "assistant" or last.get("tool_calls"):
         role = last.get("role") if isinstance(last, dict) else None
