@@ -40,6 +40,16 @@ REWARDS = textwrap.dedent('''
             return RewardOutput(reward=Reward(reward_score=ok, reward_metrics={"exact": ok, "chars": float(len(text))}))
 
 
+    class Slow(AbstractRewardProcessor):
+        """CleanExact a second later (to see the engine go on meanwhile)."""
+
+        async def process(self, input_data: RewardInput) -> RewardOutput:
+            import asyncio
+
+            await asyncio.sleep(1.0)
+            return await CleanExact().process(input_data)
+
+
     class Boom(AbstractRewardProcessor):
         async def process(self, input_data: RewardInput) -> RewardOutput:
             raise RuntimeError("boom: this reward is broken on purpose")
@@ -215,3 +225,65 @@ def test_agentic_rollout_drives_the_student_endpoint(tmp_path, code_dir):
     assert not any("not generated through the student endpoint" in m for _, m in ev.logs)
     assert any("agentic mode: student served at http://127.0.0.1:" in m for _, m in ev.logs)
     assert Path(res.final_checkpoint, "config.json").is_file()
+
+
+def _samples(n: int) -> list:
+    from opd_nb.engine.rewards import Sample
+
+    rows = task.make_rows(n, seed=5)
+    return [
+        Sample(
+            messages=r["messages"]
+            + [{"role": "assistant", "content": f"<think>x</think>{r['rollout_extra']['solution']}"}],
+            rollout_extra=r["rollout_extra"],
+            group=i,
+            sample_id=f"s-{i}",
+            rollout_id="0",
+        )
+        for i, r in enumerate(rows)
+    ]
+
+
+def _client_ports(log: Path) -> list[str]:
+    """Client ports of the POSTs in a function server's access log, in order."""
+    return [
+        line.split("127.0.0.1:")[1].split(" ")[0]
+        for line in log.read_text().splitlines()
+        if '"POST /api/v1' in line
+    ]
+
+
+def test_reward_calls_keep_their_connections_and_run_beside_the_engine(tmp_path, code_dir):
+    """One caller per job: the second step's calls reuse the first step's connections, submit returns
+    while the calls are under way, and a broken reward still fails on the trainer's thread."""
+    from opd_nb.engine.rewards import RewardCaller
+
+    samples = _samples(8)
+    caller = RewardCaller()
+    try:
+        with FunctionServer.start(
+            code_dir, "reward", "my_rewards.CleanExact", log_path=tmp_path / "fn.log"
+        ) as fs:
+            ep = RewardEndpoint(name="exact", url=fs.url, concurrency=4)
+            first = caller.submit([ep], samples, "job-fn", where="step 1").result()
+            second = caller.submit([ep], samples, "job-fn", where="step 2").result()
+            ports = _client_ports(tmp_path / "fn.log")
+        assert first.totals == second.totals == [1.0] * 8
+        assert len(ports) == 16 and len(set(ports[:8])) <= 4  # at most `concurrency` connections
+        assert set(ports[8:]) <= set(ports[:8])  # step 2 opened none
+
+        with FunctionServer.start(code_dir, "reward", "my_rewards.Slow") as fs:
+            pending = caller.submit(
+                [RewardEndpoint(name="slow", url=fs.url)], samples[:2], "job-fn", where="step 3"
+            )
+            assert not pending.future.done()  # the trainer's teacher pass runs meanwhile
+            assert pending.result().totals == [1.0, 1.0] and pending.seconds >= 1.0
+
+        with FunctionServer.start(code_dir, "reward", "my_rewards.Boom") as fs:
+            pending = caller.submit(
+                [RewardEndpoint(name="boom", url=fs.url)], samples[:2], "job-fn", where="step 4"
+            )
+            with pytest.raises(EngineError, match="failed every call.*step 4.*boom: this reward is broken"):
+                pending.result()
+    finally:
+        caller.close()

@@ -193,52 +193,86 @@ class LeanLM:
             return o.view(B, nh * D)
         return o.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B * T, nh * D)
 
+    def _rope_qk(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qkn: torch.Tensor | None):
+        """(q|k heads normed (Qwen3) and rotated, v heads) of a fused projection [..., (nh + 2 kvh) * D];
+        cos/sin broadcast to [..., nh + kvh, D]."""
+        nh, kvh, D = self.nh, self.kvh, self.D
+        lead = qkv.shape[:-1]
+        qk = qkv[..., : (nh + kvh) * D].view(*lead, nh + kvh, D)
+        v = qkv[..., (nh + kvh) * D :].view(*lead, kvh, D)
+        if torch.is_grad_enabled():
+            if qkn is not None:
+                qk = self._norm(qk) * qkn
+            return torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin), v
+        if qkn is not None:  # same ops in place on qkv's own memory (no autograd to preserve inputs for)
+            qk = qk.mul_(torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + self.eps)).mul_(qkn)
+        return qk.mul(cos).addcmul_(qk.roll(D // 2, -1), sin), v
+
     def _stack(
-        self, x: torch.Tensor, pos: torch.Tensor, kv: Any, mask: torch.Tensor | None, keep: int = 0
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor | None,
+        kv: Any,
+        mask: torch.Tensor | None,
+        keep: int = 0,
+        live: torch.Tensor | None = None,
+        steps: _Steps | None = None,
     ) -> torch.Tensor:
         """Run every decoder layer on x [B, T, H] at positions pos [B, T]; kv supplies the keys.
         Returns the last layer's output (not normalised), [B, T or keep, H].
 
         keep > 0: only the last `keep` positions' outputs are wanted, so the last layer computes
         queries, attention output and MLP for those positions only (keys/values for all).
+        live [B, T] (bool): the positions whose states anything reads (real tokens that are keys);
+        with some dead (padding, a row's masked copy of the shared prefix) every per-token op (norms,
+        projections, MLP) runs on the live positions only, packed, and just attention sees the padded
+        layout (dead positions are zero and output zero).
+        steps: one decoding step (T = 1) whose rotary rows and attention bias come from `steps`
+        (pos and mask are not read).
         """
         B, T, H = x.shape
         nh, kvh, D = self.nh, self.kvh, self.D
-        cos = self.cos[pos][:, :, None, :]
-        sin = self.sin_signed[pos][:, :, None, :]
         W = self._weights()
         last = len(self.layers) - 1
         grad = torch.is_grad_enabled()
-        if mask is None and not grad:
-            S = T + kv.n_past
-            mask = self._mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
-        bias = None if grad or mask is None else self._bias(mask)
+        pk = _Pack(live, B, T) if live is not None and not bool(live.all()) else None
         x = x.reshape(B * T, H)
+        if pk is not None:
+            x = x.index_select(0, pk.idx)
+        if steps is not None:
+            cos, sin, bias = steps.next(kv.n + T)
+        else:
+            if mask is None and not grad:
+                S = T + kv.n_past
+                mask = self._mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
+            bias = None if grad or mask is None else self._bias(mask)
+            p = pos.reshape(-1) if pk is None else pos.reshape(-1).index_select(0, pk.idx)
+            cos, sin = self.cos[p][:, None, :], self.sin_signed[p][:, None, :]
         for i in range(len(self.layers)):
-            qkv = F.linear(self._norm(x), W.qkv_w[i], W.qkv_b[i])
-            qk = qkv[:, : (nh + kvh) * D].view(B, T, nh + kvh, D)
-            v = qkv[:, (nh + kvh) * D :].view(B, T, kvh, D)
-            if grad:
-                if self.qk_norm:
-                    qk = self._norm(qk) * W.qkn_w[i]
-                qk = torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin)
-            else:  # same ops in place on qkv's own memory (no autograd to preserve inputs for)
-                if self.qk_norm:
-                    qk = qk.mul_(torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + self.eps)).mul_(W.qkn_w[i])
-                qk = qk.mul(cos).addcmul_(qk.roll(D // 2, -1), sin)
+            qk, v = self._rope_qk(F.linear(self._norm(x), W.qkv_w[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
+            if pk is not None:
+                qk, v = pk.unpack(qk, v)
+            else:
+                qk, v = qk.view(B, T, nh + kvh, D), v.view(B, T, kvh, D)
             K, V = kv.extend(i, qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2))
             q = qk[:, :, :nh]
             if keep and i == last and keep < T:
                 q = q[:, T - keep :]
-                x = x.view(B, T, H)[:, T - keep :].reshape(B * keep, H)
+                if pk is not None:
+                    x = pk.keep_last(x, keep)
+                else:
+                    x = x.view(B, T, H)[:, T - keep :].reshape(B * keep, H)
                 if mask is not None:
                     mask = mask[:, :, T - keep :]
                     bias = None if bias is None else self._bias(mask)
                 T = keep
-            x = torch.addmm(x, self._attend(q, K, V, mask, bias), W.o_wt[i])
+            o = self._attend(q, K, V, mask, bias)
+            x = torch.addmm(x, o if pk is None else o.index_select(0, pk.out), W.o_wt[i])
             g, u = F.linear(self._norm(x), W.gu_w[i]).chunk(2, -1)
             act = F.silu(g) * u if grad else F.silu(g, inplace=True).mul_(u)
             x = torch.addmm(x, act, W.down_wt[i])
+        if pk is not None:
+            x = x.new_zeros(B * T, H).index_copy(0, pk.out, x)
         return x.view(B, T, H)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -294,6 +328,7 @@ class LeanLM:
             _Cat(past, B),
             self._mask(key_valid, prefix, L - c0),
             keep=window + 1,
+            live=key_valid[:, prefix:],
         )
         return self.final_norm(x[:, :window])
 
@@ -319,24 +354,74 @@ class LeanLM:
         past, c0, key_valid = self._split_prefix(ids, att, pos, prefix)
         n0 = key_valid.shape[1]
         kv = _Buffer(len(self.layers), B, self.kvh, n0 + max_new, self.D, ids.device, self.cos.dtype, past)
-        kv.valid[:, :n0] = key_valid
         x = self._stack(
-            self._embed(ids[:, c0:]), pos[:, c0:], kv, self._mask(key_valid, prefix, P - c0), keep=1
+            self._embed(ids[:, c0:]),
+            pos[:, c0:],
+            kv,
+            self._mask(key_valid, prefix, P - c0),
+            keep=1,
+            live=key_valid[:, prefix:],
         )
-        last = pos[:, -1:]
+        steps = _Steps(self, pos[:, -1:], max_new, key_valid, n0 + max_new)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks = []
         for _ in range(max_new):
-            nxt = pick(self.logits(x[:, -1]).float())
-            nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+            nxt = pick(self.logits(x[:, -1]).float()).masked_fill_(done, pad)
             toks.append(nxt)
-            done = done | torch.isin(nxt, eos)
+            done |= torch.isin(nxt, eos)
             if bool(done.all()) or len(toks) == max_new:
                 break
-            last = last + 1
-            kv.valid[:, kv.n] = True
-            x = self._stack(self._embed(nxt[:, None]), last, kv, kv.valid[:, None, None, : kv.n + 1])
+            x = self._stack(self._embed(nxt[:, None]), None, kv, None, steps=steps)
         return torch.cat([ids, torch.stack(toks, 1)], dim=1)
+
+
+class _Steps:
+    """What every decoding step needs besides the new tokens, built once per decode: the rotary rows
+    of each step's positions and an additive attention bias [B, kvh, g, capacity] that each step
+    extends by one column (its new key, which every row sees), instead of a mask rebuilt per token."""
+
+    def __init__(self, lm: LeanLM, last_pos: torch.Tensor, n: int, key_valid: torch.Tensor, cap: int):
+        B, n0 = key_valid.shape
+        pos = last_pos + torch.arange(1, n + 1, device=last_pos.device)  # [B, n]
+        self.cos, self.sin = lm.cos[pos], lm.sin_signed[pos]  # [B, n, D]
+        g = lm.nh // lm.kvh
+        self.bias = torch.full(
+            (B, lm.kvh, g, cap), float("-inf"), dtype=lm.cos.dtype, device=key_valid.device
+        )
+        self.bias[..., :n0].masked_fill_(key_valid[:, None, None, :], 0.0)
+        self.t = 0
+
+    def next(self, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(cos [B, 1, D], sin, bias [B * kvh, g, S]) of the next step, whose keys end at column S."""
+        self.bias[..., S - 1] = 0.0
+        B, kvh, g, _ = self.bias.shape
+        t, self.t = self.t, self.t + 1
+        return self.cos[:, t, None], self.sin[:, t, None], self.bias[..., :S].reshape(B * kvh, g, S)
+
+
+class _Pack:
+    """Where the live positions of a [B, T] layout sit once packed (see :meth:`LeanLM._stack`)."""
+
+    def __init__(self, live: torch.Tensor, B: int, T: int):
+        self.B, self.T = B, T
+        self.idx = live.reshape(-1).nonzero().squeeze(1)  # packed row -> flat [B * T] index
+        self.out = self.idx  # flat index of each packed row in the layout the stack returns
+
+    def unpack(self, qk: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed q|k [N, nh + kvh, D] and v [N, kvh, D] scattered into the zero-padded [B, T, ...] layout."""
+        both = torch.cat([qk, v], 1)
+        full = both.new_zeros((self.B * self.T, *both.shape[1:])).index_copy(0, self.idx, both)
+        full = full.view(self.B, self.T, *both.shape[1:])
+        return full[:, :, : qk.shape[1]], full[:, :, qk.shape[1] :]
+
+    def keep_last(self, x: torch.Tensor, keep: int) -> torch.Tensor:
+        """The packed rows of the last `keep` columns; the output layout becomes [B, keep]."""
+        col = self.idx % self.T
+        sel = (col >= self.T - keep).nonzero().squeeze(1)
+        self.out = (
+            (self.idx // self.T).index_select(0, sel) * keep + col.index_select(0, sel) - (self.T - keep)
+        )
+        return x.index_select(0, sel)
 
 
 class _Collect:
@@ -386,7 +471,6 @@ class _Buffer:
     ):
         self.k = [torch.empty((B, kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.empty((B, kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
-        self.valid = torch.zeros((B, cap), dtype=torch.bool, device=device)
         self.n = 0
         self.n_layers = n_layers
         if past is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,11 +154,95 @@ async def _score_all(endpoints: list[RewardEndpoint], samples: list[Sample], job
         return await asyncio.gather(*(_score_endpoint(client, ep, samples, job_id) for ep in endpoints))
 
 
+class RewardCaller:
+    """A job's reward calls on one worker thread with one event loop and one HTTP client.
+
+    Why: a fresh loop and client per step opened every connection again (measured on the demo's
+    64 calls per step: ~20% longer than over kept-alive connections), and a blocking call left the
+    engine idle while the function server worked; :meth:`submit` returns at once, so the trainer
+    runs the teacher pass meanwhile. Per-endpoint ``concurrency`` still bounds the calls in flight.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opd-rewards")
+        self._runner: asyncio.Runner | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    async def _gather(self, endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str):
+        if self._client is None:
+            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None), trust_env=False)
+        return await asyncio.gather(*(_score_endpoint(self._client, ep, samples, job_id) for ep in endpoints))
+
+    def _call(self, endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str):
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        t0 = time.perf_counter()
+        return self._runner.run(self._gather(endpoints, samples, job_id)), time.perf_counter() - t0
+
+    def submit(
+        self,
+        endpoints: list[RewardEndpoint],
+        samples: list[Sample],
+        job_id: str,
+        *,
+        where: str,
+        log: Any = None,
+    ) -> PendingScores:
+        """Start scoring `samples` with every component; :meth:`PendingScores.result` waits for them."""
+        future = self._pool.submit(self._call, endpoints, samples, job_id)
+        return PendingScores(endpoints, samples, job_id, where, log, future)
+
+    def close(self) -> None:
+        def shut() -> None:
+            if self._runner is not None:
+                if self._client is not None:
+                    self._runner.run(self._client.aclose())
+                self._runner.close()
+
+        self._pool.submit(shut).result()
+        self._pool.shutdown()
+
+
+@dataclass
+class PendingScores:
+    """Reward calls under way (see :meth:`RewardCaller.submit`)."""
+
+    endpoints: list[RewardEndpoint]
+    samples: list[Sample]
+    job_id: str
+    where: str
+    log: Any
+    future: Future
+    seconds: float = 0.0  # wall time of the calls themselves, once done
+
+    def result(self) -> RewardResult:
+        """The scores; raises EngineError (on the caller's thread) if a component failed every call."""
+        per_ep, self.seconds = self.future.result()
+        return _summarize(
+            self.endpoints, self.samples, per_ep, where=self.where, log=self.log, job_id=self.job_id
+        )
+
+
 def score(
-    endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str, *, where: str, log: Any = None
+    endpoints: list[RewardEndpoint],
+    samples: list[Sample],
+    job_id: str,
+    *,
+    where: str,
+    log: Any = None,
+    caller: RewardCaller | None = None,
 ) -> RewardResult:
     """Score `samples` with every component; raises EngineError if a component failed every call."""
+    if caller is not None:
+        return caller.submit(endpoints, samples, job_id, where=where, log=log).result()
     per_ep = asyncio.run(_score_all(endpoints, samples, job_id))
+    return _summarize(endpoints, samples, per_ep, where=where, log=log, job_id=job_id)
+
+
+def _summarize(
+    endpoints: list[RewardEndpoint], samples: list[Sample], per_ep: list, *, where: str, log: Any, job_id: str
+) -> RewardResult:
+    """Totals, metrics and per-sample records from every component's (scores, metrics, errors)."""
     totals = [0.0] * len(samples)
     calls = failed = 0
     sums: dict[str, float] = {}

@@ -188,7 +188,8 @@ class _Run:
             [q for q in self.student.parameters() if q.requires_grad],
             lr=p.learning_rate,
             weight_decay=0.0,
-            foreach=True,
+            foreach=True,  # not fused=True: its kernel leaves parameters' version counters alone, which the
+            # lean forward's no-grad weight cache reads to see an optimizer step (lean.LeanLM._weights)
         )
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(p, self.total_steps))
         self.step = 0
@@ -202,8 +203,10 @@ class _Run:
         torch.manual_seed(job.seed)
         if job.resume_from:
             self._load_state(Path(job.resume_from))
+        from opd_nb.engine.rewards import RewardCaller
         from opd_nb.engine.rollouts import Recorder
 
+        self.reward_caller = RewardCaller() if job.rewards else None
         self.recorder = Recorder(self.out, self.tok, self.log)
         if self.recorder.enabled:
             self.recorder.start(self.step)
@@ -605,6 +608,7 @@ class _Run:
         return b
 
     def reward(self, rows, b, where: str):
+        """Start scoring the step's rollouts with the job's reward functions (see rewards.RewardCaller)."""
         from opd_nb.engine import rewards
 
         groups = b.group.tolist()
@@ -618,7 +622,9 @@ class _Run:
             )
             for i, g in enumerate(groups)
         ]
-        return rewards.score(self.job.rewards, samples, self.job.job_id, where=where, log=self.log)
+        return self.reward_caller.submit(
+            self.job.rewards, samples, self.job.job_id, where=where, log=self.log
+        )
 
     def train_step(self, rows, epoch: int) -> dict[str, Any]:
         from opd_nb.engine import rewards
@@ -635,16 +641,17 @@ class _Run:
         else:
             b = self.rollout(rows)
         t1 = time.perf_counter()
-        if self.job.rewards and self.agentic is None:
-            res = self.reward(rows, b, where)
+        pending = self.reward(rows, b, where) if self.job.rewards and self.agentic is None else None
+        window = b.window
+        t_vals = self.teacher_score(b, window)  # while the reward functions score the same rollouts
+        t2 = time.perf_counter()
+        if pending is not None:
+            res = pending.result()
             metrics.update(res.metrics)
             groups = b.group.tolist()
             metrics[ZERO_VARIANCE_GROUPS] = rewards.zero_variance_fraction(res.totals, groups)
             adv = rewards.group_advantages(res.totals, groups)
             adv_task = torch.tensor(adv, dtype=torch.float32, device=self.device)
-        t2 = time.perf_counter()
-        window = b.window
-        t_vals = self.teacher_score(b, window)
         t3 = time.perf_counter()
         metrics["actor/lr"] = self.sched.get_last_lr()[0]
         scores = self.update(b, t_vals, adv_task, window, metrics)
@@ -663,8 +670,8 @@ class _Run:
         if b.truncated is not None:
             metrics["completions/truncated_fraction"] = float(b.truncated.float().mean())
         metrics["timing_s/gen"] = t1 - t0
-        metrics["timing_s/reward"] = t2 - t1
-        metrics["timing_s/teacher"] = t3 - t2
+        metrics["timing_s/teacher"] = t2 - t1
+        metrics["timing_s/reward"] = t3 - t2 if pending is None else pending.seconds  # beside the teacher
         metrics["timing_s/update"] = t4 - t3
         metrics["timing_s/record"] = t5 - t4
         metrics["timing_s/step"] = t5 - t0
@@ -760,6 +767,7 @@ class _Run:
                 self.job.job_id,
                 where=f"validation at step {self.step}",
                 log=self.log,
+                caller=self.reward_caller,
             )
             ok = [x for x in res.totals if not math.isnan(x)]
             if ok:
@@ -884,6 +892,8 @@ class _Run:
             return self._loop()
         finally:
             self.recorder.close()
+            if self.reward_caller is not None:
+                self.reward_caller.close()
             if self.agentic is not None:
                 self.agentic.close()
 
