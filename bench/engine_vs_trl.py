@@ -419,9 +419,10 @@ def wider_student(student: Path, mult: int, out: Path, seed: int) -> Path:
     if mult == 1:
         return student
     cfg = AutoConfig.from_pretrained(student)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     cfg.hidden_size *= mult
     cfg.intermediate_size *= mult
-    cfg.head_dim = getattr(cfg, "head_dim", cfg.hidden_size // mult // cfg.num_attention_heads) * mult
+    cfg.head_dim = head_dim * mult
     torch.manual_seed(seed)
     path = out / f"student-x{mult}"
     AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
@@ -508,9 +509,9 @@ def main(argv: list[str] | None = None) -> int:
         engines, trl = [], {}
         for what in SCHEDULE:
             if what == "engine":
-                engines.append(engine_run(work, str(train), args, pair, tok, val_rows, len(engines)))
+                engines.append(measure_engine(work, str(train), args, pair, tok, val_rows, len(engines)))
             else:
-                trl[what] = trl_run(work, train_rows, args, pair, val_rows, *what)
+                trl[what] = measure_trl(work, train_rows, args, pair, val_rows, *what)
         tokens = statistics.mean(e["tokens_per_step"] for e in engines)
         gflops, shape_gflops = calibrate(round(tokens), args, *pair)
         if args.scaling_steps:
@@ -531,7 +532,7 @@ SCHEDULE = [
 ]
 
 
-def engine_run(work: Path, train: str, args, pair, tok, val_rows, i: int) -> dict:
+def measure_engine(work: Path, train: str, args, pair, tok, val_rows, i: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     eng = run_engine(work / f"engine-{i}", train, args.steps, args.batch, args.seed, pair, args.device)
@@ -547,7 +548,7 @@ def engine_run(work: Path, train: str, args, pair, tok, val_rows, i: int) -> dic
     return eng
 
 
-def trl_run(work: Path, train_rows, args, pair, val_rows, name: str, ckpt: bool) -> dict:
+def measure_trl(work: Path, train_rows, args, pair, val_rows, name: str, ckpt: bool) -> dict:
     fn = run_trl_distillation if name == "DistillationTrainer" else run_trl_gkd
     t0 = time.perf_counter()
     r = fn(work, train_rows, args.steps, args.batch, args.seed, pair, args.device, ckpt)

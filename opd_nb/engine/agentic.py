@@ -415,9 +415,9 @@ class Agentic:
                 )
                 for i, t in zip(ok, trajs, strict=True)
             ]
-            res = rewards.score(
-                job.rewards, samples, job.job_id, where=where, log=self.run.log, caller=self.run.reward_caller
-            )
+            res = self.run.reward_caller.submit(
+                job.rewards, samples, job.job_id, where=where, log=self.run.log
+            ).result()
             return dict(res.metrics), res.totals, res.per_sample
         if trajs and all(isinstance(t.get("reward_score"), int | float) for t in trajs):
             totals = [float(t["reward_score"]) for t in trajs]

@@ -148,12 +148,6 @@ async def _score_endpoint(
     return scores, rmetrics, errors
 
 
-async def _score_all(endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str):
-    limits = httpx.Limits(max_connections=sum(max(1, e.concurrency) for e in endpoints) + 4)
-    async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
-        return await asyncio.gather(*(_score_endpoint(client, ep, samples, job_id) for ep in endpoints))
-
-
 class RewardCaller:
     """A job's reward calls on one worker thread with one event loop and one HTTP client.
 
@@ -221,22 +215,6 @@ class PendingScores:
         return _summarize(
             self.endpoints, self.samples, per_ep, where=self.where, log=self.log, job_id=self.job_id
         )
-
-
-def score(
-    endpoints: list[RewardEndpoint],
-    samples: list[Sample],
-    job_id: str,
-    *,
-    where: str,
-    log: Any = None,
-    caller: RewardCaller | None = None,
-) -> RewardResult:
-    """Score `samples` with every component; raises EngineError if a component failed every call."""
-    if caller is not None:
-        return caller.submit(endpoints, samples, job_id, where=where, log=log).result()
-    per_ep = asyncio.run(_score_all(endpoints, samples, job_id))
-    return _summarize(endpoints, samples, per_ep, where=where, log=log, job_id=job_id)
 
 
 def _summarize(

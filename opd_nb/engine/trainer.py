@@ -671,7 +671,7 @@ class _Run:
             metrics["completions/truncated_fraction"] = float(b.truncated.float().mean())
         metrics["timing_s/gen"] = t1 - t0
         metrics["timing_s/teacher"] = t2 - t1
-        metrics["timing_s/reward"] = t3 - t2 if pending is None else pending.seconds  # beside the teacher
+        metrics["timing_s/reward"] = 0.0 if pending is None else pending.seconds  # beside the teacher
         metrics["timing_s/update"] = t4 - t3
         metrics["timing_s/record"] = t5 - t4
         metrics["timing_s/step"] = t5 - t0
@@ -761,14 +761,13 @@ class _Run:
                 )
                 for i, (t, r) in enumerate(zip(texts, rows, strict=True))
             ]
-            res = rewards.score(
+            res = self.reward_caller.submit(
                 self.job.rewards,
                 samples,
                 self.job.job_id,
                 where=f"validation at step {self.step}",
                 log=self.log,
-                caller=self.reward_caller,
-            )
+            ).result()
             ok = [x for x in res.totals if not math.isnan(x)]
             if ok:
                 out["validation/data/reward/mean@1"] = sum(ok) / len(ok)
