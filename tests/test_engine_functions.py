@@ -268,15 +268,21 @@ def test_reward_calls_keep_their_connections_and_run_beside_the_engine(tmp_path,
             first = caller.submit([ep], samples, "job-fn", where="step 1").result()
             second = caller.submit([ep], samples, "job-fn", where="step 2").result()
             ports = _client_ports(tmp_path / "fn.log")
+            port = int(fs.url.rsplit(":", 1)[1])
         assert first.totals == second.totals == [1.0] * 8
         assert len(ports) == 16 and len(set(ports[:8])) <= 4  # at most `concurrency` connections
         assert set(ports[8:]) <= set(ports[:8])  # step 2 opened none
+
+        # A server that went away closed the kept connections: the next calls open new ones, no failure.
+        with FunctionServer.start(code_dir, "reward", "my_rewards.CleanExact", port=port) as fs:
+            again = caller.submit([ep], samples, "job-fn", where="step 2b").result()
+        assert again.totals == [1.0] * 8 and again.metrics["trace/reward/failure_rate"] == 0.0
 
         with FunctionServer.start(code_dir, "reward", "my_rewards.Slow") as fs:
             pending = caller.submit(
                 [RewardEndpoint(name="slow", url=fs.url)], samples[:2], "job-fn", where="step 3"
             )
-            assert not pending.future.done()  # the trainer's teacher pass runs meanwhile
+            assert not pending.done()  # the trainer's teacher pass runs meanwhile
             assert pending.result().totals == [1.0, 1.0] and pending.seconds >= 1.0
 
         with FunctionServer.start(code_dir, "reward", "my_rewards.Boom") as fs:

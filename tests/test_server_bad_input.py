@@ -197,6 +197,25 @@ def test_json_bodies_are_capped_at_16_mib(api):
     _error(api.post("/fine-tunes", content=chunks(), headers=JSON), 413)
 
 
+def _read_reply(sock) -> str:
+    """One whole HTTP reply: the head, then its Content-Length of body (they may come in separate reads)."""
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := sock.recv(4096)):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(v)
+            for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+            if k.lower() == b"content-length"
+        ),
+        0,
+    )
+    while len(body) < length and (chunk := sock.recv(4096)):
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode("latin-1")
+
+
 def test_a_declared_oversize_upload_is_refused_before_it_is_read(local_server):
     """A 600 MiB multipart upload is refused from its Content-Length: the server reads none of it."""
     import socket
@@ -207,7 +226,7 @@ def test_a_declared_oversize_upload_is_refused_before_it_is_read(local_server):
             b"POST /api/v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
             b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 629145600\r\n\r\n--b\r\n"
         )
-        reply = sock.recv(4096).decode("latin-1")
+        reply = _read_reply(sock)
     assert reply.startswith("HTTP/1.1 413"), reply[:200]
     assert "512 MiB" in reply
 

@@ -47,9 +47,10 @@ def _port_is_free(port: int) -> bool:
 
 
 def _zip(text: bytes = b"class R:\n    pass\n") -> bytes:
+    """A one-file zip, the same bytes for the same text (a fixed entry time, not the clock's)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr("r.py", text)
+        zf.writestr(zipfile.ZipInfo("r.py", date_time=(2026, 1, 1, 0, 0, 0)), text)
     return buf.getvalue()
 
 

@@ -90,14 +90,19 @@ def test_watch_of_an_unknown_job_is_one_line(local_server, tmp_path) -> None:
 
 
 def _alerts_of(local_server, job_id: str, ws: Path) -> tuple[list[str], list[dict]]:
-    """What `opd watch --json` reports on stderr, and the monitor's alerts of the same finished job."""
+    """What `opd watch --json` reports on stderr, and the monitor's alerts, of the same finished job.
+
+    A watch that starts while the job runs prints each alert as it first appears (step 1's figure);
+    waiting first makes both read the last step, so their words can be compared whole.
+    """
     from opd_nb.client import JobClient, resolve_target
     from opd_nb.notebook.monitor import JobMonitor
 
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    client.wait(job_id, poll_s=0.5, timeout_s=300)  # watch then sees the last step, as the monitor does
     proc = _opd("watch", job_id, "--local", local_server.api_base, "--json", cwd=ws)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "SUCCEEDED"
-    client = JobClient(resolve_target("local", base_url=local_server.api_base))
     view = JobMonitor(job_id, client).start().wait(timeout_s=60).state["jobs"][job_id]
     return proc.stderr.strip().splitlines(), view["alerts"]
 

@@ -3,10 +3,11 @@
 For each step the engine serves the student at ``http://127.0.0.1:PORT/v1/chat/completions``
 (FastAPI + uvicorn in a thread of the engine process) and calls the rollout function server with
 ``model_resource = {model_name, base_url, api_key}``, where ``api_key`` is a fresh per-rollout
-token. Requests that arrive together are generated in one batched ``generate`` call on the
-engine's own thread (torch stays on one thread). Every completion's token ids are recorded under
-the rollout's token, so training uses exactly the ids the student sampled; the trained tokens are
-the assistant turns of the trajectory the rollout function returns. Rollout records
+token. Requests are generated in batched ``generate`` calls on the engine's own thread (torch stays
+on one thread); a request waits up to ``BATCH_WAIT_S`` for the other rollouts in flight to ask.
+Every completion's token ids are recorded under the rollout's token, so training uses exactly the ids
+the student sampled; the trained tokens are the assistant turns of the trajectory the rollout
+function returns. Rollout records
 (:mod:`opd_nb.engine.rollouts`) keep each trajectory with its assistant turns' tokens, marking
 which were trained on.
 """
@@ -14,6 +15,7 @@ which were trained on.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import math
 import queue
@@ -22,18 +24,19 @@ import secrets
 import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from opd_nb.constants import ROLLOUT_METRIC_PREFIX, ZERO_VARIANCE_GROUPS
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory, turn_samples
 
+BATCH_WAIT_S = 0.05  # longest a generation request waits for the other rollouts in flight to ask
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
@@ -85,6 +88,27 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
         )
     content = _TOOL_CALL.sub("", text).strip() if calls else text
     return content, calls
+
+
+def _agent_output(status: int, data: bytes) -> tuple[dict | None, str | None]:
+    """The trajectory in a rollout function's reply, or what is wrong with the reply."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    if status != 200 or not isinstance(body, dict):
+        msg = (
+            body.get("message") or body.get("detail")
+            if isinstance(body, dict)
+            else data[:300].decode("utf-8", "replace")
+        )
+        return None, f"HTTP {status}: {msg}"
+    if str(body.get("status", "success")) != "success":
+        return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
+    ao = body.get("agent_output") or {}
+    if not isinstance(ao.get("messages"), list) or not ao["messages"]:
+        return None, "agent_output.messages is empty; return the full trajectory"
+    return ao, None
 
 
 class ChatRequestError(ValueError):
@@ -207,12 +231,19 @@ class Agentic:
         self.server = _Server(run.tok, "opd-local-student", run.max_total)
         self.records: dict[str, list[tuple[list[int], list[int], bool]]] = {}
         self.offered: dict[str, list] = {}  # rollout token -> the tools its requests offered
+        ep = run.job.rollout
+        self._pool = ThreadPoolExecutor(max_workers=max(1, ep.concurrency), thread_name_prefix="opd-rollout")
+        self._conns = KeptConnections(ep.url)
+        self._lock = threading.Lock()
+        self._in_flight = 0  # rollout calls under way (counted by the pool's threads, read by the pump)
         run.log(
             f"agentic mode: student served at {self.server.base_url} for the rollout function "
             f"{run.job.rollout.name!r} ({run.job.rollout.url})"
         )
 
     def close(self) -> None:
+        self._pool.shutdown()
+        self._conns.close()
         self.server.close()
 
     # ---- serving generation on the engine thread ------------------------------------------------
@@ -250,7 +281,14 @@ class Agentic:
             except queue.Empty:
                 continue
             batch = [first]
-            time.sleep(0.003)  # let concurrent requests of the same turn join the batch
+            # Wait (briefly) for every rollout in flight to ask: one batch of n costs about what a batch
+            # of 1 does, since decoding is per-token overhead at these sizes.
+            deadline = time.monotonic() + BATCH_WAIT_S
+            while len(batch) < self._in_flight and (left := deadline - time.monotonic()) > 0:
+                try:
+                    batch.append(q.get(timeout=left))
+                except queue.Empty:
+                    break
             while True:
                 try:
                     batch.append(q.get_nowait())
@@ -259,38 +297,21 @@ class Agentic:
             self._serve(batch)
 
     # ---- one step of rollouts -------------------------------------------------------------------
-    async def _call_all(self, payloads: list[dict]) -> list[tuple[dict | None, str | None]]:
+    def _call(self, payload: dict) -> tuple[dict | None, str | None]:
+        """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
         ep = self.run.job.rollout
-        sem = asyncio.Semaphore(max(1, ep.concurrency))
-
-        async def one(client: httpx.AsyncClient, p: dict) -> tuple[dict | None, str | None]:
-            async with sem:
-                try:
-                    resp = await client.post(f"{ep.url.rstrip('/')}/api/v1", json=p, timeout=ep.timeout)
-                except httpx.TimeoutException:
-                    return None, f"timed out after {ep.timeout:g}s"
-                except httpx.HTTPError as exc:
-                    return None, f"could not reach {ep.url}: {exc}"
-            try:
-                body = resp.json()
-            except ValueError:
-                body = None
-            if resp.status_code != 200 or not isinstance(body, dict):
-                msg = (
-                    (body or {}).get("message") or (body or {}).get("detail")
-                    if isinstance(body, dict)
-                    else resp.text[:300]
-                )
-                return None, f"HTTP {resp.status_code}: {msg}"
-            if str(body.get("status", "success")) != "success":
-                return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
-            ao = body.get("agent_output") or {}
-            if not isinstance(ao.get("messages"), list) or not ao["messages"]:
-                return None, "agent_output.messages is empty; return the full trajectory"
-            return ao, None
-
-        async with httpx.AsyncClient(trust_env=False) as client:
-            return await asyncio.gather(*(one(client, p) for p in payloads))
+        with self._lock:
+            self._in_flight += 1
+        try:
+            status, data = self._conns.post(json.dumps(payload, ensure_ascii=False).encode(), ep.timeout)
+        except TimeoutError:
+            return None, f"timed out after {ep.timeout:g}s"
+        except (OSError, http.client.HTTPException) as exc:
+            return None, f"could not reach {ep.url}: {exc}"
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        return _agent_output(status, data)
 
     def _rollouts(self, rows: list, n: int, where: str, temperature: float):
         """Call the rollout function n times per row -> (tokens, groups, ok indices, trajectories, metrics,
@@ -337,9 +358,11 @@ class Agentic:
         results: list = []
         errors: list[BaseException] = []
 
+        calls = [self._pool.submit(self._call, p) for p in payloads]
+
         def drive() -> None:
             try:
-                results.extend(asyncio.run(self._call_all(payloads)))
+                results.extend(call.result() for call in calls)
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
             finally:

@@ -7,17 +7,17 @@ advantage; a component that fails *every* call of a step fails the job with its 
 
 from __future__ import annotations
 
-import asyncio
+import http.client
+import json
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from opd_nb import reward_metrics
 from opd_nb.engine.api import EngineError, RewardEndpoint
+from opd_nb.engine.keepalive import KeptConnections
 
 
 @dataclass
@@ -41,33 +41,31 @@ class RewardResult:
     per_sample: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _error_text(resp: httpx.Response) -> str:
+def _error_text(status: int, data: bytes) -> str:
+    text = data.decode("utf-8", "replace")
     try:
-        body = resp.json()
+        body = json.loads(text)
     except ValueError:
-        return f"HTTP {resp.status_code}: {resp.text[:300]}"
+        return f"HTTP {status}: {text[:300]}"
     if isinstance(body, dict):
         msg = body.get("message") or body.get("detail") or body.get("error") or body
-        return f"HTTP {resp.status_code}: {msg}"
-    return f"HTTP {resp.status_code}: {body}"
+        return f"HTTP {status}: {msg}"
+    return f"HTTP {status}: {body}"
 
 
-async def _post(
-    client: httpx.AsyncClient, sem: asyncio.Semaphore, ep: RewardEndpoint, payload: dict
-) -> tuple[dict | None, str | None]:
-    async with sem:
-        try:
-            resp = await client.post(f"{ep.url.rstrip('/')}/api/v1", json=payload, timeout=ep.timeout)
-        except httpx.TimeoutException:
-            return None, f"timed out after {ep.timeout:g}s"
-        except httpx.HTTPError as exc:
-            return None, f"could not reach {ep.url}: {exc.__class__.__name__}: {exc}"
-    if resp.status_code != 200:
-        return None, _error_text(resp)
+def _post(conns: KeptConnections, ep: RewardEndpoint, payload: dict) -> tuple[dict | None, str | None]:
     try:
-        body = resp.json()
+        status, data = conns.post(json.dumps(payload, ensure_ascii=False).encode(), ep.timeout)
+    except TimeoutError:
+        return None, f"timed out after {ep.timeout:g}s"
+    except (OSError, http.client.HTTPException) as exc:
+        return None, f"could not reach {ep.url}: {exc.__class__.__name__}: {exc}"
+    if status != 200:
+        return None, _error_text(status, data)
+    try:
+        body = json.loads(data)
     except ValueError:
-        return None, f"reply is not JSON: {resp.text[:200]}"
+        return None, f"reply is not JSON: {data[:200].decode('utf-8', 'replace')}"
     if not isinstance(body, dict):
         return None, f"reply is not a JSON object: {str(body)[:200]}"
     if str(body.get("status", "success")) != "success":
@@ -86,31 +84,45 @@ def _agent_output(s: Sample) -> dict:
     return {"messages": s.messages, "rollout_extra": s.rollout_extra}
 
 
-async def _score_endpoint(
-    client: httpx.AsyncClient, ep: RewardEndpoint, samples: list[Sample], job_id: str
+def _groups(samples: list[Sample]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(s.group, []).append(i)
+    return groups
+
+
+def _payloads(ep: RewardEndpoint, samples: list[Sample], job_id: str) -> list[dict]:
+    """The calls' bodies: one per sample, or (group reward) one per prompt's group."""
+    if ep.kind == "group_reward":
+        return [
+            {
+                "func_type": "group_reward",
+                "agent_outputs": [_agent_output(samples[i]) for i in idx],
+                "ground_truth": samples[idx[0]].rollout_extra.get("solution"),
+                "request_metadata": _meta(job_id, samples[idx[0]]),
+            }
+            for idx in _groups(samples).values()
+        ]
+    return [
+        {
+            "func_type": "reward",
+            "ground_truth": s.rollout_extra.get("solution"),
+            "agent_output": _agent_output(s),
+            "request_metadata": _meta(job_id, s),
+        }
+        for s in samples
+    ]
+
+
+def _read_scores(
+    ep: RewardEndpoint, samples: list[Sample], outs: list[tuple[dict | None, str | None]]
 ) -> tuple[list[float], list[dict | None], list[str | None]]:
-    """(score, reward_metrics, error) per sample; NaN score where the call failed."""
-    sem = asyncio.Semaphore(max(1, ep.concurrency))
+    """(score, reward_metrics, error) per sample from the replies; NaN score where the call failed."""
     scores = [math.nan] * len(samples)
     rmetrics: list[dict | None] = [None] * len(samples)
     errors: list[str | None] = [None] * len(samples)
     if ep.kind == "group_reward":
-        groups: dict[int, list[int]] = {}
-        for i, s in enumerate(samples):
-            groups.setdefault(s.group, []).append(i)
-        keys = list(groups)
-        payloads = [
-            {
-                "func_type": "group_reward",
-                "agent_outputs": [_agent_output(samples[i]) for i in groups[g]],
-                "ground_truth": samples[groups[g][0]].rollout_extra.get("solution"),
-                "request_metadata": _meta(job_id, samples[groups[g][0]]),
-            }
-            for g in keys
-        ]
-        outs = await asyncio.gather(*(_post(client, sem, ep, p) for p in payloads))
-        for g, (body, err) in zip(keys, outs, strict=True):
-            idx = groups[g]
+        for idx, (body, err) in zip(_groups(samples).values(), outs, strict=True):
             rewards = ((body or {}).get("reward") or {}).get("rewards") if body else None
             if err is None and (not isinstance(rewards, list) or len(rewards) != len(idx)):
                 err = f"group reward returned {0 if not isinstance(rewards, list) else len(rewards)} rewards for {len(idx)} outputs"
@@ -125,16 +137,6 @@ async def _score_endpoint(
                 except (KeyError, TypeError, ValueError):
                     errors[i] = f"group reward entry has no numeric reward_score: {str(r)[:200]}"
         return scores, rmetrics, errors
-    payloads = [
-        {
-            "func_type": "reward",
-            "ground_truth": s.rollout_extra.get("solution"),
-            "agent_output": _agent_output(s),
-            "request_metadata": _meta(job_id, s),
-        }
-        for s in samples
-    ]
-    outs = await asyncio.gather(*(_post(client, sem, ep, p) for p in payloads))
     for i, (body, err) in enumerate(outs):
         if err is None:
             try:
@@ -149,29 +151,22 @@ async def _score_endpoint(
 
 
 class RewardCaller:
-    """A job's reward calls on one worker thread with one event loop and one HTTP client.
+    """A job's reward calls: per endpoint, ``concurrency`` threads over kept-alive connections.
 
-    Why: a fresh loop and client per step opened every connection again (measured on the demo's
-    64 calls per step: ~20% longer than over kept-alive connections), and a blocking call left the
-    engine idle while the function server worked; :meth:`submit` returns at once, so the trainer
-    runs the teacher pass meanwhile. Per-endpoint ``concurrency`` still bounds the calls in flight.
+    Why: new connections every step cost ~20% on the demo's 64 calls per step; httpx's client cost
+    more CPU than the function server itself (see :class:`~opd_nb.engine.keepalive.KeptConnections`); and :meth:`submit` returns
+    at once, so the trainer runs the teacher pass while the calls are under way.
     """
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opd-rewards")
-        self._runner: asyncio.Runner | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._endpoints: dict[tuple[str, int], tuple[ThreadPoolExecutor, KeptConnections]] = {}
 
-    async def _gather(self, endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str):
-        if self._client is None:
-            self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None), trust_env=False)
-        return await asyncio.gather(*(_score_endpoint(self._client, ep, samples, job_id) for ep in endpoints))
-
-    def _call(self, endpoints: list[RewardEndpoint], samples: list[Sample], job_id: str):
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        t0 = time.perf_counter()
-        return self._runner.run(self._gather(endpoints, samples, job_id)), time.perf_counter() - t0
+    def _calling(self, ep: RewardEndpoint) -> tuple[ThreadPoolExecutor, KeptConnections]:
+        key = (ep.url, max(1, ep.concurrency))
+        if key not in self._endpoints:
+            pool = ThreadPoolExecutor(max_workers=key[1], thread_name_prefix=f"opd-reward-{ep.name}")
+            self._endpoints[key] = (pool, KeptConnections(ep.url))
+        return self._endpoints[key]
 
     def submit(
         self,
@@ -183,18 +178,22 @@ class RewardCaller:
         log: Any = None,
     ) -> PendingScores:
         """Start scoring `samples` with every component; :meth:`PendingScores.result` waits for them."""
-        future = self._pool.submit(self._call, endpoints, samples, job_id)
-        return PendingScores(endpoints, samples, job_id, where, log, future)
+        started = time.perf_counter()
+        calls = []
+        for ep in endpoints:
+            pool, conns = self._calling(ep)
+            calls.append([pool.submit(_timed_post, conns, ep, p) for p in _payloads(ep, samples, job_id)])
+        return PendingScores(endpoints, samples, job_id, where, log, calls, started)
 
     def close(self) -> None:
-        def shut() -> None:
-            if self._runner is not None:
-                if self._client is not None:
-                    self._runner.run(self._client.aclose())
-                self._runner.close()
+        for pool, conns in self._endpoints.values():
+            pool.shutdown()
+            conns.close()
+        self._endpoints.clear()
 
-        self._pool.submit(shut).result()
-        self._pool.shutdown()
+
+def _timed_post(conns: KeptConnections, ep: RewardEndpoint, payload: dict):
+    return _post(conns, ep, payload), time.perf_counter()
 
 
 @dataclass
@@ -206,12 +205,23 @@ class PendingScores:
     job_id: str
     where: str
     log: Any
-    future: Future
+    calls: list[list[Future]]  # per endpoint, per call: ((body, error), finished at)
+    started: float
     seconds: float = 0.0  # wall time of the calls themselves, once done
+
+    def done(self) -> bool:
+        """Whether every call has its reply (or its error)."""
+        return all(f.done() for futures in self.calls for f in futures)
 
     def result(self) -> RewardResult:
         """The scores; raises EngineError (on the caller's thread) if a component failed every call."""
-        per_ep, self.seconds = self.future.result()
+        done = [[f.result() for f in futures] for futures in self.calls]
+        ends = [end for per_ep in done for _, end in per_ep]
+        self.seconds = max(ends) - self.started if ends else 0.0
+        per_ep = [
+            _read_scores(ep, self.samples, [out for out, _ in outs])
+            for ep, outs in zip(self.endpoints, done, strict=True)
+        ]
         return _summarize(
             self.endpoints, self.samples, per_ep, where=self.where, log=self.log, job_id=self.job_id
         )
