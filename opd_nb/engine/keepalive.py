@@ -38,10 +38,12 @@ class KeptConnections:
     def _drop(self, conn: http.client.HTTPConnection) -> None:
         conn.close()
         self._local.conn = None
+        with self._lock:
+            self._all.remove(conn)
 
     def post(self, body: bytes, timeout: float) -> tuple[int, bytes]:
-        """(status, body) of one POST; a kept-alive connection the server closed meanwhile is
-        reopened once (the request never reached it), any other failure raises."""
+        """(status, body) of one POST. A kept connection that the server has closed meanwhile (it
+        ends idle ones) is reopened and the call made again; a new connection's failure raises."""
         while True:
             conn, fresh = self._connection(timeout)
             conn.timeout = timeout
@@ -64,6 +66,7 @@ class KeptConnections:
             return resp.status, data
 
     def close(self) -> None:
+        """Close every thread's connection (once the pool's calls are done)."""
         with self._lock:
             for conn in self._all:
                 conn.close()
