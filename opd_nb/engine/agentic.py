@@ -15,7 +15,6 @@ which were trained on.
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import math
 import queue
@@ -299,19 +298,14 @@ class Agentic:
     # ---- one step of rollouts -------------------------------------------------------------------
     def _call(self, payload: dict) -> tuple[dict | None, str | None]:
         """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
-        ep = self.run.job.rollout
         with self._lock:
             self._in_flight += 1
         try:
-            status, data = self._conns.post(json.dumps(payload, ensure_ascii=False).encode(), ep.timeout)
-        except TimeoutError:
-            return None, f"timed out after {ep.timeout:g}s"
-        except (OSError, http.client.HTTPException) as exc:
-            return None, f"could not reach {ep.url}: {exc}"
+            reply = self._conns.post_json(payload, self.run.job.rollout.timeout)
         finally:
             with self._lock:
                 self._in_flight -= 1
-        return _agent_output(status, data)
+        return (None, reply) if isinstance(reply, str) else _agent_output(*reply)
 
     def _rollouts(self, rows: list, n: int, where: str, temperature: float):
         """Call the rollout function n times per row -> (tokens, groups, ok indices, trajectories, metrics,

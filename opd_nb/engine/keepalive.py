@@ -8,6 +8,7 @@ threads); ``http.client`` 0.3 ms. That CPU is the engine's: the same process and
 from __future__ import annotations
 
 import http.client
+import json
 import threading
 import urllib.parse
 
@@ -17,6 +18,7 @@ class KeptConnections:
     sized to the function's ``concurrency``), POSTing to its ``/api/v1``."""
 
     def __init__(self, url: str):
+        self.url = url
         parts = urllib.parse.urlsplit(url.rstrip("/"))
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port
@@ -64,6 +66,16 @@ class KeptConnections:
             if resp.will_close:
                 self._drop(conn)
             return resp.status, data
+
+    def post_json(self, payload: dict, timeout: float) -> tuple[int, bytes] | str:
+        """(status, body) of POSTing `payload` as JSON, or in words why there is no reply: a failed
+        call is counted by the caller, not raised."""
+        try:
+            return self.post(json.dumps(payload, ensure_ascii=False).encode(), timeout)
+        except TimeoutError:
+            return f"timed out after {timeout:g}s"
+        except (OSError, http.client.HTTPException) as exc:
+            return f"could not reach {self.url}: {exc.__class__.__name__}: {exc}"
 
     def close(self) -> None:
         """Close every thread's connection (once the pool's calls are done)."""

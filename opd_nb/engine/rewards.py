@@ -7,7 +7,6 @@ advantage; a component that fails *every* call of a step fails the job with its 
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import time
@@ -54,12 +53,10 @@ def _error_text(status: int, data: bytes) -> str:
 
 
 def _post(conns: KeptConnections, ep: RewardEndpoint, payload: dict) -> tuple[dict | None, str | None]:
-    try:
-        status, data = conns.post(json.dumps(payload, ensure_ascii=False).encode(), ep.timeout)
-    except TimeoutError:
-        return None, f"timed out after {ep.timeout:g}s"
-    except (OSError, http.client.HTTPException) as exc:
-        return None, f"could not reach {ep.url}: {exc.__class__.__name__}: {exc}"
+    reply = conns.post_json(payload, ep.timeout)
+    if isinstance(reply, str):
+        return None, reply
+    status, data = reply
     if status != 200:
         return None, _error_text(status, data)
     try:
