@@ -329,7 +329,8 @@ def test_local_target_asks_the_real_control_plane(tmp_path):
 
 @pytest.mark.parametrize("mode", ["pure-distill", "reward", "agentic"])
 def test_fresh_template_workspace_has_no_errors(tmp_path, mode):
-    workspace = pytest.importorskip("opd_nb.workspace")
+    from opd_nb import workspace  # our own package: a broken import must fail, not skip
+
     ws = workspace.create(mode, tmp_path / f"ws-{mode}")
     report = check(ws.path)
     assert report.ok and not report.warnings, str(report)
