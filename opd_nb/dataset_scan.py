@@ -97,7 +97,7 @@ def _json_error(raw: bytes) -> str:
         return f"not UTF-8 ({exc.reason} at byte {exc.start})"
     except json.JSONDecodeError as exc:
         body = text.rstrip()
-        if exc.pos >= len(body) and body.endswith(","):
+        if exc.pos >= len(body) - 1 and body.endswith(","):
             return f"trailing comma at the end of the line (column {len(body)}); is the row split over lines?"
         return f"{exc.msg} (column {exc.colno})"
     except ValueError as exc:

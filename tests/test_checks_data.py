@@ -205,3 +205,18 @@ def test_file_over_upload_limit(tmp_path, monkeypatch):
 def test_reward_workspace_rows_have_solutions(tmp_path):
     ws = make_workspace(tmp_path, config=config_text(functions=REWARD_FUNCTIONS), reward=True)
     assert "data.missing-solution" not in check(ws).rules()
+
+
+def test_trailing_comma_at_the_end_of_a_line_gives_its_real_column(tmp_path):
+    """The newline is not part of the row: the column is the comma's, on the row's own line (issue 26)."""
+    ws = make_workspace(tmp_path)
+    train = ws / "data" / "train.jsonl"
+    lines = train.read_text().splitlines()
+    lines[3] = lines[3][:-1] + ","  # '{"messages": [...], "rollout_extra": {...},' : the row goes on below
+    lines[5] = lines[5] + ","  # '{...},' : a comma after the row
+    train.write_text("\n".join(lines) + "\n")
+    hits = check(ws).by_rule("data.bad-json")
+    assert [h.where for h in hits] == ["data/train.jsonl:4"]
+    assert f"trailing comma at the end of the line (column {len(lines[3])})" in hits[0].message
+    assert "column 1;" not in hits[0].message and "column 1)" not in hits[0].message
+    assert "2 row(s), lines 4, 6" in hits[0].message
