@@ -17,7 +17,8 @@ from opd_nb.checks.context import CheckContext
 OUTPUTS = {"reward": "RewardOutput", "group_reward": "GroupRewardOutput", "rollout": "RolloutOutput"}
 TASK_STATUSES = ("SUCCESS", "FAILED")  # dashscope's TaskStatus members (base_data_model.py:45-49)
 # Calls that build something other than the processor's output (the usual slip: returning the Reward).
-_NOT_OUTPUT_CALLS = {"Reward", "GroupReward", "AgentOutput", "dict", "float", "int", "list", "tuple", "str"}
+# (A dict is passed through by the server as it is, so a dict of the right shape works and is not flagged.)
+_NOT_OUTPUT_CALLS = {"Reward", "GroupReward", "AgentOutput", "float", "int", "list", "tuple", "str"}
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -59,7 +60,7 @@ def _wrong_return(value: ast.expr | None, kind: str) -> str | None:
         return "None"
     if isinstance(value, ast.Constant):
         return f"a {type(value.value).__name__}"
-    if isinstance(value, ast.Dict | ast.List | ast.Tuple | ast.JoinedStr):
+    if isinstance(value, ast.List | ast.Tuple | ast.JoinedStr):
         return f"a {type(value).__name__.lower().replace('joinedstr', 'string')}"
     name = _call_name(value)
     if name in _NOT_OUTPUT_CALLS or (name and name.endswith("Output") and name != OUTPUTS[kind]):
@@ -167,7 +168,8 @@ def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.Clas
                 "functions.bad-return",
                 "error",
                 f"{shown}:{ret.lineno}",
-                f"{cls.name}.process returns {what}; the SDK's server expects a {OUTPUTS[kind]} and the call fails",
+                f"{cls.name}.process returns {what}, not a {OUTPUTS[kind]}: the SDK's server sends it on in the wrong "
+                "shape and the control plane finds no result in it",
                 f"return {OUTPUTS[kind]}(...)"
                 + (
                     " wrapping it: reward=Reward(reward_score=..., reward_metrics=...)"
