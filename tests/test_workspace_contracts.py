@@ -7,7 +7,11 @@ subprocess, as `opd test` does).
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +92,58 @@ def test_opd_test_reports_a_reward_that_raises_on_every_row(tmp_path):
     assert "ValidationError" in error and "quality" in error
     assert "error: " in str(report) and "the reward raised on its own rows" in report.summary()
     assert report.to_payload()["ok"] is False
+
+
+def _submit_dry_run(ws: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "FC_"))}
+    env["DASHSCOPE_API_KEY"] = "sk-" + "fake0123456789abcdefSECRET"
+    return subprocess.run(
+        [sys.executable, "submit_job.py", "--dry-run", *args],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_submit_job_known_keys_are_the_hyperparameter_table():
+    """submit_job.py needs only the SDK, so it keeps its own copy of the key names; this keeps it equal."""
+    from opd_nb.spec.hyperparams import params_in
+    from opd_nb.workspace import template_dir
+
+    script = next(template_dir().glob("*/submit_job.py"))
+    consts = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(script.read_text()).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("HYPER_PARAMETERS", "RESOURCES")
+    }
+    assert consts["HYPER_PARAMETERS"] == tuple(p.name for p in params_in("hyper_parameters"))
+    assert consts["RESOURCES"] == tuple(p.name for p in params_in("resources"))
+
+
+@pytest.mark.slow
+def test_submit_job_set_mistakes_are_one_line_naming_the_field(tmp_path):
+    """Defect 10 and the unknown-key contract: `--set` refuses what the SDK or the service would mishandle."""
+    ws = Path(create("reward", tmp_path / "ws").path)
+    cases = {
+        "model=5": "`model` is a mapping in the config, not a single value; set one key inside it, e.g. --set model.name=",
+        "training.hyper_parameters=5": "`training.hyper_parameters` is a mapping in the config",
+        "training.hyper_parameters.n_epoch=1": "unknown key `n_epoch`; the service would ignore it without a word "
+        "(did you mean training.hyper_parameters.n_epochs?)",
+        "training.resources.n_epochs=1": "`n_epochs` belongs under training.hyper_parameters",
+        "model.name=7": "config.yaml with --set: model.name: Input should be a valid string (got 7)",
+    }
+    for item, expected in cases.items():
+        proc = _submit_dry_run(ws, "--set", item)
+        assert proc.returncode == 2, (item, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (
+            item,
+            proc.stderr,
+        )
+        assert "Traceback" not in proc.stderr and lines[0].count("Input should") <= 1
+    ok = _submit_dry_run(ws, "--set", "training.hyper_parameters.n_epochs=2")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["hyper_parameters"]["n_epochs"] == 2
