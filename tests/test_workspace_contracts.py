@@ -147,3 +147,52 @@ def test_submit_job_set_mistakes_are_one_line_naming_the_field(tmp_path):
         assert "Traceback" not in proc.stderr and lines[0].count("Input should") <= 1
     ok = _submit_dry_run(ws, "--set", "training.hyper_parameters.n_epochs=2")
     assert ok.returncode == 0 and json.loads(ok.stdout)["hyper_parameters"]["n_epochs"] == 2
+
+
+def test_opd_submit_takes_set_and_dry_run(tmp_path, monkeypatch):
+    """Defect 15: `opd submit` has `--set` (as client.submit(sets=...) does) and `--dry-run` (nothing sent)."""
+    from opd_nb.cli import invoke
+    from opd_nb.errors import OpdError
+
+    ws = Path(create("reward", tmp_path / "ws").path)
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-" + "fake0123456789abcdefSECRET")
+    plan = invoke(
+        [
+            "submit",
+            str(ws),
+            "--cloud",
+            "--dry-run",
+            "--set",
+            "training.hyper_parameters.n_epochs=3",
+            "--set",
+            "name=exp-3",
+            "--no-reward",
+        ]
+    )
+    assert plan.job["hyper_parameters"]["n_epochs"] == 3 and plan.job["job_name"] == "exp-3-<8 hex>"
+    assert plan.job["functions"] is None and plan.job["set"]["name"] == "exp-3"
+    assert "nothing sent" in str(plan) and "fake0123456789" not in str(plan) + json.dumps(plan.to_payload())
+    with pytest.raises(
+        OpdError, match=r"unknown key `n_epoch`.*did you mean training.hyper_parameters.n_epochs"
+    ):
+        invoke(["submit", str(ws), "--cloud", "--dry-run", "--set", "training.hyper_parameters.n_epoch=3"])
+    with pytest.raises(OpdError, match="expected KEY=VALUE, got 'n_epochs'"):
+        invoke(["submit", str(ws), "--cloud", "--dry-run", "--set", "n_epochs"])
+
+
+@pytest.mark.parametrize("mode", ["pure-distill", "reward"])
+def test_workspace_readme_lists_every_submit_job_flag(tmp_path, mode):
+    """Defect 15: each option submit_job.py parses is documented in the generated README."""
+    ws = Path(create(mode, tmp_path / "ws").path)
+    flags = [
+        arg.value
+        for node in ast.walk(ast.parse((ws / "submit_job.py").read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+        for arg in node.args
+        if isinstance(arg, ast.Constant) and str(arg.value).startswith("-")
+    ]
+    assert {"--set", "--fresh", "--poll", "-v", "--dry-run"} <= set(flags)
+    readme = (ws / "README.md").read_text()
+    missing = [f for f in flags if f"`{f}" not in readme and f"/{f}`" not in readme]
+    assert missing == [], missing
+    assert ("FC_PYPI_LIB=./<wheel file>" in readme) == (mode == "reward")
