@@ -15,6 +15,7 @@ from opd_nb.cli.view_requests import WatchRequest
 from opd_nb.cli.watch import wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
+from opd_nb.health import best_checkpoint_line
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
@@ -158,6 +159,8 @@ def watch_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_
         job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True))
     else:
         job = watch_terminal(client, job_id)
+    if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
+        typer.echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
     return emit(job, exit_code=_exit_code(job), as_json=as_json)
 
 
