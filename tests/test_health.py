@@ -196,8 +196,7 @@ def test_best_checkpoint_line_names_the_docs_pick():
         "best checkpoint: checkpoint-4 (step 4), highest validation/data/reward/mean@1 = 0.7; deploy or continue from m-4"
     )
     loss = [
-        {"step": s, "actor/distillation/loss": v}
-        for s, v in enumerate([5, 1, 1, 1, 1, 1, 1, 1, 1], start=1)
+        {"step": s, "actor/distillation/loss": v} for s, v in enumerate([5, 1, 1, 1, 1, 1, 1, 1, 1], start=1)
     ]
     line = best_checkpoint_line(cps, loss)  # levelled off by step 4 (smoothed): not the last checkpoint
     assert line.endswith("; deploy or continue from m-4")
