@@ -222,6 +222,13 @@ def test_the_seed_reward_shape_is_clean(tmp_path):
             "return RewardOutput",
         ),
         (
+            "functions.metric-not-float",
+            "error",
+            "return RewardOutput(reward=Reward(reward_score=float(text.strip() == solution)))",
+            "return RewardOutput(reward=Reward(reward_score=1.0, reward_metrics={'quality': 'high'}))",
+            "'quality': 'high'",
+        ),
+        (
             "functions.unknown-task-status",
             "error",
             "return RewardOutput(reward=Reward(reward_score=float(text.strip() == solution)))",

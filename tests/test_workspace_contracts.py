@@ -92,6 +92,10 @@ def test_opd_test_reports_a_reward_that_raises_on_every_row(tmp_path):
     assert "ValidationError" in error and "quality" in error
     assert "error: " in str(report) and "the reward raised on its own rows" in report.summary()
     assert report.to_payload()["ok"] is False
+    preflight = check(ws)  # and opd check no longer says ready: the text metric is visible in the source
+    assert not preflight.ok and preflight.by_rule("functions.metric-not-float")[0].where.startswith(
+        "functions/reward/strings.py:"
+    )
 
 
 def _submit_dry_run(ws: Path, *args: str) -> subprocess.CompletedProcess:

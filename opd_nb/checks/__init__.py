@@ -86,6 +86,7 @@ RULES: dict[str, str] = {
     "functions.no-observe-processor": "process without @observe_processor (no tracing)",
     "functions.bad-return": "process returns something other than the SDK's output model",
     "functions.reward-score-in-metrics": "reward_score left inside reward_metrics",
+    "functions.metric-not-float": "a reward metric written as text (the SDK's Reward refuses it)",
     "functions.unknown-task-status": "a TaskStatus member that does not exist (e.g. FAIL)",
     "functions.requirements-missing": "no requirements.txt where the SDK looks",
     "functions.zipdir-missing": "fcmodel.zipdir is not a directory",

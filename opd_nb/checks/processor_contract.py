@@ -102,6 +102,23 @@ def _score_in_metrics(fn: ast.AST) -> int | None:
     return None
 
 
+def _text_metrics(fn: ast.AST) -> list[tuple[int, str]]:
+    """(line, key) of reward_metrics entries written as text in a `Reward(...)` (the SDK's Reward refuses them)."""
+    out = []
+    for node in ast.walk(fn):
+        if _call_name(node) != "Reward":
+            continue
+        for kw in node.keywords:  # type: ignore[union-attr]
+            if kw.arg == "reward_metrics" and isinstance(kw.value, ast.Dict):
+                for key, value in zip(kw.value.keys, kw.value.values, strict=True):
+                    text = isinstance(value, ast.JoinedStr) or (
+                        isinstance(value, ast.Constant) and isinstance(value.value, str | bool)
+                    )
+                    if text and isinstance(key, ast.Constant):
+                        out.append((value.lineno, str(key.value)))
+    return out
+
+
 def _bad_statuses(tree: ast.AST) -> list[tuple[int, str]]:
     return [
         (node.lineno, node.attr)
@@ -177,6 +194,14 @@ def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.Clas
                     else ""
                 ),
             )
+    for line, key in _text_metrics(fn) if kind == "reward" else []:
+        rep.add(
+            "functions.metric-not-float",
+            "error",
+            f"{shown}:{line}",
+            f"reward metric {key!r} is not a number: the SDK's Reward refuses it, so every call fails",
+            f"return a float for {key!r} (e.g. 1.0 / 0.0), or leave it out of reward_metrics",
+        )
     line = _score_in_metrics(fn) if kind == "reward" else None
     if line is not None:
         rep.add(
