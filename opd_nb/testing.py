@@ -241,14 +241,13 @@ def run_workspace_tests(
                 fix="check the test arguments",
             )
         cases = _parse_junit(junit, ws) if junit.exists() else []
-    tail = "\n".join(output.splitlines()[-30:])
     warnings, errors = probe_reward(ws)
     return TestReport(
         workspace=str(ws),
         cases=cases,
         exit_code=proc.returncode,
         duration_s=duration,
-        output_tail=tail,
+        output_tail="\n".join(output.splitlines()[-30:]),
         warnings=warnings,
         errors=errors,
     )

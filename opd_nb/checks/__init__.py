@@ -152,24 +152,17 @@ def check(
     ws = Path(workspace)
     if ws.is_file() and ws.suffix in (".yaml", ".yml"):  # `opd check ws/config.yaml`: that config, its folder
         ws, config = ws.parent, ws.name
-    if ws.is_file():
-        report = CheckReport(workspace=str(ws), target=target)
-        report.add(
-            "workspace.missing",
-            "error",
-            str(ws),
-            f"{ws} is a file, not a workspace folder",
-            f"pass the folder that holds config.yaml (e.g. {ws.parent}), or the config.yaml itself",
-        )
-        return report
     if not ws.is_dir():
+        is_file = ws.is_file()
         report = CheckReport(workspace=str(ws), target=target)
         report.add(
             "workspace.missing",
             "error",
             str(ws),
-            f"workspace folder {ws} does not exist",
-            "create one with `opd new` or pass the right folder",
+            f"{ws} is a file, not a workspace folder" if is_file else f"workspace folder {ws} does not exist",
+            f"pass the folder that holds config.yaml (e.g. {ws.parent}), or the config.yaml itself"
+            if is_file
+            else "create one with `opd new` or pass the right folder",
         )
         return report
     path = ws / config

@@ -350,28 +350,35 @@ def _locate_class(ctx: CheckContext, i: int, fc: dict, zipdir: Path) -> tuple[st
     return where, filepath, classname
 
 
+def _parse_reporting(ctx: CheckContext, file: Path) -> ast.Module | None:
+    """The function's module, or None after a finding with the line that does not parse."""
+    shown = ctx.rel(file)
+    try:
+        return ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except SyntaxError as exc:
+        ctx.report.add(
+            "functions.syntax-error",
+            "error",
+            f"{shown}:{exc.lineno or 1}",
+            f"{shown} does not parse: {exc.msg} (line {exc.lineno}, column {exc.offset}); the function server "
+            "cannot import it",
+            f"fix the syntax on that line (`python -m py_compile {shown}` shows it too)",
+        )
+    except (UnicodeDecodeError, OSError) as exc:
+        ctx.report.add(
+            "functions.syntax-error", "error", shown, f"{shown} cannot be read: {exc}", "save it as UTF-8"
+        )
+    return None
+
+
 def _class_shape(
     ctx: CheckContext, kind: str, zipdir: Path, where: str, filepath: str, classname: str
 ) -> None:
     rep = ctx.report
     file = zipdir / filepath
     shown = ctx.rel(file)
-    try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
-    except SyntaxError as exc:
-        rep.add(
-            "functions.syntax-error",
-            "error",
-            f"{shown}:{exc.lineno or 1}",
-            f"{shown} does not parse: {exc.msg} (line {exc.lineno}, column {exc.offset}); the function server "
-            "cannot import it",
-            "fix the syntax on that line (`python -m py_compile " + shown + "` shows it too)",
-        )
-        return
-    except (UnicodeDecodeError, OSError) as exc:
-        rep.add(
-            "functions.syntax-error", "error", shown, f"{shown} cannot be read: {exc}", "save it as UTF-8"
-        )
+    tree = _parse_reporting(ctx, file)
+    if tree is None:
         return
     info = analyse_class(file, classname, zipdir, kind)
     if info is None:

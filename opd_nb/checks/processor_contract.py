@@ -131,10 +131,18 @@ def _bad_statuses(tree: ast.AST) -> list[tuple[int, str]]:
     ]
 
 
+def _signature_ok(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Takes `self` and one input (further parameters only with defaults), as the server calls it."""
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    required = len(positional) - len(args.defaults)
+    takes_input = bool(args.vararg) or len(positional) >= 2
+    return takes_input and required <= 2 and all(d is not None for d in args.kw_defaults)
+
+
 def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.ClassDef, kind: str) -> None:
     """Every rule of the contract on `cls.process` (and TaskStatus names anywhere in the file)."""
-    rep = ctx.report
-    shown = ctx.rel(file)
+    rep, shown, out = ctx.report, ctx.rel(file), OUTPUTS[kind]
     for line, attr in _bad_statuses(tree):
         rep.add(
             "functions.unknown-task-status",
@@ -144,31 +152,19 @@ def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.Clas
             "fails with AttributeError",
             f"use TaskStatus.{'FAILED' if attr.upper().startswith('FAIL') else 'SUCCESS'}",
         )
-    fn = next(
-        (
-            n
-            for n in cls.body
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "process"
-        ),
-        None,
-    )
+    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    fn = next((n for n in methods if n.name == "process"), None)
     if fn is None:
         return
     where = f"{shown}:{fn.lineno}"
-    args = fn.args
-    positional = [*args.posonlyargs, *args.args]
-    required = len(positional) - len(args.defaults)
-    takes_input = bool(args.vararg) or len(positional) >= 2
-    extra_required = required > 2 or any(d is None for d in args.kw_defaults)
-    if not takes_input or extra_required:
+    if not _signature_ok(fn):
+        params = ", ".join(a.arg for a in [*fn.args.posonlyargs, *fn.args.args])
         rep.add(
             "functions.process-signature",
             "error",
             where,
-            f"{cls.name}.process takes ({', '.join(a.arg for a in positional)}): the SDK's server calls "
-            "process(input) with exactly one argument",
-            f"def process(self, input_data: {OUTPUTS[kind].replace('Output', 'Input')}) -> {OUTPUTS[kind]}"
-            " (async def works too)",
+            f"{cls.name}.process takes ({params}): the SDK's server calls process(input) with exactly one argument",
+            f"def process(self, input_data: {out.replace('Output', 'Input')}) -> {out} (async def works too)",
         )
     if not _decorated_with(fn, "observe_processor"):
         rep.add(
@@ -181,30 +177,32 @@ def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.Clas
     for ret in _own_returns(fn):
         what = _wrong_return(ret.value, kind)
         if what:
+            wrap = " wrapping reward=Reward(reward_score=..., reward_metrics=...)" if kind == "reward" else ""
             rep.add(
                 "functions.bad-return",
                 "error",
                 f"{shown}:{ret.lineno}",
-                f"{cls.name}.process returns {what}, not a {OUTPUTS[kind]}: the SDK's server sends it on in the wrong "
+                f"{cls.name}.process returns {what}, not a {out}: the SDK's server sends it on in the wrong "
                 "shape and the control plane finds no result in it",
-                f"return {OUTPUTS[kind]}(...)"
-                + (
-                    " wrapping it: reward=Reward(reward_score=..., reward_metrics=...)"
-                    if kind == "reward"
-                    else ""
-                ),
+                f"return {out}(...){wrap}",
             )
-    for line, key in _text_metrics(fn) if kind == "reward" else []:
-        rep.add(
+    if kind == "reward":
+        _reward_metrics(ctx, shown, fn)
+
+
+def _reward_metrics(ctx: CheckContext, shown: str, fn: ast.AST) -> None:
+    """What a reward puts in reward_metrics: numbers only, and never the main score again."""
+    for line, key in _text_metrics(fn):
+        ctx.report.add(
             "functions.metric-not-float",
             "error",
             f"{shown}:{line}",
             f"reward metric {key!r} is not a number: the SDK's Reward refuses it, so every call fails",
             f"return a float for {key!r} (e.g. 1.0 / 0.0), or leave it out of reward_metrics",
         )
-    line = _score_in_metrics(fn) if kind == "reward" else None
+    line = _score_in_metrics(fn)
     if line is not None:
-        rep.add(
+        ctx.report.add(
             "functions.reward-score-in-metrics",
             "warning",
             f"{shown}:{line}",
