@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from opd_nb import render
 from opd_nb.dataset_scan import scan_jsonl
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
@@ -90,6 +91,16 @@ class Conversion(ResultMixin, BaseModel):
             lines.append(f"  dropped {d.count}: {reason} (lines {', '.join(map(str, d.lines))}{more})")
         lines += [f"  output problem: {p}" for p in self.output_problems]
         return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = [(reason, d.count, ", ".join(map(str, d.lines))) for reason, d in self.dropped.items()]
+        head = (
+            f"<div><b>{render.esc(self.source)}</b> ({render.esc(self.format)}) -> <code>{render.esc(self.output)}"
+            f"</code>: {self.written} of {self.read} record(s) written, {self.with_solution} with a solution</div>"
+        )
+        problems = "".join(f'<div class="bad">{render.esc(p)}</div>' for p in self.output_problems)
+        dropped = render.table(["dropped because", "records", "first lines"], rows) if rows else ""
+        return render.box(head + dropped + problems)
 
 
 class _Skip(Exception):

@@ -6,6 +6,7 @@ what the bundled tiny pair learns, plus planted records each format gets wrong i
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def test_round_trip_into_data_opd_check_accepts(tmp_path, fmt, make, dropped):
     assert report.ok and report.findings == [], str(report)
     for reason, lines in dropped.items():
         assert f"dropped 1: {reason} (lines {lines[0]})" in str(result)
+        assert html.escape(reason) in result._repr_html_()
 
 
 def test_prompt_completion_system_and_solution_field(tmp_path):
