@@ -311,8 +311,9 @@ def test_fc_pypi_lib_fine_and_skipped_for_pure_distillation(tmp_path, monkeypatc
     (ws / "dashscope-2.0.2-py3-none-any.whl").write_bytes(b"PK")
     (ws / ".env").write_text("FC_PYPI_LIB=./dashscope-2.0.2-py3-none-any.whl\n")
     assert "env.fc-pypi-lib" not in check(ws).rules()
-    (ws / ".env").write_text("FC_PYPI_LIB=./missing.whl\n")
-    assert "env.fc-pypi-lib" in check(ws).rules()  # read from .env, as submit_job.py does
+    (ws / ".env").write_text("# wheel\nFC_PYPI_LIB=./missing.whl\n")
+    hit = only(check(ws), "env.fc-pypi-lib")  # read from .env, as submit_job.py does
+    assert hit.where == ".env:2" and "./missing.whl does not exist under zipdir ." in hit.message
     pure = make_workspace(tmp_path / "pure")
     monkeypatch.setenv("FC_PYPI_LIB", "/abs/dashscope.whl")
     assert "env.fc-pypi-lib" not in check(pure).rules()
@@ -326,3 +327,11 @@ def test_fc_layer_used_must_be_a_boolean(tmp_path, monkeypatch):
     for ok in ("true", "False", "1", "no"):
         monkeypatch.setenv("FC_LAYER_USED", ok)
         assert "env.fc-layer-used" not in check(ws).rules()
+
+
+def test_fc_pypi_lib_is_one_finding_for_functions_sharing_a_zipdir(tmp_path, monkeypatch):
+    second = REWARD_FUNCTIONS.replace("functions:\n", "").replace("name: exact-match", "name: exact-match-2")
+    ws = reward_ws(tmp_path, functions=REWARD_FUNCTIONS + second)
+    monkeypatch.setenv("FC_PYPI_LIB", "./missing.whl")
+    hit = only(check(ws), "env.fc-pypi-lib")
+    assert hit.where == "FC_PYPI_LIB"  # from the environment: named, no line

@@ -83,20 +83,34 @@ def _dotenv(ctx: CheckContext) -> dict[str, str]:
     return values
 
 
+def _where_set(ctx: CheckContext, name: str) -> str:
+    """Where a variable comes from: the environment (its name), else the .env line that sets it."""
+    path = ctx.workspace / ".env"
+    if name in os.environ or not path.is_file():
+        return name
+    for number, raw in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        line = raw.strip().removeprefix("export ").lstrip()
+        if line.partition("=")[0].strip() == name:
+            return f"{ctx.rel(path)}:{number}"
+    return name
+
+
 def _function_runtime(ctx: CheckContext, dotenv: dict[str, str]) -> None:
     """FC_PYPI_LIB and FC_LAYER_USED, which the SDK bakes into every registered function (start.sh)."""
     from opd_nb.checks.function_code import exclude_patterns, excluded_by
 
-    zipdirs = [
-        ctx.resolve(str((f.get("fcmodel") or {}).get("zipdir") or "./"))
-        for f in ctx.raw_functions()
-        if not f.get("entity_id") and isinstance(f.get("fcmodel") or {}, dict)
-    ]
+    zipdirs = list(
+        dict.fromkeys(  # one finding per folder, however many functions zip it
+            ctx.resolve(str((f.get("fcmodel") or {}).get("zipdir") or "./")).resolve()
+            for f in ctx.raw_functions()
+            if not f.get("entity_id") and isinstance(f.get("fcmodel") or {}, dict)
+        )
+    )
     if not zipdirs:
         return  # pure distillation (or every function reused): no function runtime is built
     lib = os.environ.get("FC_PYPI_LIB", dotenv.get("FC_PYPI_LIB", "")).strip()
     if lib and (lib.endswith(".whl") or "/" in lib or "\\" in lib):
-        rule, where = "env.fc-pypi-lib", "FC_PYPI_LIB"
+        rule, where = "env.fc-pypi-lib", _where_set(ctx, "FC_PYPI_LIB")
         fix = "copy the wheel into the workspace (zipdir) and set FC_PYPI_LIB=./<wheel file name>"
         if os.path.isabs(lib) or lib.startswith("~"):
             msg = f"FC_PYPI_LIB is the absolute path {lib}: the function runtime resolves it remotely, where it does not exist"
@@ -115,7 +129,7 @@ def _function_runtime(ctx: CheckContext, dotenv: dict[str, str]) -> None:
         ctx.report.add(
             "env.fc-layer-used",
             "warning",
-            "FC_LAYER_USED",
+            _where_set(ctx, "FC_LAYER_USED"),
             f"FC_LAYER_USED={layer!r} is neither true nor false: the SDK reads anything but true/1/yes as false, "
             "so requirements.txt is installed at every cold start instead of once as a layer",
             "set FC_LAYER_USED=true (the default: a layer from requirements.txt) or false",
