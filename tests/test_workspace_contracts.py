@@ -138,7 +138,8 @@ def test_submit_job_set_mistakes_are_one_line_naming_the_field(tmp_path):
         "training.hyper_parameters.n_epoch=1": "unknown key `n_epoch`; the service would ignore it without a word "
         "(did you mean training.hyper_parameters.n_epochs?)",
         "training.resources.n_epochs=1": "`n_epochs` belongs under training.hyper_parameters",
-        "model.name=7": "config.yaml with --set: model.name: Input should be a valid string (got 7)",
+        "model.name=7": "config.yaml with --set: model.name: Input should be a valid string (got 7); "
+        "--set VALUE is JSON, so quote text: --set 'model.name=\"7\"'",
     }
     for item, expected in cases.items():
         proc = _submit_dry_run(ws, "--set", item)

@@ -227,7 +227,10 @@ def validation_text(exc: Exception) -> str:
     lines = []
     for err in items:
         loc = ".".join(str(p) for p in err.get("loc", ()) if not str(p).startswith(("function-", "tagged-")))
-        line = f"{loc or 'config'}: {err.get('msg', 'invalid')} (got {json.dumps(err.get('input'), default=str)[:80]})"
+        got = json.dumps(err.get("input"), default=str)[:80]
+        line = f"{loc or 'config'}: {err.get('msg', 'invalid')} (got {got})"
+        if err.get("type") == "string_type" and isinstance(err.get("input"), int | float | bool):
+            line += f"; --set VALUE is JSON, so quote text: --set '{loc}=\"{got}\"'"
         if line not in lines:
             lines.append(line)
     return "; ".join(lines) or sdk_error(exc)
