@@ -74,6 +74,10 @@ def test_teacher_bailian_cannot_serve(tmp_path, teacher):
     assert hit.severity == "error" and hit.where == "config.yaml:4"
     assert "qwen3.5-397b-a17b" in hit.fix
     assert "config.teacher-not-bailian" not in check_config_text(config_text(), ws).rules()
+    local = check_config_text(text, ws, "local", base_url="http://127.0.0.1:9/api/v1")
+    assert (
+        only(local, "config.teacher-not-bailian").severity == "warning"
+    )  # a rehearsal of a job Bailian refuses
 
 
 def test_teacher_smaller_than_the_student(tmp_path):

@@ -159,13 +159,15 @@ def _models(ctx: CheckContext) -> None:
 def _teacher_choice(ctx: CheckContext, student: str, teacher: str) -> None:
     """A teacher Bailian cannot serve, or one smaller than the student it should teach."""
     where = ctx.where(("teacher_model",))
-    if ctx.target == "cloud" and other_vendor(teacher):
+    if other_vendor(teacher):
+        local = ctx.target == "local"
         ctx.report.add(
             "config.teacher-not-bailian",
-            "error",
+            "warning" if local else "error",
             where,
             f"teacher_model {teacher!r} is another vendor's API model: Bailian can only deploy its own "
-            "models as a teacher, and the job fails (the FAQ's teacher_model error)",
+            "models as a teacher, and the job fails (the FAQ's teacher_model error)"
+            + ("; locally it only runs on the stand-in" if local else ""),
             "use a Bailian model id larger than the student, e.g. qwen3.5-397b-a17b",
         )
         return
