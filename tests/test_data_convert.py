@@ -181,7 +181,7 @@ def test_cli_convert_stats_split(tmp_path):
     assert train.isdisjoint(json.dumps(r["messages"]) for r in read_jsonl(parts.validation))
     with pytest.raises(OpdError, match="--from"):
         invoke(["data", "convert", str(src), str(out)])
-    with pytest.raises(OpdError, match="does not exist"):
+    with pytest.raises(OpdError, match="cannot read .*missing.jsonl: No such file or directory"):
         invoke(["data", "stats", str(tmp_path / "missing.jsonl")])
 
 

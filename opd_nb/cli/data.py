@@ -54,10 +54,7 @@ def stats_cmd(
 ) -> Any:
     """Rows, rows with a solution, role patterns and prompt lengths of a JSONL file."""
     from opd_nb.data import stats
-    from opd_nb.errors import OpdError
 
-    if not path.is_file():
-        raise OpdError(f"{path} does not exist", where=str(path), fix="pass an OPD JSONL file")
     return emit(stats(path, tokenizer_path=tokenizer), as_json=as_json)
 
 
