@@ -98,6 +98,7 @@ def test_teacher_batched_tokens_below_its_context(tmp_path):
     planted = "opd_teacher_max_model_len: 16384\nopd_teacher_max_num_batched_tokens: 8192\n"
     text = config_text(extra_hp=planted)
     hit = only(check_config_text(text, ws), "config.teacher-batched-tokens")
+    assert hit.severity == "warning"
     assert hit.where == f"config.yaml:{line_of(text, 'opd_teacher_max_num_batched_tokens')}"
     assert hit.fix == "set opd_teacher_max_num_batched_tokens >= 16384 (the docs raise both together)"
     fixed = config_text(extra_hp=planted.replace("tokens: 8192", "tokens: 16384"))

@@ -105,9 +105,8 @@ def _models(ctx: CheckContext) -> None:
     teacher = raw.get("teacher_model")
     training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
     rep = ctx.report
-    if not student and not (
-        model is not None and not isinstance(model, dict)
-    ):  # a non-mapping: config.schema
+    not_a_mapping = model is not None and not isinstance(model, dict)  # already a config.schema error
+    if not student and not not_a_mapping:
         rep.add(
             "config.model-missing",
             "error",
@@ -430,28 +429,26 @@ def _teacher_limits(ctx: CheckContext, t_len: float | None, t_set: bool) -> None
     if t_len and tokens and (t_set or n_set) and tokens < t_len:
         rep.add(
             "config.teacher-batched-tokens",
-            "error",
+            "warning",
             ctx.where(
                 (*hp_path, "opd_teacher_max_num_batched_tokens" if n_set else "opd_teacher_max_model_len")
             ),
             f"opd_teacher_max_num_batched_tokens {int(tokens)} < opd_teacher_max_model_len {int(t_len)}: one "
-            "full-length sequence does not fit in a teacher batch (vLLM refuses to start the teacher)",
+            "full-length sequence does not fit in one teacher batch (without chunked prefill vLLM refuses to start)",
             f"set opd_teacher_max_num_batched_tokens >= {int(t_len)} (the docs raise both together)",
         )
     teacher = ctx.raw.get("teacher_model")
-    size = size_class(teacher) if isinstance(teacher, str) and teacher else None
-    if size is None:
-        return
+    if not (isinstance(teacher, str) and size_class(teacher) == "large"):
+        return  # the small column is the table's default: only a large teacher has a preset to miss
     for name in (
         "opd_teacher_max_model_len",
         "opd_teacher_max_num_batched_tokens",
         "opd_teacher_gpu_memory_utilization",
     ):
-        spec = PARAMS_BY_NAME[name]
+        preset = PARAMS_BY_NAME[name].large
         value, is_set = ctx.hp_value(name)
-        preset = spec.large if size == "large" else spec.small
         risky = value is not None and (value > preset if "memory" in name else value < preset)
-        if is_set and risky and size == "large":
+        if is_set and risky:
             rep.add(
                 "config.teacher-preset",
                 "warning",
