@@ -181,6 +181,11 @@ def test_opd_submit_takes_set_and_dry_run(tmp_path, monkeypatch):
         OpdError, match=r"unknown key `n_epoch`.*did you mean training.hyper_parameters.n_epochs"
     ):
         invoke(["submit", str(ws), "--cloud", "--dry-run", "--set", "training.hyper_parameters.n_epoch=3"])
+    assert "nothing sent" in plan._repr_html_()
+    monkeypatch.delenv("DASHSCOPE_API_KEY")  # a dry run sends nothing, so it needs no key
+    monkeypatch.chdir(tmp_path)
+    keyless = invoke(["submit", str(ws), "--cloud", "--dry-run"])
+    assert keyless.job["api_key"] == "not set" and keyless.job["functions"][0]["type"] == "reward"
     with pytest.raises(OpdError, match="expected KEY=VALUE, got 'n_epochs'"):
         invoke(["submit", str(ws), "--cloud", "--dry-run", "--set", "n_epochs"])
 

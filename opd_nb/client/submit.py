@@ -87,6 +87,13 @@ class DryRun(ResultMixin, BaseModel):
         head = f"dry run on {self.target_kind} {self.base_url}: nothing sent"
         return head + "\n" + json.dumps(self.job, indent=2, ensure_ascii=False, default=str)
 
+    def _repr_html_(self) -> str:
+        body = html.escape(json.dumps(self.job, indent=2, ensure_ascii=False, default=str))
+        return (
+            f"<div>dry run on {html.escape(self.target_kind)} <code>{html.escape(self.base_url)}</code>: "
+            f"nothing sent<pre>{body}</pre></div>"
+        )
+
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     """`--set KEY=VALUE` items as submit_job.py reads them: KEY a dotted path, VALUE JSON (else plain text)."""
@@ -114,14 +121,14 @@ def _script_flags(sets: Mapping[str, Any] | None, fresh: bool) -> list[str]:
 
 
 def _prepare(
-    workspace: str | Path, target: Target | None, config: str
+    workspace: str | Path, target: Target | None, config: str, *, need_key: bool = True
 ) -> tuple[Path, Target, dict[str, str]]:
     """(workspace, target, the child's environment): the key travels only there."""
     ws = Path(workspace).expanduser().resolve()
     if not (ws / config).is_file():
         raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
     target = target or resolve_target(workspace=ws)
-    if target.api_key is None:
+    if need_key and target.api_key is None:
         raise OpdError(
             "no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env"
         )
@@ -157,8 +164,11 @@ def dry_run(
     timeout_s: float = 120.0,
     **overrides: Any,
 ) -> DryRun:
-    """The effective job submit_job.py would send (its `--dry-run`), with the same flags as `submit`."""
-    ws, target, env = _prepare(workspace, target, config)
+    """The effective job submit_job.py would send (its `--dry-run`), with the same flags as `submit`.
+
+    Nothing is sent, so no key is needed: the job shows whether one is set.
+    """
+    ws, target, env = _prepare(workspace, target, config, need_key=False)
     if not (ws / "submit_job.py").is_file():
         raise OpdError(
             f"{ws} has no submit_job.py, which --dry-run needs",
