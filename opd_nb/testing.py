@@ -319,7 +319,8 @@ def probe_reward(workspace: str | Path, timeout_s: float = 120.0) -> tuple[list[
 
     Warnings name metrics the console would drop; errors are calls that raised (a string metric
     that the SDK's `Reward` refuses, a bug), which the function server would fail in the job too.
-    A workspace without a reward, or a probe that cannot start, yields neither.
+    A workspace without a reward (or without rows to probe) yields neither; a reward that cannot be
+    imported or does not answer in time is an error too.
     """
     from opd_nb.spec import parse_config_text, reward_classpath_of
 
