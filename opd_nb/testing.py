@@ -4,7 +4,8 @@ A subprocess (not ``pytest.main`` in the kernel) means every run imports the use
 ``functions/`` code anew: no stale modules, no leftover test functions, no event-loop clashes.
 The results come back through pytest's JUnit XML, so no pytest plugin of ours is needed.
 Afterwards the workspace's reward runs on a few of its own rows (a fresh subprocess again), and a
-metric the console would not show (not a float) becomes a warning of the report.
+metric the console would not show (not a float) becomes a warning of the report, and a call that
+raises becomes an error (the report is then not ok: the function server would fail that call too).
 """
 
 from __future__ import annotations
