@@ -43,6 +43,7 @@ __all__ = [  # the scan's names are re-exported: `opd_nb.data` is the user-facin
     "Issue",
     "ScanResult",
     "Split",
+    "SplitFiles",
     "estimate_tokens",
     "load_jsonl",
     "load_tokenizer",
@@ -51,6 +52,7 @@ __all__ = [  # the scan's names are re-exported: `opd_nb.data` is the user-facin
     "read_jsonl",
     "scan_jsonl",
     "split",
+    "split_file",
     "stats",
     "to_rows",
     "validate",
@@ -252,6 +254,45 @@ def split(rows: Sequence[dict[str, Any]], validation: float | int = 0.1, *, seed
     train_idx = sorted(i for k in keys if k not in val_keys for i in groups[k])
     val_idx = sorted(i for k in val_keys for i in groups[k])
     return Split([rows[i] for i in train_idx], [rows[i] for i in val_idx])
+
+
+@dataclass
+class SplitFiles(ResultMixin):
+    """What `opd data split` wrote: the two files and their row counts."""
+
+    source: str
+    train: str
+    validation: str
+    train_rows: int
+    validation_rows: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.source} -> {self.train} ({self.train_rows} rows), {self.validation} "
+            f"({self.validation_rows} rows); no prompt is on both sides"
+        )
+
+
+def split_file(
+    path: str | Path, out_dir: str | Path, validation: float | int = 0.1, *, seed: int = 0
+) -> SplitFiles:
+    """Split a valid OPD JSONL file into out_dir/train.jsonl and out_dir/validation.jsonl (see `split`)."""
+    src, out = Path(path), Path(out_dir)
+    if not src.is_file():
+        raise OpdError(f"{src} does not exist", where=str(src), fix="pass the JSONL file to split")
+    targets = (out / "train.jsonl", out / "validation.jsonl")
+    if src.resolve() in {t.resolve() for t in targets}:
+        raise OpdError(
+            f"splitting {src} into its own folder would overwrite it",
+            where=str(out),
+            fix="pass another --out",
+        )
+    parts = split(load_jsonl(src), validation, seed=seed)
+    train, val = parts.write(out)
+    return SplitFiles(str(src), str(train), str(val), len(parts.train), len(parts.validation))
 
 
 # ---------------------------------------------------------------- stats

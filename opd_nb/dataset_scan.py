@@ -91,10 +91,14 @@ class ScanResult:
 def _json_error(raw: bytes) -> str:
     """The standard parser's message (with column) for a line that failed to parse."""
     try:
-        json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8").rstrip("\r\n")  # the line alone: an error at its end stays on it
+        json.loads(text)
     except UnicodeDecodeError as exc:
         return f"not UTF-8 ({exc.reason} at byte {exc.start})"
     except json.JSONDecodeError as exc:
+        body = text.rstrip()
+        if exc.pos >= len(body) - 1 and body.endswith(","):
+            return f"trailing comma at the end of the line (column {len(body)}); is the row split over lines?"
         return f"{exc.msg} (column {exc.colno})"
     except ValueError as exc:
         return str(exc)

@@ -28,6 +28,7 @@ from opd_nb.constants import (
     REWARD_MEAN,
     SUCCEEDED,
     TEACHER_KL,
+    TRAIN_REWARD_MEAN,
     VALID_TOKEN_RATE,
 )
 from opd_nb.entities import Registration, registration_plan
@@ -418,6 +419,9 @@ def sweep(
 COMPARED_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN, TEACHER_KL)
 HIGHER_IS_BETTER = {LOSS: False, VALID_TOKEN_RATE: True, REWARD_MEAN: True, TEACHER_KL: False}
 COMPARED_FIELDS = ("model", "teacher_model")  # compared with the hyper-parameters
+REWARD_FIELD = (
+    "reward"  # compared too: "yes" / "no" (a reward job and a pure-distillation job differ in kind)
+)
 # What decides the winner, as the docs pick checkpoints: with a reward the validation reward mean@1 of
 # the best checkpoint; without one the distillation loss (the student's distance to the teacher) at the end.
 JUDGED_BY = (REWARD_MEAN, LOSS)
@@ -582,9 +586,23 @@ def _duration_of(job: Any) -> float | None:
     return end - start if start is not None and end is not None and end >= start else None
 
 
-def _compared_values(job: Any) -> dict[str, Any]:
+def _reward_of(record: JobRecord) -> str | None:
+    """ "yes"/"no": did the job train with a reward; None where the control plane does not tell."""
+    raw = _field(record.job, "raw") or {}
+    local = raw.get("local") if isinstance(raw, Mapping) else None
+    if isinstance(local, Mapping):  # the local plane lists the functions a job runs
+        kinds = {f.get("type") for f in local.get("functions") or [] if isinstance(f, Mapping)}
+        return "yes" if kinds & {"reward", "group_reward"} else "no"
+    if record.metrics:  # else by what it reports: pure distillation reports no reward series
+        return "yes" if any(REWARD_MEAN in r or TRAIN_REWARD_MEAN in r for r in record.metrics) else "no"
+    return None
+
+
+def _compared_values(record: JobRecord) -> dict[str, Any]:
+    job = record.job
     values = dict(_field(job, "hyper_parameters") or {})
     values.update({k: _field(job, k) for k in COMPARED_FIELDS})
+    values[REWARD_FIELD] = _reward_of(record)
     return values
 
 
@@ -613,7 +631,7 @@ def _checkpoint_reward(checkpoint: Any, rows: Sequence[Mapping[str, Any]]) -> fl
 
 def _compared_job(record: JobRecord, differing: list[str]) -> ComparedJob:
     job, rows = record.job, record.metrics or []
-    values = _compared_values(job)
+    values = _compared_values(record)
     final, best = _metric_values(rows)
     best_cp = best_checkpoint(record.checkpoints, rows) if record.checkpoints else None
     cp_reward = _checkpoint_reward(best_cp.checkpoint, rows) if best_cp is not None else None
@@ -641,7 +659,7 @@ def _compared_job(record: JobRecord, differing: list[str]) -> ComparedJob:
 
 
 def _differing(records: Sequence[JobRecord]) -> list[str]:
-    values = [_compared_values(r.job) for r in records]
+    values = [_compared_values(r) for r in records]
     keys = list(dict.fromkeys(k for v in values for k in v))
     return [k for k in keys if len({repr(v.get(k)) for v in values}) > 1]
 
@@ -679,6 +697,17 @@ def _judge(cmp: Comparison) -> tuple[str | None, str, list[str]]:
     ]
     if not alive:
         return None, "no job can win yet (none has metrics and a usable status)", notes
+    kinds = {j.params.get(REWARD_FIELD) for j in alive} if REWARD_FIELD in cmp.differing else set()
+    if len(kinds) > 1:
+        with_reward = ", ".join(j.job_id for j in alive if j.params.get(REWARD_FIELD) == "yes")
+        without = ", ".join(j.job_id for j in alive if j.params.get(REWARD_FIELD) != "yes")
+        return (
+            None,
+            f"no winner: {with_reward} trained with a reward and {without} by pure distillation; their "
+            f"{LOSS} is not comparable (a reward also pulls the student) and pure distillation reports no "
+            f"{REWARD_MEAN}",
+            [*notes, "compare jobs of one kind: all with the reward, or all without (--no-reward)"],
+        )
     metric = next((m for m in JUDGED_BY if all(j.score(m) is not None for j in alive)), None)
     if metric is None:
         return None, "the jobs report no common metric to judge", notes

@@ -315,3 +315,20 @@ def best_checkpoint(checkpoints: Sequence[Any], rows: Sequence[Mapping[str, Any]
         after[0] if after else ckpts[-1],
         f"loss plateau reached at step {plateau:g} (smoothed loss within 5% of its minimum)",
     )
+
+
+def best_checkpoint_line(checkpoints: Sequence[Any] | None, rows: Sequence[Mapping[str, Any]] | None) -> str:
+    """One line naming a finished job's best checkpoint by the docs' rule (what `opd watch` ends with)."""
+    if checkpoints is None or rows is None:  # Bailian's API has no metrics: the rule cannot be applied here
+        return (
+            "best checkpoint: this control plane reports no metrics here, so pick by "
+            f"{REWARD_MEAN} (with a reward) or where {LOSS} levels off, in the console"
+        )
+    if not checkpoints:
+        return "best checkpoint: none kept (save_strategy no, or the job saved none)"
+    best = best_checkpoint(checkpoints, rows)
+    if best is None:
+        return "best checkpoint: none with a step number"
+    cp = best.checkpoint
+    use = _field(cp, "model_name") or _field(cp, "path") or _field(cp, "name")
+    return f"best checkpoint: {_field(cp, 'name')} (step {_field(cp, 'step')}), {best.reason}; deploy or continue from {use}"

@@ -4,7 +4,8 @@ A subprocess (not ``pytest.main`` in the kernel) means every run imports the use
 ``functions/`` code anew: no stale modules, no leftover test functions, no event-loop clashes.
 The results come back through pytest's JUnit XML, so no pytest plugin of ours is needed.
 Afterwards the workspace's reward runs on a few of its own rows (a fresh subprocess again), and a
-metric the console would not show (not a float) becomes a warning of the report.
+metric the console would not show (not a float) becomes a warning of the report, and a call that
+raises becomes an error (the report is then not ok: the function server would fail that call too).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class TestReport(ResultMixin, BaseModel):
     duration_s: float
     output_tail: str = ""  # pytest's own output (collection errors land here)
     warnings: list[str] = Field(default_factory=list)  # e.g. reward metrics the console would not show
+    errors: list[str] = Field(default_factory=list)  # reward calls that raised on the workspace's own rows
 
     @property
     def passed(self) -> int:
@@ -73,7 +75,7 @@ class TestReport(ResultMixin, BaseModel):
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and self.failed == 0
+        return self.exit_code == 0 and self.failed == 0 and not self.errors
 
     @property
     def failures(self) -> list[TestCase]:
@@ -81,8 +83,9 @@ class TestReport(ResultMixin, BaseModel):
 
     def summary(self) -> str:
         verdict = "OK" if self.ok else "FAILED"
+        probe = f", the reward raised on its own rows ({len(self.errors)} error(s))" if self.errors else ""
         return (
-            f"{verdict}: {self.passed} passed, {self.failed} failed, {self.skipped} skipped "
+            f"{verdict}: {self.passed} passed, {self.failed} failed, {self.skipped} skipped{probe} "
             f"in {self.duration_s:.1f}s ({self.workspace})"
         )
 
@@ -97,6 +100,7 @@ class TestReport(ResultMixin, BaseModel):
                 lines.append(f"          {case.message}")
         if not self.cases and self.output_tail:
             lines.append(self.output_tail)
+        lines += [f"error: {e}" for e in self.errors]
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -118,6 +122,8 @@ class TestReport(ResultMixin, BaseModel):
                 f"{case.time_s:.2f}s",
                 Text(case.message),
             )
+        for error in self.errors:
+            table.add_row(Text("error", style="red"), Text(error), "", Text(""))
         for warning in self.warnings:
             table.add_row(Text("warning", style="yellow"), Text(warning), "", Text(""))
         return table
@@ -138,6 +144,7 @@ class TestReport(ResultMixin, BaseModel):
         body = render.table(["outcome", "test", "time", "assertion"], rows, raw_cols=(0, 3))
         if not self.cases and self.output_tail:
             body += f"<pre>{render.esc(self.output_tail)}</pre>"
+        body += "".join(f'<div class="bad">error: {render.esc(e)}</div>' for e in self.errors)
         body += "".join(f'<div class="warning">warning: {render.esc(w)}</div>' for w in self.warnings)
         return render.box(f'<div class="{cls}"><b>{render.esc(self.summary())}</b></div>{body}')
 
@@ -235,14 +242,15 @@ def run_workspace_tests(
                 fix="check the test arguments",
             )
         cases = _parse_junit(junit, ws) if junit.exists() else []
-    tail = "\n".join(output.splitlines()[-30:])
+    warnings, errors = probe_reward(ws)
     return TestReport(
         workspace=str(ws),
         cases=cases,
         exit_code=proc.returncode,
         duration_s=duration,
-        output_tail=tail,
-        warnings=metric_warnings(ws),
+        output_tail="\n".join(output.splitlines()[-30:]),
+        warnings=warnings,
+        errors=errors,
     )
 
 
@@ -265,9 +273,10 @@ async def main():
             out = processor.process(RewardInput.model_validate(payload))
             out = await out if inspect.isawaitable(out) else out
             body = out.model_dump(mode="json") if hasattr(out, "model_dump") else dict(out)
-            print(json.dumps((body.get("reward") or {}).get("reward_metrics"), default=repr))
-        except Exception:
-            pass
+            print(json.dumps({"metrics": (body.get("reward") or {}).get("reward_metrics")}, default=repr))
+        except Exception as exc:  # reported, never swallowed: the function server would fail this call too
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            print(json.dumps({"error": f"{type(exc).__name__}: {' '.join(lines[:3])}"[:400]}))
 asyncio.run(main())
 """
 
@@ -302,10 +311,17 @@ def _probe_payloads(ws: Path, limit: int = 3) -> list[dict]:
 
 
 def metric_warnings(workspace: str | Path, timeout_s: float = 120.0) -> list[str]:
-    """Run the workspace's reward on a few of its rows; one warning per metric that is not a float.
+    """Run the workspace's reward on a few of its rows; one warning per metric that is not a float."""
+    return probe_reward(workspace, timeout_s)[0]
 
-    Best effort: a workspace without a reward, or a reward that fails here, yields no warning (its
-    own tests report failures).
+
+def probe_reward(workspace: str | Path, timeout_s: float = 120.0) -> tuple[list[str], list[str]]:
+    """(warnings, errors) of the workspace's reward run on a few of its own rows.
+
+    Warnings name metrics the console would drop; errors are calls that raised (a string metric
+    that the SDK's `Reward` refuses, a bug), which the function server would fail in the job too.
+    A workspace without a reward (or without rows to probe) yields neither; a reward that cannot be
+    imported or does not answer in time is an error too.
     """
     from opd_nb.spec import parse_config_text, reward_classpath_of
 
@@ -313,11 +329,11 @@ def metric_warnings(workspace: str | Path, timeout_s: float = 120.0) -> list[str
     try:
         parsed = parse_config_text((ws / "config.yaml").read_text(encoding="utf-8"), str(ws / "config.yaml"))
     except (OSError, UnicodeDecodeError):
-        return []
+        return [], []
     classpath = reward_classpath_of(parsed.config) if parsed.config is not None else None
     payloads = _probe_payloads(ws) if classpath else []
     if not payloads:
-        return []
+        return [], []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ws), env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -332,11 +348,24 @@ def metric_warnings(workspace: str | Path, timeout_s: float = 120.0) -> list[str
             timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
-        return []
+        return [], [f"the reward did not answer {len(payloads)} probe row(s) within {timeout_s:.0f}s"]
     found: dict[str, str] = {}
+    raised: dict[str, int] = {}
     for line in proc.stdout.splitlines():
         try:
-            found.update(reward_metrics.non_float(json.loads(line)))
+            item = json.loads(line)
         except ValueError:
             continue
-    return [reward_metrics.message(key, kind) for key, kind in found.items()]
+        if isinstance(item, dict) and "error" in item:
+            raised[str(item["error"])] = raised.get(str(item["error"]), 0) + 1
+        elif isinstance(item, dict):
+            found.update(reward_metrics.non_float(item.get("metrics")))
+    errors = [
+        f"{classpath} raised on {n} of {len(payloads)} probe row(s) from data/: {error} (the function server "
+        "fails these calls in a job; fix the reward, e.g. return floats in reward_metrics)"
+        for error, n in raised.items()
+    ]
+    if proc.returncode != 0 and not raised and not found:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        errors.append(f"{classpath} could not be run on the probe rows: {tail[:300]}")
+    return [reward_metrics.message(key, kind) for key, kind in found.items()], errors

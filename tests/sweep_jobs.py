@@ -34,7 +34,7 @@ def finished_sweep(server: Any, root: Path) -> SweptJobs:
     if id(server) not in _CACHE:
         from opd_nb.notebook.magics import run_line
 
-        ws = tiny_workspace("reward", root / "ws", train_rows=8)
+        ws = tiny_workspace("reward", root / "ws", train_rows=9)  # Bailian needs rows > batch_size (8)
         before, config = uploads(server), (ws / "config.yaml").read_bytes()
         monitor = run_line(f"sweep {ws} --param learning_rate={','.join(VALUES)} --local {server.base_url}")
         try:

@@ -53,9 +53,11 @@ REWARD_CODE = """\
 import os
 
 from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardInput, RewardOutput
+from dashscope.finetune.reinforcement.component.observability import observe_processor
 
 
 class MyRewardProcessor(AbstractRewardProcessor):
+    @observe_processor
     async def process(self, input: RewardInput) -> RewardOutput:
         solution = (input.agent_output.rollout_extra or {}).get("solution")
         text = (input.agent_output.messages or [{}])[-1].get("content", "")

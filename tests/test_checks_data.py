@@ -165,7 +165,21 @@ def test_fewer_training_rows_than_batch_size(tmp_path):
     ws = make_workspace(tmp_path, n_train=10)
     hit = check(ws).by_rule("data.too-few-rows")[0]
     assert hit.severity == "error" and "10 training row(s) is fewer than batch_size 16" in hit.message
-    assert "data.too-few-rows" not in check(make_workspace(tmp_path / "b", n_train=16)).rules()
+    assert "data.too-few-rows" not in check(make_workspace(tmp_path / "b", n_train=17)).rules()
+
+
+def test_rows_equal_to_batch_size_fail_the_platform_gate(tmp_path):
+    """Bailian refuses a training file whose sample count is not greater than batch_size (issue 26)."""
+    hit = check(make_workspace(tmp_path, n_train=16)).by_rule("data.too-few-rows")[0]
+    assert hit.severity == "error" and hit.where == "config.yaml:17"
+    assert "16 training row(s) is not more than batch_size 16" in hit.message
+    assert hit.fix == "add rows (more than 16) or set batch_size <= 15"
+
+
+def test_too_few_rows_is_one_message_not_a_step_count(tmp_path):
+    """10 rows, batch 16: one error, and no eval-steps warning that counts steps that cannot run."""
+    rules = check(make_workspace(tmp_path, n_train=10)).rules()
+    assert "data.too-few-rows" in rules and "config.eval-steps-too-sparse" not in rules
 
 
 def test_dataset_file_missing(tmp_path):
@@ -191,3 +205,18 @@ def test_file_over_upload_limit(tmp_path, monkeypatch):
 def test_reward_workspace_rows_have_solutions(tmp_path):
     ws = make_workspace(tmp_path, config=config_text(functions=REWARD_FUNCTIONS), reward=True)
     assert "data.missing-solution" not in check(ws).rules()
+
+
+def test_trailing_comma_at_the_end_of_a_line_gives_its_real_column(tmp_path):
+    """The newline is not part of the row: the column is the comma's, on the row's own line (issue 26)."""
+    ws = make_workspace(tmp_path)
+    train = ws / "data" / "train.jsonl"
+    lines = train.read_text().splitlines()
+    lines[3] = lines[3][:-1] + ","  # '{"messages": [...], "rollout_extra": {...},' : the row goes on below
+    lines[5] = lines[5] + ","  # '{...},' : a comma after the row
+    train.write_text("\n".join(lines) + "\n")
+    hits = check(ws).by_rule("data.bad-json")
+    assert [h.where for h in hits] == ["data/train.jsonl:4"]
+    assert f"trailing comma at the end of the line (column {len(lines[3])})" in hits[0].message
+    assert "column 1;" not in hits[0].message and "column 1)" not in hits[0].message
+    assert "2 row(s), lines 4, 6" in hits[0].message

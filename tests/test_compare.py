@@ -128,3 +128,37 @@ def test_bailian_without_metrics_compares_status_params_and_checkpoints():
     rows = dict(cmp.table_rows())
     assert rows["status"] == ["SUCCEEDED", "RUNNING"] and rows["learning_rate"] == ["1e-06", "3e-06"]
     assert "no metrics (Bailian)" in str(cmp) and cmp.plot_png() is None
+
+
+def test_a_reward_job_and_a_pure_distillation_job_differ_in_kind_and_have_no_winner():
+    """Issue 26, defect 13: the reward is a difference, and the distillation loss cannot judge across kinds."""
+    reward_job = Job.from_output(
+        {
+            "job_id": "r",
+            "status": "SUCCEEDED",
+            "model": "m",
+            "hyper_parameters": {"learning_rate": 1e-6},
+            "local": {"functions": [{"name": "exact-match", "type": "reward", "entity_id": "rw-1"}]},
+        }
+    )
+    pure_job = Job.from_output(
+        {
+            "job_id": "p",
+            "status": "SUCCEEDED",
+            "model": "m2",
+            "hyper_parameters": {"learning_rate": 2e-6},
+            "local": {"functions": []},
+        }
+    )
+    cmp = compare_records(
+        [
+            JobRecord(job=reward_job, metrics=_rows([3, 2, 1], [0.1, 0.2, 0.3]), checkpoints=[]),
+            JobRecord(job=pure_job, metrics=_rows([3, 2, 0.5]), checkpoints=[]),
+        ]
+    )
+    assert cmp.differing == ["learning_rate", "model", "reward"]
+    assert [j.params["reward"] for j in cmp.jobs] == ["yes", "no"]
+    assert cmp.winner is None
+    assert cmp.why.startswith("no winner: r trained with a reward and p by pure distillation")
+    assert any("compare jobs of one kind" in n for n in cmp.notes)
+    assert dict(cmp.table_rows())["reward"] == ["yes", "no"]

@@ -180,3 +180,26 @@ def test_a_reward_that_never_leaves_zero_points_at_the_last_rollouts() -> None:
     rows[2][TRAIN_REWARD_MEAN] = 0.25  # it left 0 once: the parser can find answers
     assert health_alerts(rows, eval_steps=2) == []
     assert health_alerts(_rows([1.0, 0.9, 0.8, 0.7, 0.6, 0.5]), eval_steps=2) == []  # no reward at all
+
+
+def test_best_checkpoint_line_names_the_docs_pick():
+    """Issue 26: `opd watch` ends with this line; the rule is best_checkpoint's, the id is what to deploy."""
+    from opd_nb.client import Checkpoint
+    from opd_nb.health import best_checkpoint_line
+
+    cps = [
+        Checkpoint(name=f"checkpoint-{s}", step=s, path=f"/runs/checkpoint-{s}", model_name=f"m-{s}")
+        for s in (2, 4, 6)
+    ]
+    rewarded = [{"step": s, "validation/data/reward/mean@1": r} for s, r in ((2, 0.2), (4, 0.7), (6, 0.5))]
+    assert best_checkpoint_line(cps, rewarded) == (
+        "best checkpoint: checkpoint-4 (step 4), highest validation/data/reward/mean@1 = 0.7; deploy or continue from m-4"
+    )
+    loss = [
+        {"step": s, "actor/distillation/loss": v} for s, v in enumerate([5, 1, 1, 1, 1, 1, 1, 1, 1], start=1)
+    ]
+    line = best_checkpoint_line(cps, loss)  # levelled off by step 4 (smoothed): not the last checkpoint
+    assert line.endswith("; deploy or continue from m-4")
+    assert line.startswith("best checkpoint: checkpoint-4 (step 4), loss plateau reached at step 4")
+    assert "in the console" in best_checkpoint_line(None, None)  # Bailian: no metrics, no listing
+    assert "none kept" in best_checkpoint_line([], loss)

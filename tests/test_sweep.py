@@ -42,7 +42,7 @@ def _sent(local_server, client) -> tuple[int, int, int]:
 
 @pytest.mark.slow
 def test_refusals_and_dry_run_send_nothing(local_server, client, tmp_path, monkeypatch):
-    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=8)
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=9)  # rows > batch_size
     before = _sent(local_server, client)
     local = ["--local", local_server.base_url]
     refusals = [
@@ -91,7 +91,7 @@ def test_refusals_and_dry_run_send_nothing(local_server, client, tmp_path, monke
 
 @pytest.mark.slow
 def test_cli_json_submits_one_job_per_value_and_registers_once(local_server, client, tmp_path):
-    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=8)
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=9)  # rows > batch_size
     zips = uploads(local_server)
     run = _opd("sweep", str(ws), "--param", "lr_warmup_steps=0,1", "--local", local_server.base_url, "--json")
     assert run.returncode == 0, run.stderr[-3000:]

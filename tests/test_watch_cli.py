@@ -53,6 +53,8 @@ def test_watch_prints_the_valid_token_rate_alert_once(local_server, cut_job) -> 
     assert len(alerts) == 1, proc.stdout  # once, although every poll still breaks the rule
     assert "valid_token_rate is below 1" in alerts[0] and "check the teacher first" in alerts[0]
     assert "SUCCEEDED" in proc.stdout
+    assert "best checkpoint: checkpoint-" in proc.stdout  # issue 26: watch ends by naming it
+    assert "deploy or continue from" in proc.stdout
 
     # The notebook's monitor shows the same rule; on the finished job, word for word what watch prints.
     from opd_nb.client import JobClient, resolve_target

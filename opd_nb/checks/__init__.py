@@ -28,6 +28,9 @@ RULES: dict[str, str] = {
     "config.model-missing": "no student model (silently omitted by the SDK)",
     "config.teacher-missing": "training.type pg_opd without teacher_model (SDK 3006)",
     "config.no-teacher": "no teacher: the job would be plain RL",
+    "config.teacher-not-bailian": "a teacher_model of another vendor (gpt-4o, claude-...) Bailian cannot serve",
+    "config.teacher-smaller": "a teacher smaller than the student",
+    "config.continued-training": "model is an earlier job's output: same base, lower learning rate",
     "config.model-id-not-cloud": "a Hugging Face repo or path as model id for the cloud",
     "config.model-not-servable": "the local control plane cannot serve a model id",
     "config.unknown-hyperparameter": "a hyper-parameter OPD does not know (silently ignored)",
@@ -39,11 +42,16 @@ RULES: dict[str, str] = {
     "config.mini-batch-too-large": "ppo_mini_batch_size > batch_size x n_rollouts",
     "config.reward-single-rollout": "a reward with n_rollouts = 1 (zero advantage)",
     "config.teacher-context-short": "opd_teacher_max_model_len < max_length",
+    "config.teacher-batched-tokens": "opd_teacher_max_num_batched_tokens < opd_teacher_max_model_len",
+    "config.teacher-preset": "teacher limits below the docs' preset for a >=30B teacher",
     "config.prompt-length-exceeds-max": "max_prompt_length >= max_length",
     "config.kl-loss-coef": "kl_loss_coef set (not consumed by OPD)",
     "config.eval-steps-too-sparse": "eval_steps x 3 beyond the total number of steps",
     "config.duplicate-function-name": "two functions with the same name (SDK 3004)",
     "config.multiple-rollouts": "more than one rollout (only the first is submitted)",
+    "config.runtime-capacity": "min_capacity > max_capacity, or capacity outside them",
+    "config.runtime-nonpositive": "a function's concurrency or timeout of 0 or less",
+    "config.negative-weight": "a function with a negative weight",
     "config.unregistered-code": "reward/rollout code in functions/ the config does not register",
     "config.no-training-data": "no training dataset",
     "config.testing-dataset": "a `testing` dataset (never submitted)",
@@ -66,13 +74,20 @@ RULES: dict[str, str] = {
     "data.overlap": "prompts in both training and validation",
     "data.duplicate-prompt": "a prompt repeated within one file",
     "data.prompt-too-long": "prompts over max_prompt_length",
-    "data.too-few-rows": "fewer training rows than batch_size",
+    "data.too-few-rows": "training rows not more than batch_size (the platform refuses the file)",
     "functions.bad-classpath": "a classpath the SDK cannot parse (4041-4043)",
     "functions.classpath-missing": "the classpath's file does not exist",
     "functions.class-missing": "the class is not in that file",
     "functions.missing-init": "a package folder without __init__.py",
     "functions.wrong-base": "the class is not the matching SDK processor",
     "functions.no-process": "the class has no process method",
+    "functions.syntax-error": "the function's file does not parse",
+    "functions.process-signature": "process does not take exactly one input",
+    "functions.no-observe-processor": "process without @observe_processor (no tracing)",
+    "functions.bad-return": "process returns something other than the SDK's output model",
+    "functions.reward-score-in-metrics": "reward_score left inside reward_metrics",
+    "functions.metric-not-float": "a reward metric written as text (the SDK's Reward refuses it)",
+    "functions.unknown-task-status": "a TaskStatus member that does not exist (e.g. FAIL)",
     "functions.requirements-missing": "no requirements.txt where the SDK looks",
     "functions.zipdir-missing": "fcmodel.zipdir is not a directory",
     "functions.excluded-import": "code imported from a folder the zip leaves out",
@@ -81,10 +96,13 @@ RULES: dict[str, str] = {
     "env.dashscope-missing": "dashscope not installed",
     "env.dashscope-too-old": "dashscope older than 2.0.2",
     "env.no-api-key": "no API key for the cloud",
+    "env.dotenv-malformed": "a .env line that is not KEY=VALUE (submit_job.py refuses it)",
+    "env.fc-pypi-lib": "FC_PYPI_LIB absolute, missing, or left out of the function zip",
+    "env.fc-layer-used": "FC_LAYER_USED neither true nor false",
     "env.cloud-target-local-url": "cloud target while DASHSCOPE_HTTP_BASE_URL is local",
     "env.base-url-changed": "DASHSCOPE_HTTP_BASE_URL changed after dashscope was imported",
     "env.local-server-unreachable": "no local control plane answers",
-    "workspace.missing": "the workspace folder does not exist",
+    "workspace.missing": "the workspace folder does not exist (or is a file)",
 }
 
 
@@ -132,14 +150,19 @@ def check(
     """Run every rule over the workspace's config, data, functions and environment."""
     target = _target(target)
     ws = Path(workspace)
+    if ws.is_file() and ws.suffix in (".yaml", ".yml"):  # `opd check ws/config.yaml`: that config, its folder
+        ws, config = ws.parent, ws.name
     if not ws.is_dir():
+        is_file = ws.is_file()
         report = CheckReport(workspace=str(ws), target=target)
         report.add(
             "workspace.missing",
             "error",
             str(ws),
-            f"workspace folder {ws} does not exist",
-            "create one with `opd new` or pass the right folder",
+            f"{ws} is a file, not a workspace folder" if is_file else f"workspace folder {ws} does not exist",
+            f"pass the folder that holds config.yaml (e.g. {ws.parent}), or the config.yaml itself"
+            if is_file
+            else "create one with `opd new` or pass the right folder",
         )
         return report
     path = ws / config

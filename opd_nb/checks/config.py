@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
-from opd_nb.constants import DEFAULT_LOCAL_API
+from opd_nb.constants import DEFAULT_LOCAL_API, LOCAL_OUTPUT_PREFIX
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, closest
+from opd_nb.spec.models import other_vendor, size_b, size_class
 
 LR_START = 1e-6
 LR_FAR_ABOVE = 1e-5  # 10x the documented start
@@ -45,8 +46,8 @@ def check_config_with_data(ctx: CheckContext) -> None:
     batch, _ = ctx.hp_value("batch_size")
     epochs, _ = ctx.hp_value("n_epochs")
     eval_steps, eval_set = ctx.hp_value("eval_steps")
-    if not batch or not epochs or not eval_steps or batch <= 0 or ctx.train_rows == 0:
-        return
+    if not batch or not epochs or not eval_steps or batch <= 0 or ctx.train_rows <= batch:
+        return  # rows <= batch_size is data.too-few-rows: the platform refuses the file, no steps to count
     steps = math.ceil(ctx.train_rows / batch) * int(epochs)
     if eval_steps * 3 > steps:
         where = (
@@ -104,7 +105,8 @@ def _models(ctx: CheckContext) -> None:
     teacher = raw.get("teacher_model")
     training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
     rep = ctx.report
-    if not student:
+    not_a_mapping = model is not None and not isinstance(model, dict)  # already a config.schema error
+    if not student and not not_a_mapping:
         rep.add(
             "config.model-missing",
             "error",
@@ -147,6 +149,54 @@ def _models(ctx: CheckContext) -> None:
                 )
         else:
             _local_model(ctx, path, role, ident)
+    if isinstance(teacher, str) and teacher:
+        _teacher_choice(ctx, student if isinstance(student, str) else "", teacher)
+    if isinstance(student, str) and student:
+        _continued_training(ctx, student)
+
+
+def _teacher_choice(ctx: CheckContext, student: str, teacher: str) -> None:
+    """A teacher Bailian cannot serve, or one smaller than the student it should teach."""
+    where = ctx.where(("teacher_model",))
+    if other_vendor(teacher):
+        local = ctx.target == "local"
+        ctx.report.add(
+            "config.teacher-not-bailian",
+            "warning" if local else "error",
+            where,
+            f"teacher_model {teacher!r} is another vendor's API model: Bailian can only deploy its own "
+            "models as a teacher, and the job fails (the FAQ's teacher_model error)"
+            + ("; locally it only runs on the stand-in" if local else ""),
+            "use a Bailian model id larger than the student, e.g. qwen3.5-397b-a17b",
+        )
+        return
+    t_size, s_size = size_b(teacher), size_b(student)
+    if t_size is not None and s_size is not None and t_size < s_size:
+        ctx.report.add(
+            "config.teacher-smaller",
+            "warning",
+            where,
+            f"teacher_model {teacher!r} ({t_size:g}B) is smaller than the student {student!r} ({s_size:g}B): "
+            "the student is pulled towards a weaker model",
+            "pick a teacher larger than the student (the teacher should be the task's upper limit)",
+        )
+
+
+def _continued_training(ctx: CheckContext, student: str) -> None:
+    """`model` is an earlier job's output: the docs' rules for continuing (same base, lower rate)."""
+    if not (student.startswith(LOCAL_OUTPUT_PREFIX) or "checkpoint-" in student):
+        return
+    lr, _ = ctx.hp_value("learning_rate")
+    lower = f"{(lr or LR_START) / 2:.1e}"
+    ctx.report.add(
+        "config.continued-training",
+        "info",
+        ctx.where(("model", "name")),
+        f"model {student!r} continues an earlier job: keep the same base model (a checkpoint cannot "
+        f"continue on another base) and the learning rate is usually lowered"
+        + (f" (it is {lr:g})" if lr else ""),
+        f"set learning_rate: {lower} (half the last run's), and keep the same teacher and data format",
+    )
 
 
 def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str) -> None:
@@ -359,6 +409,7 @@ def _lengths(ctx: CheckContext) -> None:
             "context get no teacher score and trace/distillation/valid_token_rate drops below 1",
             f"set opd_teacher_max_model_len >= {int(max_len)} (raise opd_teacher_max_num_batched_tokens with it)",
         )
+    _teacher_limits(ctx, t_len, t_set)
     p_len, p_set = ctx.hp_value("max_prompt_length")
     if p_len and max_len and (p_set or l_set) and p_len >= max_len:
         rep.add(
@@ -368,6 +419,49 @@ def _lengths(ctx: CheckContext) -> None:
             f"max_prompt_length {int(p_len)} >= max_length {int(max_len)}: no room is left for the response",
             "keep max_prompt_length well below max_length",
         )
+
+
+def _teacher_limits(ctx: CheckContext, t_len: float | None, t_set: bool) -> None:
+    """The teacher's vLLM limits against each other and against the docs' preset for its size."""
+    rep = ctx.report
+    tokens, n_set = ctx.hp_value("opd_teacher_max_num_batched_tokens")
+    hp_path = ("training", "hyper_parameters")
+    if t_len and tokens and (t_set or n_set) and tokens < t_len:
+        rep.add(
+            "config.teacher-batched-tokens",
+            "warning",
+            ctx.where(
+                (*hp_path, "opd_teacher_max_num_batched_tokens" if n_set else "opd_teacher_max_model_len")
+            ),
+            f"opd_teacher_max_num_batched_tokens {int(tokens)} < opd_teacher_max_model_len {int(t_len)}: one "
+            "full-length sequence does not fit in one teacher batch (without chunked prefill vLLM refuses to start)",
+            f"set opd_teacher_max_num_batched_tokens >= {int(t_len)} (the docs raise both together)",
+        )
+    teacher = ctx.raw.get("teacher_model")
+    if not (isinstance(teacher, str) and size_class(teacher) == "large"):
+        return  # the small column is the table's default: only a large teacher has a preset to miss
+    for name in (
+        "opd_teacher_max_model_len",
+        "opd_teacher_max_num_batched_tokens",
+        "opd_teacher_gpu_memory_utilization",
+    ):
+        preset = PARAMS_BY_NAME[name].large
+        value, is_set = ctx.hp_value(name)
+        risky = value is not None and (value > preset if "memory" in name else value < preset)
+        if is_set and risky:
+            rep.add(
+                "config.teacher-preset",
+                "warning",
+                ctx.where((*hp_path, name)),
+                f"{name} {value:g} is {'above' if 'memory' in name else 'below'} the docs' preset {preset:g} for "
+                f"a >=30B teacher ({teacher}): "
+                + (
+                    "too little memory is left for its weights"
+                    if "memory" in name
+                    else "long sequences lose teacher scores"
+                ),
+                f"start from {name}: {preset:g} (the table's large column; `opd config --help`)",
+            )
 
 
 def _resources(ctx: CheckContext) -> None:
@@ -417,6 +511,7 @@ def _functions(ctx: CheckContext) -> None:
                 )
             else:
                 seen[name] = i
+        _runtime_sanity(ctx, i, f)
     rollouts = [i for i, f in enumerate(funcs) if f.get("type", "rollout") == "rollout"]
     if len(rollouts) > 1:
         rep.add(
@@ -426,6 +521,59 @@ def _functions(ctx: CheckContext) -> None:
             f"{len(rollouts)} rollout functions: the SDK registers (and uploads) all of them but submits only the "
             "first",
             "keep one rollout function",
+        )
+
+
+def _whole(value: Any) -> float | None:
+    num = as_number(value)
+    return None if num is None or isinstance(value, str) else num
+
+
+def _runtime_sanity(ctx: CheckContext, i: int, f: dict[str, Any]) -> None:
+    """Values the SDK passes on unchecked but that no function deployment can honour."""
+    rep = ctx.report
+    runtime = f.get("runtime") if isinstance(f.get("runtime"), dict) else {}
+    lo, hi, cap = (_whole(runtime.get(k)) for k in ("min_capacity", "max_capacity", "capacity"))
+    if lo is not None and hi is not None and lo > hi:
+        rep.add(
+            "config.runtime-capacity",
+            "error",
+            ctx.where(("functions", i, "runtime", "min_capacity")),
+            f"functions[{i}].runtime.min_capacity {lo:g} > max_capacity {hi:g}: no instance count satisfies both",
+            f"set min_capacity <= max_capacity (e.g. min_capacity: {hi:g})",
+        )
+    elif cap is not None and ((lo is not None and cap < lo) or (hi is not None and cap > hi)):
+        rep.add(
+            "config.runtime-capacity",
+            "warning",
+            ctx.where(("functions", i, "runtime", "capacity")),
+            f"functions[{i}].runtime.capacity {cap:g} is outside [min_capacity, max_capacity]",
+            "keep min_capacity <= capacity <= max_capacity",
+        )
+    for path, value, what in (
+        (
+            ("runtime", "concurrency"),
+            _whole(runtime.get("concurrency")),
+            "requests one instance handles at once",
+        ),
+        (("timeout",), _whole(f.get("timeout")), "seconds a call may take"),
+    ):
+        if value is not None and value <= 0:
+            rep.add(
+                "config.runtime-nonpositive",
+                "error",
+                ctx.where(("functions", i, *path)),
+                f"functions[{i}].{'.'.join(path)} is {value:g}: it is the {what}, so every call would fail or wait",
+                f"set {path[-1]} to a positive number (the docs: concurrency 20, timeout 120)",
+            )
+    weight = _whole(f.get("weight"))
+    if weight is not None and weight < 0:
+        rep.add(
+            "config.negative-weight",
+            "error",
+            ctx.where(("functions", i, "weight")),
+            f"functions[{i}].weight is {weight:g}: a negative weight rewards the answers your function scores low",
+            "use a positive weight (1.0 for a single reward; weights of several rewards are summed)",
         )
 
 
@@ -502,6 +650,17 @@ def _check_value(rep, ctx, section: str, key: str, value, spec, path, fix: str) 
     checked = as_number(value) if numeric_str else value
     if spec.type == "int" and numeric_str and checked is not None and float(checked).is_integer():
         checked = int(checked)
+    if spec.local_choices and checked in spec.local_choices:
+        if ctx.target != "local":
+            rep.add(
+                "config.bad-value",
+                "error",
+                ctx.where(path),
+                f"{key}: {checked!r} runs only on the local engine (opd serve); Bailian knows "
+                f"{', '.join(map(str, spec.choices or []))}",
+                f"use {spec.default!r} for the cloud, or check with --target local",
+            )
+        return
     problem = spec.problem(checked)
     if problem:
         rep.add("config.bad-value", "error", ctx.where(path), f"{key}: {problem}", fix)

@@ -174,7 +174,7 @@ def check_data(ctx: CheckContext) -> None:
     if any_train:
         ctx.train_rows = train_rows
         batch, b_set = ctx.hp_value("batch_size")
-        if batch and train_rows < batch:
+        if batch and train_rows <= batch:
             rep.add(
                 "data.too-few-rows",
                 "error",
@@ -183,10 +183,11 @@ def check_data(ctx: CheckContext) -> None:
                 else scans["training"][0][0]
                 if scans["training"]
                 else ctx.config_name,
-                f"{train_rows} training row(s) is fewer than batch_size {int(batch)}"
+                f"{train_rows} training row(s) is {'fewer than' if train_rows < batch else 'not more than'} "
+                f"batch_size {int(batch)}"
                 + ("" if b_set else " (default)")
-                + ": not even one full step",
-                f"add rows or set batch_size <= {max(1, train_rows)}",
+                + ": Bailian refuses a training file whose sample count is not greater than batch_size",
+                f"add rows (more than {int(batch)}) or set batch_size <= {max(1, train_rows - 1)}",
             )
     _overlap(rep, scans)
 

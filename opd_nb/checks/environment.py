@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from importlib import metadata
+from pathlib import Path
 from urllib.parse import urlparse
 
 from opd_nb.checks.context import CheckContext
@@ -12,6 +13,8 @@ from opd_nb.checks.context import CheckContext
 MIN_DASHSCOPE = (2, 0, 2)  # 1.27.5 silently drops teacher_model and submits plain RL
 CLOUD_BASE = "https://dashscope.aliyuncs.com/api/v1"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+_TRUE = ("true", "1", "yes")  # the SDK's FC_LAYER_USED test (constants.py:118)
+_FALSE = ("false", "0", "no")
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -35,12 +38,113 @@ def _dotenv_key(ctx: CheckContext) -> bool:
     return False
 
 
+def read_dotenv(path: Path) -> tuple[dict[str, str], list[int]]:
+    """(values, malformed line numbers) of a .env, parsed by the same rules as the workspace's submit_job.py."""
+    values: dict[str, str] = {}
+    bad: list[int] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return values, [1] if path.is_file() else []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key.replace("_", "").isalnum():
+            bad.append(number)
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        values[key] = value
+    return values, bad
+
+
+def _dotenv(ctx: CheckContext) -> dict[str, str]:
+    """The workspace's .env (what submit_job.py loads); a malformed line is a finding (its text is not shown)."""
+    path = ctx.workspace / ".env"
+    if not path.is_file():
+        return {}
+    values, bad = read_dotenv(path)
+    if bad:
+        ctx.report.add(
+            "env.dotenv-malformed",
+            "error",
+            f"{ctx.rel(path)}:{bad[0]}",
+            f"{len(bad)} line(s) of .env are not KEY=VALUE (lines {', '.join(map(str, bad[:5]))}); "
+            "submit_job.py refuses the file (the lines are not shown: they may hold a key)",
+            "write one KEY=VALUE per line (`export KEY=VALUE` and # comments are fine), e.g. DASHSCOPE_API_KEY=sk-...",
+        )
+    return values
+
+
+def _where_set(ctx: CheckContext, name: str) -> str:
+    """Where a variable comes from: the environment (its name), else the .env line that sets it."""
+    path = ctx.workspace / ".env"
+    if name in os.environ or not path.is_file():
+        return name
+    for number, raw in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        line = raw.strip().removeprefix("export ").lstrip()
+        if line.partition("=")[0].strip() == name:
+            return f"{ctx.rel(path)}:{number}"
+    return name
+
+
+def _function_runtime(ctx: CheckContext, dotenv: dict[str, str]) -> None:
+    """FC_PYPI_LIB and FC_LAYER_USED, which the SDK bakes into every registered function (start.sh)."""
+    from opd_nb.checks.function_code import exclude_patterns, excluded_by
+
+    zipdirs = list(
+        dict.fromkeys(  # one finding per folder, however many functions zip it
+            ctx.resolve(str((f.get("fcmodel") or {}).get("zipdir") or "./")).resolve()
+            for f in ctx.raw_functions()
+            if not f.get("entity_id") and isinstance(f.get("fcmodel") or {}, dict)
+        )
+    )
+    if not zipdirs:
+        return  # pure distillation (or every function reused): no function runtime is built
+    lib = os.environ.get("FC_PYPI_LIB", dotenv.get("FC_PYPI_LIB", "")).strip()
+    if lib and (lib.endswith(".whl") or "/" in lib or "\\" in lib):
+        rule, where = "env.fc-pypi-lib", _where_set(ctx, "FC_PYPI_LIB")
+        fix = "copy the wheel into the workspace (zipdir) and set FC_PYPI_LIB=./<wheel file name>"
+        if os.path.isabs(lib) or lib.startswith("~"):
+            msg = f"FC_PYPI_LIB is the absolute path {lib}: the function runtime resolves it remotely, where it does not exist"
+            ctx.report.add(rule, "error", where, msg, fix)
+            return
+        for zipdir in zipdirs:
+            wheel = zipdir / lib
+            if not wheel.is_file():
+                msg = f"FC_PYPI_LIB {lib} does not exist under zipdir {ctx.rel(zipdir) or '.'}: the runtime cannot install the SDK"
+                ctx.report.add(rule, "error", where, msg, fix)
+            elif excluded_by(os.path.relpath(wheel, zipdir).replace("\\", "/"), exclude_patterns()):
+                msg = f"FC_PYPI_LIB {lib} is left out of the function zip (FC_ZIP_EXCLUDE_PATTERNS), so it never reaches the runtime"
+                ctx.report.add(rule, "error", where, msg, "keep the wheel at the zipdir's root")
+    layer = os.environ.get("FC_LAYER_USED", dotenv.get("FC_LAYER_USED", "")).strip()
+    if layer and layer.lower() not in _TRUE + _FALSE:
+        ctx.report.add(
+            "env.fc-layer-used",
+            "warning",
+            _where_set(ctx, "FC_LAYER_USED"),
+            f"FC_LAYER_USED={layer!r} is neither true nor false: the SDK reads anything but true/1/yes as false, "
+            "so requirements.txt is installed at every cold start instead of once as a layer",
+            "set FC_LAYER_USED=true (the default: a layer from requirements.txt) or false",
+        )
+
+
 def is_loopback(url: str | None) -> bool:
     return bool(url) and (urlparse(url).hostname or "") in _LOOPBACK
 
 
 def check_environment(ctx: CheckContext) -> None:
     rep = ctx.report
+    dotenv = _dotenv(ctx)
+    if ctx.raw:
+        _function_runtime(ctx, dotenv)
     try:
         version = metadata.version("dashscope")
     except metadata.PackageNotFoundError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opd_nb.checks.context import CheckContext
+from opd_nb.checks.processor_contract import check_process
 
 DEFAULT_EXCLUDES = (
     ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
@@ -191,8 +192,8 @@ def analyse_class(path: Path, classname: str, zipdir: Path, kind: str, _depth: i
     wrong = None
     for b in cls.bases:
         name = _base_name(b)
-        if name is None:
-            continue
+        if name is None or (isinstance(b, ast.Name) and name == "object" and name not in imports):
+            continue  # `object` is no SDK processor: the class counts as having no base
         original = imports.get(name, ("", name))[1] if isinstance(b, ast.Name) else name
         if original in BASES.values() or original == "AbstractProcessor":
             if original == BASES[kind]:
@@ -349,13 +350,37 @@ def _locate_class(ctx: CheckContext, i: int, fc: dict, zipdir: Path) -> tuple[st
     return where, filepath, classname
 
 
+def _parse_reporting(ctx: CheckContext, file: Path) -> ast.Module | None:
+    """The function's module, or None after a finding with the line that does not parse."""
+    shown = ctx.rel(file)
+    try:
+        return ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except SyntaxError as exc:
+        ctx.report.add(
+            "functions.syntax-error",
+            "error",
+            f"{shown}:{exc.lineno or 1}",
+            f"{shown} does not parse: {exc.msg} (line {exc.lineno}, column {exc.offset}); the function server "
+            "cannot import it",
+            f"fix the syntax on that line (`python -m py_compile {shown}` shows it too)",
+        )
+    except (UnicodeDecodeError, OSError) as exc:
+        ctx.report.add(
+            "functions.syntax-error", "error", shown, f"{shown} cannot be read: {exc}", "save it as UTF-8"
+        )
+    return None
+
+
 def _class_shape(
     ctx: CheckContext, kind: str, zipdir: Path, where: str, filepath: str, classname: str
 ) -> None:
     rep = ctx.report
     file = zipdir / filepath
-    info = analyse_class(file, classname, zipdir, kind)
     shown = ctx.rel(file)
+    tree = _parse_reporting(ctx, file)
+    if tree is None:
+        return
+    info = analyse_class(file, classname, zipdir, kind)
     if info is None:
         rep.add(
             "functions.class-missing",
@@ -391,6 +416,9 @@ def _class_shape(
             f"{classname} defines no `process` method: the abstract method makes instantiation fail",
             f"add `async def process(self, input: ...)` returning the {kind} output",
         )
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == classname), None)
+    if cls is not None:
+        check_process(ctx, file, tree, cls, kind)
 
 
 def _requirements(ctx: CheckContext, i: int, fc: dict, zipdir: Path) -> None:

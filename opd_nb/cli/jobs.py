@@ -15,6 +15,7 @@ from opd_nb.cli.view_requests import WatchRequest
 from opd_nb.cli.watch import wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
+from opd_nb.health import best_checkpoint_line
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
@@ -61,23 +62,33 @@ def submit_cmd(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="register the functions again even if their code is unchanged")
     ] = False,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="change one config value for this submit only, e.g. training.hyper_parameters.learning_rate=2e-6 "
+            "(VALUE is JSON, else text; repeatable)",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="print the effective job (submit_job.py --dry-run) and send nothing"),
+    ] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="follow the job until it ends")] = False,
     as_json: JsonOpt = False,
 ) -> Any:
     """Submit the workspace's job through the dashscope SDK (registers functions, uploads data)."""
-    from opd_nb.client import submit
+    from opd_nb.client import dry_run as dry_run_job
+    from opd_nb.client import parse_sets, submit
 
     client = _client(local, cloud, workspace)
-    result = submit(
-        workspace,
-        client.target,
-        config=config,
-        job_name=job_name,
-        teacher_model=teacher_model,
-        model=model,
-        no_reward=no_reward,
-        fresh=fresh,
-    )
+    changes = parse_sets(sets or [])
+    overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
+    if dry_run:
+        plan = dry_run_job(workspace, client.target, config=config, sets=changes, fresh=fresh, **overrides)
+        return emit(plan, as_json=as_json)
+    result = submit(workspace, client.target, config=config, fresh=fresh, sets=changes, **overrides)
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
@@ -148,6 +159,8 @@ def watch_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_
         job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True))
     else:
         job = watch_terminal(client, job_id)
+    if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
+        typer.echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
     return emit(job, exit_code=_exit_code(job), as_json=as_json)
 
 

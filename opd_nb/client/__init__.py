@@ -13,7 +13,7 @@ from opd_nb.client.deploy_results import ChatReply, Deployment, DeploymentList
 from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPage
 from opd_nb.client.jobs import AsyncJobClient, JobClient
 from opd_nb.client.rollout_results import RolloutPage
-from opd_nb.client.submit import SubmitResult, submit
+from opd_nb.client.submit import DryRun, SubmitResult, dry_run, parse_sets, submit
 from opd_nb.client.target import Target, TargetInfo, resolve_target, use_target
 from opd_nb.constants import TERMINAL_STATUSES
 
@@ -32,7 +32,10 @@ __all__ = [
     "JobList",
     "LogPage",
     "RolloutPage",
+    "DryRun",
     "SubmitResult",
+    "dry_run",
+    "parse_sets",
     "submit",
     "Target",
     "TargetInfo",

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +72,122 @@ class SubmitResult(ResultMixin, BaseModel):
         )
 
 
+class DryRun(ResultMixin, BaseModel):
+    """What `opd submit --dry-run` prints: the workspace's submit_job.py --dry-run, nothing sent."""
+
+    workspace: str
+    target_kind: str
+    base_url: str
+    job: dict[str, Any]  # the effective job, as submit_job.py computes it (the key only as its source)
+
+    def to_payload(self) -> dict[str, Any]:
+        return self.job
+
+    def __str__(self) -> str:
+        head = f"dry run on {self.target_kind} {self.base_url}: nothing sent"
+        return head + "\n" + json.dumps(self.job, indent=2, ensure_ascii=False, default=str)
+
+    def _repr_html_(self) -> str:
+        body = html.escape(json.dumps(self.job, indent=2, ensure_ascii=False, default=str))
+        return (
+            f"<div>dry run on {html.escape(self.target_kind)} <code>{html.escape(self.base_url)}</code>: "
+            f"nothing sent<pre>{body}</pre></div>"
+        )
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` items as submit_job.py reads them: KEY a dotted path, VALUE JSON (else plain text)."""
+    sets: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise OpdError(
+                f"expected KEY=VALUE, got {item!r}",
+                where="--set",
+                fix="e.g. --set training.hyper_parameters.learning_rate=2e-6",
+            )
+        try:
+            sets[key] = json.loads(raw)
+        except ValueError:
+            sets[key] = raw
+    return sets
+
+
 def _script_flags(sets: Mapping[str, Any] | None, fresh: bool) -> list[str]:
     """submit_job.py's `--set KEY=JSON` (one per value) and `--fresh`."""
     flags = [arg for key, value in (sets or {}).items() for arg in ("--set", f"{key}={json.dumps(value)}")]
     return [*flags, "--fresh"] if fresh else flags
+
+
+def _prepare(
+    workspace: str | Path, target: Target | None, config: str, *, need_key: bool = True
+) -> tuple[Path, Target, dict[str, str]]:
+    """(workspace, target, the child's environment): the key travels only there."""
+    ws = Path(workspace).expanduser().resolve()
+    if not (ws / config).is_file():
+        raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
+    target = target or resolve_target(workspace=ws)
+    if need_key and target.api_key is None:
+        raise OpdError(
+            "no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env"
+        )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    env.update(target.env())
+    env["NO_PROXY"] = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
+    env.setdefault("LOG_LEVEL", "warning")
+    return ws, target, env
+
+
+def _script_command(
+    ws: Path, cfg: Path, target: Target, overrides: Mapping[str, Any], extra: Sequence[str]
+) -> list[str]:
+    """The workspace's submit_job.py with the target and the run() overrides as its flags."""
+    cmd = [sys.executable, str(ws / "submit_job.py"), "--config", str(cfg)]
+    if target.kind == "local":
+        cmd += ["--local", target.base_url]
+    for flag, key in (("--job-name", "job_name"), ("--teacher-model", "teacher_model"), ("--model", "model")):
+        if overrides.get(key):
+            cmd += [flag, str(overrides[key])]
+    if overrides.get("no_reward"):
+        cmd.append("--no-reward")
+    return [*cmd, *extra]
+
+
+def dry_run(
+    workspace: str | Path,
+    target: Target | None = None,
+    *,
+    config: str = "config.yaml",
+    sets: Mapping[str, Any] | None = None,
+    fresh: bool = False,
+    timeout_s: float = 120.0,
+    **overrides: Any,
+) -> DryRun:
+    """The effective job submit_job.py would send (its `--dry-run`), with the same flags as `submit`.
+
+    Nothing is sent, so no key is needed: the job shows whether one is set.
+    """
+    ws, target, env = _prepare(workspace, target, config, need_key=False)
+    if not (ws / "submit_job.py").is_file():
+        raise OpdError(
+            f"{ws} has no submit_job.py, which --dry-run needs",
+            fix="copy it from a new workspace (`opd new`)",
+        )
+    cmd = _script_command(ws, ws / config, target, overrides, ["--dry-run", *_script_flags(sets, fresh)])
+    try:
+        proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise OpdError(f"the dry run did not finish within {timeout_s:.0f}s") from None
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr or "").splitlines() if line.strip()]
+        message = lines[-1].removeprefix("error: ") if lines else f"exit {proc.returncode}"
+        raise OpdError(message, where=str(ws / config), exit_code=2 if proc.returncode == 2 else 1)
+    try:
+        job = json.loads(proc.stdout)
+    except ValueError:
+        raise OpdError("submit_job.py --dry-run printed no JSON", where=str(ws / "submit_job.py")) from None
+    return DryRun(workspace=str(ws), target_kind=target.kind, base_url=target.base_url, job=job)
 
 
 def submit(
@@ -96,31 +208,12 @@ def submit(
     `sets` (``{"training.hyper_parameters.learning_rate": 2e-6}``) changes config values for this
     submit only and `fresh` registers the functions again; both need the workspace's submit_job.py.
     """
-    ws = Path(workspace).expanduser().resolve()
+    ws, target, env = _prepare(workspace, target, config)
     cfg = ws / config
-    if not cfg.is_file():
-        raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
-    target = target or resolve_target(workspace=ws)
-    if target.api_key is None:
-        raise OpdError(
-            "no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env"
-        )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
-    env.update(target.env())
-    env["NO_PROXY"] = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
-    env.setdefault("LOG_LEVEL", "warning")
-    script = ws / "submit_job.py"
-    if script.is_file():
+    overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
+    if (ws / "submit_job.py").is_file():
         runner = "submit_job.py"
-        cmd = [sys.executable, str(script), "--config", str(cfg), "--json"]
-        if target.kind == "local":
-            cmd += ["--local", target.base_url]
-        for flag, value in (("--job-name", job_name), ("--teacher-model", teacher_model), ("--model", model)):
-            if value:
-                cmd += [flag, value]
-        if no_reward:
-            cmd.append("--no-reward")
-        cmd += _script_flags(sets, fresh)
+        cmd = _script_command(ws, cfg, target, overrides, ["--json", *_script_flags(sets, fresh)])
     else:
         if fresh or sets:
             raise OpdError(
@@ -128,14 +221,7 @@ def submit(
                 fix="copy submit_job.py from a new workspace (`opd new`)",
             )
         runner = "sdk"
-        args = {
-            "config": str(cfg),
-            "job_name": job_name,
-            "teacher_model": teacher_model,
-            "model": model,
-            "no_reward": no_reward,
-        }
-        cmd = [sys.executable, "-c", _RUNNER, json.dumps(args)]
+        cmd = [sys.executable, "-c", _RUNNER, json.dumps({"config": str(cfg), **overrides})]
     try:
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:

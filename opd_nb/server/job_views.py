@@ -14,6 +14,7 @@ def _file_ids(datasets: list[dict] | None) -> list[str]:
 def job_output(job: dict) -> dict:
     """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras."""
     req, meta = job["request"], job["meta"]
+    functions = meta.get("functions") or []
     out = {
         "job_id": job["job_id"],
         "job_name": job["job_name"],
@@ -35,6 +36,8 @@ def job_output(job: dict) -> dict:
         "group": "llm",
         "usage": None,
         "progress": job.get("progress"),
+        # Seed 002 reads `result.output.entity_id` after the first run (rw-/ro-): the first function's id.
+        "entity_id": next((f.get("entity_id") for f in functions if f.get("entity_id")), None),
         "local": {
             "substitutions": meta.get("substitutions", []),
             "student_path": meta.get("student_path"),
@@ -42,7 +45,7 @@ def job_output(job: dict) -> dict:
             "final_checkpoint": meta.get("final_checkpoint"),
             "functions": [  # the registered functions the job runs (a reused entity shows up here)
                 {"name": f.get("name"), "type": f.get("kind"), "entity_id": f.get("entity_id")}
-                for f in meta.get("functions") or []
+                for f in functions
             ],
         },
     }

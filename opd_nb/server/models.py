@@ -23,10 +23,10 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from opd_nb.constants import SUCCEEDED
+from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
 
-LOCAL_PREFIX = "opd-local/"
+LOCAL_PREFIX = LOCAL_OUTPUT_PREFIX
 STUDENT_ID = "local/tiny-student"
 TEACHER_ID = "local/tiny-teacher"
 _CLOUD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")

@@ -28,6 +28,7 @@ class ParamSpec(BaseModel):
     section: Section
     type: ParamType
     choices: list[Any] | None = None
+    local_choices: list[Any] | None = None  # extra values only the local engine accepts (checked per target)
     ge: float | None = None
     le: float | None = None
     default: Any = None
@@ -99,6 +100,7 @@ PARAMS: list[ParamSpec] = [
         "unused by pure distillation.",
         group="algorithm",
         choices=["gspo", "grpo"],
+        local_choices=["gkd"],  # the local engine's exact full-vocabulary reverse KL
         default="gspo",
         small="gspo",
         large="gspo",

@@ -332,6 +332,14 @@ def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
             "set `name:` to a short id such as my-opd-job",
             kind="name",
         )
+    if path == ("model",) and isinstance(err.get("input"), str):
+        name = err["input"]
+        return ConfigProblem(
+            path,
+            where,
+            f"`model` is the text {name!r}; the SDK expects a mapping with the model id under `name`",
+            f"write `model: {{name: {name}}}` (or `name: {name}` indented under `model:`)",
+        )
     msg = err.get("msg", "invalid value")
     return ConfigProblem(
         path,

@@ -48,6 +48,15 @@ START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WO
 STATE_NOTE = ("Functions registered by submit_job.py, reused while the code is unchanged. No secrets. "
               "Delete this file (or pass --fresh) to register again.")
 STALE_CODES = ("FunctionNotFound",)  # what a control plane answers for an entity id it does not know
+# The keys OPD knows under training.hyper_parameters / training.resources (opd-nb's table,
+# opd_nb.spec.hyperparams; a test keeps both equal). The service ignores any other key without a word,
+# so `--set` refuses one instead of submitting a typo.
+HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_type", "lr_warmup_steps", "n_epochs",
+                    "batch_size", "n_rollouts", "ppo_mini_batch_size", "max_length", "max_prompt_length",
+                    "eval_steps", "save_steps", "save_strategy", "save_total_limit", "opd_teacher_max_model_len",
+                    "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization")
+RESOURCES = ("charge_type", "mtu_spec_code", "mtu_capacity")
+MAPPINGS = ("model", "training", "training.hyper_parameters", "training.resources")  # never a plain value
 
 
 class UsageError(Exception):
@@ -158,18 +167,73 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return sets
 
 
+def check_set_key(key: str, value: Any) -> None:
+    """Refuse a `--set` the service would ignore (an unknown key) or the SDK cannot read (a mapping replaced)."""
+    import difflib
+
+    for section, known, other in (("training.hyper_parameters.", HYPER_PARAMETERS, RESOURCES),
+                                  ("training.resources.", RESOURCES, HYPER_PARAMETERS)):
+        if not key.startswith(section):
+            continue
+        name = key[len(section):]
+        if "." in name or name in known:
+            break
+        if name in other:
+            where = "training.resources" if section.startswith("training.hyper") else "training.hyper_parameters"
+            raise UsageError(f"--set {key}: `{name}` belongs under {where}, not {section[:-1]} "
+                             f"(write --set {where}.{name}=...)")
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean {section}{near[0]}?" if near else f"known keys: {', '.join(known)}"
+        raise UsageError(f"--set {key}: unknown key `{name}`; the service would ignore it without a word ({hint})")
+    if key in MAPPINGS and not isinstance(value, dict):
+        example = "model.name=qwen3.5-9b" if key == "model" else f"{key}.<key>=VALUE"
+        raise UsageError(f"--set {key}={json.dumps(value)}: `{key}` is a mapping in the config, not a single "
+                         f"value; set one key inside it, e.g. --set {example}")
+
+
 def apply_sets(data: dict, sets: dict[str, Any]) -> dict:
     """The YAML's data with each `--set` applied (missing mappings on the way are created)."""
     for key, value in sets.items():
+        check_set_key(key, value)
         node = data
         *parents, leaf = key.split(".")
-        for part in parents:
+        for i, part in enumerate(parents):
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise UsageError(f"--set {key}: `{part}` is not a mapping in the config")
+                path = ".".join(parents[: i + 1])
+                raise UsageError(f"--set {key}: `{path}` is {json.dumps(child)} in the config, not a mapping "
+                                 f"(set `{path}` itself, or fix it in the YAML)")
             node = child
+        if isinstance(node.get(leaf), dict) and not isinstance(value, dict):
+            raise UsageError(f"--set {key}={json.dumps(value)}: `{key}` is a mapping in the config "
+                             f"(keys: {', '.join(map(str, node[leaf]))}); set one key inside it, "
+                             f"e.g. --set {key}.{next(iter(node[leaf]), 'key')}=VALUE")
         node[leaf] = value
     return data
+
+
+def validation_text(exc: Exception) -> str:
+    """A pydantic error as `field: problem` items, each once (the SDK's union types repeat them)."""
+    cause: BaseException | None = exc
+    while cause is not None and not callable(getattr(cause, "errors", None)):
+        cause = cause.__cause__ or cause.__context__  # the SDK wraps pydantic's error in its own
+    errors = getattr(cause, "errors", None)
+    if not callable(errors):
+        return sdk_error(exc)
+    try:
+        items = errors()
+    except Exception:
+        return sdk_error(exc)
+    lines = []
+    for err in items:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if not str(p).startswith(("function-", "tagged-")))
+        got = json.dumps(err.get("input"), default=str)[:80]
+        line = f"{loc or 'config'}: {err.get('msg', 'invalid')} (got {got})"
+        if err.get("type") == "string_type" and isinstance(err.get("input"), int | float | bool):
+            line += f"; --set VALUE is JSON, so quote text: --set '{loc}=\"{got}\"'"
+        if line not in lines:
+            lines.append(line)
+    return "; ".join(lines) or sdk_error(exc)
 
 
 def load_tuning(config: Path, sets: dict[str, Any] | None = None) -> Any:
@@ -188,7 +252,8 @@ def load_tuning(config: Path, sets: dict[str, Any] | None = None) -> Any:
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"{config.name}: {sdk_error(exc)}") from None
+        detail = validation_text(exc) if sets else sdk_error(exc)
+        raise UsageError(f"{config.name}{' with --set' if sets else ''}: {detail}") from None
 
 
 def select_functions(tuning: Any, no_reward: bool) -> list | None:

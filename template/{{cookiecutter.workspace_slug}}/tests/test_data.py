@@ -11,8 +11,17 @@ import pytest
 WORKSPACE = Path(__file__).resolve().parents[1]
 
 
+def has_functions() -> bool:
+    """Pure distillation registers no function: rollout_extra is then a passed-through marker only."""
+    import yaml
+
+    config = yaml.safe_load((WORKSPACE / "config.yaml").read_text(encoding="utf-8")) or {}
+    return bool(config.get("functions"))
+
+
 @pytest.mark.parametrize("name", ["train.jsonl", "validation.jsonl"])
 def test_rows_have_the_opd_format(name: str) -> None:
+    needs_solution = has_functions()  # a reward (or rollout) reads rollout_extra.solution
     lines = (WORKSPACE / "data" / name).read_text(encoding="utf-8").splitlines()
     assert lines, f"data/{name} is empty"
     for number, line in enumerate(lines, start=1):
@@ -22,7 +31,9 @@ def test_rows_have_the_opd_format(name: str) -> None:
         assert roles[-1] == "user", f"{where}: the last message must be the user turn"
         assert set(roles) <= {"system", "user", "assistant"}, where
         assert all(isinstance(m["content"], str) and m["content"] for m in row["messages"]), where
-        assert str(row["rollout_extra"]["solution"]).strip(), f"{where}: rollout_extra.solution is empty"
+        if needs_solution:
+            solution = (row.get("rollout_extra") or {}).get("solution")
+            assert str(solution or "").strip(), f"{where}: rollout_extra.solution is empty"
 
 
 def test_validation_prompts_are_not_training_prompts() -> None:
@@ -35,6 +46,7 @@ def test_validation_prompts_are_not_training_prompts() -> None:
 
 def test_config_loads_with_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     from dashscope.finetune.reinforcement import TuningModel
+    from dashscope.finetune.reinforcement.common.utils import get_filepath_classname
 
     monkeypatch.chdir(WORKSPACE)  # the SDK resolves relative paths against the working directory
     tuning = TuningModel.load_from_yaml("config.yaml")
@@ -45,5 +57,9 @@ def test_config_loads_with_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     for dataset in tuning.datasets:
         assert os.path.isfile(dataset.file_name), dataset.file_name
     for function in tuning.functions:
-        path, _, cls = function.fcmodel.classpath.partition(":")
-        assert os.path.isfile(path) and f"class {cls}(" in Path(path).read_text(encoding="utf-8"), path
+        fcmodel = function.fcmodel
+        # The SDK's own parser: `functions.reward.reward.Class` and `functions/reward/reward.py:Class` alike.
+        path, cls = get_filepath_classname(fcmodel.classpath or f"{fcmodel.filepath}:{fcmodel.classname}")
+        path = os.path.join(fcmodel.zipdir or ".", path)
+        assert os.path.isfile(path), f"{fcmodel.classpath}: {path} does not exist"
+        assert f"class {cls}(" in Path(path).read_text(encoding="utf-8"), f"{fcmodel.classpath}: no class {cls}"
