@@ -30,6 +30,7 @@ def test_load_jsonl_validates(tmp_path):
     assert err.value.where == f"{path}:4" and "'bot'" in err.value.message
 
 
+@pytest.mark.slow
 def test_rows_from_dicts_dataframe_and_dataset():
     records = [{"question": "321", "answer": "123", "id": 7}, {"question": "90", "answer": "09", "id": 8}]
     rows = data.to_rows(

@@ -253,6 +253,7 @@ def _client_ports(log: Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_reward_calls_keep_their_connections_and_run_beside_the_engine(tmp_path, code_dir):
     """One caller per job: the second step's calls reuse the first step's connections, submit returns
     while the calls are under way, and a broken reward still fails on the trainer's thread."""

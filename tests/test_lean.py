@@ -221,6 +221,7 @@ print(json.dumps({{"rows": ev.rows, "log": ev.text}}))
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_training_job_is_the_same_with_the_lean_forward_and_with_transformers(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -137,6 +137,7 @@ def test_unknown_subcommand_and_bad_quoting(ip, capsys) -> None:
     assert_usage_error(*run(ip, "%opd use nowhere", capsys), "unknown target 'nowhere'")
 
 
+@pytest.mark.slow
 def test_test_runs_workspace_tests_and_returns_report(ip, capsys, workspace) -> None:
     result, printed = run(ip, f"%opd test {workspace}", capsys)
     report = result.result
@@ -146,6 +147,7 @@ def test_test_runs_workspace_tests_and_returns_report(ip, capsys, workspace) -> 
     assert "test_hit_scores_one" in html and "passed" in html
 
 
+@pytest.mark.slow
 def test_test_shows_assertion_text_of_a_failure(ip, capsys, workspace, tmp_path) -> None:
     broken = tmp_path / "ws"
     broken.mkdir()
@@ -160,6 +162,7 @@ def test_test_shows_assertion_text_of_a_failure(ip, capsys, workspace, tmp_path)
     assert "sum is off" in report._repr_html_()
 
 
+@pytest.mark.slow
 def test_test_table_keeps_long_parametrised_names_on_a_narrow_terminal(tmp_path) -> None:
     from rich.console import Console
 
@@ -254,6 +257,7 @@ def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
     assert_usage_error(*run(ip, f"%opd form {workspace / 'nope'}", capsys), "not found")
 
 
+@pytest.mark.slow
 def test_json_flag_and_exit_code_in_cli_parity(tmp_path) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_y.py").write_text(
