@@ -9,10 +9,12 @@ can only hide breakage.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -29,8 +31,33 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opd-tests-cache-")
 
 
+# The longest files, longest first (from `--durations`): two workers take files in collection order, so
+# starting these first keeps one of them from finishing alone on a long file at the end.
+LONGEST_FIRST = (
+    "tests/test_demo.py",
+    "notebooks/01_pure_distillation.ipynb",
+    "notebooks/02_reward.ipynb",
+    "notebooks/03_agentic.ipynb",
+    "tests/test_server_reliability.py",
+    "tests/test_agentic_workspace.py",
+    "tests/test_browser.py",
+    "tests/test_sdk_jobs.py",
+    "tests/test_watch_cli.py",
+    "tests/test_binder.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    try:
+        return LONGEST_FIRST.index(item.path.relative_to(REPO).as_posix())
+    except ValueError:
+        return len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too."""
+    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too. The longest files
+    go first (a stable sort: every file's tests, a notebook's cells above all, keep their order)."""
+    items.sort(key=_file_rank)
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.notebook)
@@ -69,6 +96,78 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield handle
     finally:
         handle.stop()
+
+
+# How a workspace's own code submits through the unmodified SDK (`AgenticRL().run()`, argv[1]: a model).
+SDK_SUBMIT = r"""
+import asyncio, sys
+from dashscope.finetune.agentic_rl import AgenticRL
+kw = {"model": sys.argv[1]} if len(sys.argv) > 1 else {}
+res = asyncio.run(AgenticRL().init(config_path="config.yaml").run(**kw))
+assert res.status_code == 200, (res.status_code, res.code, res.message)
+print("JOB", res.output.job_id, res.output.status, res.output.training_type)
+"""
+MARKUP_PROMPT = "[b]31[/b]"  # a validation prompt in rich markup: a terminal view must print it as text
+SHARED_VAL_ROWS = 16  # the reward job's template validation rows; the markup row comes after them
+
+
+@dataclass(frozen=True)
+class FinishedJob:
+    """A template workspace and the job the SDK ran from it on the session's `opd serve`, to the end."""
+
+    workspace: Path
+    job: object  # opd_nb.client.Job
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id  # type: ignore[attr-defined]
+
+
+def _shared_workspace(mode: str, root: Path) -> Path:
+    """The tiny template job of `mode`; the reward job evaluates after every step on 16 rows + a markup row."""
+    if mode != "reward":
+        return tiny_workspace(mode, root / mode)
+    ws = tiny_workspace(mode, root / mode, val_rows=SHARED_VAL_ROWS, eval_steps=1)
+    row = {
+        "messages": [
+            {"role": "system", "content": "Sort the digits."},
+            {"role": "user", "content": MARKUP_PROMPT},
+        ],
+        "rollout_extra": {"solution": "13"},
+    }
+    with (ws / "data" / "validation.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    return ws
+
+
+@pytest.fixture(scope="session")
+def finished_job(
+    local_server: object, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], FinishedJob]:
+    """`finished_job(mode)`: one finished job per mode (pure-distill, reward, agentic) for the session.
+
+    Trained once, on first use, by the workspace's SDK call, and shared by every test that only reads a
+    finished job (SDK calls, rollouts, eval, checkpoints, client parity). A test that changes a job, or
+    watches one run, submits its own."""
+    from opd_nb.client import JobClient, resolve_target
+
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))  # type: ignore[attr-defined]
+    root = tmp_path_factory.mktemp("shared-jobs")
+    done: dict[str, FinishedJob] = {}
+
+    def get(mode: str) -> FinishedJob:
+        if mode not in done:
+            ws = _shared_workspace(mode, root)
+            proc = run_sdk(local_server, SDK_SUBMIT, ws)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            job_id = next(ln for ln in proc.stdout.splitlines() if ln.startswith("JOB ")).split()[1]
+            job = wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=400)
+            tail = "\n".join(client.logs(job_id, lines=10000).lines[-30:])
+            assert job.status == "SUCCEEDED", f"shared {mode} job {job_id}: {job.message}\n{tail}"
+            done[mode] = FinishedJob(ws, job)
+        return done[mode]
+
+    return get
 
 
 @pytest.fixture()

@@ -406,14 +406,14 @@ def _submit_tiny_job(api: httpx.Client) -> str:
 
 
 @pytest.fixture(scope="module")
-def finished_jobs(local) -> dict[str, str]:
-    """One shared finished job, plus one per client for the calls that change a job."""
+def finished_jobs(local, finished_job) -> dict[str, str]:
+    """The session's finished reward job (read only), plus one per client for the calls that change a job."""
     with httpx.Client(base_url=local.base_url, headers={"Authorization": "Bearer test"}, timeout=60) as api:
-        ids = {"shared": _submit_tiny_job(api), "sync": _submit_tiny_job(api), "async": _submit_tiny_job(api)}
+        ids = {"sync": _submit_tiny_job(api), "async": _submit_tiny_job(api)}
     client = JobClient(local)
     for job_id in ids.values():
         assert wait_status(client, job_id, set(TERMINAL_STATUSES), timeout=300).status == "SUCCEEDED"
-    return ids
+    return {"shared": finished_job("reward").job_id, **ids}
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """`opd eval`: a finished job's trained model against its base, through the chat API, scored with the
 workspace's own reward in a function server; pure distillation by exact match; the cloud's guard.
 
-The trained model is a real job on the session's `opd serve`, deployed as on Bailian (a fine-tuned
+The trained model is the session's shared reward job on `opd serve` (see conftest), deployed as on Bailian (a fine-tuned
 output answers only once deployed); the base is the job's cloud model id, which answers directly.
 The eval must agree with the job's own validation curve (step 0 is the base, the last step the
 trained model); that the trained model ends above its base on the demo task is checked by
@@ -17,16 +17,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_workspace, wait_status
+from conftest import SHARED_VAL_ROWS, tiny_workspace
 from pydantic import SecretStr
 
-from opd_nb.client import JobClient, Target, submit
+from opd_nb.client import JobClient, Target
 from opd_nb.constants import REWARD_MEAN
 
 pytestmark = pytest.mark.slow
 
 BASE = "qwen3.5-9b"  # the template's student: what the job trained from (the bundled tiny student)
-VAL_ROWS = 16
+VAL_ROWS = SHARED_VAL_ROWS + 1  # the shared reward job validates on the template rows and a markup row
 
 
 def _opd(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -41,16 +41,12 @@ def client(local_server):
 
 
 @pytest.fixture(scope="module")
-def trained(client, tmp_path_factory):
-    """(workspace, finished job, the job's output deployed): a short job on the demo task."""
-    ws = tiny_workspace("reward", tmp_path_factory.mktemp("eval") / "ws", val_rows=VAL_ROWS)
-    job = wait_status(
-        client, submit(ws, client.target).job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=600
-    )
-    assert job.status == "SUCCEEDED", client.logs(job.job_id, lines=10000).lines[-20:]
-    name = client.deploy(job.finetuned_output, suffix="eval").deployed_model
+def trained(client, finished_job):
+    """(workspace, finished job, the job's output deployed): the session's reward job on the demo task."""
+    shared = finished_job("reward")
+    name = client.deploy(shared.job.finetuned_output, suffix="eval").deployed_model
     client.wait_deployed(name, poll_s=0.2, timeout_s=300)
-    yield ws, job, name
+    yield shared.workspace, shared.job, name
     client.undeploy(name)
 
 

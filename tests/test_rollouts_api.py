@@ -1,7 +1,8 @@
 """`GET /fine-tunes/{id}/rollouts`, `JobClient.rollouts` and `opd rollouts`, against a real `opd serve`.
 
-One tiny reward job (two steps, an evaluation after each) whose validation file has a prompt
-written in rich markup, so that the terminal view must print it as text.
+The session's finished reward job (see conftest: two steps, an evaluation after each) whose
+validation file ends with a prompt written in rich markup, so that the terminal view must print it
+as text.
 """
 
 from __future__ import annotations
@@ -13,35 +14,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_workspace, wait_status
+from conftest import MARKUP_PROMPT, SHARED_VAL_ROWS
 from pydantic import SecretStr
 
 from opd_nb.client import JobClient, RolloutPage, Target
-from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.errors import OpdError
 
-MARKUP_PROMPT = "[b]31[/b]"  # rich would eat the tags if it read them as markup
+VAL_N = SHARED_VAL_ROWS + 1  # every validation answer is recorded: the template's rows and the markup row
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def done_job(local_server, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    ws = tiny_workspace("reward", tmp_path_factory.mktemp("ro") / "sorter", val_rows=3, eval_steps=1)
-    row = {
-        "messages": [
-            {"role": "system", "content": "Sort the digits."},
-            {"role": "user", "content": MARKUP_PROMPT},
-        ],
-        "rollout_extra": {"solution": "13"},
-    }
-    with (ws / "data" / "validation.jsonl").open("a") as f:
-        f.write(json.dumps(row) + "\n")
-    from opd_nb.client import resolve_target, submit
-
-    job_id = submit(ws, resolve_target("local", base_url=local_server.api_base)).job_id
-    client = JobClient(Target(kind="local", base_url=local_server.api_base, api_key=SecretStr("test")))
-    assert wait_status(client, job_id, set(TERMINAL_STATUSES), timeout=300).status == SUCCEEDED
-    return job_id, ws
+def done_job(finished_job) -> tuple[str, Path]:
+    """The session's finished reward job: two steps, an evaluation before and after each."""
+    shared = finished_job("reward")
+    return shared.job_id, shared.workspace
 
 
 def test_endpoint_serves_the_latest_step_and_any_other(api, done_job) -> None:
@@ -63,7 +50,7 @@ def test_endpoint_serves_the_latest_step_and_any_other(api, done_job) -> None:
     first = api.get(f"/fine-tunes/{job_id}/rollouts", params={"step": 0, "kind": "validation"}).json()[
         "output"
     ]
-    assert first["step"] == 0 and first["steps"] == [0, 1, 2] and len(first["rollouts"]) == 4
+    assert first["step"] == 0 and first["steps"] == [0, 1, 2] and len(first["rollouts"]) == VAL_N
     assert {r["kind"] for r in first["rollouts"]} == {"validation"}
     train = api.get(f"/fine-tunes/{job_id}/rollouts", params={"kind": "train", "limit": 3}).json()["output"]
     assert train["step"] == 2 and train["steps"] == [1, 2] and len(train["rollouts"]) == 3
@@ -92,7 +79,7 @@ def test_client_reads_a_typed_page_and_none_on_the_cloud(local_server, done_job)
     local = Target(kind="local", base_url=local_server.api_base, api_key=SecretStr("test"))
     page = JobClient(local).rollouts(job_id, step=1, kind="validation")
     assert isinstance(page, RolloutPage) and page.step == 1 and page.kind == "validation"
-    assert page.steps_by_kind["train"] == [1, 2] and len(page.rollouts) == 4
+    assert page.steps_by_kind["train"] == [1, 2] and len(page.rollouts) == VAL_N
     assert page.summaries()[-1]["prompt"] == MARKUP_PROMPT
     assert json.loads(page.to_json()).keys() == {"job_id", "step", "kind", "steps", "rollouts"}
     with pytest.raises(OpdError) as bad:
@@ -116,12 +103,12 @@ def test_cli_json_and_terminal(local_server, done_job) -> None:
     proc = _opd("rollouts", job_id, "--local", url, "--step", "0", "--kind", "validation", "--json", cwd=ws)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["job_id"] == job_id and out["step"] == 0 and len(out["rollouts"]) == 4
+    assert out["job_id"] == job_id and out["step"] == 0 and len(out["rollouts"]) == VAL_N
     assert all(r["kind"] == "validation" for r in out["rollouts"])
 
     proc = _opd("rollouts", job_id, "--local", url, "--step", "0", "--kind", "validation", cwd=ws)
     assert proc.returncode == 0, proc.stderr
-    assert f"{job_id} step 0 (validation): 4 sample(s)" in proc.stdout
+    assert f"{job_id} step 0 (validation): {VAL_N} sample(s)" in proc.stdout
     assert MARKUP_PROMPT in proc.stdout  # printed as text, never read as markup
     for rec in out["rollouts"]:
         assert rec["completion"] in proc.stdout

@@ -13,18 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sdk, sdk_env, tiny_workspace, wait_status
+from conftest import SDK_SUBMIT, run_sdk, sdk_env, tiny_workspace, wait_status
 
 pytestmark = pytest.mark.slow
-
-SUBMIT = r"""
-import asyncio, sys
-from dashscope.finetune.agentic_rl import AgenticRL
-kw = {"model": sys.argv[1]} if len(sys.argv) > 1 else {}
-res = asyncio.run(AgenticRL().init(config_path="config.yaml").run(**kw))
-assert res.status_code == 200, (res.status_code, res.code, res.message)
-print("JOB", res.output.job_id, res.output.status, res.output.training_type)
-"""
 
 
 def _job_id(proc: subprocess.CompletedProcess) -> str:
@@ -46,18 +37,9 @@ def client(local_server):
 
 
 @pytest.fixture(scope="module")
-def finished_jobs(local_server, client, tmp_path_factory):
-    """Pure-distill, reward and agentic workspaces from the template, each run by `AgenticRL().run()`."""
-    root = tmp_path_factory.mktemp("sdk-ws")
-    ids = {}
-    for mode in ("pure-distill", "reward", "agentic"):
-        ws = tiny_workspace(mode, root / mode)
-        ids[mode] = _job_id(run_sdk(local_server, SUBMIT, ws))
-    jobs = {
-        mode: wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=400)
-        for mode, job_id in ids.items()
-    }
-    return jobs
+def finished_jobs(finished_job):
+    """The session's pure-distill, reward and agentic template jobs, each run by `AgenticRL().run()`."""
+    return {mode: finished_job(mode).job for mode in ("pure-distill", "reward", "agentic")}
 
 
 def test_three_workspaces_train_to_succeeded(finished_jobs, client):
@@ -143,7 +125,7 @@ def test_v2_client_stream_events_and_continue_training(local_server, finished_jo
     """A new job continues from a published checkpoint; v2 `rl.jobs` and `FineTunes.stream_events` follow it."""
     parent = finished_jobs["pure-distill"]
     ws = tiny_workspace("pure-distill", tmp_path / "cont", train_rows=8)
-    job_id = _job_id(run_sdk(local_server, SUBMIT, ws, parent.finetuned_output, timeout=120))
+    job_id = _job_id(run_sdk(local_server, SDK_SUBMIT, ws, parent.finetuned_output, timeout=120))
     code = r"""
 import json, os, sys
 import dashscope

@@ -217,12 +217,9 @@ def test_playground_broken_processor_is_a_message(pg_ws: Path) -> None:
 
 # ----------------------------------------------------------------------------- monitor on real jobs
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    import opd_nb.server
-
-    handle = opd_nb.server.start(data_dir=tmp_path_factory.mktemp("server"))
-    yield handle
-    handle.stop()
+def server(local_server):
+    """The session's control plane: the monitor tests submit their own jobs and only read them."""
+    return local_server
 
 
 def _client(server, kind: str = "local"):
