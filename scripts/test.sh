@@ -19,7 +19,10 @@ fi
 "$VENV/bin/lint-imports"
 # Two workers, each file on one (its module fixtures and a notebook's cells stay together): a tiny
 # training job keeps about one core busy, so two files at once use both (measured in issue 22's note).
-PYTEST=("$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 -n 2 --dist loadfile)
+# Files go out in collection order (conftest puts the longest first), not by their number of tests.
+# One thread per torch process: two jobs at once with two OpenMP threads each spin against each other.
+export OMP_NUM_THREADS=1
+PYTEST=("$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 -n 2 --dist loadfile --no-loadscope-reorder)
 if [ "$FAST" = 1 ]; then
   "${PYTEST[@]}" tests -m "not slow" "$@"
 else

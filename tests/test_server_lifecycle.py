@@ -144,3 +144,17 @@ def test_a_data_dir_has_one_owner_that_start_background_reuses(cache: Path, tmp_
         assert isinstance(again, StartLaunched), again
     finally:
         stop_background()
+
+
+def test_the_worker_takes_its_torch_threads_from_opd_then_openmp(monkeypatch) -> None:
+    from opd_nb.server.worker import torch_threads
+
+    monkeypatch.delenv("OPD_TORCH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert torch_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two jobs at once on two cores: one thread each
+    assert torch_threads() == 1
+    monkeypatch.setenv("OPD_TORCH_THREADS", "3")
+    assert torch_threads() == 3
+    monkeypatch.setenv("OPD_TORCH_THREADS", "lots")  # not a number: the next source decides
+    assert torch_threads() == 1
