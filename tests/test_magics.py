@@ -314,30 +314,28 @@ def test_new_check_config_and_serve_lifecycle(ip, capsys, isolated_cache) -> Non
 
 
 @pytest.mark.slow
-def test_submit_returns_a_live_monitor_then_logs_and_jobs(ip, capsys, isolated_cache) -> None:
+def test_submit_returns_a_live_monitor_then_logs_and_jobs(ip, capsys, isolated_cache, local_server) -> None:
     from conftest import tiny_workspace
-
-    import opd_nb.server
 
     workspace = tiny_workspace("reward", isolated_cache / "job")
 
-    with opd_nb.server.start(data_dir=isolated_cache / "srv") as server:
-        run(ip, f"%opd use local --base-url {server.api_base}", capsys)
-        result, printed = run(ip, f"%opd submit {workspace}", capsys)
-        monitor = result.result
-        assert type(monitor).__name__ == "JobMonitor", printed
-        assert "Traceback" not in printed
-        job_id = monitor.job_ids[0]
-        monitor.wait(timeout_s=240)
-        assert monitor.state["jobs"][job_id]["status"] == "SUCCEEDED"
-        again = run(ip, f"%opd watch {job_id}", capsys)[0].result
-        assert again.wait(timeout_s=30).state["jobs"][job_id]["status"] == "SUCCEEDED"
-        logs = run(ip, f"%opd logs {job_id}", capsys)[0].result
-        assert logs.lines
-        listed = run(ip, "%opd jobs", capsys)[0].result
-        assert job_id in {j.job_id for j in listed.jobs}
-        cancel = run(ip, f"%opd cancel {job_id}", capsys)[
-            0
-        ]  # already finished: a message or the job, no traceback
-        assert "Traceback" not in capsys.readouterr().err
-        assert cancel.success or isinstance(cancel.error_in_exec, UsageError)
+    server = local_server  # the session's control plane; the test reads only its own job
+    run(ip, f"%opd use local --base-url {server.api_base}", capsys)
+    result, printed = run(ip, f"%opd submit {workspace}", capsys)
+    monitor = result.result
+    assert type(monitor).__name__ == "JobMonitor", printed
+    assert "Traceback" not in printed
+    job_id = monitor.job_ids[0]
+    monitor.wait(timeout_s=240)
+    assert monitor.state["jobs"][job_id]["status"] == "SUCCEEDED"
+    again = run(ip, f"%opd watch {job_id}", capsys)[0].result
+    assert again.wait(timeout_s=30).state["jobs"][job_id]["status"] == "SUCCEEDED"
+    logs = run(ip, f"%opd logs {job_id}", capsys)[0].result
+    assert logs.lines
+    listed = run(ip, "%opd jobs", capsys)[0].result
+    assert job_id in {j.job_id for j in listed.jobs}
+    cancel = run(ip, f"%opd cancel {job_id}", capsys)[
+        0
+    ]  # already finished: a message or the job, no traceback
+    assert "Traceback" not in capsys.readouterr().err
+    assert cancel.success or isinstance(cancel.error_in_exec, UsageError)
