@@ -31,33 +31,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opd-tests-cache-")
 
 
-# The longest files, longest first (from `--durations`): two workers take files in collection order, so
-# starting these first keeps one of them from finishing alone on a long file at the end.
-LONGEST_FIRST = (
-    "tests/test_demo.py",
-    "notebooks/01_pure_distillation.ipynb",
-    "notebooks/02_reward.ipynb",
-    "notebooks/03_agentic.ipynb",
-    "tests/test_server_reliability.py",
-    "tests/test_agentic_workspace.py",
-    "tests/test_browser.py",
-    "tests/test_sdk_jobs.py",
-    "tests/test_watch_cli.py",
-    "tests/test_binder.py",
-)
-
-
-def _file_rank(item: pytest.Item) -> int:
-    try:
-        return LONGEST_FIRST.index(item.path.relative_to(REPO).as_posix())
-    except ValueError:
-        return len(LONGEST_FIRST)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too. The longest files
-    go first (a stable sort: every file's tests, a notebook's cells above all, keep their order)."""
-    items.sort(key=_file_rank)
+    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.notebook)
