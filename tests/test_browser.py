@@ -67,17 +67,19 @@ def _write_settings(settings: Path) -> None:
 
 
 @pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian packages chromium and chromium-driver")
-def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
+def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
     from conftest import tiny_workspace
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
+    import opd_nb.server
+
     ARTIFACTS.mkdir(exist_ok=True)
     root = tmp_path / "nb"
     root.mkdir()
     tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=4)  # ~8 steps: several plot updates
-    server = local_server  # the session's control plane: the kernel in JupyterLab submits to it
+    server = opd_nb.server.start(data_dir=tmp_path / "server")
     (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", server.api_base)))
     settings = tmp_path / "lab-settings"
     _write_settings(settings)
@@ -279,3 +281,4 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
         except subprocess.TimeoutExpired:
             lab.kill()
         lab_log.close()
+        server.stop()
