@@ -79,6 +79,7 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
     root = tmp_path / "nb"
     root.mkdir()
     tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=4)  # ~8 steps: several plot updates
+    # A server of its own: on the session's server the config form once timed out in CI (cause not found).
     server = opd_nb.server.start(data_dir=tmp_path / "server")
     (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", server.api_base)))
     settings = tmp_path / "lab-settings"
