@@ -23,8 +23,8 @@ if [ "$FAST" = 1 ]; then
   OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 -n 2 --dist loadfile \
     tests -m "not slow" "$@"
 else
-  # The full run is serial: two workers took 1,072 s against about 1,100-1,300 s serial, and under that
-  # contention the agentic job learnt less (validation reward 0.44 at the end, against 0.75-0.88 alone).
+  # The full run is serial although two workers were faster (1,072 s of tests against 1,706 s): under
+  # their contention the agentic job learnt less (validation reward 0.44 at the end, 0.75-0.88 alone).
   "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 \
     tests notebooks --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg "$@"
 fi
