@@ -376,6 +376,24 @@ def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
     assert any(has_eos and len(ids) > 3 for ids, has_eos in shared)  # real completions, not empty ones
 
 
+def test_a_seeded_request_samples_the_same_tokens_whatever_shares_its_batch(tmp_path):
+    """Agentic serving batches whichever requests arrive together; with a seed per request, what a
+    request samples does not depend on that (so machine load cannot change a job's rollouts)."""
+    from opd_nb.engine.trainer import ListEvents, _Run
+
+    train, val = task_files(tmp_path, 32, 32)
+    r = _Run(make_job(tmp_path, train, val), ListEvents(), lambda: False)
+    prompts = [row.prompt_ids for row in r.val_rows[:4]]
+    kw = {"temperature": 2.5, "top_p": 0.95, "max_new": 16}  # hot: the tiny student is sure of itself
+    batched = r.generate_ids(prompts, seeds=[11, 12, 13, 14], **kw)
+    alone = [r.generate_ids([p], seeds=[s], **kw)[0] for p, s in zip(prompts, [11, 12, 13, 14], strict=True)]
+    reordered = r.generate_ids(prompts[::-1], seeds=[14, 13, 12, 11], **kw)[::-1]
+    assert batched == alone == reordered
+    other = r.generate_ids(prompts, seeds=[21, 22, 23, 24], **kw)
+    assert other != batched  # the seed is what decides: other streams sample other tokens
+    assert len({tuple(ids) for ids, _ in batched + other}) > 2  # sampled, not greedy
+
+
 def test_allocator_tuning_applies_once_and_can_be_turned_off():
     """The engine keeps freed blocks in the heap (glibc mallopt); OPD_ENGINE_MALLOC=0 opts out."""
     import os

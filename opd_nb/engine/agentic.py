@@ -5,6 +5,8 @@ For each step the engine serves the student at ``http://127.0.0.1:PORT/v1/chat/c
 ``model_resource = {model_name, base_url, api_key}``, where ``api_key`` is a fresh per-rollout
 token. Requests are generated in batched ``generate`` calls on the engine's own thread (torch stays
 on one thread); a request waits up to ``BATCH_WAIT_S`` for the other rollouts in flight to ask.
+Each request samples from a random stream keyed by the job's seed, the round, the call and the turn,
+so which requests happened to share a batch (timing, machine load) does not change what is sampled.
 Every completion's token ids are recorded under the rollout's token, so training uses exactly the ids
 the student sampled; the trained tokens are the assistant turns of the trajectory the rollout
 function returns. Rollout records
@@ -15,6 +17,7 @@ which were trained on.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import queue
@@ -87,6 +90,12 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
         )
     content = _TOOL_CALL.sub("", text).strip() if calls else text
     return content, calls
+
+
+def _stream_seed(call_key: str, turn: int) -> int:
+    """The seed of a call's `turn`-th generation request: a stable 63-bit hash (not Python's salted one)."""
+    digest = hashlib.blake2b(f"{call_key}|{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 def _agent_output(status: int, data: bytes) -> tuple[dict | None, str | None]:
@@ -235,6 +244,7 @@ class Agentic:
         self._conns = KeptConnections(ep.url)
         self._lock = threading.Lock()
         self._in_flight = 0  # rollout calls under way (counted by the pool's threads, read by the pump)
+        self._call_seeds: dict[str, str] = {}  # rollout token -> the key of its calls' random streams
         run.log(
             f"agentic mode: student served at {self.server.base_url} for the rollout function "
             f"{run.job.rollout.name!r} ({run.job.rollout.url})"
@@ -251,12 +261,18 @@ class Agentic:
         for r in batch:
             by.setdefault((r.temperature, r.top_p), []).append(r)
         for (temp, top_p), reqs in by.items():
+            turns: dict[str, int] = {}
+            seeds = []
+            for r in reqs:  # a rollout's n-th request draws from the n-th stream of its call
+                turns[r.token] = turns.get(r.token, len(self.records.get(r.token, []))) + 1
+                seeds.append(_stream_seed(self._call_seeds.get(r.token, r.token), turns[r.token]))
             try:
                 outs = self.run.generate_ids(
                     [r.prompt_ids for r in reqs],
                     temperature=temp,
                     top_p=top_p,
                     max_new=max(r.max_tokens for r in reqs),
+                    seeds=seeds,
                 )
             except Exception as exc:  # noqa: BLE001 - report to the caller instead of hanging it
                 for r in reqs:
@@ -348,6 +364,8 @@ class Agentic:
                 )
         self.server.tokens.update(tokens)
         self.records, self.offered = {}, {}
+        # what a call samples depends on the job's seed, the round and the call, not on timing
+        self._call_seeds = {tok: f"{job.seed}|{where}|{i}" for i, tok in enumerate(tokens)}
         done = threading.Event()
         results: list = []
         errors: list[BaseException] = []

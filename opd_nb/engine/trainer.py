@@ -235,10 +235,12 @@ class _Run:
         top_p: float,
         max_new: int,
         lps: list | None = None,
+        seeds: list[int] | None = None,
     ):
         """One batched generate call (KV cache) -> (sequences [B, P+C], prompt attention [B, P], P, eos mask).
 
         `lps` (greedy only): filled with each decode step's log-prob of the chosen token, [B] per step.
+        `seeds`: a random stream per row (:meth:`generate_ids`) instead of the job's global one.
         """
         torch = self.torch
         pad = self.tok.pad_token_id
@@ -252,9 +254,9 @@ class _Run:
         greedy = temperature <= 0
         was_training = self.student.training
         self.student.eval()
-        out = self._sample(
-            ids, att, max(1, min(max_new, self.max_total - P)), temperature, top_p, greedy, lps
-        )
+        n_new = max(1, min(max_new, self.max_total - P))
+        draws = None if greedy or seeds is None else _row_draws(torch, seeds, n_new, ids.device)
+        out = self._sample(ids, att, n_new, temperature, top_p, greedy, lps, draws)
         if was_training:
             self.student.train()
         comp = out[:, P:]
@@ -264,10 +266,13 @@ class _Run:
         before = (is_eos.cumsum(-1) - is_eos.long()) == 0  # tokens up to and including the first EOS
         return out, att, P, before, is_eos.any(-1)
 
-    def _sample(self, ids, att, max_new: int, temperature: float, top_p: float, greedy: bool, lps=None):
+    def _sample(
+        self, ids, att, max_new: int, temperature: float, top_p: float, greedy: bool, lps=None, draws=None
+    ):
         """A lean decode loop (KV cache, one forward per token, stops when every row has ended).
 
         Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
+        `draws` ([B, max_new] uniforms): decode step t samples with column t instead of the global RNG.
         """
         from transformers import DynamicCache
 
@@ -277,6 +282,7 @@ class _Run:
         pad = self.tok.pad_token_id
         eos = torch.tensor(self.eos_ids, device=ids.device)
         B = ids.shape[0]
+        t = iter(range(max_new))
 
         def pick(logits):
             if greedy and lps is not None:  # the chosen token's log-prob comes with the argmax
@@ -293,7 +299,12 @@ class _Run:
             # inverse-CDF draw: the same distribution as torch.multinomial at a sixth of its cost here;
             # a token of probability 0 is never drawn (its CDF step is empty)
             cdf = probs.cumsum(-1)
-            u = torch.rand((probs.shape[0], 1), device=probs.device) * cdf[:, -1:]
+            u = (
+                torch.rand((probs.shape[0], 1), device=probs.device)
+                if draws is None
+                else draws[:, next(t), None]
+            )
+            u = u * cdf[:, -1:]
             return (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
 
         # the prompts' common prefix (system prompt, template) runs once
@@ -339,11 +350,21 @@ class _Run:
         return torch.cat([ids, torch.stack(toks, 1)], dim=1).clone()
 
     def generate_ids(
-        self, prompt_ids: list[list[int]], *, temperature: float, top_p: float, max_new: int
+        self,
+        prompt_ids: list[list[int]],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new: int,
+        seeds: list[int] | None = None,
     ) -> list[tuple[list[int], bool]]:
-        """Completion ids (incl. EOS when produced) and whether EOS was produced, per prompt."""
+        """Completion ids (incl. EOS when produced) and whether EOS was produced, per prompt.
+
+        `seeds` (one per prompt): each row draws from a stream of its own, so what a request samples does
+        not depend on which other requests shared its batch.
+        """
         out, _, P, before, has_eos = self._generate(
-            prompt_ids, temperature=temperature, top_p=top_p, max_new=max_new
+            prompt_ids, temperature=temperature, top_p=top_p, max_new=max_new, seeds=seeds
         )
         lens = before.sum(-1).tolist()
         return [(out[j, P : P + lens[j]].tolist(), bool(has_eos[j])) for j in range(len(prompt_ids))]
@@ -980,3 +1001,8 @@ def run(
     except EngineError as exc:
         events.log(f"job failed: {exc}", "ERROR")
         raise
+
+
+def _row_draws(torch, seeds: list[int], n: int, device):
+    """[len(seeds), n] uniforms, row j from a generator seeded with ``seeds[j]``."""
+    return torch.stack([torch.rand(n, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
