@@ -26,6 +26,17 @@ TargetOpt = Annotated[
 ]
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
+YesOpt = Annotated[bool, typer.Option("--yes", help="start a paid job on Bailian (needed with --cloud)")]
+SmokeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--smoke",
+        metavar="[N]",
+        min=0,
+        help="a small first run: N sampled training rows (default: two steps' worth), one epoch, "
+        "a few validation rows, job name +-smoke; data/ is not edited",
+    ),
+]
 
 
 def _client(local: str | None, cloud: bool, workspace: Path | None = None) -> Any:
@@ -76,9 +87,18 @@ def submit_cmd(
         typer.Option("--dry-run", help="print the effective job (submit_job.py --dry-run) and send nothing"),
     ] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="follow the job until it ends")] = False,
+    yes: YesOpt = False,
+    no_check: Annotated[
+        bool,
+        typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit"),
+    ] = False,
+    smoke: SmokeOpt = None,
     as_json: JsonOpt = False,
 ) -> Any:
-    """Submit the workspace's job through the dashscope SDK (registers functions, uploads data)."""
+    """Check, then submit the workspace's job through the dashscope SDK (registers functions, uploads data).
+
+    On Bailian (--cloud) a job is billed: without --yes one line says what would start and nothing is sent.
+    """
     from opd_nb.client import dry_run as dry_run_job
     from opd_nb.client import parse_sets, submit
 
@@ -86,9 +106,21 @@ def submit_cmd(
     changes = parse_sets(sets or [])
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
     if dry_run:
-        plan = dry_run_job(workspace, client.target, config=config, sets=changes, fresh=fresh, **overrides)
+        plan = dry_run_job(
+            workspace, client.target, config=config, sets=changes, fresh=fresh, smoke=smoke, **overrides
+        )
         return emit(plan, as_json=as_json)
-    result = submit(workspace, client.target, config=config, fresh=fresh, sets=changes, **overrides)
+    result = submit(
+        workspace,
+        client.target,
+        config=config,
+        fresh=fresh,
+        sets=changes,
+        yes=yes,
+        no_check=no_check,
+        smoke=smoke,
+        **overrides,
+    )
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
