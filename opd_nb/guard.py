@@ -70,5 +70,5 @@ class Guard:
         self.step = (rows[-1].get("step") if rows else None) or (job.progress or {}).get("step")
         self.client.cancel(self.job_id)
         line = f"guard: cancelled {self.job_id} at step {self.step}: rule {alert.rule}: {alert.message}"
-        log.warning(line)
+        log.info(line)
         return line

@@ -95,7 +95,7 @@ class Notifier:
                 return None
             problem = f"HTTP {reply.status_code}"
         line = f"notify: the post to {masked(url)} failed ({problem})"
-        log.warning(line)
+        log.info(line)
         return line
 
     def alert(self, job_id: str, alert: Any) -> str | None:

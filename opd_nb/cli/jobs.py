@@ -12,7 +12,7 @@ from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
 from opd_nb.cli._output import emit, in_magic
 from opd_nb.cli.view_requests import WatchRequest
-from opd_nb.cli.watch import Hooks, wait_reporting_alerts, watch_terminal
+from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
 from opd_nb.health import GuardThresholds, best_checkpoint_line
@@ -250,7 +250,8 @@ def watch_cmd(
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(job_id,), target=client.target)
     if as_json:
-        job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True), hooks)
+        poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
+        job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True), hooks, poll_s)
     else:
         job = watch_terminal(client, job_id, hooks)
     if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
