@@ -554,7 +554,7 @@ def start_line(job: dict) -> str:
 def preflight(config: Path, no_check: bool) -> None:
     """opd-nb's preflight rules for the cloud, when opd-nb is importable; an error refuses the submit."""
     if no_check:
-        print("note: preflight skipped (--no-check)", file=sys.stderr)
+        print("note: no preflight rules run by this script (--no-check)", file=sys.stderr)
         return
     try:
         from opd_nb.checks import check
