@@ -223,17 +223,10 @@ def estimate(
         shape["n_epochs"] = 1
         rows = smoke_rows(shape["batch_size"], smoke, rows) if rows is not None else smoke or None
         val_rows = min(val_rows, SMOKE_VALIDATION_ROWS) if val_rows is not None else None
-    per_step = shape["batch_size"] * shape["n_rollouts"]
-    steps = training_steps(rows, shape["batch_size"], shape["n_epochs"]) if rows else None
-    passes = (
-        None if steps is None else steps // shape["eval_steps"] + (1 if steps % shape["eval_steps"] else 0)
-    )
-    eval_samples = None if passes is None or val_rows is None else passes * val_rows
-    samples = None if steps is None else steps * per_step + (eval_samples or 0)
-    rewards = len(cfg.functions_of("reward", "group_reward"))
     charge, spec, units = _resources(cfg.training.resources or {})
     unit_price = price_from_env(price)
     per_hour = unit_price * units if unit_price is not None and units is not None else None
+    rewards = len(cfg.functions_of("reward", "group_reward"))
     return Estimate(
         workspace=str(ws),
         job_name=(job_name or cfg.name) + (SMOKE_SUFFIX if smoke is not None else ""),
@@ -248,18 +241,7 @@ def estimate(
         eval_steps=shape["eval_steps"],
         max_length=shape["max_length"],
         teacher_max_model_len=shape["opd_teacher_max_model_len"],
-        steps_per_epoch=None if steps is None else steps // shape["n_epochs"],
-        steps=steps,
-        rollouts_per_step=per_step,
-        rollouts=None if steps is None else steps * per_step,
-        eval_passes=passes,
-        eval_samples=eval_samples,
-        generated_tokens_max=None if samples is None else samples * shape["max_length"],
-        teacher_tokens_max=None
-        if samples is None or not cfg.teacher_model
-        else samples * min(shape["max_length"], shape["opd_teacher_max_model_len"]),
-        reward_functions=rewards,
-        reward_calls=None if samples is None else samples * rewards,
+        **_counts(shape, rows, val_rows, rewards, bool(cfg.teacher_model)),
         charge_type=charge,
         mtu_spec_code=spec,
         mtu_capacity=units,
@@ -268,3 +250,29 @@ def estimate(
         money_per_hour=per_hour,
         minimum_charge=per_hour,
     )
+
+
+def _counts(
+    shape: dict[str, int], rows: int | None, val_rows: int | None, rewards: int, teacher: bool
+) -> dict[str, Any]:
+    """Steps, rollouts, evaluations, token bounds and reward calls (None where the rows are unknown)."""
+    per_step = shape["batch_size"] * shape["n_rollouts"]
+    steps = training_steps(rows, shape["batch_size"], shape["n_epochs"]) if rows else None
+    passes = (
+        None if steps is None else math.ceil(steps / shape["eval_steps"])
+    )  # every eval_steps, and the last
+    eval_samples = None if passes is None or val_rows is None else passes * val_rows
+    samples = None if steps is None else steps * per_step + (eval_samples or 0)
+    window = min(shape["max_length"], shape["opd_teacher_max_model_len"])
+    return {
+        "steps_per_epoch": None if steps is None else steps // shape["n_epochs"],
+        "steps": steps,
+        "rollouts_per_step": per_step,
+        "rollouts": None if steps is None else steps * per_step,
+        "eval_passes": passes,
+        "eval_samples": eval_samples,
+        "generated_tokens_max": None if samples is None else samples * shape["max_length"],
+        "teacher_tokens_max": None if samples is None or not teacher else samples * window,
+        "reward_functions": rewards,
+        "reward_calls": None if samples is None else samples * rewards,
+    }

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from opd_nb.estimate import billed_hours
-
 
 def _parse(stamp: Any) -> float | None:
     """Seconds since the epoch of a job timestamp (local time when it carries no zone)."""
@@ -49,6 +47,8 @@ class Meter:
         elapsed = self.elapsed_s(job, now)
         if elapsed is None:
             return f"meter: {job.job_id} has no start time yet; nothing billed"
+        from opd_nb.estimate import billed_hours  # the one billing rule (imports the spec: not at load)
+
         hours = billed_hours(elapsed)
         text = (
             f"meter: {int(elapsed // 3600)}h {int(elapsed % 3600 // 60):02d}m elapsed, {hours} billed hour(s)"

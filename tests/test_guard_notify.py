@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -39,8 +40,8 @@ class Loopback:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                box.posts.append((self.path, json.loads(body)))
-                self._reply(200, {"ok": True})
+                box.posts.append((self.path, json.loads(body) if body else {}))
+                self._reply(200, {"request_id": "r", "output": {"status": "success"}})
 
             def do_GET(self) -> None:
                 box.gets.append(self.path)
@@ -207,3 +208,43 @@ def test_a_detached_watcher_outlives_its_parent_and_stops(tmp_path):
         assert not record.exists()
     finally:
         plane.server.shutdown()
+
+
+def test_without_metrics_the_guard_reads_the_log_and_says_what_it_cannot_see():
+    """Bailian (a stand-in): no metrics API, so the guard acts on error lines in the log."""
+    from pydantic import SecretStr
+
+    from opd_nb.client import JobClient, Target
+    from opd_nb.guard import UNSEEN_WITHOUT_METRICS, Guard
+
+    job = {"job_id": "ft-202612020000-beef", "status": "RUNNING", "hyper_parameters": {}}
+    logs = "step 1 ok\n2026-12-02 06:00:01 ERROR reward function timed out for 64 samples\n"
+    path = f"/api/v1/fine-tunes/{job['job_id']}"
+    plane = Loopback({path: {"request_id": "r", "output": job}, f"{path}/logs": {"output": {"logs": logs}}})
+    try:
+        client = JobClient(Target(kind="cloud", base_url=f"{plane.url}/api/v1", api_key=SecretStr("sk-x")))
+        guard = Guard(client, job["job_id"])
+        seen = client.get(job["job_id"])
+        lines = guard.poll(seen, client.metrics(job["job_id"]))  # metrics: None, never asked on the cloud
+        assert all(rule in lines[0] for rule in UNSEEN_WITHOUT_METRICS)
+        assert lines[1].startswith(f"guard: cancelled {job['job_id']}") and "rule log_error" in lines[1]
+        assert "reward function timed out" in lines[1]
+        assert [p for p, _ in plane.posts] == [f"{path}/cancel"]
+        assert guard.poll(seen, None) == [] and len(plane.posts) == 1  # once
+    finally:
+        plane.server.shutdown()
+
+
+def test_the_meter_counts_started_hours():
+    from types import SimpleNamespace
+
+    from opd_nb.meter import Meter
+
+    job = SimpleNamespace(job_id="ft-1", status="CANCELED", create_time="2026-12-02 06:00:00",
+                          end_time="2026-12-02 07:00:01", raw={})  # fmt: skip
+    line = Meter(paid=True, units=24, price=2.0).line(job)
+    assert "1h 00m elapsed, 2 billed hour(s) x 24 units = 48 unit-hours, 96.00 at 2 per unit-hour" in line
+    running = SimpleNamespace(job_id="ft-2", status="RUNNING", create_time="2026-12-02 06:00:00", end_time=None,
+                              raw={"start_time": "2026-12-02 06:30:00"})  # fmt: skip
+    now = datetime(2026, 12, 2, 6, 40).timestamp()
+    assert "0h 10m elapsed, 1 billed hour(s)" in Meter(paid=True).line(running, now=now)

@@ -28,6 +28,43 @@ TargetOpt = Annotated[
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 YesOpt = Annotated[bool, typer.Option("--yes", help="start a paid job on Bailian (needed with --cloud)")]
+# `opd watch`'s guard, notify and meter options (defaults: opd_nb.health.GuardThresholds).
+GuardOpt = Annotated[bool, typer.Option("--guard", help="cancel the job when an error health rule fires")]
+VtrStepsOpt = Annotated[
+    int, typer.Option("--guard-valid-token-steps", min=1, help="valid_token_rate < 1 for K steps")
+]
+RewardFailuresOpt = Annotated[
+    float, typer.Option("--guard-reward-failures", min=0.0, max=1.0, help="reward failure rate at or above")
+]
+LossFactorOpt = Annotated[
+    float, typer.Option("--guard-loss-factor", min=1.0, help="|loss| above this x max(|first loss|, 1)")
+]
+ZeroVarianceOpt = Annotated[
+    int,
+    typer.Option("--guard-zero-variance-evals", min=1, help="every group zero-variance for N evaluations"),
+]
+NotifyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify",
+        metavar="URL",
+        envvar=NOTIFY_URL_VAR,
+        show_envvar=False,
+        help="post each alert and the final status to this webhook (never printed)",
+    ),
+]
+NotifyFormatOpt = Annotated[
+    str | None,
+    typer.Option("--notify-format", help="dingtalk|feishu|wecom|slack|json (default: from the URL)"),
+]
+PriceOpt = Annotated[
+    float | None,
+    typer.Option("--price", help="money per unit-hour for the meter (or $OPD_PRICE_PER_UNIT_HOUR)"),
+]
+NoCheckOpt = Annotated[
+    bool, typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit")
+]
+
 SmokeOpt = Annotated[
     int | None,
     typer.Option(
@@ -89,10 +126,7 @@ def submit_cmd(
     ] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="follow the job until it ends")] = False,
     yes: YesOpt = False,
-    no_check: Annotated[
-        bool,
-        typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit"),
-    ] = False,
+    no_check: NoCheckOpt = False,
     smoke: SmokeOpt = None,
     as_json: JsonOpt = False,
 ) -> Any:
@@ -106,22 +140,10 @@ def submit_cmd(
     client = _client(local, cloud, workspace)
     changes = parse_sets(sets or [])
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
+    common = {"config": config, "sets": changes, "fresh": fresh, "smoke": smoke, **overrides}
     if dry_run:
-        plan = dry_run_job(
-            workspace, client.target, config=config, sets=changes, fresh=fresh, smoke=smoke, **overrides
-        )
-        return emit(plan, as_json=as_json)
-    result = submit(
-        workspace,
-        client.target,
-        config=config,
-        fresh=fresh,
-        sets=changes,
-        yes=yes,
-        no_check=no_check,
-        smoke=smoke,
-        **overrides,
-    )
+        return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
+    result = submit(workspace, client.target, yes=yes, no_check=no_check, **common)
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
@@ -187,43 +209,14 @@ def watch_cmd(
     job_id: Annotated[str | None, typer.Argument(help="the job (not needed with --list)")] = None,
     local: TargetOpt = None,
     cloud: CloudOpt = False,
-    guard: Annotated[
-        bool, typer.Option("--guard", help="cancel the job when an error health rule fires")
-    ] = False,
-    vtr_steps: Annotated[
-        int, typer.Option("--guard-valid-token-steps", min=1, help="valid_token_rate < 1 for K steps")
-    ] = GuardThresholds.valid_token_steps,
-    reward_failures: Annotated[
-        float,
-        typer.Option("--guard-reward-failures", min=0.0, max=1.0, help="reward failure rate at or above"),
-    ] = GuardThresholds.reward_failure_rate,
-    loss_factor: Annotated[
-        float, typer.Option("--guard-loss-factor", min=1.0, help="|loss| above this x max(|first loss|, 1)")
-    ] = GuardThresholds.loss_divergence,
-    zero_variance_evals: Annotated[
-        int,
-        typer.Option(
-            "--guard-zero-variance-evals", min=1, help="every group zero-variance for N evaluations"
-        ),
-    ] = GuardThresholds.zero_variance_evals,
-    notify: Annotated[
-        str | None,
-        typer.Option(
-            "--notify",
-            metavar="URL",
-            envvar=NOTIFY_URL_VAR,
-            show_envvar=False,
-            help="post each alert and the final status to this webhook (never printed)",
-        ),
-    ] = None,
-    notify_format: Annotated[
-        str | None,
-        typer.Option("--notify-format", help="dingtalk|feishu|wecom|slack|json (default: from the URL)"),
-    ] = None,
-    price: Annotated[
-        float | None,
-        typer.Option("--price", help="money per unit-hour for the meter (or $OPD_PRICE_PER_UNIT_HOUR)"),
-    ] = None,
+    guard: GuardOpt = False,
+    vtr_steps: VtrStepsOpt = GuardThresholds.valid_token_steps,
+    reward_failures: RewardFailuresOpt = GuardThresholds.reward_failure_rate,
+    loss_factor: LossFactorOpt = GuardThresholds.loss_divergence,
+    zero_variance_evals: ZeroVarianceOpt = GuardThresholds.zero_variance_evals,
+    notify: NotifyOpt = None,
+    notify_format: NotifyFormatOpt = None,
+    price: PriceOpt = None,
     detach: Annotated[bool, typer.Option("--detach", help="keep watching in a background process")] = False,
     list_: Annotated[bool, typer.Option("--list", help="list the detached watchers")] = False,
     stop: Annotated[bool, typer.Option("--stop", help="stop the detached watcher of JOB")] = False,

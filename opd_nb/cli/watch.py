@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.constants import (
     ENTROPY,
@@ -28,10 +28,12 @@ from opd_nb.constants import (
     VALIDATION_ACCURACY,
     ZERO_VARIANCE_GROUPS,
 )
-from opd_nb.guard import Guard
 from opd_nb.health import AlertTracker, HealthAlert, eval_steps_of, job_alerts
-from opd_nb.meter import Meter
-from opd_nb.notify import Notifier
+
+if TYPE_CHECKING:
+    from opd_nb.guard import Guard
+    from opd_nb.meter import Meter
+    from opd_nb.notify import Notifier
 
 SHOWN_METRICS = (
     LOSS,

@@ -22,9 +22,7 @@ from pydantic import BaseModel
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
 from opd_nb.errors import OpdError
-from opd_nb.estimate import estimate
 from opd_nb.results import ResultMixin
-from opd_nb.spend import gate, is_paid, require_consent
 
 _RUNNER = r"""
 import asyncio, json, os, sys
@@ -142,6 +140,9 @@ def _before_start(
 
     submit_job.py gets `--no-check` and `--yes` for what was decided here, so it does neither twice.
     """
+    from opd_nb.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
+    from opd_nb.spend import gate, is_paid, require_consent
+
     notes: list[str] = []
     if how["no_check"]:
         notes.append("preflight skipped (--no-check)")
@@ -234,6 +235,30 @@ def dry_run(
     return DryRun(workspace=str(ws), target_kind=target.kind, base_url=target.base_url, job=job)
 
 
+def _runner_output(proc: subprocess.CompletedProcess) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """(job id, functions, stderr tail) from the runner's last JSON line; a failed run is an OpdError."""
+    tail = (proc.stderr or "").splitlines()[-15:]
+    job_id, functions = None, []
+    for line in reversed((proc.stdout or "").splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            job_id = data.get("job_id")
+            functions = data.get("functions") or []
+            if not job_id and data.get("message"):
+                tail.append(f"service: [{data.get('code')}] {data.get('message')}")
+            break
+    if proc.returncode != 0 or not job_id:
+        detail = "\n".join(line for line in tail if line.strip()) or (proc.stdout or "").strip()[-500:]
+        raise OpdError(
+            f"submission failed (exit {proc.returncode}):\n{detail}",
+            exit_code=2 if proc.returncode == 2 else 1,
+        )
+    return job_id, functions, tail
+
+
 def submit(
     workspace: str | Path,
     target: Target | None = None,
@@ -281,25 +306,7 @@ def submit(
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
-    tail = (proc.stderr or "").splitlines()[-15:]
-    job_id, functions = None, []
-    for line in reversed((proc.stdout or "").splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            job_id = data.get("job_id")
-            functions = data.get("functions") or []
-            if not job_id and data.get("message"):
-                tail.append(f"service: [{data.get('code')}] {data.get('message')}")
-            break
-    if proc.returncode != 0 or not job_id:
-        detail = "\n".join(line for line in tail if line.strip()) or (proc.stdout or "").strip()[-500:]
-        raise OpdError(
-            f"submission failed (exit {proc.returncode}):\n{detail}",
-            exit_code=2 if proc.returncode == 2 else 1,
-        )
+    job_id, functions, tail = _runner_output(proc)
     job = JobClient(target).get(job_id)
     return SubmitResult(
         job_id=job_id,
