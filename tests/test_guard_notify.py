@@ -248,3 +248,15 @@ def test_the_meter_counts_started_hours():
                               raw={"start_time": "2026-12-02 06:30:00"})  # fmt: skip
     now = datetime(2026, 12, 2, 6, 40).timestamp()
     assert "0h 10m elapsed, 1 billed hour(s)" in Meter(paid=True).line(running, now=now)
+
+
+def test_the_monitor_meters_a_job_only_where_metrics_are_missing():
+    from opd_nb.client.job_results import Job
+    from opd_nb.notebook.job_state import JobState, meter_line
+
+    st = JobState("ft-1")
+    st.job = Job(job_id="ft-1", status="RUNNING", create_time="2026-12-02 06:00:00")
+    st.metrics_available = True  # `opd serve`: free
+    assert meter_line(st) is None
+    st.metrics_available = False  # Bailian: no metrics API, billed by the hour
+    assert "billed hour(s)" in meter_line(st)
