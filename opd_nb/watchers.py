@@ -9,6 +9,7 @@ environment only.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -46,12 +47,18 @@ class Watcher(ResultMixin, BaseModel):
         extra = f" ({', '.join(self.options)})" if self.options else ""
         return f"{self.job_id}: pid {self.pid}, {state} since {self.started}{extra}; log {self.log}"
 
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(str(self))}</pre>"
+
 
 class WatcherList(ResultMixin, BaseModel):
     watchers: list[Watcher] = []
 
     def __str__(self) -> str:
         return "\n".join(map(str, self.watchers)) or "no detached watchers"
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(str(self))}</pre>"
 
 
 def _alive(pid: int) -> bool:

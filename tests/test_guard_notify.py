@@ -144,7 +144,7 @@ def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
 
     k = 2
     # Prompts take 22-27 tokens: a 28-token teacher window cuts nearly every answer, on every step.
-    ws = tiny_workspace("reward", tmp_path / "cut", n_epochs=4, opd_teacher_max_model_len=28)  # 8 steps
+    ws = tiny_workspace("pure-distill", tmp_path / "cut", n_epochs=4, opd_teacher_max_model_len=28)  # 8 steps
     client = JobClient(resolve_target("local", base_url=local_server.api_base))
     job_id = submit(ws, client.target, no_check=True).job_id  # the gate would refuse the planted 28
     slack = f"{receiver.url}/slack/{SECRET}"
@@ -260,3 +260,16 @@ def test_the_monitor_meters_a_job_only_where_metrics_are_missing():
     assert meter_line(st) is None
     st.metrics_available = False  # Bailian: no metrics API, billed by the hour
     assert "billed hour(s)" in meter_line(st)
+
+
+def test_in_a_notebook_guard_and_notify_ask_for_detach():
+    from opd_nb.cli import invoke
+    from opd_nb.errors import OpdError
+
+    with pytest.raises(OpdError, match="--detach"):
+        invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--guard"])
+    with pytest.raises(OpdError) as bad:  # the URL is checked before anything starts, and never echoed
+        invoke(
+            ["watch", "ft-1", "--local", "http://127.0.0.1:9", "--notify", f"ftp://x/{SECRET}", "--detach"]
+        )
+    assert "not an http(s) URL" in str(bad.value) and SECRET not in str(bad.value)

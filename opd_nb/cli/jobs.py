@@ -148,7 +148,7 @@ def submit_cmd(
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
         typer.echo(str(result))
-        job = watch_terminal(client, result.job_id)
+        job = watch_terminal(client, result.job_id, _hooks(client, result.job_id, None, None, None, None))
         return emit(job, exit_code=_exit_code(job))
     return emit(result, as_json=as_json)
 
@@ -240,7 +240,11 @@ def watch_cmd(
     hooks = _hooks(client, job_id, thresholds if guard else None, notify, notify_format, price)
     if detach:
         return emit(_detach(client, job_id, hooks, notify), as_json=as_json)
-    if in_magic():  # the notebook opens the job monitor on it
+    if in_magic():  # the notebook opens the job monitor on it; guard and notify run in a watcher of their own
+        if hooks.guard is not None or hooks.notifier is not None:
+            raise OpdError(
+                "in a notebook, --guard and --notify run in a background watcher", fix="add --detach"
+            )
         return WatchRequest(job_ids=(job_id,), target=client.target)
     if as_json:
         poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
