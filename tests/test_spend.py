@@ -234,3 +234,6 @@ def test_the_template_keeps_the_smoke_sizes_of_the_estimate():
         SMOKE_VALIDATION_ROWS,
         SMOKE_SUFFIX,
     )
+    from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+
+    assert module.DEFAULTS == {name: PARAMS_BY_NAME[name].default for name in module.DEFAULTS}

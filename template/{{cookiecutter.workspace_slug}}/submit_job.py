@@ -71,6 +71,7 @@ SMOKE_VALIDATION_ROWS = 4
 SMOKE_SUFFIX = "-smoke"
 SMOKE_SEED = 0
 SMOKE_DIR = "smoke"  # under STATE_DIR
+DEFAULTS = {"batch_size": 128, "n_epochs": 1, "n_rollouts": 8}  # the service's, when the config leaves them out
 
 
 class UsageError(Exception):
@@ -514,7 +515,7 @@ def sample_file(source: Path, n: int, dest: Path) -> int:
 def apply_smoke(tuning: Any, args: argparse.Namespace, workspace: Path) -> None:
     """Point the job at sampled copies of its files, one epoch, name +-smoke; data/ itself is never touched."""
     hp = dict(tuning.training.hyper_parameters or {})
-    batch = int(hp.get("batch_size") or 8)
+    batch = int(hp.get("batch_size") or DEFAULTS["batch_size"])
     for dataset in tuning.datasets:
         kind = str(getattr(dataset.type, "value", dataset.type))
         if not dataset.file_name or kind not in ("training", "validation"):
@@ -544,7 +545,7 @@ def start_line(job: dict) -> str:
             rows = None
             break
         rows += len(jsonl_rows(path))
-    batch, epochs, n = int(hp.get("batch_size", 8)), int(hp.get("n_epochs", 1)), int(hp.get("n_rollouts", 8))
+    batch, epochs, n = (int(hp.get(k) or DEFAULTS[k]) for k in ("batch_size", "n_epochs", "n_rollouts"))
     steps = "?" if rows is None else math.ceil(rows / batch) * epochs
     return (f"{job['job_name']}: student {job['model']}, teacher {job['teacher_model'] or 'none'}, "
             f"{'?' if rows is None else rows} rows x {epochs} epoch(s) = {steps} steps, {batch * n} rollouts/step, "
