@@ -4,11 +4,14 @@ A workspace's ``config.yaml`` must run unchanged against Bailian and against ``o
 local control plane accepts cloud model ids and runs them on stand-ins. Resolution order:
 
 1. ``--model-map ID=PATH`` entries (kind ``mapped``);
-2. ``opd-local/<job_id>``: the published final checkpoint of a SUCCEEDED local job (``checkpoint``);
+2. ``opd-local/<job_id>``: the published final checkpoint of a SUCCEEDED local job, or the name an
+   exported checkpoint was given (``GET /fine-tunes/{id}/export/{checkpoint}``) (``checkpoint``);
 3. ``local/tiny-student`` / ``local/tiny-teacher``: the bundled pair, by name (``stand-in``);
 4. an absolute path to an existing Hugging Face model directory (``path``);
 5. any other plain cloud id (no ``/``, e.g. ``qwen3.5-9b``): the bundled tiny student when it is
    the job's ``model``, the bundled tiny teacher when it is the ``teacher_model`` (``stand-in``).
+   A *call* (chat, generation, deploy) resolves ``strict``: there the id must be one Bailian documents
+   (:data:`opd_nb.spec.models.BAILIAN_MODEL_IDS`), or the caller gets Bailian's model-not-found.
 
 "Cannot be served" means: an id with a ``/`` that none of the above resolve (it looks like a Hugging
 Face repo id, and there is no model hub here), a path that does not exist, an ``opd-local/…`` id
@@ -25,15 +28,26 @@ from pydantic import BaseModel
 
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
+from opd_nb.spec.models import documented
 
 LOCAL_PREFIX = LOCAL_OUTPUT_PREFIX
 STUDENT_ID = "local/tiny-student"
 TEACHER_ID = "local/tiny-teacher"
 _CLOUD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+JOB_ID = re.compile(r"^ft-\d{12}-[0-9a-f]+$")
+
+
+def job_of_path(path: str) -> str | None:
+    """The local job a checkpoint directory belongs to (its path has the job id as a part), if any."""
+    return next((p for p in Path(path).parts if JOB_ID.match(p)), None)
 
 
 class ModelNotServable(Exception):
     """The id names no model this machine can run; the message says why and what to do."""
+
+
+class ModelNotFound(ModelNotServable):
+    """A call names a model id that exists nowhere (Bailian's model-not-found); the message has the fix."""
 
 
 class ResolvedModel(BaseModel):
@@ -41,6 +55,7 @@ class ResolvedModel(BaseModel):
     kind: Literal["stand-in", "mapped", "checkpoint", "path"]
     path: str
     note: str = ""  # one line for the job log when this is a substitution
+    job_id: str | None = None  # the local job a fine-tuned output comes from
 
 
 def default_pair() -> tuple[Path, Path]:
@@ -64,7 +79,22 @@ class ModelRegistry:
         self.store = store
         self.model_map = {k: str(Path(v).expanduser().resolve()) for k, v in (model_map or {}).items()}
 
-    def resolve(self, model_id: object, role: Literal["student", "teacher"] = "student") -> ResolvedModel:
+    def resolve(
+        self, model_id: object, role: Literal["student", "teacher"] = "student", *, strict: bool = False
+    ) -> ResolvedModel:
+        """The local model for `model_id`; `strict` (a call, not a job): a cloud id must be documented."""
+        found = self._resolve(model_id, role)
+        if strict and found.kind == "stand-in" and found.model_id not in (STUDENT_ID, TEACHER_ID):
+            if not documented(found.model_id):
+                raise ModelNotFound(
+                    f"The model `{found.model_id}` does not exist or you do not have access to it: it is not a "
+                    "Bailian model id, a deployment or an exported checkpoint here; check the spelling "
+                    "(GET /compatible-mode/v1/models lists what answers), or map it to a local model with "
+                    f"`opd serve --model-map {found.model_id}=/path/to/model`"
+                )
+        return found
+
+    def _resolve(self, model_id: object, role: Literal["student", "teacher"]) -> ResolvedModel:
         if not isinstance(model_id, str) or not model_id.strip():
             raise ModelNotServable(f"model id must be a non-empty string, got {model_id!r}")
         model_id = model_id.strip()
@@ -95,6 +125,16 @@ class ModelRegistry:
                 kind="checkpoint",
                 path=final,
                 note=f"{role} model {model_id!r} is the final checkpoint of job {job_id}: {final}",
+                job_id=job_id,
+            )
+        exported = self.store.export(model_id)
+        if exported is not None and Path(exported["path"]).is_dir():
+            return ResolvedModel(
+                model_id=model_id,
+                kind="checkpoint",
+                path=exported["path"],
+                note=f"{role} model {model_id!r} is {exported['checkpoint']} of job {exported['job_id']}",
+                job_id=exported["job_id"],
             )
         student, teacher = default_pair()
         if model_id in (STUDENT_ID, TEACHER_ID):
@@ -106,7 +146,8 @@ class ModelRegistry:
                 raise ModelNotServable(
                     f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
                 )
-            return ResolvedModel(model_id=model_id, kind="path", path=str(path.resolve()))
+            resolved = str(path.resolve())
+            return ResolvedModel(model_id=model_id, kind="path", path=resolved, job_id=job_of_path(resolved))
         if "/" in model_id or not _CLOUD_ID.match(model_id):
             raise ModelNotServable(
                 f"model {model_id!r} cannot be served locally: it looks like a Hugging Face repo id and this "

@@ -137,6 +137,20 @@ def _output(result_format: str, message: dict, finish: str) -> dict:
     return {"choices": [{"finish_reason": finish, "message": message}]}
 
 
+def _full_output(result_format: str, choices: list[dict]) -> dict:
+    """DashScope's ``output`` for an OpenAI answer: the text, or one choice per ``n`` (log-probs kept)."""
+    if result_format == "text":
+        out = _output("text", choices[0]["message"], choices[0]["finish_reason"])
+        return {**out, **({"logprobs": choices[0]["logprobs"]} if choices[0].get("logprobs") else {})}
+    listed = []
+    for c in choices:
+        entry = {"finish_reason": c["finish_reason"], "message": c["message"]}
+        if c.get("logprobs"):
+            entry["logprobs"] = c["logprobs"]
+        listed.append(entry)
+    return {"choices": listed}
+
+
 def _event(seq: int, kind: str, status: int, body: dict) -> str:
     return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{json.dumps(body, ensure_ascii=False)}\n\n"
 
@@ -187,6 +201,7 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
         top_p=params.top_p,
         seed=params.seed,
         tools=params.tools,
+        **params.sampling(),
     )
     if stream:
         http, resp = await _open(endpoint, payload)
@@ -196,11 +211,10 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
             headers={"Cache-Control": "no-cache", "X-DashScope-Request-Id": rid},
         )
     out = await _post(endpoint, payload)
-    choice = out["choices"][0]
     return JSONResponse(
         {
             "request_id": rid,
-            "output": _output(params.result_format, choice["message"], choice["finish_reason"]),
+            "output": _full_output(params.result_format, out["choices"]),
             "usage": _usage(out.get("usage")),
         }
     )
@@ -259,6 +273,7 @@ async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
         top_p=body.top_p,
         seed=body.seed,
         tools=body.tools,
+        **body.sampling(),
     )
     try:
         endpoint = await run_in_threadpool(manager.endpoint, body.model)
