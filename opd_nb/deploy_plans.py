@@ -16,6 +16,7 @@ needs the caller's consent (:func:`require_consent`, ``--yes``); a local one cos
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from opd_nb.errors import OpdError
@@ -59,6 +60,22 @@ def plan_problems(plan: str | None, deploy_spec: Any = None, billing_method: Any
         if billing_method is None:
             problems.append(f"plan 'mu' needs billing_method ({' or '.join(BILLING_METHODS)})")
     return problems
+
+
+def parse_deploy_spec(text: str | None) -> dict | None:
+    """``--deploy-spec JSON`` as an object (a clear error for anything else)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise OpdError(
+            f"--deploy-spec is not JSON ({exc})",
+            fix='quote it, e.g. --deploy-spec \'{"input_tpm": 100000, "output_tpm": 20000}\'',
+        ) from None
+    if not isinstance(value, dict):
+        raise OpdError("--deploy-spec must be a JSON object", fix='e.g. --deploy-spec \'{"spec": "MU1"}\'')
+    return value
 
 
 def check_plan(plan: str | None, deploy_spec: Any = None, billing_method: Any = None) -> None:
