@@ -19,7 +19,6 @@ from opd_nb.constants import LOSS, REWARD_MEAN
 from opd_nb.health import best_checkpoint
 from opd_nb.results import ResultMixin
 
-
 HEADERS = ("checkpoint", "step", "status", "reward mean@1", "loss", "best", "expires", "exported as")
 
 

@@ -243,3 +243,20 @@ def test_a_continued_job_reports_the_root_base_model(finished_job, local_server,
     assert raw["base_model"] == parent.raw["base_model"] and raw["local"]["parents"] == [parent.job_id]
     client.cancel(child_id)
     wait_status(client, child_id, {"CANCELED", "SUCCEEDED", "FAILED"}, timeout=120)
+
+
+def test_monitor_checkpoint_table_shows_expiry_best_export_name_and_the_export_line():
+    from opd_nb.client import Checkpoint
+    from opd_nb.notebook import monitor_html
+    from opd_nb.notebook.job_state import JobState, job_view
+
+    soon = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() + 3 * 86400 + 600))
+    cps = [
+        Checkpoint(name="checkpoint-4", step=4, expire_time=soon, model_name="qwen3-8b-ft-x-ckpt-4"),
+        Checkpoint(name="checkpoint-2", step=2, expire_time="2020-01-01 00:00:00"),
+    ]
+    rows = [{"step": s, "actor/distillation/loss": 1.0 / s} for s in (1, 2, 3, 4)]
+    st = JobState(job_id="ft-202001010000-abcd", status="SUCCEEDED", metrics=rows, checkpoints=cps)
+    html = monitor_html.checkpoints_html({"jobs": {st.job_id: job_view(st, log_tail=5)}})
+    assert "expires in 3 days" in html and "expired" in html and "qwen3-8b-ft-x-ckpt-4" in html
+    assert "best" in html and "opd export ft-202001010000-abcd CHECKPOINT" in html

@@ -35,7 +35,11 @@ def test_checkpoints_table_and_json(job_id, local_server):
     proc = opd("checkpoints", job_id, "--local", url)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert re.search(r"expires in 1[45] days", text) and "best" in text and f"opd export {job_id} CHECKPOINT" in text
+    assert (
+        re.search(r"expires in 1[45] days", text)
+        and "best" in text
+        and f"opd export {job_id} CHECKPOINT" in text
+    )
     assert f"opd-local/{job_id}" in text  # the published final checkpoint is exported already
     out = json.loads(opd("checkpoints", job_id, "--local", url, "--json").stdout)
     assert set(out) == {"job_id", "checkpoints", "best_reason", "export_hint"}
