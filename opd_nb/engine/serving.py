@@ -8,7 +8,9 @@ token it accepts comes from ``$OPD_SERVING_TOKEN`` (never the command line, whic
 The request rules, the answer and the tool-call parsing are the agentic endpoint's
 (:func:`opd_nb.engine.agentic.chat_inputs`, :func:`~opd_nb.engine.agentic.completion_body`).
 Unlike that one, this endpoint streams (``stream: true``: OpenAI's ``chat.completion.chunk``
-events, one per decoded piece of text) and takes ``seed``. Requests that arrive together are
+events, one per decoded piece of text) and takes ``seed``, ``n`` (one decode per choice, seeds
+``seed+i``), ``logprobs``/``top_logprobs`` (of the model's own distribution, per token) and ``stop``
+(the answer ends before the first stop string; the last three not with ``stream``). Requests that arrive together are
 generated in one batched decode on a single generation thread (torch stays on one thread).
 """
 

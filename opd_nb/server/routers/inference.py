@@ -2,18 +2,21 @@
 
 ``POST /api/v1/services/aigc/text-generation/generation`` is what ``dashscope.Generation.call``
 sends: ``input.messages`` (or ``input.prompt``) and ``parameters`` (``result_format`` "text" or
-"message", ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``tools``). With the SDK's
+"message", ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``tools``, ``n``, ``logprobs``,
+``top_logprobs``, ``stop``; what the local models cannot honour is a 400, see ``bodies.UNSUPPORTED``). With the SDK's
 ``stream=True`` (header ``X-DashScope-SSE: enable``) the answer is DashScope's server-sent events,
 each with the text so far, or only the new text with ``incremental_output``.
 
 ``POST /compatible-mode/v1/chat/completions`` is OpenAI's chat API, beside ``/api/v1`` as on
 Bailian (``https://dashscope.aliyuncs.com/compatible-mode/v1``): ``messages``, ``max_tokens``,
-``temperature``, ``top_p``, ``seed``, ``stream`` and ``tools`` (passed to the chat template).
+``temperature``, ``top_p``, ``seed``, ``stream``, ``tools`` (passed to the chat template), ``n``,
+``logprobs``/``top_logprobs`` and ``stop``.
 Its errors are OpenAI's error object (with ``request_id``), as Bailian answers there.
 
 Both resolve the model through the deployment manager (a deployed name, or a base model, which is
 callable directly) and forward the request to that model's serving process. A fine-tuned output
-that is not deployed, and a deleted deployment, answer a 4xx that says how to deploy it.
+that is not deployed, and a deleted deployment, answer a 4xx that says how to deploy it (or, for an
+exported name that is deployed, which ``deployed_model`` to call); an id that exists nowhere is a 404.
 """
 
 from __future__ import annotations
