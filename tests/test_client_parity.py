@@ -467,8 +467,8 @@ def test_finished_job(local, finished_jobs, name):
     elif name == "checkpoints":  # newest step first: the published final checkpoint leads
         assert outcome[0]["type"] == "Checkpoint" and outcome[0]["published"] and outcome[0]["expire_time"]
         assert outcome[0]["model_name"] == f"opd-local/{job_id}" and outcome[0]["job_id"] == job_id
-    elif name == "export_checkpoint":  # the final checkpoint is published already: the same name again
-        assert outcome["name"] == "checkpoint-2" and outcome["model_name"] == f"opd-local/{job_id}"
+    elif name == "export_checkpoint":  # a kept checkpoint: exported once, the same name for both clients
+        assert outcome["name"] == "checkpoint-2" and outcome["model_name"].endswith(f"-{job_id}-ckpt-2")
     elif name == "rollouts":  # the latest step's samples, each token with both log-probs
         assert outcome["type"] == "RolloutPage" and outcome["step"] == outcome["steps"][-1]
         assert outcome["rollouts"] and all("teacher_logprob" in t for t in outcome["rollouts"][0]["tokens"])

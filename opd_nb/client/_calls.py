@@ -170,9 +170,10 @@ def export(
     yield from perform(export_call(job_id, checkpoint, model_name), target, retries)
     listed = (yield from perform(job_checkpoints(job_id), target, retries)) or []
     want = checkpoint.strip()
-    for cp in listed:
-        if want in (cp.name, cp.checkpoint_id, str(cp.step)):
-            return cp
+    named = [cp for cp in listed if want in (cp.name, cp.checkpoint_id)]
+    by_step = sorted((cp for cp in listed if str(cp.step) == want), key=lambda cp: cp.published)
+    for cp in named + by_step:  # a step number means the kept checkpoint, not the published final copy
+        return cp
     raise OpdError(
         f"{job_id} exported {want}, but its checkpoint list does not show it",
         fix=f"`opd checkpoints {job_id}` shows the exported model_name once the platform lists it",

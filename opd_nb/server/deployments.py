@@ -228,25 +228,8 @@ class DeploymentManager:
             return self._deployed(row)
         resolved = self._resolve(model, not_found_status=404)
         if resolved.kind not in BASE_KINDS:
-            raise self._not_deployed(model, resolved)
+            raise not_deployed(self.store, model, resolved)
         return self._base(model, resolved)
-
-    def _not_deployed(self, model: str, resolved: ResolvedModel) -> ApiError:
-        """A fine-tuned output called by its model name: name its deployed_model, or say to deploy it."""
-        live = [r["deployed_model"] for r in self.store.deployments_of(model)]
-        if live:
-            return ApiError(
-                400,
-                "ModelNotDeployed",
-                f"model {model!r} is an exported model name, not a deployment: chat with its deployed_model "
-                f"{live[0]!r} instead (the name Deployments.call answered; `opd deployments` lists it)",
-            )
-        return ApiError(
-            400,
-            "ModelNotDeployed",
-            f"model {model!r} is a fine-tuned output ({resolved.kind} {resolved.path}), and fine-tuned "
-            f"models answer only once deployed; {deploy_hint(model)}",
-        )
 
     def _deployed(self, row: dict) -> Endpoint:
         name = row["deployed_model"]
@@ -404,6 +387,24 @@ class DeploymentManager:
         if job is not None:
             return job["meta"].get("base_model") or job["request"].get("model")
         return None if resolved.kind == "path" else model
+
+
+def not_deployed(store: Store, model: str, resolved: ResolvedModel) -> ApiError:
+    """A fine-tuned output called by its model name: name its deployed_model, or say to deploy it."""
+    live = [r["deployed_model"] for r in store.deployments_of(model)]
+    if live:
+        return ApiError(
+            400,
+            "ModelNotDeployed",
+            f"model {model!r} is an exported model name, not a deployment: chat with its deployed_model "
+            f"{live[0]!r} instead (the name Deployments.call answered; `opd deployments` lists it)",
+        )
+    return ApiError(
+        400,
+        "ModelNotDeployed",
+        f"model {model!r} is a fine-tuned output ({resolved.kind} {resolved.path}), and fine-tuned "
+        f"models answer only once deployed; {deploy_hint(model)}",
+    )
 
 
 def deployment_output(row: dict) -> dict:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from opd_nb.server.errors import ApiError
-from opd_nb.server.job_views import EXPIRED, checkpoint_id, checkpoint_listing
+from opd_nb.server.job_views import EXPIRED, checkpoint_listing
 from opd_nb.server.store import Store
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -29,11 +29,13 @@ def _not_found(job_id: str, checkpoint: str, names: list[str]) -> ApiError:
 
 
 def find_checkpoint(entries: list[dict], checkpoint: str) -> dict | None:
-    """The entry a path names: its checkpoint (``checkpoint-20``), its id (``JOB:checkpoint-20``) or its step."""
-    for entry in entries:
-        if checkpoint in (entry["checkpoint"], entry["checkpoint_id"], str(entry["step"])):
-            return entry
-    return None
+    """The entry a path names: its checkpoint (``checkpoint-20``), its id (``JOB:checkpoint-20``), or its step
+    (the kept checkpoint of that step rather than the published final copy)."""
+    named = [e for e in entries if checkpoint in (e["checkpoint"], e["checkpoint_id"])]
+    by_step = sorted(
+        (e for e in entries if str(e["step"]) == checkpoint), key=lambda e: e["local"]["published"]
+    )
+    return next(iter(named + by_step), None)
 
 
 def export_checkpoint(store: Store, job: dict, checkpoint: str, display_name: str | None) -> dict:
@@ -68,7 +70,6 @@ def export_checkpoint(store: Store, job: dict, checkpoint: str, display_name: st
         }
     )
     done = find_checkpoint(
-        checkpoint_listing(job, store.checkpoints(job_id), store.exports(job_id)),
-        checkpoint_id(job_id, entry["step"]),
+        checkpoint_listing(job, store.checkpoints(job_id), store.exports(job_id)), entry["checkpoint_id"]
     )
     return done or entry

@@ -91,9 +91,9 @@ def expired(expires: str | None) -> bool:
     return expires is not None and expires <= time.strftime(TIME_FORMAT)
 
 
-def checkpoint_id(job_id: str, step: int) -> str:
-    """Bailian's checkpoint id: ``{job_id}:checkpoint-{step}``."""
-    return f"{job_id}:checkpoint-{step}"
+def checkpoint_id(job_id: str, name: str) -> str:
+    """Bailian's checkpoint id, ``{job_id}:checkpoint-{step}`` (the published copy: ``{job_id}:final``)."""
+    return f"{job_id}:{name}"
 
 
 def kept_checkpoints(job: dict, checkpoints: list[dict]) -> list[dict]:
@@ -113,13 +113,14 @@ def kept_checkpoints(job: dict, checkpoints: list[dict]) -> list[dict]:
                 "published": True,
             }
         )
-    return sorted(checkpoints, key=lambda cp: cp["step"], reverse=True)
+    return sorted(checkpoints, key=lambda cp: (cp["step"], cp["published"]), reverse=True)
 
 
 def checkpoint_listing(
-    job: dict, checkpoints: list[dict], exports: dict[int, dict] | None = None, ttl_days: float | None = None
+    job: dict, checkpoints: list[dict], exports: dict[str, dict] | None = None, ttl_days: float | None = None
 ) -> list[dict]:
-    """The saved checkpoints in Bailian's "list checkpoints" shape, newest step first.
+    """The saved checkpoints in Bailian's "list checkpoints" shape, newest step first (the published
+    final copy before the kept checkpoint of the same step).
 
     Each entry has Bailian's fields (``checkpoint_id``, ``checkpoint``, ``full_name``, ``job_id``,
     ``step``, ``status``, ``create_time``, ``expire_time``, and ``model_name`` once exported: the job's
@@ -133,11 +134,11 @@ def checkpoint_listing(
     out = []
     for cp in kept_checkpoints(job, checkpoints):
         expires = expire_time(cp["created_at"], ttl)
-        export = exports.get(cp["step"])
+        export = exports.get(cp["name"])
         name = export["model_name"] if export else (job.get("finetuned_output") if cp["published"] else None)
         out.append(
             {
-                "checkpoint_id": checkpoint_id(job_id, cp["step"]),
+                "checkpoint_id": checkpoint_id(job_id, cp["name"]),
                 "checkpoint": cp["name"],
                 "full_name": f"{job_id}-{cp['name']}",
                 "job_id": job_id,

@@ -111,6 +111,36 @@ class ModelRegistry:
                 path=str(path),
                 note=f"{role} model {model_id!r} runs on the mapped local model {path}",
             )
+        published = self._published(model_id, role)
+        if published is not None:
+            return published
+        student, teacher = default_pair()
+        if model_id in (STUDENT_ID, TEACHER_ID):
+            path = student if model_id == STUDENT_ID else teacher
+            return self._standin(model_id, path, f"{role} model {model_id!r} is the bundled model {path}")
+        if model_id.startswith("/") or model_id.startswith("~"):
+            path = Path(model_id).expanduser()
+            if not (path / "config.json").is_file():
+                raise ModelNotServable(
+                    f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
+                )
+            resolved = str(path.resolve())
+            return ResolvedModel(model_id=model_id, kind="path", path=resolved, job_id=job_of_path(resolved))
+        if "/" in model_id or not _CLOUD_ID.match(model_id):
+            raise ModelNotServable(
+                f"model {model_id!r} cannot be served locally: it looks like a Hugging Face repo id and this "
+                "server has no model hub; map it to a local directory with `opd serve --model-map "
+                f"{model_id}=/path/to/model`, or use a cloud model id (it then runs on the bundled stand-in)"
+            )
+        path = student if role == "student" else teacher
+        return self._standin(
+            model_id,
+            path,
+            f"{role} model {model_id!r} is a cloud model; it runs locally on the bundled stand-in {path.name} ({path})",
+        )
+
+    def _published(self, model_id: str, role: str) -> ResolvedModel | None:
+        """A fine-tuned output by name: ``opd-local/<job_id>`` (its final checkpoint) or an exported name."""
         if model_id.startswith(LOCAL_PREFIX):
             job_id = model_id[len(LOCAL_PREFIX) :]
             job = self.store.job(job_id)
@@ -136,30 +166,7 @@ class ModelRegistry:
                 note=f"{role} model {model_id!r} is {exported['checkpoint']} of job {exported['job_id']}",
                 job_id=exported["job_id"],
             )
-        student, teacher = default_pair()
-        if model_id in (STUDENT_ID, TEACHER_ID):
-            path = student if model_id == STUDENT_ID else teacher
-            return self._standin(model_id, path, f"{role} model {model_id!r} is the bundled model {path}")
-        if model_id.startswith("/") or model_id.startswith("~"):
-            path = Path(model_id).expanduser()
-            if not (path / "config.json").is_file():
-                raise ModelNotServable(
-                    f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
-                )
-            resolved = str(path.resolve())
-            return ResolvedModel(model_id=model_id, kind="path", path=resolved, job_id=job_of_path(resolved))
-        if "/" in model_id or not _CLOUD_ID.match(model_id):
-            raise ModelNotServable(
-                f"model {model_id!r} cannot be served locally: it looks like a Hugging Face repo id and this "
-                "server has no model hub; map it to a local directory with `opd serve --model-map "
-                f"{model_id}=/path/to/model`, or use a cloud model id (it then runs on the bundled stand-in)"
-            )
-        path = student if role == "student" else teacher
-        return self._standin(
-            model_id,
-            path,
-            f"{role} model {model_id!r} is a cloud model; it runs locally on the bundled stand-in {path.name} ({path})",
-        )
+        return None
 
     @staticmethod
     def _standin(model_id: str, path: Path, note: str) -> ResolvedModel:

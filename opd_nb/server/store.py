@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS deployments (
     deleted INTEGER DEFAULT 0, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS exports (
     model_name TEXT PRIMARY KEY, job_id TEXT NOT NULL, step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
-    display_name TEXT, path TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (job_id, step));
+    display_name TEXT, path TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (job_id, checkpoint));
 """
 
 
@@ -240,9 +240,9 @@ class Store:
         cols = ", ".join(row)
         self._run(f"INSERT OR IGNORE INTO exports({cols}) VALUES ({','.join('?' * len(row))})", *row.values())
 
-    def exports(self, job_id: str) -> dict[int, dict]:
-        """A job's exported checkpoints by step."""
-        return {r["step"]: dict(r) for r in self._all("SELECT * FROM exports WHERE job_id = ?", job_id)}
+    def exports(self, job_id: str) -> dict[str, dict]:
+        """A job's exported checkpoints by checkpoint name."""
+        return {r["checkpoint"]: dict(r) for r in self._all("SELECT * FROM exports WHERE job_id = ?", job_id)}
 
     def export(self, model_name: str) -> dict | None:
         row = self._one("SELECT * FROM exports WHERE model_name = ?", model_name)
