@@ -39,13 +39,15 @@ def openai_client(local_server):
 
 
 # ---- pure rules (fast) -------------------------------------------------------------------------------
-def test_checkpoint_expiry_and_order():
+def test_checkpoint_expiry_and_order(tmp_path):
     job = {"job_id": "ft-202001010000-abcd", "meta": {}, "finetuned_output": None}
+    for s in (2, 4):
+        (tmp_path / f"checkpoint-{s}").mkdir()
     cps = [
         {
             "name": f"checkpoint-{s}",
             "step": s,
-            "path": f"/x/checkpoint-{s}",
+            "path": str(tmp_path / f"checkpoint-{s}"),
             "created_at": when,
             "metrics": {},
         }
@@ -199,7 +201,7 @@ def test_openai_client_n_logprobs_stop_and_unknown_models(openai_client):
         openai_client.chat.completions.create(**{**kw, "model": "no-such-model"})
     assert exc.value.status_code == 404
     ids = [m.id for m in openai_client.models.list()]
-    assert "local/tiny-student" in ids and "no-such-model" not in ids
+    assert {"local/tiny-student", "qwen3-8b", "qwen3.5-9b"} <= set(ids) and "no-such-model" not in ids
 
 
 def test_unknown_model_is_bailians_not_found_on_both_apis(api, local_server):

@@ -97,9 +97,11 @@ def checkpoint_id(job_id: str, name: str) -> str:
 
 
 def kept_checkpoints(job: dict, checkpoints: list[dict]) -> list[dict]:
-    """The stored checkpoints, the published one marked (added when only the final output was kept)."""
+    """The stored checkpoints still on disk (``save_total_limit`` deletes the oldest, and the cloud then
+    lists them no more), the published one marked (added when only the final output was kept)."""
     meta = job["meta"]
     final = meta.get("final_checkpoint")
+    checkpoints = [cp for cp in checkpoints if Path(cp["path"]).is_dir()]
     for cp in checkpoints:
         cp["published"] = bool(final) and Path(cp["path"]).resolve() == Path(final).resolve()
     if final and not any(cp["published"] for cp in checkpoints):

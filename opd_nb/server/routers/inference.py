@@ -36,6 +36,7 @@ from opd_nb.server.deployments import Endpoint
 from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import INVALID, describe_validation, request_id
+from opd_nb.spec.models import BAILIAN_MODEL_IDS
 
 router = APIRouter(tags=["inference"])
 GENERATION_PATH = "/api/v1/services/aigc/text-generation/generation"
@@ -296,9 +297,11 @@ async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
 
 @router.get(f"{COMPATIBLE_BASE}/models")
 def compatible_models(manager: DeploymentsDep) -> JSONResponse:
-    """OpenAI's model list: the base models this server runs and the deployments."""
+    """OpenAI's model list: every id that answers here (the bundled and mapped models, the Bailian ids
+    that run on the stand-in, the deployments); an exported name answers only through its deployment."""
     rows, _ = manager.list(0, 100)
     ids = [m["model_id"] for m in manager.registry.listing() if m["kind"] in ("stand-in", "mapped")]
+    ids += sorted(BAILIAN_MODEL_IDS - set(ids))
     ids += [r["deployed_model"] for r in rows]
     return JSONResponse(
         {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "opd-nb"} for i in ids]}
