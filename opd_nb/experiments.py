@@ -38,6 +38,7 @@ from opd_nb.plots import metric_series
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import EffectiveJob, effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, ParamSpec, closest
+from opd_nb.spend import gate, require_consent
 
 MAX_JOB_NAME = 256  # the SDK's TuningModel.name limit
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
@@ -322,6 +323,8 @@ def submit_sweep(
                 job_name=point.job_name,
                 sets=point.sets,
                 fresh=fresh and i == 0,
+                yes=True,  # the sweep as a whole was consented to and checked
+                no_check=True,
             )
         except OpdError as exc:
             if not jobs:
@@ -365,17 +368,7 @@ def check_runner(workspace: str) -> None:
 
 def preflight(workspace: str, target: Any, config: str) -> None:
     """`opd check` once for the whole sweep: any error refuses it before a request is sent."""
-    from opd_nb.checks import check
-
-    base_url = target.base_url if target.kind == "local" else None
-    report = check(workspace, target.kind, base_url=base_url, config=config)
-    if not report.ok:
-        first = report.errors[0]
-        raise OpdError(
-            f"preflight found {len(report.errors)} error(s); first: {first.rule} at {first.where}: {first.message}",
-            fix=first.fix or f"run `opd check {workspace}` and fix the errors",
-            code=first.rule,
-        )
+    gate(workspace, target.kind, base_url=target.base_url, config=config)
 
 
 def sweep(
@@ -400,12 +393,12 @@ def sweep(
         base_url=target.base_url,
         fresh=fresh,
     )
-    if plan.paid and not dry_run and not yes:
-        raise OpdError(
-            f"this sweep would start {len(plan.points)} paid job(s) on Bailian (cloud jobs cost money)",
-            where=target.base_url,
+    if not dry_run:
+        require_consent(
+            target.kind,
+            yes,
+            f"this sweep would start {len(plan.points)} paid job(s) on Bailian ({', '.join(plan.params)})",
             fix="add --yes to start them, or --dry-run to see them first",
-            code="needs-confirmation",
         )
     preflight(workspace, target, config)
     if dry_run:

@@ -8,6 +8,7 @@ client's ``Checkpoint`` objects or plain dicts); nothing here talks to a service
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -332,3 +333,115 @@ def best_checkpoint_line(checkpoints: Sequence[Any] | None, rows: Sequence[Mappi
     cp = best.checkpoint
     use = _field(cp, "model_name") or _field(cp, "path") or _field(cp, "name")
     return f"best checkpoint: {_field(cp, 'name')} (step {_field(cp, 'step')}), {best.reason}; deploy or continue from {use}"
+
+
+# ---------------------------------------------------------------- guard rules (severity error)
+# What `opd watch --guard` cancels a job for: a run these rules flag only spends money from here on.
+
+
+@dataclass(frozen=True)
+class GuardThresholds:
+    """When a guard cancels; each is a flag of `opd watch --guard` (defaults are the flags' defaults)."""
+
+    valid_token_steps: int = 3  # valid_token_rate below 1 for this many consecutive steps
+    reward_failure_rate: float = 0.5  # a step whose reward calls failed at or above this share
+    loss_divergence: float = 10.0  # |loss| above this multiple of max(|first loss|, 1)
+    zero_variance_evals: int = 3  # every group zero-variance for this many evaluation intervals
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity")
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _trailing(points: list[tuple[float, float]], bad: Any) -> list[tuple[float, float]]:
+    """The run of points at the end of the series for which `bad(value)` holds."""
+    run: list[tuple[float, float]] = []
+    for point in reversed(points):
+        if not bad(point[1]):
+            break
+        run.insert(0, point)
+    return run
+
+
+def _guard_vtr(rows: Sequence[Mapping[str, Any]], t: GuardThresholds) -> HealthAlert | None:
+    run = _trailing(_points(rows, VALID_TOKEN_RATE), lambda v: v < FULL_VALID_TOKEN_RATE)
+    if len(run) < t.valid_token_steps:
+        return None
+    values = ", ".join(f"{v:.3f}" for _, v in run[-t.valid_token_steps :])
+    return HealthAlert(
+        "valid_token_rate",
+        "error",
+        f"valid_token_rate below 1 for {len(run)} consecutive step(s) to step {run[-1][0]:g} ({values}; "
+        f"guard: {t.valid_token_steps})",
+        "check the teacher first (teacher_model, opd_teacher_max_model_len vs. max_length)",
+    )
+
+
+def _guard_reward(rows: Sequence[Mapping[str, Any]], t: GuardThresholds) -> HealthAlert | None:
+    high = [(s, v) for s, v in _points(rows, REWARD_FAILURE_RATE) if v >= t.reward_failure_rate]
+    if not high:
+        return None
+    step, value = high[-1]
+    return HealthAlert(
+        "reward_failures",
+        "error",
+        f"reward calls failed on {value:.0%} of samples at step {step:g} (guard: {t.reward_failure_rate:.0%})",
+        "run `%opd test` and the reward playground on failing samples; see the log tail",
+    )
+
+
+def _guard_loss(rows: Sequence[Mapping[str, Any]], t: GuardThresholds) -> HealthAlert | None:
+    for i, row in enumerate(rows):
+        if LOSS in row and _not_finite(row[LOSS]):
+            step = row.get("step", i + 1)
+            return HealthAlert(
+                "loss_not_finite",
+                "error",
+                f"{LOSS} is {row[LOSS]} at step {step}",
+                "lower learning_rate; check the data for empty answers",
+            )
+    loss = _points(rows, LOSS)
+    if len(loss) < 2 or abs(loss[-1][1]) <= t.loss_divergence * max(abs(loss[0][1]), 1.0):
+        return None
+    return HealthAlert(
+        "loss_diverging",
+        "error",
+        f"{LOSS} is {loss[-1][1]:.4g} at step {loss[-1][0]:g}, from {loss[0][1]:.4g} at step {loss[0][0]:g} "
+        f"(guard: {t.loss_divergence:g}x)",
+        "lower learning_rate (by 2-5x) and submit again",
+    )
+
+
+def _guard_zero_variance(
+    rows: Sequence[Mapping[str, Any]], eval_steps: int | None, t: GuardThresholds
+) -> HealthAlert | None:
+    need = t.zero_variance_evals * max(1, int(eval_steps or DEFAULT_EVAL_STEPS))
+    run = _trailing(_points(rows, ZERO_VARIANCE_GROUPS), lambda v: v >= FULL_VALID_TOKEN_RATE)
+    if len(run) < need:
+        return None
+    return HealthAlert(
+        "zero_variance_groups",
+        "error",
+        f"every group had zero reward variance for {len(run)} step(s) to step {run[-1][0]:g} "
+        f"({t.zero_variance_evals} evaluation intervals of the guard)",
+        "check the reward parser in the playground (`%opd playground WS`)",
+    )
+
+
+def guard_alerts(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    eval_steps: int | None = None,
+    thresholds: GuardThresholds | None = None,
+) -> list[HealthAlert]:
+    """The error rules a guard acts on, over a job's metric rows (empty: nothing to cancel for)."""
+    t = thresholds or GuardThresholds()
+    found = (
+        _guard_vtr(rows, t),
+        _guard_reward(rows, t),
+        _guard_loss(rows, t),
+        _guard_zero_variance(rows, eval_steps, t),
+    )
+    return [alert for alert in found if alert is not None]

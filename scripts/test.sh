@@ -17,14 +17,14 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/lint-imports"
+# Two workers, a file each (module fixtures stay together), the longest files first (conftest orders
+# them by tests/durations.json; xdist's own reorder is off); one torch thread per process: two jobs
+# at once with two OpenMP threads each spin against each other on two cores.
+XDIST=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [ "$FAST" = 1 ]; then
-  # The fast lane runs on two workers, a file each (module fixtures stay together), one torch thread
-  # per process (two jobs at once with two OpenMP threads each spin against each other).
-  OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 -n 2 --dist loadfile \
+  OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 "${XDIST[@]}" \
     tests -m "not slow" "$@"
 else
-  # The full run is serial although two workers were faster (1,072 s of tests against 1,706 s): under
-  # their contention the agentic job learnt less (validation reward 0.44 at the end, 0.75-0.88 alone).
-  "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 \
+  OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 "${XDIST[@]}" \
     tests notebooks --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg "$@"
 fi

@@ -32,13 +32,31 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too."""
+    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too. Then the longest
+    files go first, so that on xdist workers (`--dist loadfile --no-loadscope-reorder`) no long file
+    starts last and leaves the other worker idle."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.notebook)
             item.add_marker(pytest.mark.slow)
         elif item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
+    items[:] = longest_files_first(items)
+
+
+def longest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Files by their measured seconds (`tests/durations.json`, written by `scripts/file_durations.py`
+    from a full run's JUnit XML), longest first; each file stays whole and in its own order. Only what
+    starts first depends on it: a stale or missing figure costs balance, never a test."""
+    known = json.loads((REPO / "tests" / "durations.json").read_text())
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+
+    def seconds(path: Path) -> float:
+        return known.get(path.relative_to(REPO).as_posix(), 0.0) if path.is_relative_to(REPO) else 0.0
+
+    return [it for path in sorted(files, key=lambda p: -seconds(p)) for it in files[path]]
 
 
 def _skip_fails_in_ci(report: pytest.CollectReport | pytest.TestReport) -> None:

@@ -57,30 +57,29 @@ def _notebook(workspace: str, api_base: str) -> dict:
 
 
 def _write_settings(settings: Path) -> None:
-    """No virtual scrolling (all cells in the DOM), no news/update pop-ups."""
+    """No virtual scrolling (all cells in the DOM), no news/update pop-ups, and the notebook's own
+    kernel without a "Select Kernel" dialog: on a loaded machine that dialog came up after the test had
+    stopped looking for it and blocked Run All (the config form then timed out; failure.png showed it)."""
     tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
     tracker.parent.mkdir(parents=True, exist_ok=True)
-    tracker.write_text(json.dumps({"windowingMode": "none"}))
+    tracker.write_text(json.dumps({"windowingMode": "none", "autoStartDefaultKernel": True}))
     notif = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notif.parent.mkdir(parents=True, exist_ok=True)
     notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
 
 
 @pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian packages chromium and chromium-driver")
-def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
+def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
     from conftest import tiny_workspace
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    import opd_nb.server
-
     ARTIFACTS.mkdir(exist_ok=True)
     root = tmp_path / "nb"
     root.mkdir()
     tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=4)  # ~8 steps: several plot updates
-    # A server of its own: on the session's server the config form once timed out in CI (cause not found).
-    server = opd_nb.server.start(data_dir=tmp_path / "server")
+    server = local_server  # the session's control plane: the kernel in JupyterLab submits to it
     (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", server.api_base)))
     settings = tmp_path / "lab-settings"
     _write_settings(settings)
@@ -282,4 +281,3 @@ def test_notebook_monitor_in_chromium(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             lab.kill()
         lab_log.close()
-        server.stop()

@@ -291,6 +291,7 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     assert cview["status"] == "SUCCEEDED" and cview["metrics_available"] is False
     assert cview["n_metric_rows"] == 0 and cloud.plot_updates == 0
     assert CLOUD_NOTE in cloud.to_html() and CLOUD_NOTE in str(cloud) and cview["log_tail"]
+    assert "billed hour(s)" in cloud.to_html() and cview["meter"] and view["meter"] is None  # paid plane only
     assert "Bailian console shows the trajectories" in cview["samples"]["note"]
 
 

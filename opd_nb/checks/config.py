@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
 from opd_nb.constants import DEFAULT_LOCAL_API, LOCAL_OUTPUT_PREFIX
+from opd_nb.estimate import training_steps
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, closest
 from opd_nb.spec.models import other_vendor, size_b, size_class
 
@@ -48,7 +48,7 @@ def check_config_with_data(ctx: CheckContext) -> None:
     eval_steps, eval_set = ctx.hp_value("eval_steps")
     if not batch or not epochs or not eval_steps or batch <= 0 or ctx.train_rows <= batch:
         return  # rows <= batch_size is data.too-few-rows: the platform refuses the file, no steps to count
-    steps = math.ceil(ctx.train_rows / batch) * int(epochs)
+    steps = training_steps(ctx.train_rows, int(batch), int(epochs))
     if eval_steps * 3 > steps:
         where = (
             ctx.where(("training", "hyper_parameters", "eval_steps"))

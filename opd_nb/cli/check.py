@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit
+from opd_nb.cli._output import emit, in_magic, print_result
 from opd_nb.constants import DEFAULT_LOCAL_API
 
 
@@ -39,7 +39,54 @@ def check_cmd(
     from opd_nb.checks import check
 
     report = check(workspace, target, base_url=base_url, tokenizer_path=tokenizer, config=config)
+    if not as_json and not in_magic() and report.ok:
+        print_result(report)
+        _print_estimate(workspace, config)
+        return emit(None)
     return emit(report, exit_code=0 if report.ok else 1, as_json=as_json)
+
+
+def _print_estimate(workspace: Path, config: str) -> None:
+    """After a clean check, the job's size (`opd estimate`), so the price of a start is in view."""
+    from opd_nb.errors import OpdError
+    from opd_nb.estimate import estimate
+
+    try:
+        typer.echo(str(estimate(workspace, config=config)))
+    except OpdError as exc:
+        typer.echo(f"no estimate: {exc}")
+
+
+@app.command("estimate")
+def estimate_cmd(
+    workspace: Annotated[Path, typer.Argument(help="Workspace folder (default: current folder).")] = Path(
+        "."
+    ),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the estimate as JSON (fields: README).")
+    ] = False,
+    config: Annotated[
+        str, typer.Option("--config", "-c", help="Config file inside the workspace.")
+    ] = "config.yaml",
+    price: Annotated[
+        float | None,
+        typer.Option("--price", help="money per training unit per hour (default: $OPD_PRICE_PER_UNIT_HOUR)"),
+    ] = None,
+    smoke: Annotated[
+        int | None,
+        typer.Option("--smoke", metavar="[N]", min=0, help="size the smoke run of `opd submit --smoke [N]`"),
+    ] = None,
+    sets: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="as `opd submit --set` (repeatable)"),
+    ] = None,
+):
+    """Size the job before it starts: steps, rollouts, evaluations, token bounds, reward calls, unit-hours."""
+    from opd_nb.client import parse_sets
+    from opd_nb.estimate import estimate
+
+    result = estimate(workspace, config=config, price=price, smoke=smoke, sets=parse_sets(sets or []))
+    return emit(result, as_json=as_json)
 
 
 @app.command("config")

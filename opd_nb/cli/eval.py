@@ -18,7 +18,6 @@ from opd_nb.cli._app import app
 from opd_nb.cli._output import emit, in_magic
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import EvalRequest
-from opd_nb.errors import OpdError
 
 
 def cloud_notice(n_calls: int, models: list[str]) -> str:
@@ -51,12 +50,12 @@ def eval_cmd(
 ) -> Any:
     """Answer the workspace's validation rows with each model and score them; rows that differ first."""
     from opd_nb.evaluation import calls_needed, evaluate
+    from opd_nb.spend import require_consent
 
     client = _client(local, cloud, workspace)
     if client.target.kind == "cloud":
         notice = cloud_notice(calls_needed(workspace, model, rows), model)
-        if not yes:
-            raise OpdError(notice, fix="rerun with --yes to make these calls", exit_code=1)
+        require_consent(client.target.kind, yes, notice, fix="rerun with --yes to make these calls")
         typer.echo(f"note: {notice}", err=True)
     if in_magic():
         return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens)

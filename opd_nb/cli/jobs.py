@@ -12,10 +12,11 @@ from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
 from opd_nb.cli._output import emit, in_magic
 from opd_nb.cli.view_requests import WatchRequest
-from opd_nb.cli.watch import wait_reporting_alerts, watch_terminal
+from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
-from opd_nb.health import best_checkpoint_line
+from opd_nb.health import GuardThresholds, best_checkpoint_line
+from opd_nb.notify import URL_VAR as NOTIFY_URL_VAR
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
@@ -26,6 +27,54 @@ TargetOpt = Annotated[
 ]
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
+YesOpt = Annotated[bool, typer.Option("--yes", help="start a paid job on Bailian (needed with --cloud)")]
+# `opd watch`'s guard, notify and meter options (defaults: opd_nb.health.GuardThresholds).
+GuardOpt = Annotated[bool, typer.Option("--guard", help="cancel the job when an error health rule fires")]
+VtrStepsOpt = Annotated[
+    int, typer.Option("--guard-valid-token-steps", min=1, help="valid_token_rate < 1 for K steps")
+]
+RewardFailuresOpt = Annotated[
+    float, typer.Option("--guard-reward-failures", min=0.0, max=1.0, help="reward failure rate at or above")
+]
+LossFactorOpt = Annotated[
+    float, typer.Option("--guard-loss-factor", min=1.0, help="|loss| above this x max(|first loss|, 1)")
+]
+ZeroVarianceOpt = Annotated[
+    int,
+    typer.Option("--guard-zero-variance-evals", min=1, help="every group zero-variance for N evaluations"),
+]
+NotifyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify",
+        metavar="URL",
+        envvar=NOTIFY_URL_VAR,
+        show_envvar=False,
+        help="post each alert and the final status to this webhook (never printed)",
+    ),
+]
+NotifyFormatOpt = Annotated[
+    str | None,
+    typer.Option("--notify-format", help="dingtalk|feishu|wecom|slack|json (default: from the URL)"),
+]
+PriceOpt = Annotated[
+    float | None,
+    typer.Option("--price", help="money per unit-hour for the meter (or $OPD_PRICE_PER_UNIT_HOUR)"),
+]
+NoCheckOpt = Annotated[
+    bool, typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit")
+]
+
+SmokeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--smoke",
+        metavar="[N]",
+        min=0,
+        help="a small first run: N sampled training rows (default: two steps' worth), one epoch, "
+        "a few validation rows, job name +-smoke; data/ is not edited",
+    ),
+]
 
 
 def _client(local: str | None, cloud: bool, workspace: Path | None = None) -> Any:
@@ -76,24 +125,30 @@ def submit_cmd(
         typer.Option("--dry-run", help="print the effective job (submit_job.py --dry-run) and send nothing"),
     ] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="follow the job until it ends")] = False,
+    yes: YesOpt = False,
+    no_check: NoCheckOpt = False,
+    smoke: SmokeOpt = None,
     as_json: JsonOpt = False,
 ) -> Any:
-    """Submit the workspace's job through the dashscope SDK (registers functions, uploads data)."""
+    """Check, then submit the workspace's job through the dashscope SDK (registers functions, uploads data).
+
+    On Bailian (--cloud) a job is billed: without --yes one line says what would start and nothing is sent.
+    """
     from opd_nb.client import dry_run as dry_run_job
     from opd_nb.client import parse_sets, submit
 
     client = _client(local, cloud, workspace)
     changes = parse_sets(sets or [])
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
+    common = {"config": config, "sets": changes, "fresh": fresh, "smoke": smoke, **overrides}
     if dry_run:
-        plan = dry_run_job(workspace, client.target, config=config, sets=changes, fresh=fresh, **overrides)
-        return emit(plan, as_json=as_json)
-    result = submit(workspace, client.target, config=config, fresh=fresh, sets=changes, **overrides)
+        return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
+    result = submit(workspace, client.target, yes=yes, no_check=no_check, **common)
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
         typer.echo(str(result))
-        job = watch_terminal(client, result.job_id)
+        job = watch_terminal(client, result.job_id, _hooks(client, result.job_id, None, None, None, None))
         return emit(job, exit_code=_exit_code(job))
     return emit(result, as_json=as_json)
 
@@ -162,26 +217,116 @@ def logs_cmd(
 
 
 @app.command("watch")
-def watch_cmd(job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False) -> Any:
-    """Follow a job: progress, metrics and health alerts in a terminal, a live widget in a notebook."""
+def watch_cmd(
+    job_id: Annotated[str | None, typer.Argument(help="the job (not needed with --list)")] = None,
+    local: TargetOpt = None,
+    cloud: CloudOpt = False,
+    guard: GuardOpt = False,
+    vtr_steps: VtrStepsOpt = GuardThresholds.valid_token_steps,
+    reward_failures: RewardFailuresOpt = GuardThresholds.reward_failure_rate,
+    loss_factor: LossFactorOpt = GuardThresholds.loss_divergence,
+    zero_variance_evals: ZeroVarianceOpt = GuardThresholds.zero_variance_evals,
+    notify: NotifyOpt = None,
+    notify_format: NotifyFormatOpt = None,
+    price: PriceOpt = None,
+    detach: Annotated[bool, typer.Option("--detach", help="keep watching in a background process")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="list the detached watchers")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="stop the detached watcher of JOB")] = False,
+    as_json: JsonOpt = False,
+) -> Any:
+    """Follow a job: progress, metrics and health alerts in a terminal, a live widget in a notebook.
+
+    --guard cancels it when an error rule fires (thresholds below); --notify posts alerts and the end to
+    a webhook; --detach keeps watching after the terminal or notebook closes (--list, --stop).
+    """
+    from opd_nb import watchers
+
+    if list_:
+        return emit(watchers.list_watchers(), as_json=as_json)
+    if job_id is None:
+        raise OpdError("which job? pass its id", fix="opd watch JOB (or opd watch --list)")
+    if stop:
+        return emit(watchers.stop(job_id), as_json=as_json)
     client = _client(local, cloud)
-    if in_magic():  # the notebook opens the job monitor on it
+    thresholds = GuardThresholds(vtr_steps, reward_failures, loss_factor, zero_variance_evals)
+    hooks = _hooks(client, job_id, thresholds if guard else None, notify, notify_format, price)
+    if detach:
+        return emit(_detach(client, job_id, hooks, notify), as_json=as_json)
+    if in_magic():  # the notebook opens the job monitor on it; guard and notify run in a watcher of their own
+        if hooks.guard is not None or hooks.notifier is not None:
+            raise OpdError(
+                "in a notebook, --guard and --notify run in a background watcher", fix="add --detach"
+            )
         return WatchRequest(job_ids=(job_id,), target=client.target)
     if as_json:
-        job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True))
+        poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
+        job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True), hooks, poll_s)
     else:
-        job = watch_terminal(client, job_id)
+        job = watch_terminal(client, job_id, hooks)
     if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
         typer.echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
     return emit(job, exit_code=_exit_code(job), as_json=as_json)
+
+
+def _hooks(
+    client: Any, job_id: str, thresholds: Any, notify: str | None, fmt: str | None, price: float | None
+) -> Hooks:
+    from opd_nb.estimate import price_from_env
+    from opd_nb.guard import Guard
+    from opd_nb.meter import Meter
+    from opd_nb.notify import Notifier
+    from opd_nb.spend import is_paid
+
+    paid = is_paid(client.target.kind)
+    meter = Meter(paid=paid, price=price_from_env(price)) if paid else None
+    return Hooks(
+        guard=Guard(client, job_id, thresholds) if thresholds is not None else None,
+        notifier=Notifier.create(notify, fmt) if notify else None,
+        meter=meter,
+    )
+
+
+def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None) -> Any:
+    """The same watch in a detached child; the webhook URL goes in its environment, not its argv."""
+    import os
+
+    from opd_nb import watchers
+    from opd_nb.notify import URL_VAR
+
+    target = client.target
+    argv = [
+        "watch",
+        job_id,
+        "--json",
+        *(["--local", target.base_url] if target.kind == "local" else ["--cloud"]),
+    ]
+    options = []
+    if hooks.guard is not None:
+        t = hooks.guard.thresholds
+        argv += ["--guard", "--guard-valid-token-steps", str(t.valid_token_steps),
+                 "--guard-reward-failures", str(t.reward_failure_rate), "--guard-loss-factor", str(t.loss_divergence),
+                 "--guard-zero-variance-evals", str(t.zero_variance_evals)]  # fmt: skip
+        options.append("guard")
+    env = {k: v for k, v in os.environ.items() if k != URL_VAR}
+    env.update(target.env())
+    if hooks.notifier is not None and notify:
+        env[URL_VAR] = notify
+        argv += ["--notify-format", hooks.notifier.fmt]
+        options.append(f"notify {hooks.notifier.fmt}")
+    return watchers.start(job_id, argv, env, options)
 
 
 @app.command("cancel")
 def cancel_cmd(
     job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False
 ) -> Any:
-    """Cancel a job (a running local job stops within a few seconds)."""
-    return emit(_client(local, cloud).cancel(job_id), as_json=as_json)
+    """Cancel a job (a running local job stops within a few seconds); on Bailian, says what was billed so far."""
+    client = _client(local, cloud)
+    job = client.cancel(job_id)
+    hooks = _hooks(client, job_id, None, None, None, None)
+    if hooks.meter is not None and not as_json and not in_magic():
+        typer.echo(hooks.meter.line(client.get(job_id)))
+    return emit(job, as_json=as_json)
 
 
 @app.command("delete")

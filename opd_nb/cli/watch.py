@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.constants import (
     ENTROPY,
@@ -28,6 +29,11 @@ from opd_nb.constants import (
     ZERO_VARIANCE_GROUPS,
 )
 from opd_nb.health import AlertTracker, HealthAlert, eval_steps_of, job_alerts
+
+if TYPE_CHECKING:
+    from opd_nb.guard import Guard
+    from opd_nb.meter import Meter
+    from opd_nb.notify import Notifier
 
 SHOWN_METRICS = (
     LOSS,
@@ -87,6 +93,37 @@ def _fresh_alerts(
     return tracker.fresh(alerts)
 
 
+@dataclass
+class Hooks:
+    """What a watcher does besides showing: guard (cancel on an error rule), notify (post to a webhook)."""
+
+    guard: Guard | None = None
+    notifier: Notifier | None = None
+    meter: Meter | None = None
+
+    def after_poll(
+        self, job: Any, rows: Sequence[Mapping[str, Any]] | None, fresh: list[HealthAlert]
+    ) -> list[str]:
+        lines: list[str] = []
+        if self.notifier is not None:
+            lines += [line for a in fresh if (line := self.notifier.alert(job.job_id, a))]
+        if self.guard is not None:
+            said = self.guard.poll(job, None if rows is None else list(rows))
+            lines += said
+            if self.notifier is not None and said and self.guard.tripped is not None:
+                cancel = HealthAlert("guard_cancel", "error", said[-1], f"opd logs {job.job_id}")
+                lines += [line for line in [self.notifier.alert(job.job_id, cancel)] if line]
+        return lines
+
+    def at_end(self, job: Any) -> list[str]:
+        lines = [self.meter.final_line(job)] if self.meter is not None and self.meter.applies(job) else []
+        if self.notifier is not None:
+            tripped = self.guard.tripped if self.guard is not None else None
+            extra = f"the guard cancelled it: rule {tripped.rule}" if tripped else ""
+            lines += [line for line in [self.notifier.final(job, extra)] if line]
+        return lines
+
+
 def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
     from rich.table import Table
     from rich.text import Text
@@ -106,7 +143,7 @@ def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
     return table
 
 
-def watch_terminal(client: Any, job_id: str) -> Any:
+def watch_terminal(client: Any, job_id: str, hooks: Hooks | None = None) -> Any:
     """Rich progress bar plus the latest metrics until the job ends; alerts printed as they appear."""
     from rich.console import Console, Group
     from rich.live import Live
@@ -122,6 +159,7 @@ def watch_terminal(client: Any, job_id: str) -> Any:
         console=console,
     )
     task = progress.add_task(job_id, total=None)
+    hooks = hooks or Hooks()
     tracker = AlertTracker()
     samples = _Samples(client, job_id)
     with Live(Group(progress, _metrics_table(None)), console=console, refresh_per_second=4) as live:
@@ -135,23 +173,40 @@ def watch_terminal(client: Any, job_id: str) -> Any:
                 total=prog.get("total_steps"),
                 completed=prog.get("step") or 0,
             )
-            for alert in _fresh_alerts(tracker, job, rows, samples.latest(rows)):
+            fresh = _fresh_alerts(tracker, job, rows, samples.latest(rows))
+            for alert in fresh:
                 style = "red" if alert.severity == "error" else "yellow"
                 live.console.print(Text(alert_line(job_id, alert), style=style), soft_wrap=True)
-            live.update(Group(progress, _metrics_table(rows)))
+            for line in hooks.after_poll(job, rows, fresh):
+                live.console.print(Text(line, style="bold red"), soft_wrap=True)
+            meter = (
+                [Text(hooks.meter.line(job))] if hooks.meter is not None and hooks.meter.applies(job) else []
+            )
+            live.update(Group(progress, *meter, _metrics_table(rows)))
             if job.terminal:
+                for line in hooks.at_end(job):
+                    live.console.print(Text(line), soft_wrap=True)
                 return job
             time.sleep(POLL_S)
 
 
-def wait_reporting_alerts(client: Any, job_id: str, report: Callable[[str], None]) -> Any:
-    """Wait for the job to end (no live view); each new alert goes to `report` as one line."""
+def wait_reporting_alerts(
+    client: Any, job_id: str, report: Callable[[str], None], hooks: Hooks | None = None, poll_s: float = 2.0
+) -> Any:
+    """Wait for the job to end (no live view); each new alert, and what the hooks say, goes to `report`."""
     tracker = AlertTracker()
     samples = _Samples(client, job_id)
+    hooks = hooks or Hooks()
 
     def on_update(job: Any) -> None:
         rows = client.metrics(job_id)
-        for alert in _fresh_alerts(tracker, job, rows, samples.latest(rows)):
+        fresh = _fresh_alerts(tracker, job, rows, samples.latest(rows))
+        for alert in fresh:
             report(alert_line(job_id, alert))
+        for line in hooks.after_poll(job, rows, fresh):
+            report(line)
 
-    return client.wait(job_id, on_update=on_update)
+    job = client.wait(job_id, on_update=on_update, poll_s=poll_s)
+    for line in hooks.at_end(job):
+        report(line)
+    return job

@@ -53,10 +53,14 @@ class SubmitResult(ResultMixin, BaseModel):
     runner: str  # "submit_job.py" or "sdk"
     log_tail: list[str] = []
     functions: list[dict[str, Any]] = []  # submit_job.py's [{name, type, entity_id, reused, note}]
+    notes: list[str] = []  # what the submit skipped or changed (--no-check, a smoke run's sample)
 
     def __str__(self) -> str:
         status = self.job.status if self.job else "submitted"
-        notes = [str(f["note"]) for f in self.functions if f.get("note")]  # reused or registered, and why
+        notes = [
+            *self.notes,
+            *(str(f["note"]) for f in self.functions if f.get("note")),
+        ]  # reused or registered
         return "\n".join(
             [f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}", *notes]
         )
@@ -64,7 +68,8 @@ class SubmitResult(ResultMixin, BaseModel):
     def _repr_html_(self) -> str:
         status = self.job.status if self.job else "submitted"
         notes = "".join(
-            f"<br><small>{html.escape(str(f['note']))}</small>" for f in self.functions if f.get("note")
+            f"<br><small>{html.escape(str(n))}</small>"
+            for n in [*self.notes, *(f["note"] for f in self.functions if f.get("note"))]
         )
         return (
             f"<div>submitted <code>{html.escape(self.job_id)}</code> ({html.escape(status)}) to "
@@ -114,10 +119,47 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return sets
 
 
-def _script_flags(sets: Mapping[str, Any] | None, fresh: bool) -> list[str]:
-    """submit_job.py's `--set KEY=JSON` (one per value) and `--fresh`."""
+def _script_flags(sets: Mapping[str, Any] | None, fresh: bool, smoke: int | None = None) -> list[str]:
+    """submit_job.py's `--set KEY=JSON` (one per value), `--fresh` and `--smoke N`."""
     flags = [arg for key, value in (sets or {}).items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    if smoke is not None:
+        flags += ["--smoke", str(smoke)]
     return [*flags, "--fresh"] if fresh else flags
+
+
+def _script_knows(ws: Path, flag: str) -> bool:
+    """Whether the workspace's submit_job.py has `flag` (workspaces made by older templates lack some)."""
+    script = ws / "submit_job.py"
+    return script.is_file() and f'"{flag}"' in script.read_text(encoding="utf-8", errors="replace")
+
+
+def _before_start(
+    ws: Path, target: Target, config: str, overrides: Mapping[str, Any], **how: Any
+) -> tuple[list[str], list[str]]:
+    """The gate (unless `no_check`) and, on Bailian, the consent: (notes, flags for submit_job.py).
+
+    submit_job.py gets `--no-check` and `--yes` for what was decided here, so it does neither twice.
+    """
+    from opd_nb.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
+    from opd_nb.spend import gate, is_paid, require_consent
+
+    notes: list[str] = []
+    if how["no_check"]:
+        notes.append("preflight skipped (--no-check)")
+    else:
+        gate(str(ws), target.kind, base_url=target.base_url, config=config)
+    flags: list[str] = []
+    if is_paid(target.kind):
+        size = estimate(ws, config=config, sets=dict(how["sets"] or {}), smoke=how["smoke"], **overrides)
+        require_consent(target.kind, how["yes"], size.start_line())
+        flags = [f for f in ("--yes", "--no-check") if _script_knows(ws, f)]
+    if how["smoke"] is not None and not _script_knows(ws, "--smoke"):
+        raise OpdError(
+            "this workspace's submit_job.py predates --smoke",
+            where=str(ws / "submit_job.py"),
+            fix="copy submit_job.py from a new workspace (`opd new`)",
+        )
+    return notes, flags
 
 
 def _prepare(
@@ -161,6 +203,7 @@ def dry_run(
     config: str = "config.yaml",
     sets: Mapping[str, Any] | None = None,
     fresh: bool = False,
+    smoke: int | None = None,
     timeout_s: float = 120.0,
     **overrides: Any,
 ) -> DryRun:
@@ -174,7 +217,9 @@ def dry_run(
             f"{ws} has no submit_job.py, which --dry-run needs",
             fix="copy it from a new workspace (`opd new`)",
         )
-    cmd = _script_command(ws, ws / config, target, overrides, ["--dry-run", *_script_flags(sets, fresh)])
+    cmd = _script_command(
+        ws, ws / config, target, overrides, ["--dry-run", *_script_flags(sets, fresh, smoke)]
+    )
     try:
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -190,42 +235,8 @@ def dry_run(
     return DryRun(workspace=str(ws), target_kind=target.kind, base_url=target.base_url, job=job)
 
 
-def submit(
-    workspace: str | Path,
-    target: Target | None = None,
-    *,
-    config: str = "config.yaml",
-    job_name: str | None = None,
-    teacher_model: str | None = None,
-    model: str | None = None,
-    no_reward: bool = False,
-    fresh: bool = False,
-    sets: Mapping[str, Any] | None = None,
-    timeout_s: float = 600.0,
-) -> SubmitResult:
-    """Register functions, upload data and submit, exactly as the SDK does; returns the job id.
-
-    `sets` (``{"training.hyper_parameters.learning_rate": 2e-6}``) changes config values for this
-    submit only and `fresh` registers the functions again; both need the workspace's submit_job.py.
-    """
-    ws, target, env = _prepare(workspace, target, config)
-    cfg = ws / config
-    overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
-    if (ws / "submit_job.py").is_file():
-        runner = "submit_job.py"
-        cmd = _script_command(ws, cfg, target, overrides, ["--json", *_script_flags(sets, fresh)])
-    else:
-        if fresh or sets:
-            raise OpdError(
-                f"{ws} has no submit_job.py, which --fresh and --set need",
-                fix="copy submit_job.py from a new workspace (`opd new`)",
-            )
-        runner = "sdk"
-        cmd = [sys.executable, "-c", _RUNNER, json.dumps({"config": str(cfg), **overrides})]
-    try:
-        proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
+def _runner_output(proc: subprocess.CompletedProcess) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """(job id, functions, stderr tail) from the runner's last JSON line; a failed run is an OpdError."""
     tail = (proc.stderr or "").splitlines()[-15:]
     job_id, functions = None, []
     for line in reversed((proc.stdout or "").splitlines()):
@@ -245,6 +256,57 @@ def submit(
             f"submission failed (exit {proc.returncode}):\n{detail}",
             exit_code=2 if proc.returncode == 2 else 1,
         )
+    return job_id, functions, tail
+
+
+def submit(
+    workspace: str | Path,
+    target: Target | None = None,
+    *,
+    config: str = "config.yaml",
+    job_name: str | None = None,
+    teacher_model: str | None = None,
+    model: str | None = None,
+    no_reward: bool = False,
+    fresh: bool = False,
+    sets: Mapping[str, Any] | None = None,
+    yes: bool = False,
+    no_check: bool = False,
+    smoke: int | None = None,
+    timeout_s: float = 600.0,
+) -> SubmitResult:
+    """Check, ask, then register functions, upload data and submit exactly as the SDK does.
+
+    The preflight gate runs first (`no_check` skips it); a Bailian job needs `yes` (else an OpdError
+    with code ``needs-confirmation`` says what would start, and nothing is sent). `sets`
+    (``{"training.hyper_parameters.learning_rate": 2e-6}``) changes config values for this submit
+    only, `fresh` registers the functions again, `smoke` (0: default size, or N rows) sends a
+    sampled one-epoch run named ``-smoke``; these need the workspace's submit_job.py.
+    """
+    ws, target, env = _prepare(workspace, target, config)
+    cfg = ws / config
+    overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
+    notes, flags = _before_start(
+        ws, target, config, overrides, no_check=no_check, yes=yes, smoke=smoke, sets=sets
+    )
+    if (ws / "submit_job.py").is_file():
+        runner = "submit_job.py"
+        cmd = _script_command(
+            ws, cfg, target, overrides, ["--json", *flags, *_script_flags(sets, fresh, smoke)]
+        )
+    else:
+        if fresh or sets:
+            raise OpdError(
+                f"{ws} has no submit_job.py, which --fresh and --set need",
+                fix="copy submit_job.py from a new workspace (`opd new`)",
+            )
+        runner = "sdk"
+        cmd = [sys.executable, "-c", _RUNNER, json.dumps({"config": str(cfg), **overrides})]
+    try:
+        proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
+    job_id, functions, tail = _runner_output(proc)
     job = JobClient(target).get(job_id)
     return SubmitResult(
         job_id=job_id,
@@ -255,4 +317,5 @@ def submit(
         runner=runner,
         log_tail=tail,
         functions=functions,
+        notes=notes + [line for line in tail if line.startswith("smoke run:")],
     )

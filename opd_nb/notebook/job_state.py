@@ -177,4 +177,20 @@ def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
         "events": list(st.events)[-10:],
         "error": st.error,
         "cancel_requested": st.cancel_requested,
+        "meter": meter_line(st),
     }
+
+
+def meter_line(st: JobState) -> str | None:
+    """Elapsed time and billed hours of a job on a plane without metrics (Bailian, which bills it)."""
+    if st.metrics_available is not False or st.job is None or isinstance(st.job, Mapping):
+        return None
+    from opd_nb.errors import OpdError
+    from opd_nb.estimate import price_from_env
+    from opd_nb.meter import Meter
+
+    try:
+        price = price_from_env(None)
+    except OpdError:
+        price = None
+    return Meter(paid=True, price=price).line(st.job)

@@ -107,6 +107,8 @@ def alerts_html(state: dict[str, Any]) -> str:
             parts.append(f'<div class="warn">{render.esc(jid)}: {render.esc(v["error"])}</div>')
         if v["metrics_available"] is False:
             parts.append(f"<div><i>{render.esc(CLOUD_NOTE)}</i></div>")
+        if v.get("meter"):
+            parts.append(f"<div>{render.esc(v['meter'])}</div>")
     return "".join(parts)
 
 
@@ -202,6 +204,8 @@ def snapshot_text(state: dict[str, Any]) -> str:
             lines.append(f"  best checkpoint: {b['name']} ({b['reason']})")
         if v["metrics_available"] is False:
             lines.append(f"  {CLOUD_NOTE}")
+        if v.get("meter"):
+            lines.append(f"  {v['meter']}")
         samples = v.get("samples") or {}
         if samples.get("records"):
             lines.append(f"  samples of step {samples['step']}: %opd rollouts {jid} --step {samples['step']}")

@@ -7,6 +7,14 @@
     python submit_job.py --no-reward             # pure distillation: functions=None
     python submit_job.py --set training.hyper_parameters.learning_rate=2e-6   # one change, YAML untouched
     python submit_job.py --fresh                 # register the functions again even if unchanged
+    python submit_job.py --smoke 40 --yes        # a small first run: 40 sampled rows, one epoch, name -smoke
+    python submit_job.py --yes                   # Bailian bills the job: a cloud submit needs --yes
+
+A cloud submit (no --local) needs --yes: without it, one line says what would start (student, teacher,
+rows, epochs, steps, rollouts per step, resources) and nothing is sent. When opd-nb is importable, a
+cloud submit first runs its preflight rules (`opd check`) and refuses on an error; --no-check skips
+that, and --dry-run adds opd-nb's size estimate. A smoke run samples its rows (seeded) into new files
+under .opd/smoke/ and uploads them as new datasets; data/ is never edited.
 
 Registered functions are remembered in .opd/entities.json (per target, function name and type, with a
 hash of exactly what the SDK would zip, plus requirements.txt). While that code is unchanged the next
@@ -57,6 +65,13 @@ HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_
                     "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization")
 RESOURCES = ("charge_type", "mtu_spec_code", "mtu_capacity")
 MAPPINGS = ("model", "training", "training.hyper_parameters", "training.resources")  # never a plain value
+# Smoke runs: the same sizes as opd_nb.estimate (a test keeps both equal).
+SMOKE_STEPS = 2  # default training rows: enough for this many steps
+SMOKE_VALIDATION_ROWS = 4
+SMOKE_SUFFIX = "-smoke"
+SMOKE_SEED = 0
+SMOKE_DIR = "smoke"  # under STATE_DIR
+DEFAULTS = {"batch_size": 128, "n_epochs": 1, "n_rollouts": 8}  # the service's, when the config leaves them out
 
 
 class UsageError(Exception):
@@ -79,6 +94,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--local", nargs="?", const=LOCAL_URL, metavar="URL",
                         help=f"target a local control plane (default URL {LOCAL_URL})")
     parser.add_argument("--dry-run", action="store_true", help="print the effective job and send nothing")
+    parser.add_argument("--yes", action="store_true", help="start a paid job on Bailian (needed without --local)")
+    parser.add_argument("--no-check", action="store_true", help="skip opd-nb's preflight rules before a cloud submit")
+    parser.add_argument("--smoke", nargs="?", type=int, const=0, default=None, metavar="N",
+                        help=f"a small first run: N sampled training rows (default {SMOKE_STEPS} steps' worth), "
+                             f"one epoch, {SMOKE_VALIDATION_ROWS} validation rows, job name +{SMOKE_SUFFIX}")
     parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
     parser.add_argument("--poll", type=float, default=None, metavar="S",
                         help="seconds between status checks with --wait (default 2 local, 15 cloud)")
@@ -474,6 +494,95 @@ def forget_stale(stale: list[Entity], workspace: Path, target: str) -> None:
     save_state(workspace, state)
 
 
+# ---------------------------------------------------------------- before a paid start
+
+def jsonl_rows(path: Path) -> list[str]:
+    """The non-blank lines of a JSONL file (one row each)."""
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def sample_file(source: Path, n: int, dest: Path) -> int:
+    """Write a seeded sample of `n` rows of `source` (in their order) to `dest`; returns the rows written."""
+    import random
+
+    rows = jsonl_rows(source)
+    keep = sorted(random.Random(SMOKE_SEED).sample(range(len(rows)), min(n, len(rows))))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("".join(rows[i] + "\n" for i in keep), encoding="utf-8")
+    return len(keep)
+
+
+def apply_smoke(tuning: Any, args: argparse.Namespace, workspace: Path) -> None:
+    """Point the job at sampled copies of its files, one epoch, name +-smoke; data/ itself is never touched."""
+    hp = dict(tuning.training.hyper_parameters or {})
+    batch = int(hp.get("batch_size") or DEFAULTS["batch_size"])
+    for dataset in tuning.datasets:
+        kind = str(getattr(dataset.type, "value", dataset.type))
+        if not dataset.file_name or kind not in ("training", "validation"):
+            continue
+        source = Path(dataset.file_name)
+        if not source.is_file():
+            raise UsageError(f"--smoke: {dataset.file_name} is not a local file, so it cannot be sampled")
+        want = (args.smoke or SMOKE_STEPS * batch) if kind == "training" else SMOKE_VALIDATION_ROWS
+        dest = Path(STATE_DIR) / SMOKE_DIR / f"{kind}-{source.stem}-{want}.jsonl"
+        got = sample_file(source, want, dest)
+        print(f"smoke run: {got} {kind} row(s) sampled from {source} into {dest}", file=sys.stderr)
+        dataset.file_name = dest.as_posix()
+    hp["n_epochs"] = 1
+    tuning.training.hyper_parameters = hp
+    args.job_name = (args.job_name or tuning.name) + SMOKE_SUFFIX
+
+
+def start_line(job: dict) -> str:
+    """One line on what would start (steps = ceil(rows / batch_size) x n_epochs, as opd estimate counts)."""
+    import math
+
+    hp, res = job["hyper_parameters"] or {}, job["resources"] or {}
+    rows = 0
+    for d in job["training_datasets"]:
+        path = Path(d.get("file_name") or "")
+        if not d.get("file_name") or not path.is_file():
+            rows = None
+            break
+        rows += len(jsonl_rows(path))
+    batch, epochs, n = (int(hp.get(k) or DEFAULTS[k]) for k in ("batch_size", "n_epochs", "n_rollouts"))
+    steps = "?" if rows is None else math.ceil(rows / batch) * epochs
+    return (f"{job['job_name']}: student {job['model']}, teacher {job['teacher_model'] or 'none'}, "
+            f"{'?' if rows is None else rows} rows x {epochs} epoch(s) = {steps} steps, {batch * n} rollouts/step, "
+            f"resources {res.get('mtu_spec_code', '?')} x {res.get('mtu_capacity', '?')}")
+
+
+def preflight(config: Path, no_check: bool) -> None:
+    """opd-nb's preflight rules for the cloud, when opd-nb is importable; an error refuses the submit."""
+    if no_check:
+        print("note: no preflight rules run by this script (--no-check)", file=sys.stderr)
+        return
+    try:
+        from opd_nb.checks import check
+    except ImportError:
+        print("note: opd-nb is not installed, so no preflight rules ran (pip install opd-nb)", file=sys.stderr)
+        return
+    report = check(config.parent, "cloud", config=config.name)
+    if report.errors:
+        lines = "\n".join(f"  {f}" for f in report.errors)
+        raise UsageError(f"preflight found {len(report.errors)} error(s); nothing was sent:\n{lines}\n"
+                         "fix them (opd check), or pass --no-check to skip the gate")
+
+
+def size_estimate(config: Path, args: argparse.Namespace, sets: dict[str, Any]) -> dict | None:
+    """opd-nb's `opd estimate` of this job, when opd-nb is importable (else None)."""
+    try:
+        from opd_nb.estimate import estimate
+    except ImportError:
+        return None
+    try:
+        return estimate(config.parent, config=config.name, sets=sets, smoke=args.smoke, model=args.model,
+                        teacher_model=args.teacher_model, job_name=args.job_name,
+                        no_reward=args.no_reward).to_payload()
+    except Exception as exc:  # an estimate never stops a dry run
+        return {"error": str(exc)}
+
+
 def effective_job(tuning: Any, args: argparse.Namespace, functions: list | None, key_source: str) -> dict:
     """What run() will submit, after the SDK's precedence (run() arguments > YAML > defaults)."""
     teacher = args.teacher_model or tuning.teacher_model
@@ -586,6 +695,9 @@ def main(argv: list[str] | None = None) -> int:
         key_source = configure_env(args, workspace)
         sets = parse_sets(args.sets)
         tuning = load_tuning(config, sets)
+        estimate_base = args.job_name
+        if args.smoke is not None:
+            apply_smoke(tuning, args, workspace)
         functions = select_functions(tuning, args.no_reward)
         job = effective_job(tuning, args, functions, key_source)
         target = job["target"].rstrip("/")
@@ -594,11 +706,18 @@ def main(argv: list[str] | None = None) -> int:
             if sets:
                 job["set"] = sets
             job["registrations"] = [e.note for e in plan]
+            args.job_name = estimate_base
+            job["estimate"] = size_estimate(config, args, sets)
             print(json.dumps(job, indent=2, ensure_ascii=False, default=str))
             return 0
         if not os.environ.get("DASHSCOPE_API_KEY"):
             raise UsageError("no API key: set DASHSCOPE_API_KEY (or put it in .env next to the config), "
                              "or use --local for a local control plane")
+        if not args.local:
+            preflight(config, args.no_check)
+            if not args.yes:
+                print(f"not sent: Bailian bills this job, so it needs --yes: {start_line(job)}", file=sys.stderr)
+                return 1
         job_id = submit(tuning, args, functions, plan, workspace, target)
         status = None
         if not args.json:

@@ -1,0 +1,278 @@
+"""Guards while a job runs: `opd watch --guard` cancels, `--notify` posts, `--detach` outlives its parent.
+
+One real job on the session's `opd serve` (its teacher window cut, so valid_token_rate < 1 from the
+first step) serves the guard and both webhook formats. Webhook receivers and the detached watcher's
+control plane are tiny loopback HTTP servers in this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from opd_nb.constants import VALID_TOKEN_RATE
+from opd_nb.health import FULL_VALID_TOKEN_RATE, GuardThresholds, guard_alerts
+from opd_nb.notify import Notifier, detect_format, masked, payload
+
+SECRET = "T0000-SECRET-b1c2d3"  # the part of a webhook URL that is a credential
+
+
+class Loopback:
+    """A loopback HTTP server: records POSTed JSON bodies, answers GETs from `answers` (path -> JSON)."""
+
+    def __init__(self, answers: dict[str, dict] | None = None):
+        self.posts: list[tuple[str, dict]] = []
+        self.gets: list[str] = []
+        self.answers = answers or {}
+        box = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                box.posts.append((self.path, json.loads(body) if body else {}))
+                self._reply(200, {"request_id": "r", "output": {"status": "success"}})
+
+            def do_GET(self) -> None:
+                box.gets.append(self.path)
+                found = box.answers.get(self.path.split("?")[0])
+                self._reply(200 if found else 404, found or {"code": "NotFound", "message": "Not Found!"})
+
+            def _reply(self, status: int, data: dict) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture()
+def receiver() -> Iterator[Loopback]:
+    box = Loopback()
+    yield box
+    box.server.shutdown()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_NOTIFY"))}
+    env.update(NO_PROXY="127.0.0.1,localhost", COLUMNS="100", **extra)
+    return env
+
+
+def _opd(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "opd_nb", *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=cwd,
+        env=_env(**env),
+    )
+
+
+def test_guard_rules_fire_on_their_thresholds():
+    t = GuardThresholds(
+        valid_token_steps=2, reward_failure_rate=0.5, loss_divergence=10, zero_variance_evals=1
+    )
+    rows = [{"step": 1, VALID_TOKEN_RATE: 1.0}, {"step": 2, VALID_TOKEN_RATE: 0.9}]
+    assert guard_alerts(rows, thresholds=t) == []  # one low step of the two needed
+    rows.append({"step": 3, VALID_TOKEN_RATE: 0.8})
+    (alert,) = guard_alerts(rows, thresholds=t)
+    assert alert.rule == "valid_token_rate" and alert.severity == "error" and "step 3" in alert.message
+    loss = [{"step": 1, "actor/distillation/loss": 0.5}, {"step": 2, "actor/distillation/loss": "NaN"}]
+    assert [a.rule for a in guard_alerts(loss, thresholds=t)] == ["loss_not_finite"]
+    loss = [{"step": 1, "actor/distillation/loss": 0.5}, {"step": 2, "actor/distillation/loss": 11.0}]
+    assert [a.rule for a in guard_alerts(loss, thresholds=t)] == ["loss_diverging"]
+    rewards = [{"step": 1, "trace/reward/failure_rate": 0.25}, {"step": 2, "trace/reward/failure_rate": 0.5}]
+    assert [a.rule for a in guard_alerts(rewards, thresholds=t)] == ["reward_failures"]
+    flat = [{"step": s, "trace/reward/zero_variance_groups": 1.0} for s in (1, 2)]
+    assert guard_alerts(flat, eval_steps=3, thresholds=t) == []  # 2 steps < one eval interval of 3
+    assert [a.rule for a in guard_alerts(flat, eval_steps=2, thresholds=t)] == ["zero_variance_groups"]
+
+
+def test_webhook_formats_and_the_url_never_shows(receiver):
+    hosts = {
+        "https://oapi.dingtalk.com/robot/send?access_token=x": "dingtalk",
+        "https://open.feishu.cn/open-apis/bot/v2/hook/x": "feishu",
+        "https://open.larksuite.com/open-apis/bot/v2/hook/x": "feishu",
+        "https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key=x": "wecom",
+        "https://hooks.slack.com/services/x": "slack",
+        "https://example.org/hook": "json",
+    }
+    assert {url: detect_format(url) for url in hosts} == hosts
+    assert payload("feishu", "hi", {}) == {"msg_type": "text", "content": {"text": "hi"}}
+    assert payload("wecom", "hi", {}) == {"msgtype": "text", "text": {"content": "hi"}}
+    url = f"{receiver.url}/hook/{SECRET}"
+    notifier = Notifier.create(url, "json")
+    assert SECRET not in repr(notifier) and SECRET not in masked(url)
+    assert notifier.send({"event": "final", "job_id": "ft-1"}, "done") is None
+    assert receiver.posts == [(f"/hook/{SECRET}", {"event": "final", "job_id": "ft-1", "text": "done"})]
+    failed = Notifier.create(f"http://127.0.0.1:9/{SECRET}", "slack").send(
+        {}, "x"
+    )  # nothing listens on port 9
+    assert failed is not None and "failed" in failed and SECRET not in failed
+
+
+@pytest.mark.slow
+def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
+    local_server, receiver, tmp_path
+):
+    from conftest import tiny_workspace
+
+    from opd_nb.client import JobClient, resolve_target, submit
+
+    k = 2
+    # Prompts take 22-27 tokens: a 28-token teacher window cuts nearly every answer, on every step.
+    ws = tiny_workspace(
+        "pure-distill", tmp_path / "cut", n_epochs=5, opd_teacher_max_model_len=28
+    )  # 10 steps
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    job_id = submit(ws, client.target, no_check=True).job_id  # the gate would refuse the planted 28
+    slack = f"{receiver.url}/slack/{SECRET}"
+    flags = ("--local", local_server.api_base, "--notify", slack, "--notify-format", "slack", "--json")
+    proc = _opd("watch", job_id, "--guard", "--guard-valid-token-steps", str(k), *flags, cwd=ws)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "CANCELED", out
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"guard: cancelled {job_id}")]
+    assert "rule valid_token_rate" in line and "consecutive step(s)" in line
+    rows = client.metrics(job_id)
+    low = [r["step"] for r in rows if r.get(VALID_TOKEN_RATE, 1) < FULL_VALID_TOKEN_RATE]
+    tripped_at = int(re.search(r"at step (\d+)", line).group(1))
+    alert_step = low[k - 1]  # the rule fires once K consecutive steps are low
+    assert low[:k] == list(range(low[0], low[0] + k)) and tripped_at - alert_step <= k  # within K steps of it
+    assert max(r["step"] for r in rows) < 10  # the rest of the run was never paid for
+    texts = [body["text"] for path, body in receiver.posts if path.startswith("/slack/")]
+    assert any("valid_token_rate is below 1" in t for t in texts)  # the alert
+    assert any("guard: cancelled" in t for t in texts)  # the cancel, with its rule
+    assert texts[-1].startswith(f"[opd] {job_id} ended CANCELED") and "rule valid_token_rate" in texts[-1]
+
+    ding = f"{receiver.url}/ding/{SECRET}"
+    again = _opd("watch", job_id, "--local", local_server.api_base, "--notify", ding, "--notify-format", "dingtalk",
+                 "--json", cwd=ws)  # fmt: skip
+    posts = [body for path, body in receiver.posts if path.startswith("/ding/")]
+    assert all(body["msgtype"] == "text" for body in posts) and len(posts) >= 2, again.stderr
+    contents = [body["text"]["content"] for body in posts]
+    assert any("valid_token_rate" in c for c in contents) and "ended CANCELED" in contents[-1]
+    assert SECRET not in out + again.stdout + again.stderr
+
+
+@pytest.mark.slow  # four `opd` processes
+def test_a_detached_watcher_outlives_its_parent_and_stops(tmp_path):
+    job = {"job_id": "ft-202612020000-abcd", "job_name": "x", "status": "RUNNING", "hyper_parameters": {}}
+    plane = Loopback(
+        {
+            f"/api/v1/fine-tunes/{job['job_id']}": {"request_id": "r", "output": job},
+            f"/api/v1/fine-tunes/{job['job_id']}/metrics": {"request_id": "r", "output": {"metrics": []}},
+        }
+    )
+    env = {"OPD_WATCH_DIR": str(tmp_path / "watchers")}
+    try:
+        hook = f"{plane.url}/hook/{SECRET}"
+        parent = _opd(
+            "watch", job["job_id"], "--local", plane.url, "--detach", "--notify", hook, cwd=tmp_path, **env
+        )
+        assert parent.returncode == 0, parent.stderr  # the parent is gone now
+        (record,) = (tmp_path / "watchers").glob("*.json")
+        pid = json.loads(record.read_text())["pid"]
+        seen = len(plane.gets)
+        time.sleep(3)
+        assert len(plane.gets) > seen  # still polling after its parent exited
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert SECRET not in cmdline + record.read_text() + parent.stdout + parent.stderr
+        listed = _opd("watch", "--list", "--json", cwd=tmp_path, **env)
+        assert [w["pid"] for w in json.loads(listed.stdout)["watchers"] if w["alive"]] == [pid]
+        stopped = _opd("watch", job["job_id"], "--stop", cwd=tmp_path, **env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+        )
+        assert not record.exists()
+    finally:
+        plane.server.shutdown()
+
+
+def test_without_metrics_the_guard_reads_the_log_and_says_what_it_cannot_see():
+    """Bailian (a stand-in): no metrics API, so the guard acts on error lines in the log."""
+    from pydantic import SecretStr
+
+    from opd_nb.client import JobClient, Target
+    from opd_nb.guard import UNSEEN_WITHOUT_METRICS, Guard
+
+    job = {"job_id": "ft-202612020000-beef", "status": "RUNNING", "hyper_parameters": {}}
+    logs = "step 1 ok\n2026-12-02 06:00:01 ERROR reward function timed out for 64 samples\n"
+    path = f"/api/v1/fine-tunes/{job['job_id']}"
+    plane = Loopback({path: {"request_id": "r", "output": job}, f"{path}/logs": {"output": {"logs": logs}}})
+    try:
+        client = JobClient(Target(kind="cloud", base_url=f"{plane.url}/api/v1", api_key=SecretStr("sk-x")))
+        guard = Guard(client, job["job_id"])
+        seen = client.get(job["job_id"])
+        lines = guard.poll(seen, client.metrics(job["job_id"]))  # metrics: None, never asked on the cloud
+        assert all(rule in lines[0] for rule in UNSEEN_WITHOUT_METRICS)
+        assert lines[1].startswith(f"guard: cancelled {job['job_id']}") and "rule log_error" in lines[1]
+        assert "reward function timed out" in lines[1]
+        assert [p for p, _ in plane.posts] == [f"{path}/cancel"]
+        assert guard.poll(seen, None) == [] and len(plane.posts) == 1  # once
+    finally:
+        plane.server.shutdown()
+
+
+def test_the_meter_counts_started_hours():
+    from types import SimpleNamespace
+
+    from opd_nb.meter import Meter
+
+    job = SimpleNamespace(job_id="ft-1", status="CANCELED", create_time="2026-12-02 06:00:00",
+                          end_time="2026-12-02 07:00:01", raw={})  # fmt: skip
+    line = Meter(paid=True, units=24, price=2.0).line(job)
+    assert "1h 00m elapsed, 2 billed hour(s) x 24 units = 48 unit-hours, 96.00 at 2 per unit-hour" in line
+    running = SimpleNamespace(job_id="ft-2", status="RUNNING", create_time="2026-12-02 06:00:00", end_time=None,
+                              raw={"start_time": "2026-12-02 06:30:00"})  # fmt: skip
+    now = datetime(2026, 12, 2, 6, 40).timestamp()
+    assert "0h 10m elapsed, 1 billed hour(s)" in Meter(paid=True).line(running, now=now)
+
+
+def test_the_monitor_meters_a_job_only_where_metrics_are_missing():
+    from opd_nb.client.job_results import Job
+    from opd_nb.notebook.job_state import JobState, meter_line
+
+    st = JobState("ft-1")
+    st.job = Job(job_id="ft-1", status="RUNNING", create_time="2026-12-02 06:00:00")
+    st.metrics_available = True  # `opd serve`: free
+    assert meter_line(st) is None
+    st.metrics_available = False  # Bailian: no metrics API, billed by the hour
+    assert "billed hour(s)" in meter_line(st)
+
+
+def test_in_a_notebook_guard_and_notify_ask_for_detach():
+    from opd_nb.cli import invoke
+    from opd_nb.errors import OpdError
+
+    with pytest.raises(OpdError, match="--detach"):
+        invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--guard"])
+    with pytest.raises(OpdError) as bad:  # the URL is checked before anything starts, and never echoed
+        invoke(
+            ["watch", "ft-1", "--local", "http://127.0.0.1:9", "--notify", f"ftp://x/{SECRET}", "--detach"]
+        )
+    assert "not an http(s) URL" in str(bad.value) and SECRET not in str(bad.value)

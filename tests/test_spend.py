@@ -1,0 +1,239 @@
+"""Spend nothing by mistake: the preflight gate, the consent for paid starts, the estimate, smoke runs.
+
+The paid plane is a Bailian stand-in on loopback: a proxy that counts every request and forwards it
+to the session's `opd serve`, so a job it lets through is a real job (cancelled at once) and a job it
+never saw was never sent. Only the real host is stood in for; our own code runs unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from conftest import tiny_workspace
+from pydantic import SecretStr
+
+from opd_nb.cli import invoke, main
+from opd_nb.client import JobClient, Target, dry_run, resolve_target, submit
+from opd_nb.errors import OpdError
+from opd_nb.estimate import SMOKE_STEPS, SMOKE_SUFFIX, SMOKE_VALIDATION_ROWS, billed_hours, estimate
+from opd_nb.spend import NEEDS_CONFIRMATION, PREFLIGHT_FAILED
+
+KEY = "sk-standin-0000000000000000"
+
+
+class CountingProxy:
+    """Bailian's stand-in: counts requests, forwards each to `upstream` (the local control plane)."""
+
+    def __init__(self, upstream: str):
+        self.upstream = upstream.rstrip("/")
+        self.requests: list[tuple[str, str]] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                proxy.requests.append((self.command, self.path))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
+                reply = httpx.request(
+                    self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=120
+                )
+                self.send_response(reply.status_code)
+                for k, v in reply.headers.items():
+                    if k.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "content-encoding",
+                        "connection",
+                    ):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(reply.content)))
+                self.end_headers()
+                self.wfile.write(reply.content)
+
+            do_GET = do_POST = do_DELETE = do_PUT = _forward
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/api/v1"
+
+
+@pytest.fixture(scope="module")
+def bailian(local_server) -> Iterator[CountingProxy]:
+    proxy = CountingProxy(local_server.base_url)  # type: ignore[attr-defined]
+    try:
+        yield proxy
+    finally:
+        proxy.server.shutdown()
+
+
+@pytest.fixture()
+def cloud_env(monkeypatch) -> None:
+    """What a cloud user has: a key in the environment, no local base URL."""
+    monkeypatch.setenv("DASHSCOPE_API_KEY", KEY)
+    monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL", raising=False)
+
+
+def paid(proxy: CountingProxy) -> Target:
+    return Target(kind="cloud", base_url=proxy.api_base, api_key=SecretStr(KEY))
+
+
+def test_a_planted_error_is_refused_before_any_request(bailian, cloud_env, tmp_path):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=4)  # 4 rows <= batch_size 8
+    before = len(bailian.requests)
+    with pytest.raises(OpdError) as refused:
+        submit(ws, paid(bailian), yes=True)
+    assert refused.value.code == PREFLIGHT_FAILED and "data.too-few-rows" in refused.value.message
+    assert len(bailian.requests) == before  # nothing reached the stand-in
+    with pytest.raises(OpdError) as via_cli:  # `opd submit` / `%opd submit`: the same gate
+        invoke(["submit", str(ws), "--cloud", "--yes"])
+    assert via_cli.value.code == PREFLIGHT_FAILED
+
+
+def test_a_cloud_submit_needs_yes_and_says_what_would_start(bailian, cloud_env, tmp_path, capsys):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24, n_epochs=2)
+    before = len(bailian.requests)
+    with pytest.raises(OpdError) as refused:
+        submit(ws, paid(bailian))
+    line = refused.value.message
+    assert refused.value.code == NEEDS_CONFIRMATION and "--yes" in str(refused.value)
+    assert "24 rows x 2 epoch(s) = 6 steps" in line and "16 rollouts/step" in line  # ceil(24/8) x 2; 8 x 2
+    assert "student qwen3.5-9b" in line and "teacher qwen3.5-397b-a17b" in line and "MTU4 x 24" in line
+    assert len(bailian.requests) == before
+    with pytest.raises(SystemExit) as exited:  # the terminal: one line, exit 1, no traceback
+        main(["submit", str(ws), "--cloud"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "needs --yes" in err and "Traceback" not in err and KEY not in err
+
+
+@pytest.mark.slow
+def test_yes_sends_a_smoke_job_of_40_rows_and_one_epoch(bailian, cloud_env, local_server, tmp_path):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=64, n_epochs=3)
+    data_before = {p.name: p.read_bytes() for p in (ws / "data").iterdir()}
+    result = submit(ws, paid(bailian), yes=True, smoke=40)
+    local = JobClient(resolve_target("local", base_url=local_server.api_base))
+    try:
+        assert any(method == "POST" and "fine-tunes" in path for method, path in bailian.requests)
+        job = local.get(result.job_id)
+        assert job.hyper_parameters["n_epochs"] == 1
+        assert job.job_name.startswith(
+            yaml.safe_load((ws / "config.yaml").read_text())["name"] + SMOKE_SUFFIX
+        )
+        (train_id,) = job.raw["training_file_ids"]
+        (val_id,) = job.raw["validation_file_ids"]
+        files = httpx.get(f"{local_server.api_base}/files/{train_id}", headers={"Authorization": "Bearer t"})
+        assert files.json()["output"]["lines"] == 40
+        files = httpx.get(f"{local_server.api_base}/files/{val_id}", headers={"Authorization": "Bearer t"})
+        assert files.json()["output"]["lines"] == SMOKE_VALIDATION_ROWS
+    finally:
+        local.cancel(result.job_id)
+    assert {p.name: p.read_bytes() for p in (ws / "data").iterdir()} == data_before  # data/ untouched
+    assert any("smoke run: 40 training row(s)" in note for note in result.notes)
+
+
+@pytest.mark.slow  # two subprocesses (submit_job.py --dry-run imports the SDK)
+def test_a_local_smoke_dry_run_samples_new_files_and_keeps_data(local_server, tmp_path):
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=48)
+    original = (ws / "data" / "train.jsonl").read_text()
+    plan = dry_run(ws, resolve_target("local", base_url=local_server.api_base), smoke=0).job
+    (train,) = plan["training_datasets"]
+    sampled = (ws / train["file_name"]).read_text().splitlines()
+    assert train["file_name"].startswith(".opd/smoke/") and len(sampled) == SMOKE_STEPS * 8
+    assert (
+        set(sampled) <= set(original.splitlines()) and (ws / "data" / "train.jsonl").read_text() == original
+    )
+    assert plan["hyper_parameters"]["n_epochs"] == 1 and SMOKE_SUFFIX in plan["job_name"]
+    assert plan["estimate"]["smoke"] and plan["estimate"]["steps"] == SMOKE_STEPS
+
+
+@pytest.mark.parametrize(
+    ("mode", "rows", "hp"),
+    [
+        ("pure-distill", 16, {"batch_size": 8, "n_epochs": 1}),
+        ("reward", 21, {"batch_size": 8, "n_epochs": 3}),
+        ("agentic", 33, {"batch_size": 16, "n_epochs": 2, "ppo_mini_batch_size": 16}),
+    ],
+)
+def test_estimate_json_steps_are_rows_over_batch_times_epochs(mode, rows, hp, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPD_PRICE_PER_UNIT_HOUR", "2.5")
+    ws = tiny_workspace(mode, tmp_path / "ws", train_rows=rows, **hp)
+    with pytest.raises(SystemExit) as exited:
+        main(["estimate", str(ws), "--json"])
+    assert exited.value.code == 0
+    got = json.loads(capsys.readouterr().out)
+    steps = math.ceil(rows / hp["batch_size"]) * hp["n_epochs"]
+    assert got["train_rows"] == rows and got["steps"] == steps
+    n_rollouts = yaml.safe_load((ws / "config.yaml").read_text())["training"]["hyper_parameters"][
+        "n_rollouts"
+    ]
+    assert got["rollouts"] == steps * hp["batch_size"] * n_rollouts
+    assert got["eval_passes"] == math.ceil(steps / got["eval_steps"])
+    assert got["unit_hours_per_hour"] == got["mtu_capacity"] == 24
+    assert got["money_per_hour"] == 24 * 2.5 and got["wall_clock_hours"] is None
+    assert "not known" in got["note"]
+    assert (got["reward_calls"] == 0) == (mode == "pure-distill")
+
+
+def test_estimate_bad_price_is_one_line(tmp_path):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws")
+    with pytest.raises(OpdError, match="not a positive number"):
+        estimate(ws, price=-3)
+    assert [billed_hours(s) for s in (0, 1, 3600, 3601)] == [0, 1, 1, 2]
+
+
+@pytest.mark.slow  # submit_job.py runs twice (each imports the SDK)
+def test_submit_job_py_needs_yes_for_the_cloud_and_refuses_a_planted_error(bailian, tmp_path):
+    """The workspace's own script, without opd-nb's front ends: the same consent and gate."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
+    env.update({"DASHSCOPE_HTTP_BASE_URL": bailian.api_base, "DASHSCOPE_API_KEY": KEY})
+    before = len(bailian.requests)
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "submit_job.py", *args]
+        return subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+
+    asked = script()
+    assert asked.returncode == 1 and "needs --yes" in asked.stderr and "3 steps" in asked.stderr
+    cfg = yaml.safe_load((ws / "config.yaml").read_text())
+    cfg["training"]["hyper_parameters"]["batch_size"] = 64  # more than the 24 rows: data.too-few-rows
+    (ws / "config.yaml").write_text(yaml.safe_dump(cfg))
+    refused = script("--yes")
+    assert refused.returncode == 2 and "data.too-few-rows" in refused.stderr
+    assert len(bailian.requests) == before and KEY not in asked.stderr + refused.stderr
+
+
+def test_the_template_keeps_the_smoke_sizes_of_the_estimate():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "template" / "{{cookiecutter.workspace_slug}}" / "submit_job.py"
+    spec = importlib.util.spec_from_file_location("template_submit_job", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    assert (module.SMOKE_STEPS, module.SMOKE_VALIDATION_ROWS, module.SMOKE_SUFFIX) == (
+        SMOKE_STEPS,
+        SMOKE_VALIDATION_ROWS,
+        SMOKE_SUFFIX,
+    )
+    from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+
+    assert module.DEFAULTS == {name: PARAMS_BY_NAME[name].default for name in module.DEFAULTS}
