@@ -31,6 +31,9 @@ REWARD_MEAN = "validation/data/reward/mean@1"
 VALIDATION_ACCURACY = "validation/accuracy"
 LEARNING_RATE = "actor/lr"
 TOKENS_PER_S = "perf/tokens_per_s"
+STEP_SECONDS = (
+    "timing_s/step"  # a step's wall time; times TOKENS_PER_S: the tokens it processed (a job's usage)
+)
 GRAD_NORM = "actor/grad_norm"
 REWARD_FAILURE_RATE = "trace/reward/failure_rate"  # share of reward calls that raised or timed out
 REWARD_METRIC_PREFIX = "trace/reward_metrics/"  # + the reward function's own metric key

@@ -134,7 +134,7 @@ def test_submit_watch_metrics_events_cancel_delete(client, local_server, tmp_pat
     assert len(page.lines) == 3 and more.offset == page.next_offset and more.lines != page.lines
     assert "SUCCEEDED" in job._repr_html_() and job.job_id in str(client.list())
     cps = client.checkpoints(job.job_id)
-    assert cps and cps[-1].published and cps[-1].path == job.raw["local"]["final_checkpoint"]
+    assert cps and cps[0].published and cps[0].path == job.raw["local"]["final_checkpoint"]
 
     async def async_side() -> tuple[str, int]:
         aclient = AsyncJobClient(client.target)

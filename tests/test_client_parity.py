@@ -54,6 +54,7 @@ KWARGS = {
     "undeploy": {"deployed_model": NO_DEPLOYMENT},
     "chat": CHAT,
     "chat_stream": CHAT,
+    "export_checkpoint": {"checkpoint": "checkpoint-2", "model_name": "early"},
 }
 
 
@@ -197,18 +198,30 @@ BAILIAN_JOB = {
 }
 
 RUNNING_JOB = {**BAILIAN_JOB, "job_id": "ft-202410291700-2a2a", "status": "RUNNING", "end_time": None}
-BAILIAN_CHECKPOINTS = [  # Bailian's public "list checkpoints" answer
+BAILIAN_CHECKPOINTS = [  # Bailian's documented "list checkpoints" answer: newest step first, with expire_time
     {
-        "checkpoint_id": "ckpt-20",
+        "checkpoint_id": "ft-202410291653-1c7f:checkpoint-20",
         "checkpoint": "checkpoint-20",
         "full_name": "ft-202410291653-1c7f-checkpoint-20",
         "job_id": "ft-202410291653-1c7f",
         "step": 20,
         "status": "SUCCEEDED",
         "create_time": "2024-10-29 17:20:00",
+        "expire_time": "2024-11-13 17:20:00",
         "model_name": "qwen3-14b-ft-202410291653-1c7f-ckpt-20",
-    }
+    },
+    {
+        "checkpoint_id": "ft-202410291653-1c7f:checkpoint-2",
+        "checkpoint": "checkpoint-2",
+        "full_name": "ft-202410291653-1c7f-checkpoint-2",
+        "job_id": "ft-202410291653-1c7f",
+        "step": 2,
+        "status": "SUCCEEDED",
+        "create_time": "2024-10-29 17:00:00",
+        "expire_time": "2024-11-13 17:00:00",
+    },
 ]
+EXPORTED_NAME = "qwen3-14b-ft-202410291653-1c7f-ckpt-2"  # what the list shows once checkpoint-2 is exported
 BAILIAN_DEPLOYMENT = {
     "deployed_model": "qwen3-14b-ft-202410291653-1c7f-abcd",
     "status": "RUNNING",
@@ -270,9 +283,24 @@ def bailian_app() -> Any:
         job(request)
         return answer({"status": "success"})
 
+    exported: set[str] = set()
+
     async def checkpoints(request: Any) -> Any:
         job(request)
-        return answer(BAILIAN_CHECKPOINTS)
+        return answer(
+            [
+                {**c, "model_name": EXPORTED_NAME} if c["checkpoint"] in exported else c
+                for c in BAILIAN_CHECKPOINTS
+            ]
+        )
+
+    async def export(request: Any) -> Any:
+        """Bailian's export answer: `output: true`; the name shows up in the checkpoint list after."""
+        job(request)
+        if request.path_params["checkpoint"] not in {c["checkpoint"] for c in BAILIAN_CHECKPOINTS}:
+            raise HTTPException(404)
+        exported.add(request.path_params["checkpoint"])
+        return answer(True)
 
     async def deployments(request: Any) -> Any:
         return answer({"page_no": 1, "page_size": 10, "total": 1, "deployments": [BAILIAN_DEPLOYMENT]})
@@ -299,6 +327,7 @@ def bailian_app() -> Any:
         Route("/api/v1/fine-tunes/{job_id}/logs", logs),
         Route("/api/v1/fine-tunes/{job_id}/cancel", cancel, methods=["POST"]),
         Route("/api/v1/fine-tunes/{job_id}/checkpoints", checkpoints),
+        Route("/api/v1/fine-tunes/{job_id}/export/{checkpoint}", export),
         Route("/api/v1/deployments", deployments),
         Route("/compatible-mode/v1/chat/completions", chat, methods=["POST"]),
     ]
@@ -336,9 +365,14 @@ def test_bailian_known_job(bailian, kind, name):
     if name in LOCAL_ONLY:
         assert outcome is None  # no such endpoint there, and that is not an error
     elif name == "checkpoints":  # Bailian's listing, read into the same Checkpoint as locally
-        assert [(c["name"], c["step"], c["model_name"]) for c in outcome] == [
-            ("checkpoint-20", 20, "qwen3-14b-ft-202410291653-1c7f-ckpt-20")
+        assert [(c["name"], c["step"], c["expire_time"]) for c in outcome] == [
+            ("checkpoint-20", 20, "2024-11-13 17:20:00"),
+            ("checkpoint-2", 2, "2024-11-13 17:00:00"),
         ]
+        assert outcome[0]["model_name"] == "qwen3-14b-ft-202410291653-1c7f-ckpt-20"
+    elif name == "export_checkpoint":  # the export reply is `true`; the name is read back from the list
+        assert outcome["type"] == "Checkpoint" and outcome["name"] == "checkpoint-2"
+        assert outcome["model_name"] == EXPORTED_NAME and outcome["expire_time"] == "2024-11-13 17:00:00"
     elif name == "deployments":
         assert [d["deployed_model"] for d in outcome["deployments"]] == [BAILIAN_DEPLOYMENT["deployed_model"]]
     elif name == "chat":
@@ -430,9 +464,11 @@ def test_finished_job(local, finished_jobs, name):
         assert outcome["type"] == "Job" and outcome["status"] == "SUCCEEDED"
     elif name == "metrics":
         assert all("step" in row for row in outcome)
-    elif name == "checkpoints":
-        assert outcome[-1]["type"] == "Checkpoint" and outcome[-1]["published"]
-        assert outcome[-1]["model_name"] == f"opd-local/{job_id}" and outcome[-1]["job_id"] == job_id
+    elif name == "checkpoints":  # newest step first: the published final checkpoint leads
+        assert outcome[0]["type"] == "Checkpoint" and outcome[0]["published"] and outcome[0]["expire_time"]
+        assert outcome[0]["model_name"] == f"opd-local/{job_id}" and outcome[0]["job_id"] == job_id
+    elif name == "export_checkpoint":  # a kept checkpoint: exported once, the same name for both clients
+        assert outcome["name"] == "checkpoint-2" and outcome["model_name"].endswith(f"-{job_id}-ckpt-2")
     elif name == "rollouts":  # the latest step's samples, each token with both log-probs
         assert outcome["type"] == "RolloutPage" and outcome["step"] == outcome["steps"][-1]
         assert outcome["rollouts"] and all("teacher_logprob" in t for t in outcome["rollouts"][0]["tokens"])

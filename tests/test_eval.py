@@ -81,10 +81,18 @@ def test_checkpoints_in_bailians_shape(trained, api):
     _, job, _ = trained
     out = api.get(f"/fine-tunes/{job.job_id}/checkpoints").json()["output"]
     assert isinstance(out, list) and out
-    last = out[-1]
-    assert {"checkpoint_id", "checkpoint", "job_id", "step", "status", "create_time", "model_name"} <= set(
-        last
-    )
+    assert [e["step"] for e in out] == sorted((e["step"] for e in out), reverse=True)  # newest first
+    last = out[0]
+    assert {
+        "checkpoint_id",
+        "checkpoint",
+        "job_id",
+        "step",
+        "status",
+        "create_time",
+        "expire_time",
+        "model_name",
+    } <= set(last)
     assert last["model_name"] == job.finetuned_output and last["local"]["published"]
     assert Path(last["local"]["path"]).is_dir()
 

@@ -9,6 +9,7 @@ import typer
 
 # Each module registers its commands on `app`; they import heavy libraries only inside commands.
 from opd_nb.cli import check as _check  # noqa: F401
+from opd_nb.cli import checkpoints as _checkpoints  # noqa: F401
 from opd_nb.cli import data as _data  # noqa: F401
 from opd_nb.cli import demo as _demo  # noqa: F401
 from opd_nb.cli import deploy as _deploy  # noqa: F401

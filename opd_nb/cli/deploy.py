@@ -41,15 +41,36 @@ def deploy_cmd(
     no_wait: Annotated[
         bool, typer.Option("--no-wait", help="return at once (PENDING) instead of at RUNNING")
     ] = False,
+    plan: Annotated[
+        str | None,
+        typer.Option("--plan", help="lora (token-billed, default) | ptu (needs TPMs) | mu (model units)"),
+    ] = None,
+    deploy_spec: Annotated[
+        str | None,
+        typer.Option(
+            "--deploy-spec", metavar="JSON", help='ptu: {"input_tpm": N, "output_tpm": N}; mu: its spec'
+        ),
+    ] = None,
+    billing_method: Annotated[
+        str | None, typer.Option("--billing-method", help="mu: POST_PAY or PRE_PAY")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="confirm a paid deployment on Bailian")] = False,
     local: TargetOpt = None,
     cloud: CloudOpt = False,
     as_json: JsonOpt = False,
 ) -> Any:
-    """Deploy a model (a finished job's output, a kept checkpoint, a base model) and wait until it runs."""
+    """Deploy a model (a finished job's output, an exported checkpoint, a base model) and wait until it runs."""
+    from opd_nb.deploy_plans import check_plan, parse_deploy_spec, require_consent
+
     client = _client(local, cloud)
+    spec = parse_deploy_spec(deploy_spec)
+    check_plan(plan, spec, billing_method)  # before anything is sent (and before asking for consent)
+    require_consent(client.target.kind, plan, capacity, yes)
     if client.target.kind == "cloud":
         typer.echo(CLOUD_DEPLOY_NOTE, err=True)
-    dep = client.deploy(model, capacity=capacity, suffix=suffix)
+    dep = client.deploy(
+        model, capacity=capacity, suffix=suffix, plan=plan, deploy_spec=spec, billing_method=billing_method
+    )
     if not no_wait:
         if not in_magic() and not as_json:
             typer.echo(f"deploying {dep.deployed_model} ...", err=True)

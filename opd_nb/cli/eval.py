@@ -24,7 +24,7 @@ def cloud_notice(n_calls: int, models: list[str]) -> str:
     return (
         f"this evaluation makes {n_calls} calls to Bailian's chat API, which cost money "
         f"({n_calls // max(1, len(models))} rows x {len(models)} model(s)). A fine-tuned model answers only "
-        "once deployed: `opd deploy MODEL --cloud`, then pass its deployed_model name to --model"
+        "once deployed: `opd deploy MODEL --cloud --yes` (paid), then pass its deployed_model name to --model"
     )
 
 

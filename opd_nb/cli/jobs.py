@@ -183,10 +183,22 @@ def logs_cmd(
     ] = False,
     offset: Annotated[int, typer.Option(min=0, help="first line (1-based)")] = 1,
     lines: Annotated[int, typer.Option(min=1, max=10000, help="lines per page")] = 200,
+    search: Annotated[
+        str | None, typer.Option("--search", help="only the lines containing this text (case-insensitive)")
+    ] = None,
+    tail: Annotated[
+        int | None, typer.Option("--tail", min=1, help="only the last N (matching) lines")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> Any:
-    """Print a job's log (with -f: follow it until the job ends)."""
+    """Print a job's log (with -f: follow it until the job ends; --search/--tail: filter the whole log)."""
     client = _client(local, cloud)
+    if search is not None or tail is not None:
+        if follow:
+            raise OpdError("--follow cannot be combined with --search/--tail", fix="drop one of them")
+        from opd_nb.log_search import search_logs
+
+        return emit(search_logs(client, job_id, search, tail), as_json=as_json)
     page = client.logs(job_id, offset=offset, lines=lines)
     if not follow or in_magic():
         return emit(page, as_json=as_json)

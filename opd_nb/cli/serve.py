@@ -9,6 +9,7 @@ never printed, only where to put it.
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +33,7 @@ from opd_nb.server import (
 )
 from opd_nb.server.lifecycle import (
     API_KEY_ENV,
+    CHECKPOINT_TTL_ENV,
     DEFAULT_MAX_DEPLOYMENTS,
     MAX_DEPLOYMENTS_ENV,
     MAX_INTERRUPTIONS,
@@ -261,9 +263,20 @@ def serve(
             help=f"how many deployments may run at once (past that, a deploy is a 400) [default: {DEFAULT_MAX_DEPLOYMENTS}]",
         ),
     ] = None,
+    checkpoint_ttl_days: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            envvar=CHECKPOINT_TTL_ENV,
+            show_envvar=True,
+            help="days a checkpoint lives (its expire_time; nothing is deleted locally) [default: 15]",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
+    if checkpoint_ttl_days is not None:  # the server reads it (a started one inherits the environment)
+        os.environ[CHECKPOINT_TTL_ENV] = str(checkpoint_ttl_days)
     action = action or ("start" if in_magic() else "run")
     if action not in ACTIONS:
         raise OpdError(f"unknown action {action!r}", fix=f"use one of: {', '.join(ACTIONS)}")

@@ -147,6 +147,39 @@ def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
     )
 
 
+def export_call(job_id: str, checkpoint: str, model_name: str | None) -> Call[None]:
+    """Bailian's export (``output: true``); the deployable name is read from the checkpoint list after."""
+    if not isinstance(checkpoint, str) or not checkpoint.strip():
+        raise OpdError(
+            f"checkpoint {checkpoint!r} is empty",
+            fix=f"pass a checkpoint such as checkpoint-20 (`opd checkpoints {job_id}` lists them)",
+        )
+    return Call(
+        "GET",
+        _job_path(job_id, f"/export/{quote(checkpoint.strip(), safe='')}"),
+        f"export {checkpoint} of {job_id}",
+        _nothing,
+        params={"model_name": model_name} if model_name else None,
+    )
+
+
+def export(
+    job_id: str, checkpoint: str, model_name: str | None, target: Target, retries: int
+) -> Plan[Checkpoint]:
+    """Export, then read the checkpoint back: its ``model_name`` there is the name to deploy."""
+    yield from perform(export_call(job_id, checkpoint, model_name), target, retries)
+    listed = (yield from perform(job_checkpoints(job_id), target, retries)) or []
+    want = checkpoint.strip()
+    named = [cp for cp in listed if want in (cp.name, cp.checkpoint_id)]
+    by_step = sorted((cp for cp in listed if str(cp.step) == want), key=lambda cp: cp.published)
+    for cp in named + by_step:  # a step number means the kept checkpoint, not the published final copy
+        return cp
+    raise OpdError(
+        f"{job_id} exported {want}, but its checkpoint list does not show it",
+        fix=f"`opd checkpoints {job_id}` shows the exported model_name once the platform lists it",
+    )
+
+
 def job_rollouts(
     job_id: str, step: int | None = None, kind: str | None = None, limit: int | None = None
 ) -> Call[RolloutPage]:
@@ -174,10 +207,12 @@ def _name_path(name: str, tail: str = "") -> str:
     return f"/deployments/{quote(name.strip(), safe='')}{tail}"
 
 
-def deploy(model: str, capacity: int, suffix: str | None) -> Call[Deployment]:
+def deploy(model: str, capacity: int, suffix: str | None, **plan: Any) -> Call[Deployment]:
+    """The create body as the v2 SDK builds it (``plan``, ``deploy_spec``, ``billing_method`` when set)."""
     body: dict[str, Any] = {"model_name": model, "capacity": capacity}
     if suffix is not None:
         body["suffix"] = suffix
+    body.update({k: v for k, v in plan.items() if v is not None})
     return Call(
         "POST", "/deployments", f"deploy {model}", Deployment.from_output, json=body, idempotent=False
     )

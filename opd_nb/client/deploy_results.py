@@ -26,6 +26,8 @@ class Deployment(ResultMixin, BaseModel):
     base_model: str | None = None
     capacity: int | None = None
     ready_capacity: int | None = None
+    plan: str | None = None  # lora | ptu | mu (v2 deployments)
+    charge_type: str | None = None  # what it is billed by
     gmt_create: str | None = None
     gmt_modified: str | None = None
     message: str | None = None  # why it FAILED (local control plane)

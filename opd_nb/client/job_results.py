@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -210,7 +211,16 @@ class Checkpoint(ResultMixin, BaseModel):
     checkpoint_id: str | None = None
     job_id: str | None = None
     status: str | None = None
-    model_name: str | None = None  # the id to deploy it by (or continue training from)
+    model_name: str | None = None  # the id to deploy it by, once exported (or continue training from)
+    expire_time: str | None = None  # Bailian deletes a checkpoint then (about 15 days after create_time)
+
+    def expires_in_days(self, now: float | None = None) -> float | None:
+        """Days until ``expire_time`` (negative: expired), None where the plane gives none."""
+        try:
+            end = time.mktime(time.strptime(self.expire_time or "", "%Y-%m-%d %H:%M:%S"))
+        except ValueError:
+            return None
+        return (end - (time.time() if now is None else now)) / 86400
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> Checkpoint:
@@ -230,6 +240,7 @@ class Checkpoint(ResultMixin, BaseModel):
             job_id=entry.get("job_id"),
             status=entry.get("status"),
             model_name=entry.get("model_name"),
+            expire_time=entry.get("expire_time"),
         )
 
     @classmethod

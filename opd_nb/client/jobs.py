@@ -24,6 +24,7 @@ from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPag
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
 from opd_nb.client.target import Target, resolve_target
+from opd_nb.deploy_plans import check_plan
 
 __all__ = [
     "AsyncJobClient",
@@ -150,6 +151,10 @@ class JobClient(_Base):
         """Saved checkpoints (local control plane only; None where the API has none)."""
         return self._run(self._plan(calls.job_checkpoints(job_id)))
 
+    def export_checkpoint(self, job_id: str, checkpoint: str, model_name: str | None = None) -> Checkpoint:
+        """Export a checkpoint (Bailian may auto-export only the best); its ``model_name`` is what to deploy."""
+        return self._run(calls.export(job_id, checkpoint, model_name, self.target, self.retries))
+
     def rollouts(
         self, job_id: str, step: int | None = None, kind: str | None = None, limit: int | None = None
     ) -> RolloutPage | None:
@@ -163,9 +168,24 @@ class JobClient(_Base):
         return self._run(self._plan(calls.list_models()))
 
     # ---- deployments and the chat API (the same calls on Bailian and `opd serve`) ---------------
-    def deploy(self, model: str, capacity: int = 1, suffix: str | None = None) -> Deployment:
-        """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian."""
-        return self._run(self._plan(calls.deploy(model, capacity, suffix)))
+    def deploy(
+        self,
+        model: str,
+        capacity: int = 1,
+        suffix: str | None = None,
+        *,
+        plan: str | None = None,
+        deploy_spec: dict | None = None,
+        billing_method: str | None = None,
+    ) -> Deployment:
+        """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
+
+        `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent."""
+        check_plan(plan, deploy_spec, billing_method)
+        call = calls.deploy(
+            model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
+        )
+        return self._run(self._plan(call))
 
     def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return self._run(self._plan(calls.list_deployments(page, size)))
@@ -313,6 +333,12 @@ class AsyncJobClient(_Base):
         """Saved checkpoints (local control plane only; None where the API has none)."""
         return await self._run(self._plan(calls.job_checkpoints(job_id)))
 
+    async def export_checkpoint(
+        self, job_id: str, checkpoint: str, model_name: str | None = None
+    ) -> Checkpoint:
+        """Export a checkpoint (Bailian may auto-export only the best); its ``model_name`` is what to deploy."""
+        return await self._run(calls.export(job_id, checkpoint, model_name, self.target, self.retries))
+
     async def rollouts(
         self, job_id: str, step: int | None = None, kind: str | None = None, limit: int | None = None
     ) -> RolloutPage | None:
@@ -326,9 +352,24 @@ class AsyncJobClient(_Base):
         return await self._run(self._plan(calls.list_models()))
 
     # ---- deployments and the chat API (the same calls on Bailian and `opd serve`) ---------------
-    async def deploy(self, model: str, capacity: int = 1, suffix: str | None = None) -> Deployment:
-        """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian."""
-        return await self._run(self._plan(calls.deploy(model, capacity, suffix)))
+    async def deploy(
+        self,
+        model: str,
+        capacity: int = 1,
+        suffix: str | None = None,
+        *,
+        plan: str | None = None,
+        deploy_spec: dict | None = None,
+        billing_method: str | None = None,
+    ) -> Deployment:
+        """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
+
+        `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent."""
+        check_plan(plan, deploy_spec, billing_method)
+        call = calls.deploy(
+            model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
+        )
+        return await self._run(self._plan(call))
 
     async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return await self._run(self._plan(calls.list_deployments(page, size)))

@@ -8,7 +8,9 @@ token it accepts comes from ``$OPD_SERVING_TOKEN`` (never the command line, whic
 The request rules, the answer and the tool-call parsing are the agentic endpoint's
 (:func:`opd_nb.engine.agentic.chat_inputs`, :func:`~opd_nb.engine.agentic.completion_body`).
 Unlike that one, this endpoint streams (``stream: true``: OpenAI's ``chat.completion.chunk``
-events, one per decoded piece of text) and takes ``seed``. Requests that arrive together are
+events, one per decoded piece of text) and takes ``seed``, ``n`` (one decode per choice, seeds
+``seed+i``), ``logprobs``/``top_logprobs`` (of the model's own distribution, per token) and ``stop``
+(the answer ends before the first stop string; the last three not with ``stream``). Requests that arrive together are
 generated in one batched decode on a single generation thread (torch stays on one thread).
 """
 
@@ -55,6 +57,10 @@ class _Request:
     out: list[int] = field(default_factory=list)
     sent: str = ""
     finish: str | None = None
+    stop: tuple[str, ...] = ()  # stop strings: the answer ends before the first one (not included)
+    top_logprobs: int | None = None  # None: no log-probs; 0..20: per token, with that many alternatives
+    logprobs: list[dict] = field(default_factory=list)
+    cut: str | None = None  # the text up to a stop string, once one appeared
 
     def put(self, item: tuple) -> None:
         self.loop.call_soon_threadsafe(self.events.put_nowait, item)
@@ -107,9 +113,9 @@ class Generator:
         top_p: float,
         seed: int | None,
         max_new: int,
-        on_step: Callable[[list[int]], bool],
+        on_step: Callable[[list[int], Any], bool],
     ) -> None:
-        """Decode up to `max_new` tokens after each prompt; `on_step(next ids)` returns True to stop."""
+        """Decode up to `max_new` tokens after each prompt; `on_step(next ids, logits)` returns True to stop."""
         torch = self.torch
         pad = self.tok.pad_token_id
         width = max(len(p) for p in prompts)
@@ -126,7 +132,7 @@ class Generator:
         def pick(logits: Any) -> Any:
             nonlocal halted
             nxt = choose(logits)
-            if not halted and on_step(nxt.tolist()):
+            if not halted and on_step(nxt.tolist(), logits):
                 halted = True
             return torch.full_like(nxt, int(stop[0])) if halted else nxt  # an EOS everywhere ends the loop
 
@@ -193,9 +199,14 @@ class Engine:
                 self._run(reqs, temperature, top_p, seed)
 
     def _run(self, reqs: list[_Request], temperature: float, top_p: float, seed: int | None) -> None:
-        def on_step(nxt: list[int]) -> bool:
-            for r, tok in zip(reqs, nxt, strict=True):
+        want = [j for j, r in enumerate(reqs) if r.top_logprobs is not None]
+
+        def on_step(nxt: list[int], logits: Any) -> bool:
+            logp = self.gen.torch.log_softmax(logits[want], -1) if want else None
+            for j, (r, tok) in enumerate(zip(reqs, nxt, strict=True)):
                 if r.finish is None:
+                    if logp is not None and j in want:
+                        r.logprobs.append(self._logprob(logp[want.index(j)], tok, r.top_logprobs or 0))
                     self._advance(r, tok)
             return all(r.finish is not None for r in reqs)
 
@@ -217,13 +228,36 @@ class Engine:
             r.put(("end", r.finish, len(r.out), self._text(r)))
 
     def _text(self, r: _Request) -> str:
-        return self.gen.tok.decode(r.out, skip_special_tokens=True)
+        return r.cut if r.cut is not None else self.gen.tok.decode(r.out, skip_special_tokens=True)
+
+    def _token(self, tok: int) -> dict:
+        text = self.gen.tok.decode([tok], skip_special_tokens=False)
+        return {"token": text, "bytes": list(text.encode("utf-8"))}
+
+    def _logprob(self, logp: Any, tok: int, top: int) -> dict:
+        """OpenAI's per-token entry: the chosen token's log-prob and the `top` likeliest alternatives."""
+        entry = {**self._token(tok), "logprob": float(logp[tok]), "top_logprobs": []}
+        if top:
+            vals, ids = logp.topk(top)
+            entry["top_logprobs"] = [
+                {**self._token(i), "logprob": float(v)}
+                for v, i in zip(vals.tolist(), ids.tolist(), strict=True)
+            ]
+        return entry
 
     def _advance(self, r: _Request, tok: int) -> None:
         if tok in self.gen.eos:
             r.finish = "stop"
+            if r.logprobs:
+                r.logprobs.pop()  # the end-of-text token is not part of the answer
             return
         r.out.append(tok)
+        if r.stop:
+            text = self._text(r)
+            hits = [i for i in (text.find(s) for s in r.stop) if i >= 0]
+            if hits:
+                r.cut, r.finish = text[: min(hits)], "stop"
+                return
         if r.stream:
             text = self._text(r)
             if text.startswith(r.sent) and not text.endswith("\ufffd") and len(text) > len(r.sent):
@@ -280,6 +314,51 @@ async def _stream(r: _Request, model: str, tools: bool) -> AsyncIterator[str]:
         return
 
 
+async def _end(r: _Request) -> tuple:
+    """Wait for a request's last event: ("end", finish, n_completion, text) or ("error", message)."""
+    while True:
+        event = await r.events.get()
+        if event[0] in ("end", "error"):
+            return event
+
+
+def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict:
+    """One chat.completion with a choice per request (the usage adds their completions up)."""
+    n_prompt = len(reqs[0].ids)
+    bodies = [completion_body(model, n_prompt, e[2], e[3], e[1]) for e in ends]
+    choices = []
+    for i, (r, b) in enumerate(zip(reqs, bodies, strict=True)):
+        choice = {**b["choices"][0], "index": i}
+        choice["logprobs"] = {"content": r.logprobs} if r.top_logprobs is not None else None
+        choices.append(choice)
+    out = {**bodies[0], "choices": choices}
+    n_completion = sum(e[2] for e in ends)
+    out["usage"] = {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n_completion,
+        "total_tokens": n_prompt + n_completion,
+    }
+    return out
+
+
+def _options(body: dict) -> tuple[int, tuple[str, ...], int | None]:
+    """(n, stop strings, top_logprobs or None) of a request; the control plane checked their ranges."""
+    try:
+        n = int(body.get("n") or 1)
+        stop = body.get("stop") or ()
+        stop = (stop,) if isinstance(stop, str) else tuple(str(x) for x in stop)
+        top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else None
+    except (TypeError, ValueError):
+        raise ChatRequestError(
+            "n and top_logprobs must be integers, stop a string or a list of strings"
+        ) from None
+    if n < 1 or (top is not None and not 0 <= top <= 20):
+        raise ChatRequestError("n must be >= 1 and top_logprobs 0..20")
+    if body.get("stream") and (n > 1 or top is not None or stop):
+        raise ChatRequestError("n > 1, logprobs and stop are not supported with stream on this server")
+    return n, tuple(x for x in stop if x), top
+
+
 def _bad(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
 
@@ -315,23 +394,31 @@ def create_app(engine: Engine, name: str, token: str) -> FastAPI:
             return _bad(400, str(exc))
         except (TypeError, ValueError):
             return _bad(400, "seed must be an integer")
+        try:
+            n, stop, top = _options(body)
+        except ChatRequestError as exc:
+            return _bad(400, str(exc))
         model = str(body.get("model") or name)
         stream = bool(body.get("stream"))
-        r = _Request(ids, temperature, top_p, max_tokens, seed, stream, asyncio.get_running_loop())
-        engine.q.put(r)
+        loop = asyncio.get_running_loop()
+        reqs = [
+            _Request(ids, temperature, top_p, max_tokens, None if seed is None else seed + i, stream, loop)
+            for i in range(n)
+        ]
+        for r in reqs:
+            r.stop, r.top_logprobs = stop, top
+            engine.q.put(r)
         if stream:
             return StreamingResponse(
-                _stream(r, model, bool(body.get("tools"))),
+                _stream(reqs[0], model, bool(body.get("tools"))),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
-        while True:
-            kind, *rest = await r.events.get()
-            if kind == "error":
-                return _bad(500, rest[0], "server_error")
-            if kind == "end":
-                finish, n_completion, text = rest
-                return completion_body(model, len(ids), n_completion, text, finish)
+        ends = [await _end(r) for r in reqs]
+        failed = next((e for e in ends if e[0] == "error"), None)
+        if failed:
+            return _bad(500, failed[1], "server_error")
+        return _answer(model, reqs, ends)
 
     return app
 

@@ -119,12 +119,17 @@ def progress_of(st: JobState) -> dict[str, Any]:
 
 
 def _checkpoint_view(c: Any) -> dict[str, Any]:
+    """One checkpoint row: with its expiry (Bailian deletes it then) and the name it was exported as."""
+    expires = c.expires_in_days() if hasattr(c, "expires_in_days") else None
     return {
         "name": get(c, "name"),
         "step": get(c, "step"),
         "path": get(c, "path"),
         "published": get(c, "published"),
         "metrics": get(c, "metrics") or {},
+        "expire_time": get(c, "expire_time"),
+        "expires_in_days": None if expires is None else round(expires, 2),
+        "model_name": get(c, "model_name"),
     }
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_nb import render
+from opd_nb.checkpoint_table import expires_text, export_hint
 from opd_nb.constants import (
     CANCELED,
     ENTROPY,
@@ -126,7 +127,8 @@ def _checkpoint_rows(v: dict[str, Any]) -> list[tuple[Any, ...]]:
                 c["step"],
                 render.fmt(c["metrics"].get(REWARD_MEAN)),
                 render.fmt(c["metrics"].get(LOSS)),
-                "yes" if c["published"] else "",
+                c.get("model_name") or "",
+                expires_text(c.get("expires_in_days")),
                 mark,
             )
         )
@@ -134,17 +136,19 @@ def _checkpoint_rows(v: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def checkpoints_html(state: dict[str, Any]) -> str:
-    """Each job's checkpoints, the best one (by the docs' rule) marked with its reason."""
+    """Each job's checkpoints: the best one (by the docs' rule) marked with its reason, the name each was
+    exported as, how long it has before it expires, and the line that exports one."""
     parts = []
     for jid, v in state["jobs"].items():
         if v["checkpoints"]:
             parts.append(
                 f"<b>checkpoints of {render.esc(jid)}</b>"
                 + render.table(
-                    ["checkpoint", "step", "reward mean@1", "loss", "published", ""],
+                    ["checkpoint", "step", "reward mean@1", "loss", "exported as", "expires", ""],
                     _checkpoint_rows(v),
-                    raw_cols=(0, 5),
+                    raw_cols=(0, 6),
                 )
+                + f"<div><code>{render.esc(export_hint(jid))}</code></div>"
             )
     return "".join(parts)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.server.lifecycle import (
     API_KEY_ENV,
+    CHECKPOINT_TTL_ENV,
     DEFAULT_MAX_DEPLOYMENTS,
     MAX_DEPLOYMENTS_ENV,
     MAX_INTERRUPTIONS,
@@ -53,7 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="stop (as on SIGTERM: running jobs resume at the next start) when the process that started it is gone",
     )
+    parser.add_argument(
+        "--checkpoint-ttl-days",
+        type=float,
+        default=None,
+        help=f"days a checkpoint lives before it reads EXPIRED (default ${CHECKPOINT_TTL_ENV}, else 15)",
+    )
     args = parser.parse_args(argv)
+    if args.checkpoint_ttl_days is not None:  # read by the checkpoint listing
+        os.environ[CHECKPOINT_TTL_ENV] = str(max(0.0, args.checkpoint_ttl_days))
 
     from opd_nb.server.runner import serve_forever
 

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from opd_nb.deploy_plans import plan_problems
 from opd_nb.server.limits import MAX_REQUIREMENTS_CHARS
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -251,8 +252,71 @@ def check_messages(value: Any, where: str = "messages") -> list[dict[str, Any]]:
     return value
 
 
+MAX_N = 4  # choices per request (each one is a decode on the local model)
+MAX_STOP = 4  # stop strings, as OpenAI and Bailian allow
+# Options a caller may send that the local models cannot honour, with the value that means "off":
+# anything else is a 400 that says so (never a silent drop that passes locally and differs on the cloud).
+UNSUPPORTED = {
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "repetition_penalty": 1,
+    "logit_bias": None,
+    "response_format": None,
+    "top_k": None,
+    "enable_search": False,
+    "enable_thinking": False,
+}
+
+
+def _stop(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return [value] if value else None
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value) or len(value) > MAX_STOP:
+        raise ValueError(f"stop must be a string or a list of at most {MAX_STOP} strings")
+    return value or None
+
+
+Stop = Annotated[list[str] | None, BeforeValidator(_stop)]
+
+
+class Sampling(BaseModel):
+    """``n``, ``logprobs``/``top_logprobs`` and ``stop``, as Bailian documents them for both chat APIs."""
+
+    model_config = ConfigDict(extra="allow")
+
+    n: int = Field(1, ge=1, le=MAX_N)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    stop: Stop = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> Sampling:
+        extra = self.model_extra or {}
+        for key, off in UNSUPPORTED.items():
+            if extra.get(key, off) not in (off, None):
+                raise ValueError(
+                    f"{key} is not supported by the local models (got {extra[key]!r}); leave it out "
+                    "locally, or run against Bailian"
+                )
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs=true")
+        if getattr(self, "stream", False) and (self.n > 1 or self.logprobs or self.stop):
+            raise ValueError(
+                "n > 1, logprobs and stop are not supported with stream on the local plane; drop stream"
+            )
+        return self
+
+    def sampling(self) -> dict[str, Any]:
+        """What the serving process is sent (nothing when every option is off)."""
+        out: dict[str, Any] = {"n": self.n if self.n > 1 else None, "stop": self.stop}
+        if self.logprobs:
+            out.update(logprobs=True, top_logprobs=self.top_logprobs or 0)
+        return out
+
+
 class DeploymentBody(BaseModel):
-    """``POST /deployments`` as ``Deployments.call(model, capacity, suffix=...)`` sends it."""
+    """``POST /deployments`` as ``Deployments.call(model, capacity, suffix=...)`` and the v2
+    ``client.deployments.create`` send it (``plan`` and the fields it needs: :mod:`opd_nb.deploy_plans`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -261,6 +325,20 @@ class DeploymentBody(BaseModel):
     suffix: str | None = None
     model_version: str | None = None
     plan: str | None = None
+    template_id: str | None = None
+    deploy_spec: Any = None
+    billing_method: Any = None
+
+    @model_validator(mode="after")
+    def _plan_fields(self) -> DeploymentBody:
+        problems = plan_problems(self.plan, self.deploy_spec, self.billing_method)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def plan_fields(self) -> dict[str, Any]:
+        keys = ("plan", "deploy_spec", "billing_method", "template_id")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     @field_validator("model_name")
     @classmethod
@@ -311,10 +389,8 @@ class GenerationInput(BaseModel):
         return msgs
 
 
-class GenerationParameters(BaseModel):
-    """DashScope text generation's ``parameters`` (others, e.g. top_k, are accepted and ignored locally)."""
-
-    model_config = ConfigDict(extra="allow")
+class GenerationParameters(Sampling):
+    """DashScope text generation's ``parameters`` (the unsupported ones are a 400, see ``UNSUPPORTED``)."""
 
     result_format: Literal["text", "message"] = "text"
     max_tokens: int | None = Field(None, ge=1)
@@ -324,6 +400,12 @@ class GenerationParameters(BaseModel):
     incremental_output: bool = False
     stream: bool | None = None
     tools: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _choices_are_messages(self) -> GenerationParameters:
+        if self.n > 1 and self.result_format != "message":
+            raise ValueError('n > 1 needs result_format="message" (each choice is a message)')
+        return self
 
 
 class GenerationBody(BaseModel):
@@ -343,10 +425,8 @@ class GenerationBody(BaseModel):
         return value.strip()
 
 
-class ChatBody(BaseModel):
-    """``POST /compatible-mode/v1/chat/completions`` (OpenAI's chat body; unknown fields are ignored)."""
-
-    model_config = ConfigDict(extra="allow")
+class ChatBody(Sampling):
+    """``POST /compatible-mode/v1/chat/completions`` (OpenAI's chat body; the unsupported options are a 400)."""
 
     model: str
     messages: list[dict[str, Any]]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -33,10 +34,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from opd_nb.deploy_plans import LORA, charge_type
 from opd_nb.server import process_tree
 from opd_nb.server.errors import ApiError
 from opd_nb.server.lifecycle import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
-from opd_nb.server.models import LOCAL_PREFIX, ModelNotServable, ModelRegistry, ResolvedModel
+from opd_nb.server.models import (
+    LOCAL_PREFIX,
+    ModelNotFound,
+    ModelNotServable,
+    ModelRegistry,
+    ResolvedModel,
+    job_of_path,
+)
 from opd_nb.server.store import Store
 
 MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours
@@ -49,7 +58,6 @@ BATCH_PER_CAPACITY = 8
 PENDING, RUNNING, FAILED, DELETED = "PENDING", "RUNNING", "FAILED", "DELETED"
 BASE_KINDS = ("stand-in", "mapped")  # callable directly; the others are fine-tuned outputs
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
-_JOB_ID = re.compile(r"^ft-\d{12}-[0-9a-f]+$")
 
 
 def owner(name: str) -> str:
@@ -84,9 +92,9 @@ def deploy_hint(model: str) -> str:
 def _slug(model: str, resolved: ResolvedModel) -> str:
     """A name part without '/': the SDK puts deployment names into URL paths unescaped."""
     if resolved.kind == "path":
-        parts = Path(resolved.path).parts
-        job = next((p for p in parts if _JOB_ID.match(p)), None)
-        model = f"{job}-{parts[-1]}" if job else parts[-1]
+        job = job_of_path(resolved.path)
+        name = Path(resolved.path).name
+        model = f"{job}-{name}" if job else name
     return _SLUG.sub("-", model).strip("-.")[:64] or "model"
 
 
@@ -137,7 +145,9 @@ class DeploymentManager:
                 self.store.set_deployment(name, pid=None, port=None)
 
     # ---- the API ------------------------------------------------------------------------------
-    def create(self, model: str, capacity: int, suffix: str | None) -> dict:
+    def create(self, model: str, capacity: int, suffix: str | None, plan: dict | None = None) -> dict:
+        """Start a deployment of `model` (PENDING); `plan`: ``{"plan", "deploy_spec", "billing_method"}``
+        as asked (the body checked it; locally every plan runs the same process)."""
         resolved = self._resolve(model)
         name = f"{_slug(model, resolved)}-{suffix or secrets.token_hex(3)}"
         with self._lock:
@@ -169,6 +179,8 @@ class DeploymentManager:
                 "path": resolved.path,
                 "token": secrets.token_urlsafe(24),
                 "is_base": 0,
+                "plan": (plan or {}).get("plan") or LORA,
+                "plan_spec": json.dumps({k: v for k, v in (plan or {}).items() if k != "plan"}),
             }
             self.store.put_deployment(row)
             self._launch(self.store.deployment(name))
@@ -216,12 +228,7 @@ class DeploymentManager:
             return self._deployed(row)
         resolved = self._resolve(model, not_found_status=404)
         if resolved.kind not in BASE_KINDS:
-            raise ApiError(
-                400,
-                "ModelNotDeployed",
-                f"model {model!r} is a fine-tuned output ({resolved.kind} {resolved.path}), and fine-tuned "
-                f"models answer only once deployed; {deploy_hint(model)}",
-            )
+            raise not_deployed(self.store, model, resolved)
         return self._base(model, resolved)
 
     def _deployed(self, row: dict) -> Endpoint:
@@ -360,8 +367,11 @@ class DeploymentManager:
         return row
 
     def _resolve(self, model: str, not_found_status: int = 400) -> ResolvedModel:
+        """A call's model (strict: an id Bailian does not document is model-not-found, a 404 to calls)."""
         try:
-            return self.registry.resolve(model, "student")
+            return self.registry.resolve(model, "student", strict=True)
+        except ModelNotFound as exc:
+            raise ApiError(404, "ModelNotFound", str(exc)) from None
         except ModelNotServable as exc:
             raise ApiError(
                 not_found_status,
@@ -371,19 +381,36 @@ class DeploymentManager:
             ) from None
 
     def _base_model(self, model: str, resolved: ResolvedModel) -> str | None:
-        """The base model a fine-tuned output was trained from (the job's `model`), else the model itself."""
-        job_id = model[len(LOCAL_PREFIX) :] if model.startswith(LOCAL_PREFIX) else None
-        if resolved.kind == "path":
-            job_id = next((p for p in Path(resolved.path).parts if _JOB_ID.match(p)), None)
+        """The root base model a fine-tuned output was trained from (through continued jobs), else the model."""
+        job_id = model[len(LOCAL_PREFIX) :] if model.startswith(LOCAL_PREFIX) else resolved.job_id
         job = self.store.job(job_id) if job_id else None
         if job is not None:
-            return job["request"].get("model")
+            return job["meta"].get("base_model") or job["request"].get("model")
         return None if resolved.kind == "path" else model
+
+
+def not_deployed(store: Store, model: str, resolved: ResolvedModel) -> ApiError:
+    """A fine-tuned output called by its model name: name its deployed_model, or say to deploy it."""
+    live = [r["deployed_model"] for r in store.deployments_of(model)]
+    if live:
+        return ApiError(
+            400,
+            "ModelNotDeployed",
+            f"model {model!r} is an exported model name, not a deployment: chat with its deployed_model "
+            f"{live[0]!r} instead (the name Deployments.call answered; `opd deployments` lists it)",
+        )
+    return ApiError(
+        400,
+        "ModelNotDeployed",
+        f"model {model!r} is a fine-tuned output ({resolved.kind} {resolved.path}), and fine-tuned "
+        f"models answer only once deployed; {deploy_hint(model)}",
+    )
 
 
 def deployment_output(row: dict) -> dict:
     """A deployment as Bailian answers it (every field dashscope's DeploymentOutput declares) plus ``local``."""
     running = row["status"] == RUNNING
+    spec = json.loads(row.get("plan_spec") or "{}")
     return {
         "deployed_model": row["deployed_model"],
         "gmt_create": row["gmt_create"],
@@ -395,7 +422,10 @@ def deployment_output(row: dict) -> dict:
         "capacity": row["capacity"],
         "ready_capacity": row["capacity"] if running else 0,
         "workspace_id": "local",
-        "charge_type": "local",
+        "plan": row.get("plan") or LORA,
+        "charge_type": charge_type(row.get("plan"), spec.get("billing_method")),
+        "deploy_spec": spec.get("deploy_spec"),
+        "billing_method": spec.get("billing_method"),
         "modifier": "local",
         "creator": "local",
         "local": {"kind": row["kind"], "path": row["path"], "message": row.get("message")},

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from opd_nb.constants import FAILED, SUCCEEDED
+from opd_nb.server.lifecycle import CHECKPOINT_TTL_ENV, DEFAULT_CHECKPOINT_TTL_DAYS
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # Bailian's timestamps (store.now_text)
+EXPIRED = "EXPIRED"  # a checkpoint past its expire_time (a checkpoint status, not a job status)
 
 
 def _file_ids(datasets: list[dict] | None) -> list[str]:
     return [d.get("file_id") for d in datasets or [] if d.get("file_id")]
 
 
-def job_output(job: dict) -> dict:
-    """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras."""
+def job_output(job: dict, usage: int | None = None) -> dict:
+    """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras.
+
+    ``base_model`` is the root base model even when the job continued a fine-tuned output (the chain of
+    parent jobs is ``local.parents``); ``usage`` is the tokens its steps processed."""
     req, meta = job["request"], job["meta"]
     functions = meta.get("functions") or []
     out = {
@@ -20,7 +29,7 @@ def job_output(job: dict) -> dict:
         "job_name": job["job_name"],
         "status": job["status"],
         "model": req.get("model"),
-        "base_model": req.get("model"),
+        "base_model": meta.get("base_model") or req.get("model"),
         "finetuned_output": job.get("finetuned_output"),
         "training_file_ids": _file_ids(req.get("training_datasets")),
         "validation_file_ids": _file_ids(req.get("validation_datasets")),
@@ -34,7 +43,7 @@ def job_output(job: dict) -> dict:
         "modifier": "local",
         "creator": "local",
         "group": "llm",
-        "usage": None,
+        "usage": usage,
         "progress": job.get("progress"),
         # Seed 002 reads `result.output.entity_id` after the first run (rw-/ro-): the first function's id.
         "entity_id": next((f.get("entity_id") for f in functions if f.get("entity_id")), None),
@@ -43,6 +52,7 @@ def job_output(job: dict) -> dict:
             "student_path": meta.get("student_path"),
             "teacher_path": meta.get("teacher_path"),
             "final_checkpoint": meta.get("final_checkpoint"),
+            "parents": meta.get("parents", []),  # the job it continued, that job's parent, ...
             "functions": [  # the registered functions the job runs (a reused entity shows up here)
                 {"name": f.get("name"), "type": f.get("kind"), "entity_id": f.get("entity_id")}
                 for f in functions
@@ -57,16 +67,41 @@ def job_output(job: dict) -> dict:
     return out
 
 
-def checkpoint_listing(job: dict, checkpoints: list[dict]) -> list[dict]:
-    """The saved checkpoints in Bailian's "list checkpoints" shape, the published one marked.
+def checkpoint_ttl_days() -> float:
+    """How long a checkpoint lives: ``$OPD_CHECKPOINT_TTL_DAYS`` (``opd serve --checkpoint-ttl-days``), else 15."""
+    raw = os.environ.get(CHECKPOINT_TTL_ENV, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_CHECKPOINT_TTL_DAYS
+    except ValueError:
+        return DEFAULT_CHECKPOINT_TTL_DAYS
 
-    Each entry has Bailian's fields (``checkpoint_id``, ``checkpoint``, ``full_name``, ``job_id``,
-    ``step``, ``status``, ``create_time``, ``model_name``: the id to deploy or continue from, which
-    is the job's ``finetuned_output`` for the published checkpoint and the checkpoint's path for the
-    others); the local extras (``path``, ``metrics``, ``published``) are under ``local``.
-    """
+
+def expire_time(create_time: str | None, ttl_days: float) -> str | None:
+    """``create_time`` plus the time to live, in the same local wall-time style."""
+    if not create_time:
+        return None
+    try:
+        created = time.mktime(time.strptime(create_time, TIME_FORMAT))
+    except ValueError:
+        return None
+    return time.strftime(TIME_FORMAT, time.localtime(created + ttl_days * 86400))
+
+
+def expired(expires: str | None) -> bool:
+    return expires is not None and expires <= time.strftime(TIME_FORMAT)
+
+
+def checkpoint_id(job_id: str, name: str) -> str:
+    """Bailian's checkpoint id, ``{job_id}:checkpoint-{step}`` (the published copy: ``{job_id}:final``)."""
+    return f"{job_id}:{name}"
+
+
+def kept_checkpoints(job: dict, checkpoints: list[dict]) -> list[dict]:
+    """The stored checkpoints still on disk (``save_total_limit`` deletes the oldest, and the cloud then
+    lists them no more), the published one marked (added when only the final output was kept)."""
     meta = job["meta"]
     final = meta.get("final_checkpoint")
+    checkpoints = [cp for cp in checkpoints if Path(cp["path"]).is_dir()]
     for cp in checkpoints:
         cp["published"] = bool(final) and Path(cp["path"]).resolve() == Path(final).resolve()
     if final and not any(cp["published"] for cp in checkpoints):
@@ -80,18 +115,46 @@ def checkpoint_listing(job: dict, checkpoints: list[dict]) -> list[dict]:
                 "published": True,
             }
         )
+    return sorted(checkpoints, key=lambda cp: (cp["step"], cp["published"]), reverse=True)
+
+
+def checkpoint_listing(
+    job: dict, checkpoints: list[dict], exports: dict[str, dict] | None = None, ttl_days: float | None = None
+) -> list[dict]:
+    """The saved checkpoints in Bailian's "list checkpoints" shape, newest step first (the published
+    final copy before the kept checkpoint of the same step).
+
+    Each entry has Bailian's fields (``checkpoint_id``, ``checkpoint``, ``full_name``, ``job_id``,
+    ``step``, ``status``, ``create_time``, ``expire_time``, and ``model_name`` once exported: the job's
+    ``finetuned_output`` for the published checkpoint, the export's name for an exported one). An
+    expired checkpoint reads ``EXPIRED`` (nothing is deleted locally). The local extras (``path``,
+    ``metrics``, ``published``, the ``display_name`` an export was given) are under ``local``.
+    """
+    ttl = checkpoint_ttl_days() if ttl_days is None else ttl_days
+    exports = exports or {}
     job_id = job["job_id"]
-    return [
-        {
-            "checkpoint_id": f"{job_id}-{cp['name']}",
-            "checkpoint": cp["name"],
-            "full_name": f"{job_id}-{cp['name']}",
-            "job_id": job_id,
-            "step": cp["step"],
-            "status": SUCCEEDED,
-            "create_time": cp["created_at"],
-            "model_name": job.get("finetuned_output") if cp["published"] else cp["path"],
-            "local": {"path": cp["path"], "metrics": cp["metrics"], "published": cp["published"]},
-        }
-        for cp in checkpoints
-    ]
+    out = []
+    for cp in kept_checkpoints(job, checkpoints):
+        expires = expire_time(cp["created_at"], ttl)
+        export = exports.get(cp["name"])
+        name = export["model_name"] if export else (job.get("finetuned_output") if cp["published"] else None)
+        out.append(
+            {
+                "checkpoint_id": checkpoint_id(job_id, cp["name"]),
+                "checkpoint": cp["name"],
+                "full_name": f"{job_id}-{cp['name']}",
+                "job_id": job_id,
+                "step": cp["step"],
+                "status": EXPIRED if expired(expires) else SUCCEEDED,
+                "create_time": cp["created_at"],
+                "expire_time": expires,
+                "model_name": name,
+                "local": {
+                    "path": cp["path"],
+                    "metrics": cp["metrics"],
+                    "published": cp["published"],
+                    "display_name": export["display_name"] if export else None,
+                },
+            }
+        )
+    return out

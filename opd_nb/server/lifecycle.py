@@ -41,6 +41,8 @@ LOCK_FILE = "server.lock"
 OWNER_FILE = "server.json"
 MAX_INTERRUPTIONS = 3  # a job interrupted this many times (server restarts) fails instead of resuming
 MAX_DEPLOYMENTS_ENV = "OPD_MAX_DEPLOYMENTS"  # or `opd serve --max-deployments`
+CHECKPOINT_TTL_ENV = "OPD_CHECKPOINT_TTL_DAYS"  # or `opd serve --checkpoint-ttl-days`
+DEFAULT_CHECKPOINT_TTL_DAYS = 15.0  # Bailian's documented example: expire_time is 15 days after create_time
 DEFAULT_MAX_DEPLOYMENTS = 3
 
 

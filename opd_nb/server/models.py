@@ -4,11 +4,14 @@ A workspace's ``config.yaml`` must run unchanged against Bailian and against ``o
 local control plane accepts cloud model ids and runs them on stand-ins. Resolution order:
 
 1. ``--model-map ID=PATH`` entries (kind ``mapped``);
-2. ``opd-local/<job_id>``: the published final checkpoint of a SUCCEEDED local job (``checkpoint``);
+2. ``opd-local/<job_id>``: the published final checkpoint of a SUCCEEDED local job, or the name an
+   exported checkpoint was given (``GET /fine-tunes/{id}/export/{checkpoint}``) (``checkpoint``);
 3. ``local/tiny-student`` / ``local/tiny-teacher``: the bundled pair, by name (``stand-in``);
 4. an absolute path to an existing Hugging Face model directory (``path``);
 5. any other plain cloud id (no ``/``, e.g. ``qwen3.5-9b``): the bundled tiny student when it is
    the job's ``model``, the bundled tiny teacher when it is the ``teacher_model`` (``stand-in``).
+   A *call* (chat, generation, deploy) resolves ``strict``: there the id must be one Bailian documents
+   (:data:`opd_nb.spec.models.BAILIAN_MODEL_IDS`), or the caller gets Bailian's model-not-found.
 
 "Cannot be served" means: an id with a ``/`` that none of the above resolve (it looks like a Hugging
 Face repo id, and there is no model hub here), a path that does not exist, an ``opd-local/…`` id
@@ -25,15 +28,26 @@ from pydantic import BaseModel
 
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
+from opd_nb.spec.models import documented
 
 LOCAL_PREFIX = LOCAL_OUTPUT_PREFIX
 STUDENT_ID = "local/tiny-student"
 TEACHER_ID = "local/tiny-teacher"
 _CLOUD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+JOB_ID = re.compile(r"^ft-\d{12}-[0-9a-f]+$")
+
+
+def job_of_path(path: str) -> str | None:
+    """The local job a checkpoint directory belongs to (its path has the job id as a part), if any."""
+    return next((p for p in Path(path).parts if JOB_ID.match(p)), None)
 
 
 class ModelNotServable(Exception):
     """The id names no model this machine can run; the message says why and what to do."""
+
+
+class ModelNotFound(ModelNotServable):
+    """A call names a model id that exists nowhere (Bailian's model-not-found); the message has the fix."""
 
 
 class ResolvedModel(BaseModel):
@@ -41,6 +55,7 @@ class ResolvedModel(BaseModel):
     kind: Literal["stand-in", "mapped", "checkpoint", "path"]
     path: str
     note: str = ""  # one line for the job log when this is a substitution
+    job_id: str | None = None  # the local job a fine-tuned output comes from
 
 
 def default_pair() -> tuple[Path, Path]:
@@ -64,7 +79,22 @@ class ModelRegistry:
         self.store = store
         self.model_map = {k: str(Path(v).expanduser().resolve()) for k, v in (model_map or {}).items()}
 
-    def resolve(self, model_id: object, role: Literal["student", "teacher"] = "student") -> ResolvedModel:
+    def resolve(
+        self, model_id: object, role: Literal["student", "teacher"] = "student", *, strict: bool = False
+    ) -> ResolvedModel:
+        """The local model for `model_id`; `strict` (a call, not a job): a cloud id must be documented."""
+        found = self._resolve(model_id, role)
+        if strict and found.kind == "stand-in" and found.model_id not in (STUDENT_ID, TEACHER_ID):
+            if not documented(found.model_id):
+                raise ModelNotFound(
+                    f"The model `{found.model_id}` does not exist or you do not have access to it: it is not a "
+                    "Bailian model id, a deployment or an exported checkpoint here; check the spelling "
+                    "(GET /compatible-mode/v1/models lists what answers), or map it to a local model with "
+                    f"`opd serve --model-map {found.model_id}=/path/to/model`"
+                )
+        return found
+
+    def _resolve(self, model_id: object, role: Literal["student", "teacher"]) -> ResolvedModel:
         if not isinstance(model_id, str) or not model_id.strip():
             raise ModelNotServable(f"model id must be a non-empty string, got {model_id!r}")
         model_id = model_id.strip()
@@ -81,6 +111,36 @@ class ModelRegistry:
                 path=str(path),
                 note=f"{role} model {model_id!r} runs on the mapped local model {path}",
             )
+        published = self._published(model_id, role)
+        if published is not None:
+            return published
+        student, teacher = default_pair()
+        if model_id in (STUDENT_ID, TEACHER_ID):
+            path = student if model_id == STUDENT_ID else teacher
+            return self._standin(model_id, path, f"{role} model {model_id!r} is the bundled model {path}")
+        if model_id.startswith("/") or model_id.startswith("~"):
+            path = Path(model_id).expanduser()
+            if not (path / "config.json").is_file():
+                raise ModelNotServable(
+                    f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
+                )
+            resolved = str(path.resolve())
+            return ResolvedModel(model_id=model_id, kind="path", path=resolved, job_id=job_of_path(resolved))
+        if "/" in model_id or not _CLOUD_ID.match(model_id):
+            raise ModelNotServable(
+                f"model {model_id!r} cannot be served locally: it looks like a Hugging Face repo id and this "
+                "server has no model hub; map it to a local directory with `opd serve --model-map "
+                f"{model_id}=/path/to/model`, or use a cloud model id (it then runs on the bundled stand-in)"
+            )
+        path = student if role == "student" else teacher
+        return self._standin(
+            model_id,
+            path,
+            f"{role} model {model_id!r} is a cloud model; it runs locally on the bundled stand-in {path.name} ({path})",
+        )
+
+    def _published(self, model_id: str, role: str) -> ResolvedModel | None:
+        """A fine-tuned output by name: ``opd-local/<job_id>`` (its final checkpoint) or an exported name."""
         if model_id.startswith(LOCAL_PREFIX):
             job_id = model_id[len(LOCAL_PREFIX) :]
             job = self.store.job(job_id)
@@ -95,30 +155,18 @@ class ModelRegistry:
                 kind="checkpoint",
                 path=final,
                 note=f"{role} model {model_id!r} is the final checkpoint of job {job_id}: {final}",
+                job_id=job_id,
             )
-        student, teacher = default_pair()
-        if model_id in (STUDENT_ID, TEACHER_ID):
-            path = student if model_id == STUDENT_ID else teacher
-            return self._standin(model_id, path, f"{role} model {model_id!r} is the bundled model {path}")
-        if model_id.startswith("/") or model_id.startswith("~"):
-            path = Path(model_id).expanduser()
-            if not (path / "config.json").is_file():
-                raise ModelNotServable(
-                    f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
-                )
-            return ResolvedModel(model_id=model_id, kind="path", path=str(path.resolve()))
-        if "/" in model_id or not _CLOUD_ID.match(model_id):
-            raise ModelNotServable(
-                f"model {model_id!r} cannot be served locally: it looks like a Hugging Face repo id and this "
-                "server has no model hub; map it to a local directory with `opd serve --model-map "
-                f"{model_id}=/path/to/model`, or use a cloud model id (it then runs on the bundled stand-in)"
+        exported = self.store.export(model_id)
+        if exported is not None and Path(exported["path"]).is_dir():
+            return ResolvedModel(
+                model_id=model_id,
+                kind="checkpoint",
+                path=exported["path"],
+                note=f"{role} model {model_id!r} is {exported['checkpoint']} of job {exported['job_id']}",
+                job_id=exported["job_id"],
             )
-        path = student if role == "student" else teacher
-        return self._standin(
-            model_id,
-            path,
-            f"{role} model {model_id!r} is a cloud model; it runs locally on the bundled stand-in {path.name} ({path})",
-        )
+        return None
 
     @staticmethod
     def _standin(model_id: str, path: Path, note: str) -> ResolvedModel:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from opd_nb.constants import PENDING
+from opd_nb.constants import PENDING, STEP_SECONDS, TOKENS_PER_S
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS deployments (
     capacity INTEGER NOT NULL, status TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
     pid INTEGER, port INTEGER, token TEXT NOT NULL, message TEXT, is_base INTEGER DEFAULT 0,
     deleted INTEGER DEFAULT 0, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS exports (
+    model_name TEXT PRIMARY KEY, job_id TEXT NOT NULL, step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
+    display_name TEXT, path TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (job_id, checkpoint));
 """
 
 
@@ -68,6 +71,14 @@ class Store:
         self.path = self.data_dir / "opd.sqlite3"
         self._local = threading.local()
         self.conn().executescript(SCHEMA)
+        self._add_columns("deployments", plan="TEXT", plan_spec="TEXT")
+
+    def _add_columns(self, table: str, **columns: str) -> None:
+        """Columns added after a table's first release (a data dir of an older server lacks them)."""
+        have = {r[1] for r in self._all(f"PRAGMA table_info({table})")}
+        for name, kind in columns.items():
+            if name not in have:
+                self._run(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     def conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -117,10 +128,15 @@ class Store:
         row = self._one("SELECT * FROM jobs WHERE job_id = ? AND deleted = 0", job_id)
         return _job_dict(row) if row else None
 
-    def jobs(self, offset: int, limit: int) -> tuple[list[dict], int]:
-        total = self._one("SELECT COUNT(*) FROM jobs WHERE deleted = 0")[0]
+    def jobs(self, offset: int, limit: int, model: str | None = None) -> tuple[list[dict], int]:
+        """A page of jobs, newest first; `model`: only the jobs whose request's ``model`` is that id."""
+        where, args = "WHERE deleted = 0", []
+        if model is not None:
+            where += " AND json_extract(request, '$.model') = ?"
+            args.append(model)
+        total = self._one(f"SELECT COUNT(*) FROM jobs {where}", *args)[0]
         rows = self._all(
-            "SELECT * FROM jobs WHERE deleted = 0 ORDER BY seq DESC LIMIT ? OFFSET ?", limit, offset
+            f"SELECT * FROM jobs {where} ORDER BY seq DESC LIMIT ? OFFSET ?", *args, limit, offset
         )
         return [_job_dict(r) for r in rows], total
 
@@ -198,6 +214,12 @@ class Store:
                 (job_id, step, name, path, now_text(), json.dumps(metrics)),
             )
 
+    def token_usage(self, job_id: str) -> int:
+        """The tokens a job's steps processed (each step's tokens/s times its seconds), as Bailian's ``usage``."""
+        rate, seconds = (f"json_extract(row, '$.\"{name}\"')" for name in (TOKENS_PER_S, STEP_SECONDS))
+        row = self._one(f"SELECT SUM({rate} * {seconds}) FROM metrics WHERE job_id = ?", job_id)
+        return round(row[0] or 0)
+
     def checkpoints(self, job_id: str) -> list[dict]:
         rows = self._all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)
         return [
@@ -210,6 +232,21 @@ class Store:
             }
             for r in rows
         ]
+
+    # ---- exported checkpoints (deployable by their model name) -----------------------------------
+    def add_export(self, row: dict[str, Any]) -> None:
+        """Record an export; a checkpoint exported before keeps its first name (export is idempotent)."""
+        row = {**row, "created_at": now_text()}
+        cols = ", ".join(row)
+        self._run(f"INSERT OR IGNORE INTO exports({cols}) VALUES ({','.join('?' * len(row))})", *row.values())
+
+    def exports(self, job_id: str) -> dict[str, dict]:
+        """A job's exported checkpoints by checkpoint name."""
+        return {r["checkpoint"]: dict(r) for r in self._all("SELECT * FROM exports WHERE job_id = ?", job_id)}
+
+    def export(self, model_name: str) -> dict | None:
+        row = self._one("SELECT * FROM exports WHERE model_name = ?", model_name)
+        return dict(row) if row else None
 
     def drop_steps_after(self, job_id: str, step: int) -> None:
         """Forget metric and checkpoint rows past ``step`` (a job resuming from checkpoint ``step``)."""
@@ -347,6 +384,14 @@ class Store:
             f"SELECT * {where} ORDER BY gmt_create DESC, rowid DESC LIMIT ? OFFSET ?", limit, offset
         )
         return [dict(r) for r in rows], total
+
+    def deployments_of(self, model_name: str) -> list[dict]:
+        """The live deployments that serve `model_name` (newest first)."""
+        rows = self._all(
+            "SELECT * FROM deployments WHERE model_name = ? AND deleted = 0 AND is_base = 0 ORDER BY rowid DESC",
+            model_name,
+        )
+        return [dict(r) for r in rows]
 
     def live_deployments(self) -> list[dict]:
         """Every row that is not deleted, base-model endpoints included (oldest first)."""

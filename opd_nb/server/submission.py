@@ -49,6 +49,7 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
         "validation_file": dataset_path(store, "validation", body.validation_datasets),
         "functions": function_specs(store, body),
         "student_kind": models.student.kind,
+        **lineage(store, body.model, models.student),
     }
     job_id = f"ft-{time.strftime('%Y%m%d%H%M')}-{secrets.token_hex(3)}"
     name = body.job_name or f"opd-{secrets.token_hex(4)}"
@@ -62,6 +63,21 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
     )
     manager.wake()
     return store.job(job_id)  # type: ignore[return-value]
+
+
+def lineage(store: Store, model: str, student: ResolvedModel) -> dict:
+    """The root base model and the parent jobs of a job that continues a fine-tuned output (else nothing).
+
+    A continued job's ``model`` names the previous job's output; Bailian reports the root base model as
+    its ``base_model``, so the root travels down the chain instead of the nearest parent's output."""
+    parent = store.job(student.job_id) if student.job_id else None
+    if parent is None:
+        return {}
+    meta = parent["meta"]
+    return {
+        "base_model": meta.get("base_model") or parent["request"].get("model"),
+        "parents": [parent["job_id"], *meta.get("parents", [])],
+    }
 
 
 def resolve_models(registry: ModelRegistry, body: JobBody) -> JobModels:

@@ -38,3 +38,31 @@ def other_vendor(model_id: str) -> bool:
     """True for an id of another vendor's API model (gpt-4o, claude-…), which Bailian cannot serve."""
     ident = model_id.strip().lower()
     return any(ident == p.rstrip("-") or ident.startswith(p) for p in NOT_ON_BAILIAN)
+
+
+# Model ids Bailian documents (its model list, the RL/OPD page, the deployment reference): what an id
+# that no `--model-map` maps must be for a local call to answer, so a typo fails here as in the cloud.
+BAILIAN_MODEL_IDS = frozenset(
+    {
+        *(f"qwen3-{s}" for s in ("0.6b", "1.7b", "4b", "8b", "14b", "32b", "30b-a3b", "235b-a22b")),
+        *(f"qwen3.5-{s}" for s in ("9b", "27b", "35b-a3b", "122b-a10b", "397b-a17b")),
+        *(f"qwen2.5-{s}-instruct" for s in ("0.5b", "1.5b", "3b", "7b", "14b", "32b", "72b")),
+        "qwen3-max",
+        "qwen3.5-plus",
+        "qwen3.5-flash",
+        "qwen-max",
+        "qwen-plus",
+        "qwen-turbo",
+        "qwen-flash",
+        "qwen3-coder-plus",
+        "qwen3-coder-flash",
+        "deepseek-v3",
+        "deepseek-v3.2",
+        "deepseek-r1",
+    }
+)
+
+
+def documented(model_id: str) -> bool:
+    """True for a model id Bailian documents (see ``BAILIAN_MODEL_IDS``)."""
+    return model_id.strip().lower() in BAILIAN_MODEL_IDS

@@ -1,4 +1,5 @@
-"""Deployments, as ``dashscope.Deployments`` calls them: create, list, get, scale, delete.
+"""Deployments, as ``dashscope.Deployments`` and the v2 ``client.deployments`` call them: create (with a
+``plan``), list, get, scale, delete, and ``/deployments/{id}/stream`` (server-sent status events).
 
 The processes behind them are the deployment manager's (:mod:`opd_nb.server.deployments`); these
 routes only validate, call it in the thread pool (they are plain ``def``: SQLite and process
@@ -7,21 +8,29 @@ work) and answer Bailian's shapes under ``output``.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+import json
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from opd_nb.server.bodies import DeploymentBody, ScaleBody
-from opd_nb.server.deployments import deployment_output
+from opd_nb.server.deployments import DELETED, PENDING, DeploymentManager, deployment_output
 from opd_nb.server.deps import DeploymentsDep, PageDep
+from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import ok
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
+STREAM_POLL_S = 0.2
 
 
 @router.post("")
 def create_deployment(body: DeploymentBody, manager: DeploymentsDep) -> JSONResponse:
     """Deploy a model (PENDING until its process answers, then RUNNING)."""
-    return ok(deployment_output(manager.create(body.model_name, body.capacity, body.suffix)))
+    return ok(
+        deployment_output(manager.create(body.model_name, body.capacity, body.suffix, body.plan_fields()))
+    )
 
 
 @router.get("")
@@ -52,3 +61,31 @@ def delete_deployment(deployed_model: str, manager: DeploymentsDep) -> JSONRespo
     """Stop the deployment's process; calls to it then answer that it was deleted."""
     row = manager.delete(deployed_model)
     return ok({"deployed_model": row["deployed_model"], "status": row["status"]})
+
+
+@router.get("/{deployed_model}/stream")
+async def deployment_stream(
+    deployed_model: str, manager: DeploymentsDep, request: Request
+) -> StreamingResponse:
+    """One ``status`` event per state the deployment goes through (PENDING, then RUNNING or FAILED)."""
+    first = await anyio.to_thread.run_sync(manager.get, deployed_model)  # a 404 before any event
+    return StreamingResponse(
+        _deployment_events(manager, first, request),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def _deployment_events(manager: DeploymentManager, row: dict, request: Request) -> AsyncIterator[str]:
+    seq, last = 0, None
+    while True:
+        if row["status"] != last:
+            last, seq = row["status"], seq + 1
+            yield f"id:{seq}\nevent:status\ndata:{json.dumps(deployment_output(row))}\n\n"
+        if last != PENDING or await request.is_disconnected():
+            return
+        await anyio.sleep(STREAM_POLL_S)
+        try:
+            row = await anyio.to_thread.run_sync(manager.get, row["deployed_model"])
+        except ApiError:  # deleted while starting
+            row = {**row, "status": DELETED}

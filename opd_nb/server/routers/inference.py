@@ -2,18 +2,21 @@
 
 ``POST /api/v1/services/aigc/text-generation/generation`` is what ``dashscope.Generation.call``
 sends: ``input.messages`` (or ``input.prompt``) and ``parameters`` (``result_format`` "text" or
-"message", ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``tools``). With the SDK's
+"message", ``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``tools``, ``n``, ``logprobs``,
+``top_logprobs``, ``stop``; what the local models cannot honour is a 400, see ``bodies.UNSUPPORTED``). With the SDK's
 ``stream=True`` (header ``X-DashScope-SSE: enable``) the answer is DashScope's server-sent events,
 each with the text so far, or only the new text with ``incremental_output``.
 
 ``POST /compatible-mode/v1/chat/completions`` is OpenAI's chat API, beside ``/api/v1`` as on
 Bailian (``https://dashscope.aliyuncs.com/compatible-mode/v1``): ``messages``, ``max_tokens``,
-``temperature``, ``top_p``, ``seed``, ``stream`` and ``tools`` (passed to the chat template).
+``temperature``, ``top_p``, ``seed``, ``stream``, ``tools`` (passed to the chat template), ``n``,
+``logprobs``/``top_logprobs`` and ``stop``.
 Its errors are OpenAI's error object (with ``request_id``), as Bailian answers there.
 
 Both resolve the model through the deployment manager (a deployed name, or a base model, which is
 callable directly) and forward the request to that model's serving process. A fine-tuned output
-that is not deployed, and a deleted deployment, answer a 4xx that says how to deploy it.
+that is not deployed, and a deleted deployment, answer a 4xx that says how to deploy it (or, for an
+exported name that is deployed, which ``deployed_model`` to call); an id that exists nowhere is a 404.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from opd_nb.server.deployments import Endpoint
 from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import INVALID, describe_validation, request_id
+from opd_nb.spec.models import BAILIAN_MODEL_IDS
 
 router = APIRouter(tags=["inference"])
 GENERATION_PATH = "/api/v1/services/aigc/text-generation/generation"
@@ -137,6 +141,20 @@ def _output(result_format: str, message: dict, finish: str) -> dict:
     return {"choices": [{"finish_reason": finish, "message": message}]}
 
 
+def _full_output(result_format: str, choices: list[dict]) -> dict:
+    """DashScope's ``output`` for an OpenAI answer: the text, or one choice per ``n`` (log-probs kept)."""
+    if result_format == "text":
+        out = _output("text", choices[0]["message"], choices[0]["finish_reason"])
+        return {**out, **({"logprobs": choices[0]["logprobs"]} if choices[0].get("logprobs") else {})}
+    listed = []
+    for c in choices:
+        entry = {"finish_reason": c["finish_reason"], "message": c["message"]}
+        if c.get("logprobs"):
+            entry["logprobs"] = c["logprobs"]
+        listed.append(entry)
+    return {"choices": listed}
+
+
 def _event(seq: int, kind: str, status: int, body: dict) -> str:
     return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{json.dumps(body, ensure_ascii=False)}\n\n"
 
@@ -187,6 +205,7 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
         top_p=params.top_p,
         seed=params.seed,
         tools=params.tools,
+        **params.sampling(),
     )
     if stream:
         http, resp = await _open(endpoint, payload)
@@ -196,11 +215,10 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
             headers={"Cache-Control": "no-cache", "X-DashScope-Request-Id": rid},
         )
     out = await _post(endpoint, payload)
-    choice = out["choices"][0]
     return JSONResponse(
         {
             "request_id": rid,
-            "output": _output(params.result_format, choice["message"], choice["finish_reason"]),
+            "output": _full_output(params.result_format, out["choices"]),
             "usage": _usage(out.get("usage")),
         }
     )
@@ -259,6 +277,7 @@ async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
         top_p=body.top_p,
         seed=body.seed,
         tools=body.tools,
+        **body.sampling(),
     )
     try:
         endpoint = await run_in_threadpool(manager.endpoint, body.model)
@@ -278,9 +297,11 @@ async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
 
 @router.get(f"{COMPATIBLE_BASE}/models")
 def compatible_models(manager: DeploymentsDep) -> JSONResponse:
-    """OpenAI's model list: the base models this server runs and the deployments."""
+    """OpenAI's model list: every id that answers here (the bundled and mapped models, the Bailian ids
+    that run on the stand-in, the deployments); an exported name answers only through its deployment."""
     rows, _ = manager.list(0, 100)
     ids = [m["model_id"] for m in manager.registry.listing() if m["kind"] in ("stand-in", "mapped")]
+    ids += sorted(BAILIAN_MODEL_IDS - set(ids))
     ids += [r["deployed_model"] for r in rows]
     return JSONResponse(
         {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "opd-nb"} for i in ids]}

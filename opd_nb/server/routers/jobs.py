@@ -1,4 +1,5 @@
-"""Fine-tune jobs: create, list, get, cancel, delete, logs, the SSE stream, checkpoints, local-only metrics.
+"""Fine-tune jobs: create, list (``model=`` filter), get, cancel, delete, logs, the SSE stream, checkpoints,
+export, local-only metrics.
 
 Every route that reads SQLite is a plain ``def`` (FastAPI runs it in the thread pool); the stream is
 async and reads the store through ``anyio.to_thread`` so a slow disk never stalls the event loop.
@@ -19,6 +20,7 @@ from opd_nb.constants import FAILED, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.server.bodies import JobBody
 from opd_nb.server.deps import JobDep, JobManagerDep, PageDep, RegistryDep, StoreDep, existing_job
 from opd_nb.server.errors import ApiError
+from opd_nb.server.exports import export_checkpoint
 from opd_nb.server.job_views import checkpoint_listing, job_output
 from opd_nb.server.responses import ok
 from opd_nb.server.store import Store
@@ -39,21 +41,25 @@ def create_job(body: JobBody, store: StoreDep, registry: RegistryDep, manager: J
 
 
 @router.get("")
-def list_jobs(store: StoreDep, page: PageDep) -> JSONResponse:
-    jobs, total = store.jobs(page.offset, page.page_size)
+def list_jobs(
+    store: StoreDep,
+    page: PageDep,
+    model: str | None = Query(None, max_length=512, description="only this model's jobs"),
+) -> JSONResponse:
+    jobs, total = store.jobs(page.offset, page.page_size, model=model)
     return ok(
         {
             "page_no": page.page_no,
             "page_size": page.page_size,
             "total": total,
-            "jobs": [job_output(j) for j in jobs],
+            "jobs": [job_output(j, store.token_usage(j["job_id"])) for j in jobs],
         }
     )
 
 
 @router.get("/{job_id}")
-def get_job(job: JobDep) -> JSONResponse:
-    return ok(job_output(job))
+def get_job(job: JobDep, store: StoreDep) -> JSONResponse:
+    return ok(job_output(job, store.token_usage(job["job_id"])))
 
 
 @router.post("/{job_id}/cancel")
@@ -152,4 +158,17 @@ def job_metrics(job: JobDep, store: StoreDep) -> JSONResponse:
 def job_checkpoints(job: JobDep, store: StoreDep) -> JSONResponse:
     """Bailian's "list checkpoints": the kept checkpoints, local extras under ``local`` (path, metrics,
     published: the one that is the job's finetuned_output)."""
-    return ok(checkpoint_listing(job, store.checkpoints(job["job_id"])))
+    return ok(checkpoint_listing(job, store.checkpoints(job["job_id"]), store.exports(job["job_id"])))
+
+
+@router.get("/{job_id}/export/{checkpoint}")
+def export_job_checkpoint(
+    job_id: str,
+    checkpoint: str,
+    store: StoreDep,
+    model_name: str | None = Query(None, max_length=256, description="a display name for the export"),
+) -> JSONResponse:
+    """Bailian's export: publish a checkpoint as a deployable model (``output: true``); the name to
+    deploy is the checkpoint's ``model_name`` in the list afterwards (also under ``local`` here)."""
+    entry = export_checkpoint(store, existing_job(job_id, store), checkpoint, model_name)
+    return ok(True, local={"checkpoint": entry})

@@ -1,0 +1,116 @@
+"""`opd checkpoints JOB`: a job's checkpoints with their metrics, the best one, expiry and export names.
+
+Why a module of its own: the CLI and the notebook monitor show the same table, and the facts come
+from three places (the checkpoint list, the metric rows, the docs' best-checkpoint rule in
+:mod:`opd_nb.health`). Bailian deletes a checkpoint at its ``expire_time`` (about 15 days after it
+was saved) and may auto-export only the best one, so the table says how long each one has left and
+the line that exports it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+from opd_nb import render
+from opd_nb.constants import LOSS, REWARD_MEAN
+from opd_nb.health import best_checkpoint
+from opd_nb.results import ResultMixin
+
+HEADERS = ("checkpoint", "step", "status", "reward mean@1", "loss", "best", "expires", "exported as")
+
+
+class CheckpointRow(BaseModel):
+    checkpoint: str
+    checkpoint_id: str | None
+    step: int | None
+    status: str | None
+    create_time: str | None
+    expire_time: str | None
+    expires_in_days: float | None  # negative: expired
+    model_name: str | None  # the exported name (what to deploy); None until exported
+    best: bool
+    metrics: dict[str, Any]
+
+
+class CheckpointTable(ResultMixin, BaseModel):
+    """JSON: ``{"job_id", "best_reason", "export_hint", "checkpoints": [CheckpointRow...]}``, newest first."""
+
+    job_id: str
+    checkpoints: list[CheckpointRow]
+    best_reason: str | None = None  # why the marked one is best (None: no metrics to apply the rule)
+    export_hint: str = ""
+
+    def _rows(self) -> list[tuple[str, ...]]:
+        return [
+            (
+                c.checkpoint,
+                str(c.step if c.step is not None else "-"),
+                c.status or "-",
+                render.fmt(c.metrics.get(REWARD_MEAN)),
+                render.fmt(c.metrics.get(LOSS)),
+                "best" if c.best else "",
+                expires_text(c.expires_in_days),
+                c.model_name or "-",
+            )
+            for c in self.checkpoints
+        ]
+
+    def __str__(self) -> str:
+        if not self.checkpoints:
+            return f"{self.job_id}: no checkpoints kept"
+        rows = [HEADERS, *self._rows()]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        if self.best_reason:
+            lines.append(f"best: {self.best_reason}")
+        return "\n".join([*lines, self.export_hint])
+
+    def _repr_html_(self) -> str:
+        body = render.table(list(HEADERS), self._rows())
+        note = f"<div>best: {render.esc(self.best_reason)}</div>" if self.best_reason else ""
+        return f"<b>checkpoints of {render.esc(self.job_id)}</b>{body}{note}<div>{render.esc(self.export_hint)}</div>"
+
+
+def expires_text(days: float | None) -> str:
+    """'expires in 14 days', 'expires in 5 h', 'expired' (a checkpoint the cloud has deleted)."""
+    if days is None:
+        return "-"
+    if days <= 0:
+        return "expired"
+    return f"expires in {int(days)} days" if days >= 1 else f"expires in {max(1, round(days * 24))} h"
+
+
+def export_hint(job_id: str) -> str:
+    return f"export one to deploy it: opd export {job_id} CHECKPOINT [--model-name NAME]"
+
+
+def checkpoint_table(
+    job_id: str, checkpoints: list[Any], metrics: list[dict] | None, now: float | None = None
+) -> CheckpointTable:
+    """The table from a client's checkpoints and metric rows (None: the plane reports no metrics)."""
+    now = time.time() if now is None else now
+    best = best_checkpoint(checkpoints, metrics) if checkpoints and metrics else None
+    rows = [
+        CheckpointRow(
+            checkpoint=c.name,
+            checkpoint_id=c.checkpoint_id,
+            step=c.step,
+            status=c.status,
+            create_time=c.created_at,
+            expire_time=c.expire_time,
+            expires_in_days=None if c.expires_in_days(now) is None else round(c.expires_in_days(now), 2),
+            model_name=c.model_name,
+            best=best is not None and best.checkpoint is c,
+            metrics=c.metrics,
+        )
+        for c in checkpoints
+    ]
+    return CheckpointTable(
+        job_id=job_id,
+        checkpoints=rows,
+        best_reason=best.reason if best else None,
+        export_hint=export_hint(job_id),
+    )
