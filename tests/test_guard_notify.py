@@ -91,6 +91,21 @@ def _opd(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def _opd_here(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, *args: str, cwd: Path):
+    """`opd ARGS` in this process (its exit code, stdout, stderr): the watcher polls from the moment
+    `submit` returns, not after an interpreter start-up that a loaded machine stretched past a 15 s job."""
+    from opd_nb.cli import main
+
+    monkeypatch.chdir(cwd)
+    for name in [k for k in os.environ if k.startswith(("DASHSCOPE_", "OPD_NOTIFY"))]:
+        monkeypatch.delenv(name)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out = capsys.readouterr()
+    return exit_.value.code, out.out, out.err
+
+
 def test_guard_rules_fire_on_their_thresholds():
     t = GuardThresholds(
         valid_token_steps=2, reward_failure_rate=0.5, loss_divergence=10, zero_variance_evals=1
@@ -136,7 +151,7 @@ def test_webhook_formats_and_the_url_never_shows(receiver):
 
 @pytest.mark.slow
 def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
-    local_server, receiver, tmp_path
+    local_server, receiver, tmp_path, capsys, monkeypatch
 ):
     from conftest import tiny_workspace
 
@@ -151,10 +166,12 @@ def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
     job_id = submit(ws, client.target, no_check=True).job_id  # the gate would refuse the planted 28
     slack = f"{receiver.url}/slack/{SECRET}"
     flags = ("--local", local_server.api_base, "--notify", slack, "--notify-format", "slack", "--json")
-    proc = _opd("watch", job_id, "--guard", "--guard-valid-token-steps", str(k), *flags, cwd=ws)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and json.loads(proc.stdout)["status"] == "CANCELED", out
-    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith(f"guard: cancelled {job_id}")]
+    code, stdout, stderr = _opd_here(
+        capsys, monkeypatch, "watch", job_id, "--guard", "--guard-valid-token-steps", str(k), *flags, cwd=ws
+    )
+    out = stdout + stderr
+    assert code == 1 and json.loads(stdout)["status"] == "CANCELED", out
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith(f"guard: cancelled {job_id}")]
     assert "rule valid_token_rate" in line and "consecutive step(s)" in line
     rows = client.metrics(job_id)
     low = [r["step"] for r in rows if r.get(VALID_TOKEN_RATE, 1) < FULL_VALID_TOKEN_RATE]
