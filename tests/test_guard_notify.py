@@ -296,3 +296,46 @@ def test_in_a_notebook_guard_and_notify_ask_for_detach():
             ["watch", "ft-1", "--local", "http://127.0.0.1:9", "--notify", f"ftp://x/{SECRET}", "--detach"]
         )
     assert "not an http(s) URL" in str(bad.value) and SECRET not in str(bad.value)
+
+
+def test_the_monitors_guard_switch_cancels_on_an_error_rule_once():
+    """The monitor's toggle arms the same guard as `opd watch --guard`; off, it never cancels."""
+    from opd_nb.client import JobClient, resolve_target
+    from opd_nb.notebook.monitor import JobMonitor
+
+    job_id = "ft-202612020000-cut1"
+    job = {"job_id": job_id, "job_name": "cut", "status": "RUNNING", "hyper_parameters": {"eval_steps": 2}}
+    rows = [{"step": s, VALID_TOKEN_RATE: 0.4, "actor/distillation/loss": 0.3} for s in (1, 2, 3)]
+    plane = Loopback(
+        {
+            f"/api/v1/fine-tunes/{job_id}": {"request_id": "r", "output": job},
+            f"/api/v1/fine-tunes/{job_id}/metrics": {"request_id": "r", "output": {"metrics": rows}},
+        }
+    )
+    try:
+        monitor = JobMonitor(job_id, JobClient(resolve_target("local", base_url=plane.url)))
+        widgets = monitor._ensure_widgets()
+        monitor.poll_once()
+        assert not [p for p, _ in plane.posts if p.endswith("/cancel")]  # off: alerts show, nothing cancels
+        widgets["guard"].value = True  # the user flips the switch
+        assert monitor.guard.on
+        monitor.poll_once()
+        monitor.poll_once()
+        assert [p for p, _ in plane.posts if p.endswith("/cancel")] == [f"/api/v1/fine-tunes/{job_id}/cancel"]
+        (line,) = monitor.guard.lines
+        assert line.startswith(f"guard: cancelled {job_id} at step 3") and "rule valid_token_rate" in line
+        assert "rule valid_token_rate" in widgets["message"].value and line in monitor.notes
+        assert monitor.guard.tripped(job_id).rule == "valid_token_rate"
+    finally:
+        plane.server.shutdown()
+
+
+def test_opd_watch_guard_in_a_notebook_opens_the_monitor_with_its_switch_on():
+    from opd_nb.cli import invoke
+    from opd_nb.cli.view_requests import WatchRequest
+
+    request = invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--guard",
+                      "--guard-valid-token-steps", "5"])  # fmt: skip
+    assert isinstance(request, WatchRequest) and request.guard == GuardThresholds(valid_token_steps=5)
+    with pytest.raises(Exception, match="--notify runs in a background watcher"):
+        invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--notify", "http://x/h"])

@@ -252,12 +252,10 @@ def watch_cmd(
     hooks = _hooks(client, job_id, thresholds if guard else None, notify, notify_format, price)
     if detach:
         return emit(_detach(client, job_id, hooks, notify), as_json=as_json)
-    if in_magic():  # the notebook opens the job monitor on it; guard and notify run in a watcher of their own
-        if hooks.guard is not None or hooks.notifier is not None:
-            raise OpdError(
-                "in a notebook, --guard and --notify run in a background watcher", fix="add --detach"
-            )
-        return WatchRequest(job_ids=(job_id,), target=client.target)
+    if in_magic():  # the notebook opens the job monitor on it, its guard switch on with --guard
+        if hooks.notifier is not None:
+            raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
+        return WatchRequest(job_ids=(job_id,), target=client.target, guard=thresholds if guard else None)
     if as_json:
         poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
         job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True), hooks, poll_s)

@@ -16,6 +16,7 @@ from opd_nb.results import ResultMixin
 if TYPE_CHECKING:  # the client imports httpx: not at parser-build time
     from opd_nb.client import SubmitResult, Target
     from opd_nb.experiments import Comparison, SweepResult
+    from opd_nb.health import GuardThresholds
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class WatchRequest(ResultMixin):
     job_ids: tuple[str, ...]
     target: Target
     submitted: SubmitResult | None = None
+    guard: GuardThresholds | None = None  # the monitor starts with its guard switch on, at these
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -33,6 +35,7 @@ class WatchRequest(ResultMixin):
             "target": self.target.kind,
             "base_url": self.target.base_url,
             "submitted": self.submitted.to_payload() if self.submitted is not None else None,
+            "guard": self.guard is not None,
         }
 
     def __str__(self) -> str:

@@ -27,8 +27,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opd_nb.errors import OpdError
+from opd_nb.health import GuardThresholds
 from opd_nb.notebook import monitor_html
 from opd_nb.notebook.job_state import NOT_FOUND, UNKNOWN, JobState, get, job_view
+from opd_nb.notebook.monitor_guard import MonitorGuard
 from opd_nb.notebook.monitor_html import CLOUD_NOTE
 
 __all__ = ["JobMonitor", "CLOUD_NOTE"]
@@ -42,8 +44,17 @@ class JobMonitor:
     """Watch one or more jobs; several jobs are overlaid on the same plots for comparison."""
 
     def __init__(
-        self, job_ids: Sequence[str] | str, client: Any = None, *, poll_s: float = 2.0, log_tail: int = 15
+        self,
+        job_ids: Sequence[str] | str,
+        client: Any = None,
+        *,
+        poll_s: float = 2.0,
+        log_tail: int = 15,
+        guard: bool | GuardThresholds = False,
     ):
+        """`guard`: start with the guard switch on (cancel a job when an error rule fires, as
+        ``opd watch --guard`` does; thresholds, or True for the defaults). The monitor's toggle flips
+        it, and so does ``monitor.guard.on``."""
         ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
         ids = list(dict.fromkeys(i for i in ids if i))
         if not ids:
@@ -67,6 +78,8 @@ class JobMonitor:
         self.polls = 0
         self.plot_updates = 0
         self.notes: list[str] = []
+        limits = guard if isinstance(guard, GuardThresholds) else GuardThresholds()
+        self.guard = MonitorGuard(on=bool(guard), thresholds=limits)
 
     # ------------------------------------------------------------------ data
     @property
@@ -141,6 +154,10 @@ class JobMonitor:
         ckpts = self._call(st, self.client.checkpoints, st.job_id)
         if ckpts is not _NO_ANSWER:
             st.checkpoints = list(ckpts or [])
+        for line in self.guard.check(self.client, st):
+            self.notes.append(line)
+            if self._widgets is not None:
+                self._widgets.show_message(line, "bad")
         self._fetch_samples(st)
         self._fetch_logs(st)
         if st.terminal:
@@ -318,7 +335,7 @@ class JobMonitor:
                 return None
             from opd_nb.notebook.monitor_widgets import MonitorWidgets
 
-            self._widgets = MonitorWidgets(W, self.job_ids, self._on_cancel)
+            self._widgets = MonitorWidgets(W, self.job_ids, self._on_cancel, self.guard)
             self._render()
         return self._widgets.as_dict()
 

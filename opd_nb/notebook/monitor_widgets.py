@@ -20,7 +20,7 @@ BAR_STYLE = {SUCCEEDED: "success", FAILED: "danger", CANCELED: "warning"}
 class MonitorWidgets:
     """Status table, one progress bar and cancel button per job, alerts, plot, samples, checkpoints, logs."""
 
-    def __init__(self, W: Any, job_ids: Sequence[str], on_cancel: Callable[[str], None]):
+    def __init__(self, W: Any, job_ids: Sequence[str], on_cancel: Callable[[str], None], guard: Any):
         self.status = W.HTML()
         self.bars = {jid: self._bar(W, jid) for jid in job_ids}
         self.plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
@@ -30,6 +30,7 @@ class MonitorWidgets:
         self.logs = W.HTML()
         self.cancel = {jid: self._cancel_button(W, jid, on_cancel) for jid in job_ids}
         self.message = W.HTML()
+        self.guard = self._guard_switch(W, guard)
         self.box = W.VBox(
             [
                 self.status,
@@ -38,7 +39,7 @@ class MonitorWidgets:
                 self.plot,
                 self.samples,
                 self.checkpoints,
-                W.HBox(list(self.cancel.values())),
+                W.HBox([*self.cancel.values(), self.guard]),
                 self.message,
                 self.logs,
             ]
@@ -64,6 +65,24 @@ class MonitorWidgets:
         button.on_click(lambda _b: on_cancel(jid))
         return button
 
+    @staticmethod
+    def _guard_switch(W: Any, guard: Any) -> Any:
+        """A toggle for the monitor's guard (:class:`~opd_nb.notebook.monitor_guard.MonitorGuard`)."""
+        switch = W.ToggleButton(
+            value=guard.on,
+            description="Guard: cancel on error rules",
+            tooltip="cancel a job when valid_token_rate, reward failures, the loss or zero-variance "
+            "groups break an error rule (the rules of opd watch --guard)",
+            icon="shield",
+            layout=W.Layout(width="auto"),
+        )
+
+        def flip(change: dict) -> None:
+            guard.on = bool(change["new"])
+
+        switch.observe(flip, names="value")
+        return switch
+
     def as_dict(self) -> dict[str, Any]:
         """The widgets by role (what tests and callers reach into)."""
         return {
@@ -77,6 +96,7 @@ class MonitorWidgets:
             "logs": self.logs,
             "cancel": self.cancel,
             "message": self.message,
+            "guard": self.guard,
         }
 
     def show_message(self, text: str, cls: str) -> None:

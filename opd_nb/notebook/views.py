@@ -27,7 +27,8 @@ def _monitor(request: WatchRequest) -> Any:
     from opd_nb.client import JobClient
     from opd_nb.notebook.monitor import JobMonitor
 
-    return JobMonitor(list(request.job_ids), JobClient(request.target)).start()
+    guard = request.guard if request.guard is not None else False
+    return JobMonitor(list(request.job_ids), JobClient(request.target), guard=guard).start()
 
 
 def _rollouts(request: RolloutsRequest) -> Any:
