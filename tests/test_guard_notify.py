@@ -285,12 +285,13 @@ def test_the_monitor_meters_a_job_only_where_metrics_are_missing():
     assert "billed hour(s)" in meter_line(st)
 
 
-def test_in_a_notebook_guard_and_notify_ask_for_detach():
+def test_in_a_notebook_notify_asks_for_detach():
+    """The monitor has the guard (its switch), not the webhook: --notify needs a detached watcher."""
     from opd_nb.cli import invoke
     from opd_nb.errors import OpdError
 
-    with pytest.raises(OpdError, match="--detach"):
-        invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--guard"])
+    with pytest.raises(OpdError, match="--notify runs in a background watcher.*--detach"):
+        invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--notify", "http://x/h"])
     with pytest.raises(OpdError) as bad:  # the URL is checked before anything starts, and never echoed
         invoke(
             ["watch", "ft-1", "--local", "http://127.0.0.1:9", "--notify", f"ftp://x/{SECRET}", "--detach"]
@@ -337,5 +338,4 @@ def test_opd_watch_guard_in_a_notebook_opens_the_monitor_with_its_switch_on():
     request = invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--guard",
                       "--guard-valid-token-steps", "5"])  # fmt: skip
     assert isinstance(request, WatchRequest) and request.guard == GuardThresholds(valid_token_steps=5)
-    with pytest.raises(Exception, match="--notify runs in a background watcher"):
-        invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--notify", "http://x/h"])
+    assert request.to_payload()["guard"] is True
