@@ -101,7 +101,7 @@ def checkpoint_table(
             status=c.status,
             create_time=c.created_at,
             expire_time=c.expire_time,
-            expires_in_days=None if c.expires_in_days(now) is None else round(c.expires_in_days(now), 2),
+            expires_in_days=_rounded(c.expires_in_days(now)),
             model_name=c.model_name,
             best=best is not None and best.checkpoint is c,
             metrics=c.metrics,
@@ -114,3 +114,7 @@ def checkpoint_table(
         best_reason=best.reason if best else None,
         export_hint=export_hint(job_id),
     )
+
+
+def _rounded(days: float | None) -> float | None:
+    return None if days is None else round(days, 2)

@@ -77,6 +77,22 @@ class _Base:
             job_id, self.target, self.retries, poll_s=poll_s, timeout_s=timeout_s, on_update=on_update
         )
 
+    def _deploy_plan(
+        self,
+        model: str,
+        capacity: int,
+        suffix: str | None,
+        plan: str | None,
+        deploy_spec: dict | None,
+        billing_method: str | None,
+    ) -> Plan[Deployment]:
+        """The plan's fields are checked here, before anything is sent (both clients)."""
+        check_plan(plan, deploy_spec, billing_method)
+        call = calls.deploy(
+            model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
+        )
+        return self._plan(call)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
 
@@ -181,11 +197,7 @@ class JobClient(_Base):
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
 
         `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent."""
-        check_plan(plan, deploy_spec, billing_method)
-        call = calls.deploy(
-            model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
-        )
-        return self._run(self._plan(call))
+        return self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
 
     def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return self._run(self._plan(calls.list_deployments(page, size)))
@@ -365,11 +377,7 @@ class AsyncJobClient(_Base):
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
 
         `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent."""
-        check_plan(plan, deploy_spec, billing_method)
-        call = calls.deploy(
-            model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
-        )
-        return await self._run(self._plan(call))
+        return await self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
 
     async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return await self._run(self._plan(calls.list_deployments(page, size)))
