@@ -382,7 +382,10 @@ def test_a_seeded_request_samples_the_same_tokens_whatever_shares_its_batch(tmp_
     from opd_nb.engine.trainer import ListEvents, _Run
 
     train, val = task_files(tmp_path, 32, 32)
-    r = _Run(make_job(tmp_path, train, val), ListEvents(), lambda: False)
+    # the context limit is the model's whole position table, so a short row batched with a long one
+    # decodes past it (the tokens beyond that row's budget, which are dropped)
+    r = _Run(make_job(tmp_path, train, val, hp={"max_length": 256}), ListEvents(), lambda: False)
+    assert r.max_total == r.student.config.max_position_embeddings
     prompts = [row.prompt_ids for row in r.val_rows[:4]]
     kw = {"temperature": 2.5, "top_p": 0.95, "max_new": 16}  # hot: the tiny student is sure of itself
     batched = r.generate_ids(prompts, seeds=[11, 12, 13, 14], **kw)
@@ -392,6 +395,16 @@ def test_a_seeded_request_samples_the_same_tokens_whatever_shares_its_batch(tmp_
     other = r.generate_ids(prompts, seeds=[21, 22, 23, 24], **kw)
     assert other != batched  # the seed is what decides: other streams sample other tokens
     assert len({tuple(ids) for ids, _ in batched + other}) > 2  # sampled, not greedy
+
+    # a long prompt in the batch leaves little room: each row keeps the budget its own prompt leaves
+    long = (prompts[0] * (r.max_total // len(prompts[0]) + 1))[: r.max_total - 3]
+    kw["max_new"] = r.max_total
+    short = r.generate_ids(prompts[:1], seeds=[11], **kw)[0]
+    with_long = r.generate_ids([prompts[0], long], seeds=[11, 12], **kw)
+    assert with_long[0] == short and len(short[0]) > 3
+    assert len(with_long[1][0]) <= 3  # the long prompt's row stops at the context limit
+    capped = r.generate_ids([prompts[0], long], seeds=[11, 12], temperature=2.5, top_p=0.95, max_new=[2, 2])
+    assert [len(ids) for ids, _ in capped] == [2, 2]  # a per-row budget is kept too
 
 
 def test_allocator_tuning_applies_once_and_can_be_turned_off():

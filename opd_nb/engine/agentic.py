@@ -271,16 +271,14 @@ class Agentic:
                     [r.prompt_ids for r in reqs],
                     temperature=temp,
                     top_p=top_p,
-                    max_new=max(r.max_tokens for r in reqs),
+                    max_new=[r.max_tokens for r in reqs],  # each request's own budget, whatever its batch
                     seeds=seeds,
                 )
             except Exception as exc:  # noqa: BLE001 - report to the caller instead of hanging it
                 for r in reqs:
                     r.future.set_exception(exc)
                 continue
-            for r, (ids, has_eos) in zip(reqs, outs, strict=True):
-                ended = has_eos and len(ids) <= r.max_tokens  # the EOS survives this request's budget
-                ids = ids[: r.max_tokens]
+            for r, (ids, ended) in zip(reqs, outs, strict=True):
                 finish = "stop" if ended else "length"
                 self.records.setdefault(r.token, []).append((r.prompt_ids, ids, ended))
                 if r.tools:

@@ -236,11 +236,13 @@ class _Run:
         max_new: int,
         lps: list | None = None,
         seeds: list[int] | None = None,
+        decode_steps: int | None = None,
     ):
         """One batched generate call (KV cache) -> (sequences [B, P+C], prompt attention [B, P], P, eos mask).
 
         `lps` (greedy only): filled with each decode step's log-prob of the chosen token, [B] per step.
         `seeds`: a random stream per row (:meth:`generate_ids`) instead of the job's global one.
+        `decode_steps`: decode exactly this many steps (at most) instead of what the longest prompt leaves.
         """
         torch = self.torch
         pad = self.tok.pad_token_id
@@ -254,8 +256,8 @@ class _Run:
         greedy = temperature <= 0
         was_training = self.student.training
         self.student.eval()
-        n_new = max(1, min(max_new, self.max_total - P))
-        draws = None if greedy or seeds is None else _row_draws(torch, seeds, n_new, ids.device)
+        n_new = decode_steps or max(1, min(max_new, self.max_total - P))
+        draws = None if greedy or seeds is None else _row_draws(torch, seeds, self.max_total, n_new, ids.device)
         out = self._sample(ids, att, n_new, temperature, top_p, greedy, lps, draws)
         if was_training:
             self.student.train()
@@ -355,19 +357,32 @@ class _Run:
         *,
         temperature: float,
         top_p: float,
-        max_new: int,
+        max_new: int | list[int],
         seeds: list[int] | None = None,
     ) -> list[tuple[list[int], bool]]:
         """Completion ids (incl. EOS when produced) and whether EOS was produced, per prompt.
 
-        `seeds` (one per prompt): each row draws from a stream of its own, so what a request samples does
-        not depend on which other requests shared its batch.
+        `max_new`: one budget for every row, or one per row. A row's budget is also cut to what its own
+        prompt leaves of ``max_total``, never to what the batch's longest prompt leaves, and `seeds` (one
+        per prompt) give each row a random stream of its own: so what a request samples does not depend
+        on which other requests shared its batch.
         """
+        wants = max_new if isinstance(max_new, list) else [max_new] * len(prompt_ids)
+        budgets = [max(1, min(m, self.max_total - len(x))) for m, x in zip(wants, prompt_ids, strict=True)]
         out, _, P, before, has_eos = self._generate(
-            prompt_ids, temperature=temperature, top_p=top_p, max_new=max_new, seeds=seeds
+            prompt_ids,
+            temperature=temperature,
+            top_p=top_p,
+            max_new=max(budgets),
+            seeds=seeds,
+            decode_steps=max(budgets),
         )
         lens = before.sum(-1).tolist()
-        return [(out[j, P : P + lens[j]].tolist(), bool(has_eos[j])) for j in range(len(prompt_ids))]
+        rows = []
+        for j, budget in enumerate(budgets):
+            n = min(lens[j], budget)  # the tokens after a row's budget were decoded for longer rows only
+            rows.append((out[j, P : P + n].tolist(), bool(has_eos[j]) and lens[j] <= budget))
+        return rows
 
     def generate(
         self, prompt_ids: list[list[int]], groups: list[int], *, greedy: bool, logprobs: bool = False
@@ -1003,6 +1018,12 @@ def run(
         raise
 
 
-def _row_draws(torch, seeds: list[int], n: int, device):
-    """[len(seeds), n] uniforms, row j from a generator seeded with ``seeds[j]``."""
-    return torch.stack([torch.rand(n, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
+def _row_draws(torch, seeds: list[int], length: int, n: int, device):
+    """[len(seeds), n] uniforms, row j from a generator seeded with ``seeds[j]``.
+
+    Each stream is drawn at one fixed `length` and cut to `n`: torch fills short and long tensors in
+    different orders, so rand(n) is not a prefix of rand(m) and a batch-sized draw would tie a row's
+    tokens to its batch.
+    """
+    rows = [torch.rand(max(length, n), generator=torch.Generator().manual_seed(s))[:n] for s in seeds]
+    return torch.stack(rows).to(device)
