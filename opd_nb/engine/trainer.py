@@ -257,7 +257,7 @@ class _Run:
         was_training = self.student.training
         self.student.eval()
         n_new = decode_steps or max(1, min(max_new, self.max_total - P))
-        draws = None if greedy or seeds is None else _row_draws(torch, seeds, self.max_total, n_new, ids.device)
+        draws = None if greedy or seeds is None else _row_draws(torch, seeds, n_new, ids.device)
         out = self._sample(ids, att, n_new, temperature, top_p, greedy, lps, draws)
         if was_training:
             self.student.train()
@@ -1018,12 +1018,7 @@ def run(
         raise
 
 
-def _row_draws(torch, seeds: list[int], length: int, n: int, device):
-    """[len(seeds), n] uniforms, row j from a generator seeded with ``seeds[j]``.
-
-    Each stream is drawn at one fixed `length` and cut to `n`: torch fills short and long tensors in
-    different orders, so rand(n) is not a prefix of rand(m) and a batch-sized draw would tie a row's
-    tokens to its batch.
-    """
-    rows = [torch.rand(max(length, n), generator=torch.Generator().manual_seed(s))[:n] for s in seeds]
-    return torch.stack(rows).to(device)
+def _row_draws(torch, seeds: list[int], n: int, device):
+    """[len(seeds), n] uniforms, row j from a generator seeded with ``seeds[j]`` (rand(n) is a prefix of
+    rand(m) for one seed, so a row's draws do not depend on how many steps its batch decodes)."""
+    return torch.stack([torch.rand(n, generator=torch.Generator().manual_seed(s)) for s in seeds]).to(device)
