@@ -360,7 +360,7 @@ class _Run:
         max_new: int | list[int],
         seeds: list[int] | None = None,
     ) -> list[tuple[list[int], bool]]:
-        """Completion ids (incl. EOS when produced) and whether EOS was produced, per prompt.
+        """Completion ids (incl. EOS when produced) and whether the row ended with EOS within its budget, per prompt.
 
         `max_new`: one budget for every row, or one per row. A row's budget is also cut to what its own
         prompt leaves of ``max_total``, never to what the batch's longest prompt leaves, and `seeds` (one
