@@ -11,6 +11,7 @@ meaning of each key). "small" is a starting point for a <=14B student, "large" f
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -58,6 +59,8 @@ class ParamSpec(BaseModel):
         elif self.type == "float":
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return f"expected a number, got {value!r}"
+            if not math.isfinite(value):
+                return f"expected a finite number, got {value!r}"
         elif self.type == "str" and not isinstance(value, str):
             return f"expected text, got {value!r}"
         if self.choices is not None and value not in self.choices:
@@ -345,6 +348,34 @@ PARAMS_BY_NAME: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
 def params_in(section: Section) -> list[ParamSpec]:
     """The table rows of one section, in table order."""
     return [p for p in PARAMS if p.section == section]
+
+
+def submitted_problems(hp: dict[str, Any]) -> list[str]:
+    """What the local engine cannot run in a submitted ``hyper_parameters`` (one line per key, with the range).
+
+    Checked at submit, so a job that would fail at its first step is a 400 instead. As on the cloud, a
+    numeric string (YAML reads ``1e-6`` as text) counts as its number, the local-only choices are
+    accepted, and an unknown key passes (the service ignores it; ``opd check`` names it).
+    """
+    out = []
+    for name, value in hp.items():
+        spec = PARAMS_BY_NAME.get(name)
+        if spec is None or spec.section != HP or (spec.local_choices and value in spec.local_choices):
+            continue
+        problem = spec.problem(_as_submitted(spec, value))
+        if problem:
+            out.append(f"hyper_parameters.{name}: {problem} (allowed: {spec.range_text()})")
+    return out
+
+
+def _as_submitted(spec: ParamSpec, value: Any) -> Any:
+    """A numeric string as the number the engine reads from it (else the value unchanged)."""
+    if not isinstance(value, str) or spec.type not in ("int", "float"):
+        return value
+    try:
+        return int(value.strip()) if spec.type == "int" else float(value.strip())
+    except ValueError:
+        return value
 
 
 def closest(name: str, section: Section | None = None, cutoff: float = 0.6) -> str | None:
