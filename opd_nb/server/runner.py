@@ -172,6 +172,10 @@ def _serve(
         tmp = f"{ready_file}.tmp"
         Path(tmp).write_text(str(info.port))
         os.replace(tmp, ready_file)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    from opd_nb.server.http_protocol import protocol_class
+
+    config = uvicorn.Config(
+        app, http=protocol_class(), log_level=log_level, access_log=False, timeout_graceful_shutdown=5
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0
