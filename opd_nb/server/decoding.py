@@ -58,16 +58,22 @@ def body_problem(body: bytes) -> str | None:
 
 
 def _other_encoding(body: bytes) -> str | None:
-    """UTF-16 or UTF-32 by BOM, or by the NUL bytes that an ASCII first character leaves (RFC 4627)."""
+    """UTF-16 or UTF-32 by BOM, or by the NUL bytes an ASCII first character leaves (RFC 4627), if it decodes so."""
     for bom, name in _BOMS.items():
         if body.startswith(bom):
             return name
     head = body[:4]
     if len(head) == 4 and (head[:3] == b"\x00\x00\x00" or head[1:] == b"\x00\x00\x00"):
-        return "UTF-32"
-    if len(head) >= 2 and (head[0] == 0) != (head[1] == 0):
-        return "UTF-16"
-    return None
+        name, codec = "UTF-32", "utf-32-be" if head[0] == 0 else "utf-32-le"
+    elif len(head) >= 2 and (head[0] == 0) != (head[1] == 0):
+        name, codec = "UTF-16", "utf-16-be" if head[0] == 0 else "utf-16-le"
+    else:
+        return None
+    try:
+        body.decode(codec, "surrogatepass")
+    except UnicodeDecodeError:
+        return None  # bytes with a NUL, not text: the route reports a body that is not JSON
+    return name
 
 
 def _walk(value: Any) -> str | None:
