@@ -182,3 +182,35 @@ def test_a_loopback_alias_binds_without_a_key(tmp_path):
         )
         log = Path(tmp_path / "server.log").read_text()
         assert f"listening on 127.0.0.2:{server.port}" in log and "WARNING" not in log
+
+
+WEAK_KEYS = {
+    "a space": " ",
+    "one letter": "a",
+    "one letter repeated": "a" * 40,
+    "a common word": "password12345678",
+}
+
+
+@pytest.mark.parametrize("key", list(WEAK_KEYS.values()), ids=list(WEAK_KEYS))
+@pytest.mark.parametrize(
+    "argv", [[sys.executable, "-m", "opd_nb.server"], [OPD, "serve", "start"]], ids=["module", "serve start"]
+)
+def test_a_weak_key_is_refused_for_a_non_loopback_bind(tmp_path, argv, key):
+    port = _free_port()
+    done = subprocess.run(
+        [*argv, "--host", "0.0.0.0", "--port", str(port), "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(XDG_CACHE_HOME=str(tmp_path / "cache"), OPD_SERVE_API_KEY=key),
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "OPD_SERVE_API_KEY" in lines[0] and ("too weak" in lines[0] or "whitespace" in lines[0])
+    assert "16 characters" in lines[0] or "whitespace" in lines[0]  # what a strong key needs
+    if len(key.strip()) > 1:
+        assert key not in lines[0]  # the key itself is never printed
+    assert _port_is_free(port)
+    assert not (tmp_path / "server.json").exists()

@@ -23,7 +23,7 @@ from opd_nb.cli import serve as _serve  # noqa: F401
 from opd_nb.cli import session as _session  # noqa: F401
 from opd_nb.cli._app import NOTEBOOK_PANEL, app
 from opd_nb.cli._argv import normalize
-from opd_nb.cli._output import reset_magic, set_magic
+from opd_nb.cli._output import echo, reset_magic, set_magic
 from opd_nb.cli.notebook_only import CELL_COMMANDS
 from opd_nb.errors import OpdError
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         typer.secho(f"error: {exc}", err=True, fg="red")
         sys.exit(exc.exit_code)
     except typer.Abort:
-        typer.echo("aborted", err=True)
+        echo("aborted", err=True)
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(getattr(exc, "exit_code", 0))
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(exc, "show"):
             exc.show()
         else:
-            typer.echo(f"error: {_message(exc)}", err=True)
+            echo(f"error: {_message(exc)}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         sys.exit(130)
     sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)

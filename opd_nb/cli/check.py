@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic, print_result
+from opd_nb.cli._output import echo, emit, in_magic, print_result
 from opd_nb.constants import DEFAULT_LOCAL_API
 
 
@@ -52,9 +52,9 @@ def _print_estimate(workspace: Path, config: str) -> None:
     from opd_nb.estimate import estimate
 
     try:
-        typer.echo(str(estimate(workspace, config=config)))
+        echo(str(estimate(workspace, config=config)))
     except OpdError as exc:
-        typer.echo(f"no estimate: {exc}")
+        echo(f"no estimate: {exc}")
 
 
 @app.command("estimate")

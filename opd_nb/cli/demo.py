@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from opd_nb.cli._app import app
+from opd_nb.cli._output import console
 
 
 @app.command("demo")
@@ -21,4 +22,4 @@ def demo(
     from opd_nb.demo import run_demo
 
     # The demo narrates every stage itself; the result is returned for the magic and for tests.
-    return run_demo(directory, port=port, mode=mode)
+    return run_demo(directory, port=port, mode=mode, console=console())

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import ChatRequest
 from opd_nb.errors import OpdError
@@ -67,13 +67,13 @@ def deploy_cmd(
     check_plan(plan, spec, billing_method)  # before anything is sent (and before asking for consent)
     require_consent(client.target.kind, plan, capacity, yes)
     if client.target.kind == "cloud":
-        typer.echo(CLOUD_DEPLOY_NOTE, err=True)
+        echo(CLOUD_DEPLOY_NOTE, err=True)
     dep = client.deploy(
         model, capacity=capacity, suffix=suffix, plan=plan, deploy_spec=spec, billing_method=billing_method
     )
     if not no_wait:
         if not in_magic() and not as_json:
-            typer.echo(f"deploying {dep.deployed_model} ...", err=True)
+            echo(f"deploying {dep.deployed_model} ...", err=True)
         dep = client.wait_deployed(dep.deployed_model)
     return emit(dep, as_json=as_json)
 
@@ -117,7 +117,7 @@ def chat_cmd(
     """Chat with a model through the chat API: one message, or interactively (a widget in a notebook)."""
     client = _client(local, cloud)
     if client.target.kind == "cloud" and not in_magic():
-        typer.echo(CLOUD_CHAT_NOTE, err=True)
+        echo(CLOUD_CHAT_NOTE, err=True)
     history = [{"role": "system", "content": system}] if system else []
     params = {"max_tokens": max_tokens, "temperature": temperature}
     if in_magic():
@@ -144,19 +144,19 @@ def _stream_answer(client: Any, name: str, messages: list[dict], params: dict) -
 
 
 def _interactive(client: Any, name: str, history: list[dict], params: dict) -> None:
-    typer.echo(f"chatting with {name} (empty line or Ctrl-D to quit, /reset to start over)", err=True)
+    echo(f"chatting with {name} (empty line or Ctrl-D to quit, /reset to start over)", err=True)
     system = list(history)
     while True:
         try:
             line = input("you> ")
         except (EOFError, KeyboardInterrupt):
-            typer.echo("", err=True)
+            echo("", err=True)
             return None
         if not line.strip():
             return None
         if line.strip() == "/reset":
             history[:] = system
-            typer.echo("(history cleared)", err=True)
+            echo("(history cleared)", err=True)
             continue
         history.append({"role": "user", "content": line})
         sys.stdout.write(f"{name}> ")
@@ -164,6 +164,6 @@ def _interactive(client: Any, name: str, history: list[dict], params: dict) -> N
             answer = _stream_answer(client, name, history, params)
         except OpdError as exc:
             history.pop()
-            typer.echo(f"error: {exc}", err=True)
+            echo(f"error: {exc}", err=True)
             continue
         history.append({"role": "assistant", "content": answer})

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import EvalRequest
 
@@ -56,7 +56,7 @@ def eval_cmd(
     if client.target.kind == "cloud":
         notice = cloud_notice(calls_needed(workspace, model, rows), model)
         require_consent(client.target.kind, yes, notice, fix="rerun with --yes to make these calls")
-        typer.echo(f"note: {notice}", err=True)
+        echo(f"note: {notice}", err=True)
     if in_magic():
         return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens)
     from tqdm import tqdm

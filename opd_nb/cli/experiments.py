@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import CompareRequest, SweepRequest
 
@@ -49,7 +49,7 @@ def sweep_cmd(
 
     def progress(point: Any, result: Any) -> None:
         notes = "; ".join(str(f.get("note")) for f in result.functions)
-        typer.echo(f"submitted {point.label}: {result.job_id}" + (f" ({notes})" if notes else ""), err=True)
+        echo(f"submitted {point.label}: {result.job_id}" + (f" ({notes})" if notes else ""), err=True)
 
     quiet = in_magic() or as_json
     result = sweep(

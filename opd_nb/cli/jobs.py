@@ -10,7 +10,7 @@ import typer
 
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.cli.view_requests import WatchRequest
 from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
@@ -147,7 +147,7 @@ def submit_cmd(
     if in_magic():  # the notebook opens the job monitor on it
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
-        typer.echo(str(result))
+        echo(str(result))
         job = watch_terminal(client, result.job_id, _hooks(client, result.job_id, None, None, None, None))
         return emit(job, exit_code=_exit_code(job))
     return emit(result, as_json=as_json)
@@ -204,12 +204,12 @@ def logs_cmd(
         return emit(page, as_json=as_json)
     while True:
         for line in page.lines:
-            typer.echo(line)
+            echo(line)
         job = client.get(job_id) if len(page.lines) < lines else None
         if job is not None and job.terminal:
             rest = client.logs(job_id, offset=page.next_offset, lines=10000)
             for line in rest.lines:
-                typer.echo(line)
+                echo(line)
             return emit(None, exit_code=_exit_code(job))
         if len(page.lines) < lines:
             time.sleep(1.0)
@@ -258,11 +258,11 @@ def watch_cmd(
         return WatchRequest(job_ids=(job_id,), target=client.target, guard=thresholds if guard else None)
     if as_json:
         poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
-        job = wait_reporting_alerts(client, job_id, lambda line: typer.echo(line, err=True), hooks, poll_s)
+        job = wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
     else:
         job = watch_terminal(client, job_id, hooks)
     if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
-        typer.echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
+        echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
     return emit(job, exit_code=_exit_code(job), as_json=as_json)
 
 
@@ -323,7 +323,7 @@ def cancel_cmd(
     job = client.cancel(job_id)
     hooks = _hooks(client, job_id, None, None, None, None)
     if hooks.meter is not None and not as_json and not in_magic():
-        typer.echo(hooks.meter.line(client.get(job_id)))
+        echo(hooks.meter.line(client.get(job_id)))
     return emit(job, as_json=as_json)
 
 

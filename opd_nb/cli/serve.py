@@ -18,7 +18,7 @@ import typer
 from pydantic import BaseModel
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
@@ -178,12 +178,12 @@ def status_info() -> ServeInfo:
 
 def print_banner(info: ServerInfo) -> None:
     """Once bound: the real bind address, a warning off loopback, and how to target the server."""
-    typer.echo(f"{bind_line(info)}; Ctrl-C stops it")
+    echo(f"{bind_line(info)}; Ctrl-C stops it")
     if not is_loopback(info.host):
-        typer.echo(open_warning(info.host), err=True)
-    typer.echo("target it from a workspace (before importing dashscope) with:")
+        echo(open_warning(info.host), err=True)
+    echo("target it from a workspace (before importing dashscope) with:")
     for key, value in ServeInfo.of(info).env().items():
-        typer.echo(f"  export {key}={value}")
+        echo(f"  export {key}={value}")
 
 
 def run_foreground(

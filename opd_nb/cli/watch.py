@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opd_nb.cli._output import console as safe_console
 from opd_nb.constants import (
     ENTROPY,
     LEARNING_RATE,
@@ -145,12 +146,12 @@ def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
 
 def watch_terminal(client: Any, job_id: str, hooks: Hooks | None = None) -> Any:
     """Rich progress bar plus the latest metrics until the job ends; alerts printed as they appear."""
-    from rich.console import Console, Group
+    from rich.console import Group
     from rich.live import Live
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.text import Text
 
-    console = Console()
+    console = safe_console()
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -10,10 +10,12 @@ FC answers under ``output``, ``POST /files`` under ``data``, errors as non-200 w
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
@@ -29,6 +31,33 @@ from opd_nb.server.models import ModelRegistry
 from opd_nb.server.responses import document_errors, install_error_handlers
 from opd_nb.server.routers import deployments, files, functions, health, inference, jobs, models, rollouts
 from opd_nb.server.store import Store
+
+log = logging.getLogger("opd_nb.server")
+
+
+class ControlPlane(FastAPI):
+    """FastAPI that answers an unexpected exception in Bailian's 500 shape and keeps the connection.
+
+    Starlette sends its 500 and then re-raises, and uvicorn closes a connection whose app raised: a
+    client's next request on that kept-alive connection then met a reset. Once the whole answer is
+    sent, the exception is logged here (traceback in the server log, never in the answer) instead.
+    """
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        done = False
+
+        async def tracked(message: dict) -> None:
+            nonlocal done
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                done = True
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, tracked)
+        except Exception:
+            if not done:
+                raise  # the answer is cut: only closing the connection tells the client
+            log.exception("unexpected error in %s %s", scope.get("method"), scope.get("path"))
 
 
 def build_services(
@@ -91,7 +120,7 @@ def create_app(
         await run_in_threadpool(services.instances.stop_all)
         await run_in_threadpool(services.deployments.stop_all)
 
-    app = FastAPI(
+    app = ControlPlane(
         title="opd-nb local control plane",
         version="1",
         description="A local, faithful implementation of the Bailian fine-tune (OPD / agentic RL) API "

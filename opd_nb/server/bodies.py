@@ -3,6 +3,9 @@
 A body that does not fit answers 400 ``InvalidParameter`` with one line per problem (see
 :mod:`opd_nb.server.responses`); the validators below keep the messages this server always gave.
 Models that the server stores (a job's request) allow extra fields, so what the SDK sent round-trips.
+Every body is a :class:`Body`: no float field takes ``NaN`` or ``Infinity`` (the body decoder,
+:mod:`opd_nb.server.decoding`, already refuses them and 64-bit-plus integers anywhere in the JSON), and
+each integer field has the range its consumer can take.
 """
 
 from __future__ import annotations
@@ -21,10 +24,23 @@ from pydantic import (
 )
 
 from opd_nb.deploy_plans import plan_problems
+from opd_nb.engine.api import EngineError
+from opd_nb.engine.hparams import resolve as resolve_hparams
 from opd_nb.server.limits import MAX_REQUIREMENTS_CHARS
+from opd_nb.spec.hyperparams import submitted_problems
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 TRAINING_TYPES = ("pg_opd", "reinforcement")
+MAX_SEED = 2**31 - 1  # Bailian's documented seed range is 0..2**31-1
+MAX_PAGE_NUMBER = 10**9
+MAX_CONCURRENCY = 1024  # calls in flight to one function
+MAX_TIMEOUT_S = 86_400.0
+
+
+class Body(BaseModel):
+    """The base of every request body: a float field is finite (``NaN``/``Infinity`` are a 400)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 def _supported_training_type(value: Any) -> Any:
@@ -41,7 +57,7 @@ def is_unique_key(value: str) -> bool:
     return bool(_KEY_RE.match(value))
 
 
-class UploadUrlBody(BaseModel):
+class UploadUrlBody(Body):
     unique_key: str
 
     @field_validator("unique_key")
@@ -52,7 +68,7 @@ class UploadUrlBody(BaseModel):
         return value
 
 
-class LayerBody(BaseModel):
+class LayerBody(Body):
     layer_name: str | None = Field(None, max_length=256)
     requirements_content: str | None = None  # the SDK sends null without a requirements file
 
@@ -67,7 +83,7 @@ class LayerBody(BaseModel):
         return value
 
 
-class RegisterBody(BaseModel):
+class RegisterBody(Body):
     """``POST /fine-tunes/create/{rollout|reward|group-reward}``: the zip's file and class."""
 
     name: str
@@ -90,7 +106,7 @@ class RegisterBody(BaseModel):
         return value
 
 
-class FunctionRuntime(BaseModel):
+class FunctionRuntime(Body):
     """The runtime the SDK's ``load`` sends; only ``env`` matters locally."""
 
     model_config = ConfigDict(extra="allow")
@@ -98,21 +114,21 @@ class FunctionRuntime(BaseModel):
     env: dict[str, Any] | None = None
 
 
-class NoParameters(BaseModel):
+class NoParameters(Body):
     """Endpoints the SDK calls with ``{}``: any JSON object is accepted and ignored."""
 
     model_config = ConfigDict(extra="allow")
 
 
-class InstanceLogQuery(BaseModel):
+class InstanceLogQuery(Body):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    page_number: int = Field(1, alias="pageNumber", ge=1)
+    page_number: int = Field(1, alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)
     page_size: int = Field(100, alias="pageSize", ge=1, le=1000)
     keywords: list[str] | None = None
 
 
-class DatasetRef(BaseModel):
+class DatasetRef(Body):
     """One entry of ``training_datasets``/``validation_datasets``."""
 
     model_config = ConfigDict(extra="allow")
@@ -123,7 +139,7 @@ class DatasetRef(BaseModel):
     file_name: str | None = None
 
 
-class FunctionRef(BaseModel):
+class FunctionRef(Body):
     """One entry of ``rewards``, or the ``rollout``: a registered function and how the job calls it."""
 
     model_config = ConfigDict(extra="allow")
@@ -132,13 +148,13 @@ class FunctionRef(BaseModel):
     rollout_id: str | None = None
     name: str | None = None
     weight: float | None = None
-    timeout: float | None = None
-    concurrency: int | None = None
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
     env: dict[str, Any] | None = None
     reward_metric_weight: dict[str, float] | None = None
 
 
-class JobBody(BaseModel):
+class JobBody(Body):
     """``POST /fine-tunes``: the fields the SDK's OPD and agentic-RL flows send."""
 
     model_config = ConfigDict(extra="allow")
@@ -194,6 +210,20 @@ class JobBody(BaseModel):
                 f"{kind}_datasets[0].data_source_type {src!r} is not available locally; upload the file "
                 "(data_source_type: file_id with file_name)"
             )
+        return value
+
+    @field_validator("hyper_parameters")
+    @classmethod
+    def _hyper_parameters(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The spec's table per key, then the engine's own rules across keys (one source for each)."""
+        problems = submitted_problems(value or {})
+        if not problems:
+            try:
+                resolve_hparams(value or {}, student_params=0)
+            except EngineError as exc:
+                problems = [str(exc)]
+        if problems:
+            raise ValueError("; ".join(problems) + "; fix training.hyper_parameters in config.yaml")
         return value
 
     @model_validator(mode="after")
@@ -279,7 +309,7 @@ def _stop(value: Any) -> Any:
 Stop = Annotated[list[str] | None, BeforeValidator(_stop)]
 
 
-class Sampling(BaseModel):
+class Sampling(Body):
     """``n``, ``logprobs``/``top_logprobs`` and ``stop``, as Bailian documents them for both chat APIs."""
 
     model_config = ConfigDict(extra="allow")
@@ -314,7 +344,7 @@ class Sampling(BaseModel):
         return out
 
 
-class DeploymentBody(BaseModel):
+class DeploymentBody(Body):
     """``POST /deployments`` as ``Deployments.call(model, capacity, suffix=...)`` and the v2
     ``client.deployments.create`` send it (``plan`` and the fields it needs: :mod:`opd_nb.deploy_plans`)."""
 
@@ -355,7 +385,7 @@ class DeploymentBody(BaseModel):
         return value
 
 
-class ScaleBody(BaseModel):
+class ScaleBody(Body):
     """``PUT /deployments/{name}/scale``."""
 
     model_config = ConfigDict(extra="allow")
@@ -364,7 +394,7 @@ class ScaleBody(BaseModel):
     deployed_model: str | None = None
 
 
-class GenerationInput(BaseModel):
+class GenerationInput(Body):
     model_config = ConfigDict(extra="allow")
 
     messages: list[dict[str, Any]] | None = None
@@ -396,7 +426,7 @@ class GenerationParameters(Sampling):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, lt=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     incremental_output: bool = False
     stream: bool | None = None
     tools: list[dict[str, Any]] | None = None
@@ -408,7 +438,7 @@ class GenerationParameters(Sampling):
         return self
 
 
-class GenerationBody(BaseModel):
+class GenerationBody(Body):
     """``POST /services/aigc/text-generation/generation`` as ``Generation.call`` sends it."""
 
     model_config = ConfigDict(extra="allow")
@@ -434,7 +464,7 @@ class ChatBody(Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None

@@ -3,25 +3,25 @@
 Why here: a 200 MB JSON body used to cost the server 1.7 GB of memory before any route could say
 no, and a body nested 100,000 deep or a lone UTF-16 surrogate (``"\\ud800"``, valid JSON but not
 text) broke whatever touched it next. :class:`BodyGuard` reads a body at most once up to its cap
-(413 above it, from ``Content-Length`` before a byte is read), and refuses JSON that is nested too
-deep or holds a lone surrogate with a 400. Every cap is documented in the README.
+(413 above it, from ``Content-Length`` before a byte is read), and hands every non-multipart body,
+whatever its content type, to the one decoder (:mod:`opd_nb.server.decoding`), which refuses JSON
+that is not UTF-8, too deep, holds a lone surrogate, a non-finite number or a huge integer with a
+400. Every cap is documented in the README.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 import anyio
 from starlette.exceptions import HTTPException
 
 from opd_nb.server.auth import OSS_PREFIX
+from opd_nb.server.decoding import body_problem
 from opd_nb.server.responses import INVALID, err
 
 MAX_JSON_BYTES = 16 * 2**20  # any non-multipart body
 MAX_FORM_BYTES = 512 * 2**20  # a multipart dataset upload (POST /files)
-MAX_JSON_DEPTH = 64  # nesting levels of a JSON body
 MAX_REQUIREMENTS_CHARS = 2**20  # a layer's requirements_content
 MAX_FILE_NAME_CHARS = 200  # an uploaded dataset's file name
 MAX_ZIP_ENTRIES = 10_000  # entries of a function zip
@@ -30,56 +30,6 @@ MAX_UNPACKED_BYTES = 1024 * 2**20  # what a function zip may expand to
 MAX_ENTRY_NAME_BYTES = 255  # one path component of a zip entry (the file-system limit)
 MAX_ENTRY_PATH_BYTES = 1024  # a whole zip entry name
 _THREAD_ABOVE = 64 * 1024  # bodies bigger than this are checked off the event loop
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_JSON_TYPE = re.compile(r"^application/([\w.+-]*\+)?json\b")
-
-
-def has_surrogate(text: str) -> bool:
-    """A lone UTF-16 surrogate: Python accepts it in a str, but no UTF-8 writer does."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def json_problem(body: bytes) -> str | None:
-    """Why a JSON body is refused (too deep, a lone surrogate), or None; malformed JSON is the route's to report."""
-    nested = body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH
-    if not nested and _SURROGATE_ESCAPE.search(body) is None:
-        return None  # the common case: nothing to parse twice
-    try:
-        value = json.loads(body)
-    except RecursionError:
-        return f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep"
-    except ValueError:
-        return None
-    return _walk(value)
-
-
-def _walk(value: Any) -> str | None:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"the JSON body is nested more than {MAX_JSON_DEPTH} levels deep"
-        if isinstance(item, dict):
-            for key, inner in item.items():
-                if has_surrogate(key):
-                    return _surrogate_message()
-                stack.append((inner, depth + 1))
-        elif isinstance(item, list):
-            stack.extend((inner, depth + 1) for inner in item)
-        elif isinstance(item, str) and has_surrogate(item):
-            return _surrogate_message()
-    return None
-
-
-def _surrogate_message() -> str:
-    return (
-        "the JSON body holds a lone UTF-16 surrogate (an escape in \\ud800-\\udfff without its pair), "
-        "which is not text; send valid UTF-8"
-    )
 
 
 def too_large(what: str, cap: int) -> str:
@@ -87,7 +37,7 @@ def too_large(what: str, cap: int) -> str:
 
 
 class BodyGuard:
-    """Pure ASGI middleware: body size caps (413) and JSON depth/surrogate checks (400)."""
+    """Pure ASGI middleware: body size caps (413), then the one body decoder's checks (400)."""
 
     def __init__(self, app: Any, max_json: int = MAX_JSON_BYTES, max_form: int = MAX_FORM_BYTES):
         self.app = app
@@ -117,12 +67,9 @@ class BodyGuard:
         if body is None:
             await err(413, "RequestTooLarge", too_large(what, cap))(scope, receive, send)
             return
-        problem = None
-        if _JSON_TYPE.match(ctype):
-            check = json_problem
-            problem = (
-                await anyio.to_thread.run_sync(check, body) if len(body) > _THREAD_ABOVE else check(body)
-            )
+        # Every body, whatever its Content-Type: a route may read any body as JSON.
+        check = body_problem
+        problem = await anyio.to_thread.run_sync(check, body) if len(body) > _THREAD_ABOVE else check(body)
         if problem:
             await err(400, INVALID, problem)(scope, receive, send)
             return

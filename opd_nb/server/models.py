@@ -21,6 +21,7 @@ whose job has not published a checkpoint, or a string that is not a model id at 
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -35,11 +36,44 @@ STUDENT_ID = "local/tiny-student"
 TEACHER_ID = "local/tiny-teacher"
 _CLOUD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
 JOB_ID = re.compile(r"^ft-\d{12}-[0-9a-f]+$")
+MAX_MODEL_ID_CHARS = 1024  # an absolute path included (Linux's PATH_MAX is 4096 bytes, a part 255)
+MAX_PATH_PART_BYTES = 255
+
+
+def model_id_problem(model_id: str) -> str | None:
+    """Why a string cannot be a model id at all (before any lookup), or None.
+
+    The one check for every id a job, a deployment or a call names: each of them reaches the
+    file system (a path, a ``~``) or SQLite, where a NUL, a 5,000-character path or ``~nosuchuser``
+    used to raise instead of answering."""
+    if len(model_id) > MAX_MODEL_ID_CHARS:
+        return f"model id is {len(model_id)} characters; at most {MAX_MODEL_ID_CHARS} are accepted"
+    bad = next((c for c in model_id if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")), None)
+    if bad is not None:
+        return (
+            f"model id {model_id!r} holds the control or format character U+{ord(bad):04X}; "
+            "a model id is printable text (e.g. qwen3-8b, opd-local/<job_id> or /path/to/model)"
+        )
+    if model_id.startswith("~") and not (model_id == "~" or model_id.startswith("~/")):
+        return f"model id {model_id!r}: only '~/' (your home) may start a path; write the full path"
+    if model_id.startswith(("/", "~")):
+        long = next((p for p in model_id.split("/") if len(p.encode()) > MAX_PATH_PART_BYTES), None)
+        if long is not None:
+            return f"model path {model_id!r} has a part over {MAX_PATH_PART_BYTES} bytes, which no file system holds"
+    return None
 
 
 def job_of_path(path: str) -> str | None:
     """The local job a checkpoint directory belongs to (its path has the job id as a part), if any."""
     return next((p for p in Path(path).parts if JOB_ID.match(p)), None)
+
+
+def _is_file(path: Path) -> bool:
+    """``Path.is_file``, with the errors a path of the right shape can still raise (ENAMETOOLONG, EACCES)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 class ModelNotServable(Exception):
@@ -98,6 +132,9 @@ class ModelRegistry:
         if not isinstance(model_id, str) or not model_id.strip():
             raise ModelNotServable(f"model id must be a non-empty string, got {model_id!r}")
         model_id = model_id.strip()
+        problem = model_id_problem(model_id)
+        if problem:
+            raise ModelNotServable(problem)
         if model_id in self.model_map:
             path = Path(self.model_map[model_id])
             if not (path / "config.json").is_file():
@@ -120,7 +157,7 @@ class ModelRegistry:
             return self._standin(model_id, path, f"{role} model {model_id!r} is the bundled model {path}")
         if model_id.startswith("/") or model_id.startswith("~"):
             path = Path(model_id).expanduser()
-            if not (path / "config.json").is_file():
+            if not _is_file(path / "config.json"):
                 raise ModelNotServable(
                     f"model path {model_id!r} is not a local Hugging Face model directory (no config.json there)"
                 )

@@ -86,6 +86,16 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         return err(400, INVALID, describe_validation(list(exc.errors())))
 
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        """A bug, not the caller's mistake: Bailian's shape, and no traceback in the answer."""
+        return err(
+            500,
+            "InternalError",
+            f"the local control plane failed on {request.method} {request.url.path} "
+            f"({type(exc).__name__}); the server log has the details",
+        )
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
+from opd_nb.server.auth import KEY_RECIPE, key_problem
 from opd_nb.server.lifecycle import (
     API_KEY_ENV,
     MAX_INTERRUPTIONS,
@@ -34,13 +35,21 @@ Banner = Callable[[ServerInfo], None]
 
 
 def refuse_open_bind(host: str, api_key: str | None) -> str | None:
-    """The one-line refusal for a non-loopback bind without a server key, or None when it is fine."""
-    if api_key or is_loopback(host):
+    """The one-line refusal for a non-loopback bind without a strong server key, or None when it is fine."""
+    if is_loopback(host):
         return None
-    return (
-        f"error: --host {host} accepts connections from other machines, and this server runs "
-        f"uploaded code; set a server key with --api-key or {API_KEY_ENV} to listen there"
-    )
+    if not api_key:
+        return (
+            f"error: --host {host} accepts connections from other machines, and this server runs "
+            f"uploaded code; set a server key with --api-key or {API_KEY_ENV} to listen there"
+        )
+    weak = key_problem(api_key)
+    if weak:
+        return (
+            f"error: --host {host} accepts connections from other machines, and {weak}; "
+            f"set {API_KEY_ENV} to a random key, e.g. from {KEY_RECIPE}"
+        )
+    return None
 
 
 def default_banner(info: ServerInfo) -> None:
@@ -172,6 +181,10 @@ def _serve(
         tmp = f"{ready_file}.tmp"
         Path(tmp).write_text(str(info.port))
         os.replace(tmp, ready_file)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    from opd_nb.server.http_protocol import protocol_class
+
+    config = uvicorn.Config(
+        app, http=protocol_class(), log_level=log_level, access_log=False, timeout_graceful_shutdown=5
+    )
     uvicorn.Server(config).run(sockets=[sock])
     return 0

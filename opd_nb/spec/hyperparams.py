@@ -11,6 +11,7 @@ meaning of each key). "small" is a starting point for a <=14B student, "large" f
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +31,7 @@ class ParamSpec(BaseModel):
     choices: list[Any] | None = None
     local_choices: list[Any] | None = None  # extra values only the local engine accepts (checked per target)
     ge: float | None = None
+    local_ge: float | None = None  # a lower minimum only the local engine takes (its stand-ins are tiny)
     le: float | None = None
     default: Any = None
     help: str
@@ -38,8 +40,8 @@ class ParamSpec(BaseModel):
     consumed_by_opd: bool = True
     group: str = ""  # algorithm | optimisation | throughput | evaluation | teacher | billing
 
-    def problem(self, value: Any) -> str | None:
-        """Why `value` is not acceptable for this key (None when it is).
+    def problem(self, value: Any, *, local: bool = False) -> str | None:
+        """Why `value` is not acceptable for this key (None when it is); `local`: on the local engine.
 
         A string that parses as a number is reported separately by the checks
         (`config.numeric-string`), so here it simply counts as the wrong type.
@@ -58,12 +60,16 @@ class ParamSpec(BaseModel):
         elif self.type == "float":
             if isinstance(value, bool) or not isinstance(value, int | float):
                 return f"expected a number, got {value!r}"
+            if not math.isfinite(value):
+                return f"expected a finite number, got {value!r}"
         elif self.type == "str" and not isinstance(value, str):
             return f"expected text, got {value!r}"
-        if self.choices is not None and value not in self.choices:
-            return f"{value!r} is not one of {', '.join(map(str, self.choices))}"
-        if self.ge is not None and value < self.ge:
-            return f"{value!r} is below the minimum {_num(self.ge)}"
+        choices = [*(self.choices or []), *(self.local_choices or [])] if local else self.choices
+        if self.choices is not None and value not in choices:
+            return f"{value!r} is not one of {', '.join(map(str, choices))}"
+        ge = self.local_ge if local and self.local_ge is not None else self.ge
+        if ge is not None and value < ge:
+            return f"{value!r} is below the minimum {_num(ge)}"
         if self.le is not None and value > self.le:
             return f"{value!r} is above the maximum {_num(self.le)}"
         return None
@@ -277,6 +283,7 @@ PARAMS: list[ParamSpec] = [
         "lose their teacher score (valid_token_rate < 1).",
         group="teacher",
         ge=256,
+        local_ge=1,  # a tiny stand-in's window: tests and rehearsals make valid_token_rate < 1 on purpose
         le=1048576,
         default=8192,
         small=8192,
@@ -289,6 +296,7 @@ PARAMS: list[ParamSpec] = [
         "Teacher tokens per scheduler batch; raise it with opd_teacher_max_model_len.",
         group="teacher",
         ge=256,
+        local_ge=1,
         default=8192,
         small=8192,
         large=16384,
@@ -345,6 +353,34 @@ PARAMS_BY_NAME: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
 def params_in(section: Section) -> list[ParamSpec]:
     """The table rows of one section, in table order."""
     return [p for p in PARAMS if p.section == section]
+
+
+def submitted_problems(hp: dict[str, Any]) -> list[str]:
+    """What the local engine cannot run in a submitted ``hyper_parameters`` (one line per key, with the range).
+
+    Checked at submit, so a job that would fail at its first step is a 400 instead. As on the cloud, a
+    numeric string (YAML reads ``1e-6`` as text) counts as its number, the local-only choices and
+    minimums are accepted, and an unknown key passes (the service ignores it; ``opd check`` names it).
+    """
+    out = []
+    for name, value in hp.items():
+        spec = PARAMS_BY_NAME.get(name)
+        if spec is None or spec.section != HP:
+            continue
+        problem = spec.problem(_as_submitted(spec, value), local=True)
+        if problem:
+            out.append(f"hyper_parameters.{name}: {problem} (allowed: {spec.range_text()})")
+    return out
+
+
+def _as_submitted(spec: ParamSpec, value: Any) -> Any:
+    """A numeric string as the number the engine reads from it (else the value unchanged)."""
+    if not isinstance(value, str) or spec.type not in ("int", "float"):
+        return value
+    try:
+        return int(value.strip()) if spec.type == "int" else float(value.strip())
+    except ValueError:
+        return value
 
 
 def closest(name: str, section: Section | None = None, cutoff: float = 0.6) -> str | None:

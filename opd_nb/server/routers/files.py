@@ -17,10 +17,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
 
+from opd_nb.server.decoding import has_surrogate
 from opd_nb.server.deps import PageDep, ServicesDep, StoreDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import new_id
-from opd_nb.server.limits import MAX_FILE_NAME_CHARS, has_surrogate
+from opd_nb.server.limits import MAX_FILE_NAME_CHARS
 from opd_nb.server.responses import ok, request_id, shown
 from opd_nb.server.store import Store
 

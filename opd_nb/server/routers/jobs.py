@@ -33,6 +33,18 @@ STREAM_BATCH = 500  # log lines per read while streaming
 STREAM_POLL_S = 0.5
 KEEPALIVE_S = 10.0
 _EVENT_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits, within SQLite's INTEGER
+_SSE_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # each ends an SSE field
+
+
+def sse_event(event: str, data: str, ident: int | None = None) -> str:
+    """One server-sent event, with each line of ``data`` in a ``data:`` field of its own.
+
+    A log line holds user text (a job name): written raw, ``"\n\nevent: status\ndata: ..."`` in it
+    would end the event and forge another. Split like this, a client joins the lines back with
+    ``\n`` into the one event's data, as the SSE standard says."""
+    head = f"id: {ident}\n" if ident is not None else ""
+    fields = "".join(f"data: {part}\n" for part in _SSE_LINE_BREAK.split(data))
+    return f"{head}event: {event}\n{fields}\n"
 
 
 @router.post("")
@@ -131,13 +143,13 @@ async def job_events(store: Store, job_id: str, start: int, request: Request) ->
         job = await anyio.to_thread.run_sync(store.job, job_id)
         rows = await anyio.to_thread.run_sync(store.logs, job_id, seq, STREAM_BATCH)
         for n, line in rows:
-            yield f"id: {n}\nevent: log\ndata: {line}\n\n"
+            yield sse_event("log", line, n)
             seq = n + 1
         status = job["status"] if job else DELETED
         if status != last_status:
             last_status = status
             progress = job.get("progress") if job else None
-            yield f"event: status\ndata: {json.dumps({'job_id': job_id, 'status': status, 'progress': progress})}\n\n"
+            yield sse_event("status", json.dumps({"job_id": job_id, "status": status, "progress": progress}))
         if len(rows) == STREAM_BATCH:
             continue  # more lines are waiting: send them before anything else
         if status in TERMINAL_STATUSES or job is None or await request.is_disconnected():
