@@ -7,13 +7,14 @@ a data dir another server owns (its lock is held), and a port that is taken.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
@@ -31,6 +32,7 @@ from opd_nb.server.lifecycle import (
 )
 
 Banner = Callable[[ServerInfo], None]
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a clean stop: exit 0, record removed
 
 
 def refuse_open_bind(host: str, api_key: str | None) -> str | None:
@@ -173,5 +175,28 @@ def _serve(
         Path(tmp).write_text(str(info.port))
         os.replace(tmp, ready_file)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    with _stop_signals_end_cleanly():
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+@contextlib.contextmanager
+def _stop_signals_end_cleanly() -> Iterator[None]:
+    """A SIGTERM/SIGINT stop exits 0 after our cleanup (the owner record removed, the lock released).
+
+    uvicorn handles the signal with a graceful stop, then raises it again with the handlers it found
+    installed: with the defaults that kills the process (exit 143) before ``serve_forever``'s
+    ``finally`` runs. So the handlers it finds are these no-ops: the stop has already happened."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # uvicorn installs no handlers off the main thread either
+        return
+    previous = {sig: signal.signal(sig, _already_stopped) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _already_stopped(signum: int, frame: object) -> None:
+    """uvicorn's re-raise of the stop signal it just handled: nothing is left to do."""

