@@ -22,6 +22,8 @@ from opd_nb.errors import OpdError
 
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
+PARENT_ENV = "OPD_FUNCTION_PARENT"  # the pid that started a function server: it stops once that is gone
+PARENT_POLL_S = 0.5
 
 
 def classpath_to_module(classpath: str) -> str:
@@ -116,10 +118,11 @@ class FunctionServer:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        child_env[PARENT_ENV] = str(os.getpid())
         cmd = [
             sys.executable,
             "-m",
-            "uvicorn",
+            "opd_nb.function_server",  # uvicorn, with a thread that watches this process (see _serve_watching_parent)
             SDK_SERVER_APP,
             "--host",
             "127.0.0.1",
@@ -199,3 +202,35 @@ class FunctionServer:
     def __repr__(self) -> str:
         state = "running" if self.alive() else f"exited({self.process.returncode})"
         return f"FunctionServer({self.func_type}, {self.processor}, {self.url}, {state})"
+
+
+def _serve_watching_parent(argv: list[str]) -> None:
+    """uvicorn with ``argv``, stopped (as by SIGTERM) once the process that started it is gone.
+
+    A server, worker or kernel killed with SIGKILL would otherwise leave its function servers
+    running, each holding a port, until someone reaps them; so they watch their parent, like a job's
+    worker and a deployment do."""
+    import threading
+
+    import uvicorn
+
+    parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
+    if parent:
+        threading.Thread(
+            target=_stop_when_orphaned, args=(parent,), name="opd-parent-watch", daemon=True
+        ).start()
+    uvicorn.main(args=argv, prog_name="uvicorn")
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    import signal
+
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful stop
+    time.sleep(5.0)
+    os._exit(1)  # it did not stop in time
+
+
+if __name__ == "__main__":
+    _serve_watching_parent(sys.argv[1:])

@@ -7,9 +7,11 @@ with real processes and signals and checks what a user would see (status, reason
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import time
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -110,3 +112,56 @@ def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(tmp_p
         assert [k["path"] for k in kept["kept"]] == [str(checkpoint.resolve())]
         assert "exported as model" in kept["kept"][0]["why"]
         assert checkpoint.is_dir() and not (tmp_path / "jobs" / exported / "worker.log").exists()
+
+
+# ---- leftovers after kill -9 ------------------------------------------------------------------------
+def _register_reward(api: str, tmp_path: Path) -> str:
+    """The template's reward, zipped, PUT to its signed URL and registered over plain HTTP."""
+    from opd_nb.workspace import create
+
+    ws = Path(create("reward", tmp_path / "ws").path)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path in (ws / "functions").rglob("*.py"):
+            zf.write(path, path.relative_to(ws).as_posix())
+    url = httpx.post(api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "rw"})
+    assert httpx.put(url.json()["output"]["url"], content=buf.getvalue()).status_code == 200
+    body = {"name": "functions/reward/reward.py", "unique_key": "rw", "func": "RewardProcessor"}
+    out = httpx.post(api + "/fine-tunes/create/reward", headers=H, json=body)
+    assert out.status_code == 200, out.text
+    return out.json()["output"]["reward_id"]
+
+
+def test_kill_9_leaves_no_instance_running_and_the_next_start_reaps_partial_files(tmp_path: Path) -> None:
+    import psutil
+
+    data = tmp_path / "data"
+    server = start(port=0, data_dir=data)
+    api = server.api_base
+    reward_id = _register_reward(api, tmp_path)
+    loaded = httpx.post(f"{api}/fine-tunes/online/faas/t1/{reward_id}", headers=H, json={}, timeout=120)
+    assert loaded.status_code == 200, loaded.text
+    port = int(loaded.json()["output"]["trigger_url"].rsplit(":", 1)[1])
+    listener = next(c.pid for c in psutil.net_connections("tcp") if c.laddr.port == port and c.pid)
+    server.kill()
+    _wait(
+        lambda: not psutil.pid_exists(listener) or psutil.Process(listener).status() == "zombie",
+        10,
+        "the instance to exit",
+    )
+
+    partial = [data / "uploads" / "big.zip.part-1a2b3c4d", data / "files" / ".tmp-file-x-1a2b"]
+    for path in partial:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * 2**20)
+    (data / "functions" / reward_id / "code.tmp" / "functions").mkdir(parents=True)
+    (data / "functions" / "rw-never-registered" / "code").mkdir(parents=True)
+    with start(port=0, data_dir=data):
+        for path in [
+            *partial,
+            data / "functions" / reward_id / "code.tmp",
+            data / "functions" / "rw-never-registered",
+        ]:
+            assert not path.exists(), path
+        assert (data / "functions" / reward_id / "code" / "functions" / "reward" / "reward.py").is_file()
+        assert list((data / "uploads").glob("rw*")), "the finished upload stays"
