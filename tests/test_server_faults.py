@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -165,3 +168,48 @@ def test_kill_9_leaves_no_instance_running_and_the_next_start_reaps_partial_file
             assert not path.exists(), path
         assert (data / "functions" / reward_id / "code" / "functions" / "reward" / "reward.py").is_file()
         assert list((data / "uploads").glob("rw*")), "the finished upload stays"
+
+
+# ---- a damaged database -----------------------------------------------------------------------------
+def _serve_once(data: Path) -> subprocess.CompletedProcess:
+    """`python -m opd_nb.server` on ``data`` until it refuses (or 60 s pass: it started)."""
+    cmd = [sys.executable, "-m", "opd_nb.server", "--data-dir", str(data), "--port", "0"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+DAMAGE = {
+    "empty": lambda raw: b"",
+    "truncated": lambda raw: raw[: len(raw) // 2],
+    "garbage": lambda raw: os.urandom(len(raw)),
+}
+
+
+def test_a_damaged_database_is_refused_and_a_rotated_backup_restores_it(tmp_path: Path) -> None:
+    from opd_nb.server.db_safety import KEEP_BACKUPS, backups
+
+    data = tmp_path / "data"
+    with start(port=0, data_dir=data) as server:
+        job_id = _submit(server.api_base, rows=8)
+        assert _ended(server.api_base, job_id)["status"] == "SUCCEEDED"
+    db = data / "opd.sqlite3"
+    good = db.read_bytes()
+    assert 2 <= len(backups(data)) <= KEEP_BACKUPS, backups(data)
+
+    for kind, damage in DAMAGE.items():
+        db.write_bytes(damage(good))
+        refused = _serve_once(data)
+        line = refused.stderr.strip()
+        assert refused.returncode == 2 and len(line.splitlines()) == 1, (kind, refused.stderr)
+        assert str(db) in line and str(backups(data)[0]) in line and "Traceback" not in line, (kind, line)
+        assert not (data / "server.json").exists()
+
+    restore = line.split("restore the newest backup: ", 1)[1].split(" (older ones", 1)[0]
+    subprocess.run(["bash", "-c", restore], check=True)
+    with start(port=0, data_dir=data) as server:
+        assert _job(server.api_base, job_id)["status"] == "SUCCEEDED"
+        listed = httpx.get(server.api_base + "/files", headers=H)
+        assert listed.status_code == 200 and listed.json()["output"]["total"] >= 1, listed.text
+    for _ in range(KEEP_BACKUPS + 2):  # each start takes one: the count stays bounded
+        with start(port=0, data_dir=data):
+            pass
+    assert len(backups(data)) == KEEP_BACKUPS

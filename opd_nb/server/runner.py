@@ -2,7 +2,8 @@
 
 Startup refuses, with exit 2 and one line on stderr, before anything is bound: a non-loopback
 ``--host`` without a server key (it would run uploaded Python for anyone who can reach the port),
-a data dir another server owns (its lock is held), and a port that is taken.
+a data dir another server owns (its lock is held), a damaged database (or an empty one beside job
+directories: :mod:`opd_nb.server.db_safety`), and a port that is taken.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
+from opd_nb.server.db_safety import DB_FILE, backup_database, check_database
 from opd_nb.server.lifecycle import (
     API_KEY_ENV,
     MAX_INTERRUPTIONS,
@@ -114,6 +116,12 @@ def serve_forever(
     if exit_with_parent:
         _stop_when_orphaned(os.getppid())
     try:
+        damaged = check_database(data_dir)
+        if damaged:
+            print(damaged, file=sys.stderr)
+            return 2
+        if (data_dir / DB_FILE).exists():
+            backup_database(data_dir / DB_FILE)
         sock = _bind(host, port)
         if isinstance(sock, str):
             print(sock, file=sys.stderr)
