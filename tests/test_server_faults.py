@@ -55,7 +55,7 @@ def _upload(api: str, rows: list[dict], name: str = "t.jsonl") -> str:
     return resp.json()["data"]["uploaded_files"][0]["file_id"]
 
 
-def _submit(api: str, rows: int = 16, **hp: object) -> str:
+def _submit(api: str, rows: int = 16, reward_id: str | None = None, **hp: object) -> str:
     job = {
         "model": "qwen3-8b",
         "teacher_model": "qwen3-max",
@@ -63,6 +63,8 @@ def _submit(api: str, rows: int = 16, **hp: object) -> str:
         "training_datasets": [{"type": "training", "file_id": _upload(api, make_rows(rows, seed=3))}],
         "hyper_parameters": {**TINY, **hp},
     }
+    if reward_id:
+        job["rewards"] = [{"reward_id": reward_id, "name": "reward-1", "weight": 1.0}]
     resp = httpx.post(api + "/fine-tunes", headers=H, json=job)
     assert resp.status_code == 200, resp.text
     return resp.json()["output"]["job_id"]
@@ -118,18 +120,22 @@ def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(tmp_p
 
 
 # ---- leftovers after kill -9 ------------------------------------------------------------------------
-def _register_reward(api: str, tmp_path: Path) -> str:
-    """The template's reward, zipped, PUT to its signed URL and registered over plain HTTP."""
+def _register_reward(api: str, tmp_path: Path, extra: str = "", func: str = "RewardProcessor") -> str:
+    """The template's reward (plus ``extra`` as ``functions/reward/extra.py``, whose class is ``func``),
+    zipped, PUT to its signed URL and registered over plain HTTP."""
     from opd_nb.workspace import create
 
     ws = Path(create("reward", tmp_path / "ws").path)
+    if extra:
+        (ws / "functions" / "reward" / "extra.py").write_text(extra)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for path in (ws / "functions").rglob("*.py"):
             zf.write(path, path.relative_to(ws).as_posix())
     url = httpx.post(api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "rw"})
     assert httpx.put(url.json()["output"]["url"], content=buf.getvalue()).status_code == 200
-    body = {"name": "functions/reward/reward.py", "unique_key": "rw", "func": "RewardProcessor"}
+    name = "functions/reward/extra.py" if extra else "functions/reward/reward.py"
+    body = {"name": name, "unique_key": "rw", "func": func}
     out = httpx.post(api + "/fine-tunes/create/reward", headers=H, json=body)
     assert out.status_code == 200, out.text
     return out.json()["output"]["reward_id"]
@@ -213,3 +219,50 @@ def test_a_damaged_database_is_refused_and_a_rotated_backup_restores_it(tmp_path
         with start(port=0, data_dir=data):
             pass
     assert len(backups(data)) == KEEP_BACKUPS
+
+
+# ---- a resumed job that failed: the old worker wrote FAILED after its server's kill -9 ----------------
+KILLS_ITS_SERVER = """
+import os
+import signal
+
+from functions.reward.reward import RewardProcessor
+
+KILL_AT_CALL = 25  # step 4 of 8 calls each: checkpoint-3 is saved
+
+
+class KillsItsServer(RewardProcessor):
+    \"\"\"Once: kill -9 the control plane, then die, so that the orphaned worker's step fails at once.\"\"\"
+
+    async def process(self, input_data):
+        fd = os.open("calls.count", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(fd, b"x")
+        os.close(fd)
+        if os.path.getsize("calls.count") >= KILL_AT_CALL:
+            try:
+                os.close(os.open("killed.marker", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return await super().process(input_data)
+            os.kill(int(os.environ["OPD_SERVER_PID"]), signal.SIGKILL)
+            os._exit(1)
+        return await super().process(input_data)
+"""
+
+
+def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_first(tmp_path: Path) -> None:
+    """The interleaving forced: the worker's reward call fails (its function died with the server) before
+    the worker notices the kill. Before the fix it wrote FAILED, and the next server did not resume it."""
+    data = tmp_path / "data"
+    server = start(port=0, data_dir=data)
+    reward_id = _register_reward(server.api_base, tmp_path, KILLS_ITS_SERVER, "KillsItsServer")
+    job_id = _submit(server.api_base, reward_id=reward_id, n_epochs=2)
+    server.process.wait(120)  # the reward kills it at step 4
+    assert server.process.returncode == -signal.SIGKILL
+    time.sleep(2.0)  # the orphaned worker has settled whatever it settles
+
+    with start(port=0, data_dir=data) as again:
+        job = _ended(again.api_base, job_id)
+        logs = _logs(again.api_base, job_id)
+        assert job["status"] == "SUCCEEDED", (job, logs[-30:])
+        assert any("resumed from checkpoint-" in line for line in logs), logs[-30:]
+        assert any("control plane that started this worker is gone" in line for line in logs), logs[-40:]

@@ -14,6 +14,10 @@ interrupted ``max_interruptions`` times (default 3) fails with the reason instea
 --no-resume`` fails it at once (``ServerRestarted``), as before. A stop is never a user cancel. A
 worker that dies while the server runs fails its job (``WorkerCrashed``) with the exit reason and
 the last checkpoint, which a new job can continue from by passing its path as ``model``.
+
+Who writes a killed server's job last: never its old worker. A worker whose server is gone writes
+no final state (``worker._orphaned``): its function servers die with the server, so its step fails
+*because* of the kill, and a FAILED written then would beat (or follow) the next server's resume.
 """
 
 from __future__ import annotations

@@ -167,12 +167,16 @@ def run_job(data_dir: Path, job_id: str) -> int:
     except Exception as exc:
         if should_stop.signalled:
             return _interrupted(events)  # the signal broke a step mid-way
+        if _orphaned():
+            return _orphaned_exit(events, f"{type(exc).__name__}: {exc}")
         if store.cancel_requested(job_id):
             _mark_canceled(store, job_id)
             return 0
         _record_failure(store, events, job_id, exc, servers)
         return 1
     else:
+        if _orphaned():
+            return _orphaned_exit(events, "it finished training, unpublished")
         if store.cancel_requested(job_id):
             events.log("job stopped on request")
             _mark_canceled(store, job_id)
@@ -185,6 +189,25 @@ def run_job(data_dir: Path, job_id: str) -> int:
                 server.stop()
             except Exception:
                 pass
+
+
+def _orphaned() -> bool:
+    """Whether the control plane that started this worker is gone (``OPD_SERVER_PID`` is not our parent).
+
+    Then the job is no longer ours to settle: the next server resumes it. Our function servers are
+    being ended by :func:`_watch_parent`, so a training step failing now fails *because* of the kill,
+    and writing FAILED would race the next server's resume (and could land after it)."""
+    parent = os.environ.get(PARENT_ENV)
+    return bool(parent) and os.getppid() != int(parent)
+
+
+def _orphaned_exit(events: StoreEvents, what: str) -> int:
+    events.log(
+        f"the control plane that started this worker is gone ({what}); the job stays RUNNING and "
+        "resumes from its last checkpoint when `opd serve` starts again",
+        level="WARNING",
+    )
+    return EXIT_INTERRUPTED
 
 
 def _interrupted(events: StoreEvents) -> int:
