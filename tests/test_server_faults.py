@@ -11,10 +11,12 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -77,6 +79,15 @@ def _job(api: str, job_id: str) -> dict:
 def _logs(api: str, job_id: str) -> list[str]:
     out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
     return out["output"]["logs"]
+
+
+def _metrics(api: str, job_id: str) -> list[dict]:
+    return httpx.get(f"{api}/fine-tunes/{job_id}/metrics", headers=H).json()["output"]["metrics"]
+
+
+def _checkpoints(api: str, job_id: str) -> list[str]:
+    out = httpx.get(f"{api}/fine-tunes/{job_id}/checkpoints", headers=H).json()["output"]
+    return [c["checkpoint"] for c in (out["checkpoints"] if isinstance(out, dict) else out)]
 
 
 def _ended(api: str, job_id: str, timeout: float = 120) -> dict:
@@ -225,6 +236,7 @@ def test_a_damaged_database_is_refused_and_a_rotated_backup_restores_it(tmp_path
 KILLS_ITS_SERVER = """
 import os
 import signal
+import socket
 
 from functions.reward.reward import RewardProcessor
 
@@ -266,3 +278,114 @@ def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_
         assert job["status"] == "SUCCEEDED", (job, logs[-30:])
         assert any("resumed from checkpoint-" in line for line in logs), logs[-30:]
         assert any("control plane that started this worker is gone" in line for line in logs), logs[-40:]
+
+
+# ---- cancel ends a job whose worker is gone ----------------------------------------------------------
+def _resumed_one(api: str, jobs: list[str]) -> str | None:
+    """Once one of ``jobs`` has a worker again after the restart: the other one (still waiting)."""
+    resumed = [j for j in jobs if any("after a server restart (worker pid" in ln for ln in _logs(api, j))]
+    return next(j for j in jobs if j not in resumed) if len(resumed) == 1 else None
+
+
+def test_cancel_ends_a_running_job_that_has_no_worker(tmp_path: Path) -> None:
+    """Two jobs RUNNING at a kill -9, one slot after the restart: the second waits with no worker.
+    Before the fix a cancel of it did nothing until the first job ended (here: never)."""
+    data = tmp_path / "data"
+    server = start(port=0, data_dir=data, max_running=2)
+    long_jobs = [_submit(server.api_base, n_epochs=50, save_steps=100) for _ in range(2)]
+    for job_id in long_jobs:
+        _wait(lambda j=job_id: _job(server.api_base, j).get("progress"), 120, f"{job_id} to make progress")
+    server.kill()
+    with start(port=0, data_dir=data, max_running=1) as again:
+        api = again.api_base
+        waiting = _wait(
+            lambda: _resumed_one(api, long_jobs),
+            30,
+            "one job to resume and the other to wait",
+        )
+        assert _job(api, waiting)["status"] == "RUNNING"
+        asked = httpx.post(f"{api}/fine-tunes/{waiting}/cancel", headers=H).json()["output"]
+        assert asked["status"] == "CANCELED", (asked, _logs(api, waiting)[-5:])
+        assert _job(api, waiting)["status"] == "CANCELED"
+        other = next(j for j in long_jobs if j != waiting)
+        httpx.post(f"{api}/fine-tunes/{other}/cancel", headers=H)
+        assert _ended(api, other, timeout=30)["status"] == "CANCELED"
+
+
+# ---- a full disk ------------------------------------------------------------------------------------
+FILLS_THE_DISK = """
+import os
+import sys
+
+from functions.reward.reward import RewardProcessor
+
+
+class FillsTheDisk(RewardProcessor):
+    \"\"\"Prints 1 MB per call (its log is capped) and writes 2 MB more to a file beside its code.\"\"\"
+
+    async def process(self, input_data):
+        sys.stdout.write("x" * 2**20 + "\\n")
+        sys.stdout.flush()
+        with open(f"fill-{os.getpid()}-{os.urandom(4).hex()}.bin", "wb") as fh:
+            fh.write(os.urandom(2 * 2**20))
+        return await super().process(input_data)
+"""
+DISK_MB = 48
+LOG_CAP = 2 * 2**20
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of DISK_MB MiB (root and `mount -t tmpfs` needed: CI runs as root; a skip fails under CI)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip() or 'mount failed'}); run as root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
+    small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPD_MAX_LOG_BYTES", str(LOG_CAP))
+    data = small_disk / "data"
+    with start(port=0, data_dir=data) as server:
+        api = server.api_base
+        earlier = _submit(api, rows=8)
+        assert _ended(api, earlier)["status"] == "SUCCEEDED"
+        before = (_metrics(api, earlier), _checkpoints(api, earlier))
+        assert before[0] and before[1]
+
+        reward_id = _register_reward(api, tmp_path, FILLS_THE_DISK, "FillsTheDisk")
+        chatty = _submit(api, rows=8, reward_id=reward_id, n_epochs=20, save_steps=100)
+        job = _ended(api, chatty, timeout=180)
+        logs = _logs(api, chatty)
+        assert job["status"] == "FAILED" and job["code"] == "InsufficientStorage", "\n".join(
+            [job["message"], *logs[-30:]]
+        )
+        assert "no space left on device" in job["message"] and str(data) in job["message"], job["message"]
+        assert "Free space" in job["message"] and any("no space left" in ln for ln in logs)
+
+        log = data / "jobs" / chatty / "functions" / f"{reward_id}.log"
+        assert log.stat().st_size < LOG_CAP + 4 * 2**20, log.stat().st_size  # cut every 0.2 s at most
+        assert "[opd] log cut" in log.read_text(errors="replace")
+
+        big = {"files": ("big.jsonl", b'{"messages": []}\n' * (8 * 2**20 // 17))}
+        full = httpx.post(api + "/files", headers=H, files=big, timeout=60)
+        assert full.status_code == 507 and full.json()["code"] == "InsufficientStorage", full.text
+        assert "no space left on device" in full.json()["message"]
+
+        assert _job(api, earlier)["status"] == "SUCCEEDED"  # earlier jobs stay intact
+        assert (_metrics(api, earlier), _checkpoints(api, earlier)) == before
+        for filler in (data / "functions" / reward_id / "code").glob("fill-*.bin"):
+            filler.unlink()
+        assert httpx.post(api + "/files", headers=H, files=big, timeout=60).status_code == 200
+

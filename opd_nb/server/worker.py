@@ -24,6 +24,15 @@ from typing import Any
 from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
 from opd_nb.engine.api import EngineError, RewardEndpoint, RolloutEndpoint
 from opd_nb.errors import OpdError
+from opd_nb.function_server import keep_own_log_under
+from opd_nb.server.disk_space import (
+    DISK_FULL,
+    full_disk_reason,
+    is_disk_full,
+    low_space,
+    mentions_full_disk,
+    release_reserve,
+)
 from opd_nb.server.store import Store, now_text
 
 _STOP_POLL_S = 0.5
@@ -340,6 +349,14 @@ def _record_failure(
 ) -> None:
     """Log why the job failed (with the traceback and function logs when unexplained) and mark it FAILED."""
     message, explained = _failure_message(exc)
+    code = "JobFailed"
+    if is_disk_full(exc) or mentions_full_disk([message]) or low_space(store.data_dir):
+        release_reserve(store.data_dir)  # the room to record why (disk_space.py)
+        message, explained, code = (
+            f"{full_disk_reason(store.data_dir)} (the error: {message})",
+            True,
+            DISK_FULL,
+        )
     events.log(f"{FAILED}: {message}", level="ERROR")
     if not explained:
         for line in traceback.format_exc().splitlines():
@@ -351,7 +368,7 @@ def _record_failure(
         job_id,
         only_if_status=(RUNNING,),
         status=FAILED,
-        code="JobFailed",
+        code=code,
         message=message,
         end_time=now_text(),
         worker_pid=None,
@@ -365,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parent = int(os.environ.get(PARENT_ENV) or os.getppid())
     threading.Thread(target=_watch_parent, args=(parent,), name="opd-watch-parent", daemon=True).start()
+    keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
     try:  # training is background work: the control plane (and the user's notebook) stay responsive
         os.nice(int(os.environ.get("OPD_WORKER_NICE", "10")))
     except (OSError, ValueError):
