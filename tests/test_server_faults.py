@@ -389,3 +389,79 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
             filler.unlink()
         assert httpx.post(api + "/files", headers=H, files=big, timeout=60).status_code == 200
 
+
+# ---- memory: uploads stream to disk, and only a few run at once -------------------------------------
+UPLOAD_MB = 64
+
+
+def test_a_large_upload_streams_to_disk_in_bounded_memory(tmp_path: Path) -> None:
+    import threading
+
+    import psutil
+
+    row = json.dumps({"messages": [{"role": "user", "content": "x" * 900}]}).encode() + b"\n"
+    body = row * (UPLOAD_MB * 2**20 // len(row))
+    with start(port=0, data_dir=tmp_path / "data") as server:
+        proc = psutil.Process(server.pid)
+        httpx.get(server.api_base + "/files", headers=H)  # warm: imports and the thread pool exist
+        base = proc.memory_info().rss
+        peak, done = [base], threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak.append(proc.memory_info().rss)
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=sample)
+        watcher.start()
+        try:
+            resp = httpx.post(
+                server.api_base + "/files", headers=H, files={"files": ("big.jsonl", body)}, timeout=120
+            )
+        finally:
+            done.set()
+            watcher.join()
+        assert resp.status_code == 200, resp.text
+        stored = resp.json()["data"]["uploaded_files"][0]
+        assert stored["bytes"] == len(body) and stored["lines"] == body.count(b"\n")
+        grew = (max(peak) - base) / 2**20
+        assert grew < UPLOAD_MB / 2, f"the server grew {grew:.0f} MiB for a {UPLOAD_MB} MiB upload"
+
+
+def _stalled_upload(port: int) -> socket.socket:
+    """A multipart POST /files whose body stops after its first bytes (the connection stays open)."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    head = (
+        "POST /api/v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer faults-test\r\n"
+        "Content-Type: multipart/form-data; boundary=BOUNDARY\r\nContent-Length: 1000000\r\n\r\n"
+        '--BOUNDARY\r\nContent-Disposition: form-data; name="files"; filename="a.jsonl"\r\n\r\n{"a": 1}\n'
+    )
+    sock.sendall(head.encode())
+    return sock
+
+
+def test_concurrent_uploads_past_the_limit_get_a_clear_429(tmp_path: Path) -> None:
+    from opd_nb.server.limits import MAX_CONCURRENT_UPLOADS
+
+    rows = {"files": ("t.jsonl", b'{"messages": []}\n')}
+    with start(port=0, data_dir=tmp_path / "data") as server:
+        stalled = [_stalled_upload(server.port) for _ in range(MAX_CONCURRENT_UPLOADS)]
+        try:
+            refused = _wait(
+                lambda: (
+                    (r := httpx.post(server.api_base + "/files", headers=H, files=rows)).status_code == 429
+                    and r
+                ),
+                10,
+                "an upload past the limit to be refused",
+            )
+            assert refused.json()["code"] == "TooManyUploads" and refused.headers["retry-after"]
+            assert f"{MAX_CONCURRENT_UPLOADS} uploads are already in progress" in refused.json()["message"]
+        finally:
+            for sock in stalled:
+                sock.close()
+        _wait(
+            lambda: httpx.post(server.api_base + "/files", headers=H, files=rows).status_code == 200,
+            10,
+            "uploads to be taken again once the stalled ones are gone",
+        )
