@@ -24,6 +24,7 @@ import pytest
 
 from opd_nb.engine.task import make_rows
 from opd_nb.server import start
+from opd_nb.server.store import Store
 
 pytestmark = pytest.mark.slow  # each test starts a server of its own
 H = {"Authorization": "Bearer faults-test"}
@@ -465,3 +466,44 @@ def test_concurrent_uploads_past_the_limit_get_a_clear_429(tmp_path: Path) -> No
             10,
             "uploads to be taken again once the stalled ones are gone",
         )
+
+
+# ---- a killed deployment is restarted once ---------------------------------------------------------
+def _deployment(api: str, name: str) -> dict:
+    return httpx.get(f"{api}/deployments/{name}", headers=H).json()["output"]
+
+
+def test_a_killed_deployment_is_restarted_once_then_fails_with_the_reason(tmp_path: Path) -> None:
+    with start(port=0, data_dir=tmp_path / "data") as server:
+        api = server.api_base
+        made = httpx.post(api + "/deployments", headers=H, json={"model_name": "qwen3-8b", "capacity": 1})
+        assert made.status_code == 200, made.text
+        name = made.json()["output"]["deployed_model"]
+        _wait(lambda: _deployment(api, name)["status"] == "RUNNING", 120, "the deployment to run")
+        store = Store(tmp_path / "data")
+
+        first = store.deployment(name)["pid"]
+        os.kill(first, signal.SIGKILL)
+        _wait(lambda: (store.deployment(name)["pid"] or first) != first, 20, "a restart")
+        back = _wait(
+            lambda: (d := _deployment(api, name))["status"] == "RUNNING" and d, 120, "it to run again"
+        )
+        events = [e["event"] for e in back["local"]["events"]]
+        assert events == ["restarting", "restarted"], back["local"]["events"]
+        assert "code -9" in back["local"]["events"][0]["message"]
+        chat = {"model": name, "messages": [{"role": "user", "content": "123"}], "max_tokens": 4}
+        assert (
+            httpx.post(
+                server.base_url + "/compatible-mode/v1/chat/completions", headers=H, json=chat, timeout=60
+            ).status_code
+            == 200
+        )
+
+        os.kill(store.deployment(name)["pid"], signal.SIGKILL)  # a second death: no second restart
+        failed = _wait(lambda: (d := _deployment(api, name))["status"] == "FAILED" and d, 20, "it to fail")
+        assert "restarted 1 time(s) already" in failed["local"]["message"], failed
+        assert [e["event"] for e in failed["local"]["events"]][-1] == "failed"
+        call = httpx.post(
+            server.base_url + "/compatible-mode/v1/chat/completions", headers=H, json=chat, timeout=60
+        )
+        assert call.status_code == 400 and call.json()["error"]["code"] == "DeploymentFailed", call.text

@@ -72,7 +72,7 @@ class Store:
         self.path = self.data_dir / DB_FILE
         self._local = threading.local()
         self.conn().executescript(SCHEMA)
-        self._add_columns("deployments", plan="TEXT", plan_spec="TEXT")
+        self._add_columns("deployments", plan="TEXT", plan_spec="TEXT", restarts="INTEGER", events="TEXT")
 
     def _add_columns(self, table: str, **columns: str) -> None:
         """Columns added after a table's first release (a data dir of an older server lacks them)."""
