@@ -507,3 +507,21 @@ def test_a_killed_deployment_is_restarted_once_then_fails_with_the_reason(tmp_pa
             server.base_url + "/compatible-mode/v1/chat/completions", headers=H, json=chat, timeout=60
         )
         assert call.status_code == 400 and call.json()["error"]["code"] == "DeploymentFailed", call.text
+
+
+# ---- checkpoints removed by retention are not listed -----------------------------------------------
+def test_checkpoints_removed_by_save_total_limit_are_gone_from_the_list(tmp_path: Path) -> None:
+    with start(port=0, data_dir=tmp_path / "data") as server:
+        api = server.api_base
+        job_id = _submit(api, rows=16, save_total_limit=2)
+        assert _ended(api, job_id)["status"] == "SUCCEEDED"
+        out = httpx.get(f"{api}/fine-tunes/{job_id}/checkpoints", headers=H).json()["output"]
+        listing = out["checkpoints"] if isinstance(out, dict) else out
+        on_disk = sorted(
+            p.name for p in (tmp_path / "data" / "jobs" / job_id / "output" / "checkpoints").iterdir()
+        )
+        assert on_disk == ["checkpoint-3", "checkpoint-4"], on_disk
+        assert {c["checkpoint"] for c in listing if not c["local"]["published"]} == set(on_disk)
+        assert all(Path(c["local"]["path"]).is_dir() for c in listing)
+        gone = httpx.get(f"{api}/fine-tunes/{job_id}/export/checkpoint-1", headers=H)
+        assert gone.status_code in (400, 404) and "checkpoint-4" in gone.json()["message"], gone.text
