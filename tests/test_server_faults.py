@@ -7,6 +7,7 @@ with real processes and signals and checks what a user would see (status, reason
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -276,7 +277,7 @@ def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_
     with start(port=0, data_dir=data) as again:
         job = _ended(again.api_base, job_id)
         logs = _logs(again.api_base, job_id)
-        assert job["status"] == "SUCCEEDED", (job, logs[-30:])
+        assert job["status"] == "SUCCEEDED", "\n".join([job.get("message", ""), *logs[-40:]])
         assert any("resumed from checkpoint-" in line for line in logs), logs[-30:]
         assert any("control plane that started this worker is gone" in line for line in logs), logs[-40:]
 
@@ -335,6 +336,14 @@ DISK_MB = 48
 LOG_CAP = 2 * 2**20
 
 
+def _fill(path: Path) -> None:
+    """Write ``path`` until the disk under it is full."""
+    with contextlib.suppress(OSError), open(path, "wb") as fh:
+        while True:
+            fh.write(b"\0" * 2**20)
+            fh.flush()
+
+
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of DISK_MB MiB (root and `mount -t tmpfs` needed: CI runs as root; a skip fails under CI)."""
@@ -379,6 +388,7 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
         assert log.stat().st_size < LOG_CAP + 4 * 2**20, log.stat().st_size  # cut every 0.2 s at most
         assert "[opd] log cut" in log.read_text(errors="replace")
 
+        _fill(data / "filler.bin")  # whatever the job's end freed (its reserve, a cut log), used up again
         big = {"files": ("big.jsonl", b'{"messages": []}\n' * (8 * 2**20 // 17))}
         full = httpx.post(api + "/files", headers=H, files=big, timeout=60)
         assert full.status_code == 507 and full.json()["code"] == "InsufficientStorage", full.text
@@ -386,7 +396,7 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
 
         assert _job(api, earlier)["status"] == "SUCCEEDED"  # earlier jobs stay intact
         assert (_metrics(api, earlier), _checkpoints(api, earlier)) == before
-        for filler in (data / "functions" / reward_id / "code").glob("fill-*.bin"):
+        for filler in [data / "filler.bin", *(data / "functions" / reward_id / "code").glob("fill-*.bin")]:
             filler.unlink()
         assert httpx.post(api + "/files", headers=H, files=big, timeout=60).status_code == 200
 

@@ -38,6 +38,7 @@ from opd_nb.server.store import Store, now_text
 _STOP_POLL_S = 0.5
 EXIT_INTERRUPTED = 75  # opd_nb.server.jobs.EXIT_INTERRUPTED (the job stays RUNNING)
 PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
+ORPHAN_SETTLE_S = 2.0  # how long a step failed by a dead function server waits to see if the server died
 
 
 class Interrupted(Exception):
@@ -176,7 +177,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
     except Exception as exc:
         if should_stop.signalled:
             return _interrupted(events)  # the signal broke a step mid-way
-        if _orphaned():
+        if _orphaned(ORPHAN_SETTLE_S if any(not s.alive() for s in servers) else 0.0):
             return _orphaned_exit(events, f"{type(exc).__name__}: {exc}")
         if store.cancel_requested(job_id):
             _mark_canceled(store, job_id)
@@ -200,14 +201,24 @@ def run_job(data_dir: Path, job_id: str) -> int:
                 pass
 
 
-def _orphaned() -> bool:
-    """Whether the control plane that started this worker is gone (``OPD_SERVER_PID`` is not our parent).
+def _orphaned(wait_s: float = 0.0) -> bool:
+    """Whether the control plane that started this worker is gone (``OPD_SERVER_PID`` is not our parent),
+    watching for up to ``wait_s`` seconds.
 
     Then the job is no longer ours to settle: the next server resumes it. Our function servers are
     being ended by :func:`_watch_parent`, so a training step failing now fails *because* of the kill,
-    and writing FAILED would race the next server's resume (and could land after it)."""
+    and writing FAILED would race the next server's resume (and could land after it). A step that
+    failed because a function server died waits ``wait_s`` first: a server killed with SIGKILL on a
+    loaded machine can take a moment to be gone (to re-parent us), while its children die at once."""
     parent = os.environ.get(PARENT_ENV)
-    return bool(parent) and os.getppid() != int(parent)
+    deadline = time.monotonic() + wait_s
+    while parent:
+        if os.getppid() != int(parent):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return False
 
 
 def _orphaned_exit(events: StoreEvents, what: str) -> int:
