@@ -66,6 +66,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def _server_env(
+    code_dir: Path, func_type: str, processor: str, port: int, env: dict[str, str] | None
+) -> dict[str, str]:
+    """The SDK server's environment (as the cloud's start.sh sets it), plus who started it (it watches that pid)."""
+    child_env = {k: v for k, v in os.environ.items() if k not in ("FUNC_TYPE", "PROCESSOR_CLASS")}
+    child_env.update(env or {})
+    path = os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    child_env.update(
+        {
+            "FUNC_TYPE": func_type,
+            "PROCESSOR_CLASS": processor,
+            "SERVER_PORT": str(port),
+            "WORKERS_COUNT": "1",
+            "PYTHONPATH": path,
+            "PYTHONUNBUFFERED": "1",
+            PARENT_ENV: str(os.getpid()),
+        }
+    )
+    return child_env
+
+
 class FunctionServer:
     """One user function served by the SDK's function server in a subprocess on loopback."""
 
@@ -108,35 +129,16 @@ class FunctionServer:
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
-        child_env = {k: v for k, v in os.environ.items() if k not in ("FUNC_TYPE", "PROCESSOR_CLASS")}
-        child_env.update(env or {})
-        child_env.update(
-            {
-                "FUNC_TYPE": func_type,
-                "PROCESSOR_CLASS": processor,
-                "SERVER_PORT": str(port),
-                "WORKERS_COUNT": "1",
-                "PYTHONPATH": os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(
-                    os.pathsep
-                ),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        child_env[PARENT_ENV] = str(os.getpid())
-        cmd = [
-            sys.executable,
-            "-m",
-            "opd_nb.function_server",  # uvicorn, with a thread that watches this process (see _serve_watching_parent)
-            SDK_SERVER_APP,
-            "--host",
-            "127.0.0.1",
+        child_env = _server_env(code_dir, func_type, processor, port, env)
+        cmd = [sys.executable, "-m", "opd_nb.function_server", SDK_SERVER_APP, "--host", "127.0.0.1"]
+        cmd += [
             "--port",
             str(port),
             "--workers",
             "1",
             "--log-level",
             "info",
-        ]
+        ]  # uvicorn's (see _serve_watching_parent)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 cmd,
