@@ -22,6 +22,12 @@ from opd_nb.errors import OpdError
 
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
+PARENT_ENV = "OPD_FUNCTION_PARENT"  # the pid that started a function server: it stops once that is gone
+PARENT_POLL_S = 0.5
+MAX_LOG_ENV = "OPD_MAX_LOG_BYTES"  # a function server's or job worker's log cap (tests lower it)
+MAX_LOG_BYTES = 32 * 2**20
+LOG_KEEP_BYTES = 64 * 2**10  # the newest output kept when a log is cut
+LOG_POLL_S = 0.2
 
 
 def classpath_to_module(classpath: str) -> str:
@@ -58,6 +64,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def _server_env(
+    code_dir: Path, func_type: str, processor: str, port: int, env: dict[str, str] | None
+) -> dict[str, str]:
+    """The SDK server's environment (as the cloud's start.sh sets it), plus who started it (it watches that pid)."""
+    child_env = {k: v for k, v in os.environ.items() if k not in ("FUNC_TYPE", "PROCESSOR_CLASS")}
+    child_env.update(env or {})
+    path = os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    child_env.update(
+        {
+            "FUNC_TYPE": func_type,
+            "PROCESSOR_CLASS": processor,
+            "SERVER_PORT": str(port),
+            "WORKERS_COUNT": "1",
+            "PYTHONPATH": path,
+            "PYTHONUNBUFFERED": "1",
+            PARENT_ENV: str(os.getpid()),
+        }
+    )
+    return child_env
 
 
 class FunctionServer:
@@ -102,34 +129,16 @@ class FunctionServer:
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
-        child_env = {k: v for k, v in os.environ.items() if k not in ("FUNC_TYPE", "PROCESSOR_CLASS")}
-        child_env.update(env or {})
-        child_env.update(
-            {
-                "FUNC_TYPE": func_type,
-                "PROCESSOR_CLASS": processor,
-                "SERVER_PORT": str(port),
-                "WORKERS_COUNT": "1",
-                "PYTHONPATH": os.pathsep.join([str(code_dir), child_env.get("PYTHONPATH", "")]).rstrip(
-                    os.pathsep
-                ),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        cmd = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            SDK_SERVER_APP,
-            "--host",
-            "127.0.0.1",
+        child_env = _server_env(code_dir, func_type, processor, port, env)
+        cmd = [sys.executable, "-m", "opd_nb.function_server", SDK_SERVER_APP, "--host", "127.0.0.1"]
+        cmd += [
             "--port",
             str(port),
             "--workers",
             "1",
             "--log-level",
             "info",
-        ]
+        ]  # uvicorn's (see _serve_watching_parent)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 cmd,
@@ -199,3 +208,79 @@ class FunctionServer:
     def __repr__(self) -> str:
         state = "running" if self.alive() else f"exited({self.process.returncode})"
         return f"FunctionServer({self.func_type}, {self.processor}, {self.url}, {state})"
+
+
+def _serve_watching_parent(argv: list[str]) -> None:
+    """uvicorn with ``argv``, stopped (as by SIGTERM) once the process that started it is gone.
+
+    A server, worker or kernel killed with SIGKILL would otherwise leave its function servers
+    running, each holding a port, until someone reaps them; so they watch their parent, like a job's
+    worker and a deployment do."""
+    import threading
+
+    import uvicorn
+
+    keep_own_log_under()
+    parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
+    if parent:
+        threading.Thread(
+            target=_stop_when_orphaned, args=(parent,), name="opd-parent-watch", daemon=True
+        ).start()
+    uvicorn.main(args=argv, prog_name="uvicorn")
+
+
+def _stop_when_orphaned(parent: int) -> None:
+    import signal
+
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful stop
+    time.sleep(5.0)
+    os._exit(1)  # it did not stop in time
+
+
+def keep_own_log_under(max_bytes: int | None = None) -> None:
+    """Cap this process's log (its stdout, when that is a file) at ``max_bytes`` (``$OPD_MAX_LOG_BYTES``).
+
+    Why: a reward that prints 1 MB per call filled a 55 MB disk in 5 s. A thread checks the file's
+    size; past the cap it cuts the file to its newest :data:`LOG_KEEP_BYTES`, after a line saying so.
+    The file is opened for appending, so writers carry on at its new end."""
+    import stat
+    import threading
+
+    try:
+        limit = max_bytes or int(os.environ.get(MAX_LOG_ENV) or MAX_LOG_BYTES)
+        if not stat.S_ISREG(os.fstat(1).st_mode):
+            return
+    except (OSError, ValueError):
+        return
+    threading.Thread(target=_cap_log, args=(1, limit), name="opd-log-cap", daemon=True).start()
+
+
+def _cap_log(fd: int, limit: int) -> None:
+    cuts = 0
+    try:  # stdout is opened for appending only: read its tail through another descriptor
+        reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    except OSError:
+        reader = None
+    while True:
+        time.sleep(LOG_POLL_S)
+        try:
+            size = os.fstat(fd).st_size
+            if size <= limit:
+                continue
+            start = max(0, size - LOG_KEEP_BYTES)
+            keep = os.pread(reader, LOG_KEEP_BYTES, start) if reader is not None else b""
+            cuts += 1
+            note = (
+                f"[opd] log cut ({cuts}x): it passed its cap of {limit / 2**20:g} MiB "
+                f"(${MAX_LOG_ENV}); earlier output dropped, the newest {len(keep) // 1024} KiB follow\n"
+            )
+            os.ftruncate(fd, 0)
+            os.write(fd, note.encode() + keep[keep.find(b"\n") + 1 :])
+        except OSError:
+            continue
+
+
+if __name__ == "__main__":
+    _serve_watching_parent(sys.argv[1:])

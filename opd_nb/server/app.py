@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
 from opd_nb.server.jobs import MAX_INTERRUPTIONS, JobManager
+from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.responses import document_errors, install_error_handlers
@@ -84,6 +86,13 @@ def build_services(
     )
 
 
+def _reap_partial_files(services: Services) -> None:
+    """What a killed run's interrupted writes left (see :mod:`opd_nb.server.leftovers`), with one line each."""
+    registered = services.store.function
+    for path in reap_partial_files(services.data_dir, lambda entity_id: registered(entity_id) is not None):
+        print(f"opd serve: removed {path}, left by an interrupted write of an earlier run", file=sys.stderr)
+
+
 def create_app(
     data_dir: str | Path,
     model_map: dict[str, str] | None = None,
@@ -112,6 +121,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(process_tree.reap_previous_run, services.data_dir)
+        await run_in_threadpool(_reap_partial_files, services)
         await run_in_threadpool(services.instances.recover)
         await run_in_threadpool(services.jobs.start)
         await run_in_threadpool(services.deployments.recover)

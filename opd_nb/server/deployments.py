@@ -36,6 +36,7 @@ from pathlib import Path
 
 from opd_nb.deploy_plans import LORA, charge_type
 from opd_nb.server import process_tree
+from opd_nb.server.deployment_restarts import FAILED, PENDING, RUNNING, DeploymentRestarts, deployment_events
 from opd_nb.server.errors import ApiError
 from opd_nb.server.lifecycle import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.models import (
@@ -55,7 +56,7 @@ STARTUP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
 BATCH_PER_CAPACITY = 8
 
-PENDING, RUNNING, FAILED, DELETED = "PENDING", "RUNNING", "FAILED", "DELETED"
+DELETED = "DELETED"  # PENDING, RUNNING, FAILED: deployment_restarts.py
 BASE_KINDS = ("stand-in", "mapped")  # callable directly; the others are fine-tuned outputs
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -98,7 +99,7 @@ def _slug(model: str, resolved: ResolvedModel) -> str:
     return _SLUG.sub("-", model).strip("-.")[:64] or "model"
 
 
-class DeploymentManager:
+class DeploymentManager(DeploymentRestarts):
     """The serving processes of this control plane (deployments and base-model endpoints)."""
 
     def __init__(
@@ -122,7 +123,8 @@ class DeploymentManager:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def recover(self) -> None:
-        """On start: stop leftovers of a previous server, start every deployment again."""
+        """On start: stop leftovers of a previous server, start every deployment again (and watch them)."""
+        self._start_watching()
         for row in self.store.live_deployments():
             process_tree.end(self.data_dir, owner(row["deployed_model"]), grace_s=1.0)  # a leftover, if any
             if row["is_base"]:
@@ -133,6 +135,7 @@ class DeploymentManager:
 
     def stop_all(self) -> None:
         """On shutdown: stop every process; deployments keep their rows and come back on the next start."""
+        self._stop_watching()
         with self._lock:
             procs = list(self._procs.items())
             self._procs.clear()
@@ -351,9 +354,7 @@ class DeploymentManager:
             code = proc.returncode if proc is not None else None
             message = f"the serving process exited (code {code})" if proc is not None else "not running"
             tail = _tail(self._dir(name) / "serving.log")
-            message += f": {tail}" if tail else ""
-            self.store.set_deployment(name, status=FAILED, pid=None, port=None, message=message)
-            return self.store.deployment(name) or row
+            return self._on_exit(row, proc, message + (f": {tail}" if tail else ""))
         if row["status"] == PENDING:
             port = _read_port(self._dir(name) / "ready.port")
             if port:
@@ -428,7 +429,12 @@ def deployment_output(row: dict) -> dict:
         "billing_method": spec.get("billing_method"),
         "modifier": "local",
         "creator": "local",
-        "local": {"kind": row["kind"], "path": row["path"], "message": row.get("message")},
+        "local": {
+            "kind": row["kind"],
+            "path": row["path"],
+            "message": row.get("message"),
+            "events": deployment_events(row),
+        },
     }
 
 

@@ -14,10 +14,15 @@ interrupted ``max_interruptions`` times (default 3) fails with the reason instea
 --no-resume`` fails it at once (``ServerRestarted``), as before. A stop is never a user cancel. A
 worker that dies while the server runs fails its job (``WorkerCrashed``) with the exit reason and
 the last checkpoint, which a new job can continue from by passing its path as ``model``.
+
+Who writes a killed server's job last: never its old worker. A worker whose server is gone writes
+no final state (``worker._orphaned``): its function servers die with the server, so its step fails
+*because* of the kill, and a FAILED written then would beat (or follow) the next server's resume.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -26,34 +31,21 @@ import threading
 import time
 from pathlib import Path
 
-from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, TERMINAL_STATUSES
+from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES
 from opd_nb.server import process_tree
+from opd_nb.server.disk_space import ensure_reserve
+from opd_nb.server.job_endings import EXIT_INTERRUPTED, JobEndings, exit_reason
 from opd_nb.server.lifecycle import MAX_INTERRUPTIONS
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
 from opd_nb.server.store import Store, now_text
 
 CANCEL_GRACE_S = 4.0
 WORKER_MARKER = "opd_nb.server.worker"
-EXIT_INTERRUPTED = 75  # the worker stopped on SIGTERM/SIGINT; its job stays RUNNING (EX_TEMPFAIL)
 
 __all__ = ["CANCEL_GRACE_S", "EXIT_INTERRUPTED", "MAX_INTERRUPTIONS", "JobManager", "exit_reason"]
 
 
-def exit_reason(returncode: int | None) -> str:
-    """A worker's exit in words: ``killed by SIGKILL``, ``exit code 1``."""
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    if returncode == EXIT_INTERRUPTED:
-        return "stopped by a signal (SIGTERM/SIGINT)"
-    return f"exit code {returncode}"
-
-
-class JobManager:
+class JobManager(JobEndings):
     def __init__(
         self,
         store: Store,
@@ -122,6 +114,7 @@ class JobManager:
         self._resume.append(job_id)
 
     def start(self) -> None:
+        ensure_reserve(self.data_dir)
         self.recover()
         self._thread = threading.Thread(target=self._loop, name="opd-job-scheduler", daemon=True)
         self._thread.start()
@@ -152,6 +145,8 @@ class JobManager:
         if job is None or job["status"] in TERMINAL_STATUSES:
             return job["status"] if job else "UNKNOWN"
         self.store.set_job(job_id, cancel_requested=1)
+        if job["status"] == RUNNING and not self._has_worker(job_id):
+            return self._cancel_without_worker(job_id)
         if job["status"] == PENDING and self.store.set_job(
             job_id,
             only_if_status=(PENDING,),
@@ -166,13 +161,27 @@ class JobManager:
         self._wake.set()
         return self.store.job(job_id)["status"]
 
+    def _has_worker(self, job_id: str) -> bool:
+        proc = self._procs.get(job_id)
+        return proc is not None and proc.poll() is None
+
+    def _cancel_without_worker(self, job_id: str) -> str:
+        """A RUNNING job with no live worker (it died unsettled, or waits to resume): canceled now."""
+        with contextlib.suppress(ValueError):
+            self._resume.remove(job_id)
+        process_tree.end(self.data_dir, process_tree.job_owner(job_id), grace_s=1.0)
+        self.store.add_log(job_id, f"[server] {now_text()} cancel requested; the job has no running worker")
+        self._finish_canceled(job_id, running=True)
+        return self.store.job(job_id)["status"]
+
     # ---- scheduler loop -------------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
                 self._tick()
             except Exception as exc:  # keep scheduling even if one tick hits a transient DB error
-                print(f"opd serve: scheduler error: {exc!r}", file=sys.stderr)
+                with contextlib.suppress(OSError):  # a full disk: even this line may not be written
+                    print(f"opd serve: scheduler error: {exc!r}", file=sys.stderr)
             self._wake.wait(self.poll_s)
             self._wake.clear()
 
@@ -244,63 +253,13 @@ class JobManager:
             proc.wait(5)
 
     def _settle(self, job_id: str, proc: subprocess.Popen, *, shutting_down: bool = False) -> None:
-        """The worker is gone: if it did not record a final state, record one for it."""
-        self._procs.pop(job_id, None)
-        asked = self._cancel_at.pop(job_id, None)
+        """The worker is gone: if it did not record a final state, record one for it.
+
+        The worker is forgotten only once that is recorded: a write that fails (a full disk) is tried
+        again on the next tick, so the job cannot stay RUNNING with nobody watching it."""
         job = self.store.job(job_id)
-        if job is None or job["status"] != RUNNING:
-            return
-        if asked is not None or job.get("cancel_requested"):
-            self._finish_canceled(job_id, running=True)
-            return
-        point = latest_checkpoint(output_dir(self.data_dir, job_id))
-        if shutting_down and self.resume:
-            where = f"from {point.name}" if point.path else "from step 0 (no checkpoint yet)"
-            self.store.add_log(
-                job_id,
-                f"[server] {now_text()} interrupted: the local control plane stopped while this job was "
-                f"running; it resumes {where} when `opd serve` starts again on this data dir",
-            )
-            return  # stays RUNNING: the next start resumes it
-        tail = [f"[worker] {t}" for t in _tail(self.data_dir / "jobs" / job_id / "worker.log", 20)]
-        if shutting_down:
-            reason = (
-                "the local control plane was stopped while this job was running and `opd serve "
-                f"--no-resume` does not resume jobs. {continue_hint(point)}"
-            )
-            self._fail(job_id, "ServerStopped", reason, "", tail)
-            return
-        reason = f"the job worker died ({exit_reason(proc.returncode)}). {continue_hint(point)}"
-        self._fail(job_id, "WorkerCrashed", reason, "", tail)
-
-    def _fail(self, job_id: str, code: str, reason: str, note: str, extra: list[str] | None = None) -> None:
-        self.store.add_log(job_id, f"[server] {now_text()} FAILED: {reason}{note}", *(extra or []))
-        self.store.set_job(
-            job_id,
-            only_if_status=(RUNNING,),
-            status=FAILED,
-            code=code,
-            message=reason,
-            end_time=now_text(),
-            worker_pid=None,
-        )
-
-    def _finish_canceled(self, job_id: str, running: bool = False) -> None:
-        statuses = (RUNNING, PENDING) if running else (PENDING,)
-        if self.store.set_job(
-            job_id,
-            only_if_status=statuses,
-            status=CANCELED,
-            end_time=now_text(),
-            message="canceled by user",
-            worker_pid=None,
-        ):
-            self.store.add_log(job_id, f"[server] {now_text()} job {CANCELED}")
-
-
-def _tail(path: Path, n: int) -> list[str]:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    return lines[-n:]
+        if job is not None and job["status"] == RUNNING:
+            self._record_end(job, proc, self._cancel_at.get(job_id), shutting_down)
+        self._procs.pop(job_id, None)
+        self._cancel_at.pop(job_id, None)
+        ensure_reserve(self.data_dir)

@@ -22,6 +22,8 @@ from opd_nb.server.responses import INVALID, err
 
 MAX_JSON_BYTES = 16 * 2**20  # any non-multipart body
 MAX_FORM_BYTES = 512 * 2**20  # a multipart dataset upload (POST /files)
+MAX_CONCURRENT_UPLOADS = 4  # multipart uploads in flight at once (each spools to disk); more: 429
+UPLOAD_RETRY_AFTER_S = 2
 MAX_REQUIREMENTS_CHARS = 2**20  # a layer's requirements_content
 MAX_FILE_NAME_CHARS = 200  # an uploaded dataset's file name
 MAX_ZIP_ENTRIES = 10_000  # entries of a function zip
@@ -39,10 +41,18 @@ def too_large(what: str, cap: int) -> str:
 class BodyGuard:
     """Pure ASGI middleware: body size caps (413), then the one body decoder's checks (400)."""
 
-    def __init__(self, app: Any, max_json: int = MAX_JSON_BYTES, max_form: int = MAX_FORM_BYTES):
+    def __init__(
+        self,
+        app: Any,
+        max_json: int = MAX_JSON_BYTES,
+        max_form: int = MAX_FORM_BYTES,
+        max_uploads: int = MAX_CONCURRENT_UPLOADS,
+    ):
         self.app = app
         self.max_json = max_json
         self.max_form = max_form
+        self.max_uploads = max_uploads
+        self._uploads = 0  # multipart bodies being received (one event loop: no lock needed)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("path", "").startswith(OSS_PREFIX):
@@ -58,7 +68,7 @@ class BodyGuard:
             await err(413, "RequestTooLarge", too_large(what, cap))(scope, receive, send)
             return
         if multipart:
-            await self.app(scope, _counting(receive, cap, what), send)
+            await self._upload(scope, _counting(receive, cap, what), send)
             return
         if not length and "transfer-encoding" not in headers:
             await self.app(scope, receive, send)  # no body
@@ -68,12 +78,28 @@ class BodyGuard:
             await err(413, "RequestTooLarge", too_large(what, cap))(scope, receive, send)
             return
         # Every body, whatever its Content-Type: a route may read any body as JSON.
-        check = body_problem
-        problem = await anyio.to_thread.run_sync(check, body) if len(body) > _THREAD_ABOVE else check(body)
+        big = len(body) > _THREAD_ABOVE
+        problem = await anyio.to_thread.run_sync(body_problem, body) if big else body_problem(body)
         if problem:
             await err(400, INVALID, problem)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _upload(self, scope: dict, receive: Any, send: Any) -> None:
+        """A multipart upload, unless :data:`MAX_CONCURRENT_UPLOADS` are under way: then a 429 at once."""
+        if self._uploads >= self.max_uploads:
+            message = (
+                f"{self._uploads} uploads are already in progress (the local control plane takes "
+                f"{self.max_uploads} at once); retry when one has finished"
+            )
+            headers = {"Retry-After": str(UPLOAD_RETRY_AFTER_S)}
+            await err(429, "TooManyUploads", message, headers=headers)(scope, receive, send)
+            return
+        self._uploads += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._uploads -= 1
 
 
 async def _read(receive: Any, cap: int) -> bytes | None:

@@ -10,14 +10,18 @@ The OpenAPI schema documents that 400 body (FastAPI's default would promise a 42
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from opd_nb.server.db_safety import DB_FILE
+from opd_nb.server.disk_space import DISK_FULL, DISK_FULL_STATUS, full_disk_reason, is_disk_full
 from opd_nb.server.errors import ApiError
 
 INVALID = "InvalidParameter"
@@ -95,6 +99,23 @@ def install_error_handlers(app: FastAPI) -> None:
             f"the local control plane failed on {request.method} {request.url.path} "
             f"({type(exc).__name__}); the server log has the details",
         )
+
+    @app.exception_handler(OSError)
+    @app.exception_handler(sqlite3.Error)
+    async def _storage(request: Request, exc: Exception) -> JSONResponse:
+        """A full disk is Bailian's shape with 507 and the reason; other storage faults name the file."""
+        data_dir = request.app.state.services.data_dir
+        if is_disk_full(exc):
+            return err(DISK_FULL_STATUS, DISK_FULL, await run_in_threadpool(full_disk_reason, data_dir))
+        if isinstance(exc, sqlite3.DatabaseError):
+            return err(
+                503,
+                "DatabaseError",
+                f"the database {data_dir / DB_FILE} cannot be used ({exc}); stop `opd serve`, whose next "
+                "start names the backup to restore",
+            )
+        where = getattr(exc, "filename", None) or data_dir
+        return err(503, "StorageError", f"a file under the data dir could not be used: {exc} ({where})")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -2,22 +2,25 @@
 
 Startup refuses, with exit 2 and one line on stderr, before anything is bound: a non-loopback
 ``--host`` without a server key (it would run uploaded Python for anyone who can reach the port),
-a data dir another server owns (its lock is held), and a port that is taken.
+a data dir another server owns (its lock is held), a damaged database (or an empty one beside job
+directories: :mod:`opd_nb.server.db_safety`), and a port that is taken.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.server.auth import KEY_RECIPE, key_problem
+from opd_nb.server.db_safety import DB_FILE, backup_database, check_database
 from opd_nb.server.lifecycle import (
     API_KEY_ENV,
     MAX_INTERRUPTIONS,
@@ -32,6 +35,7 @@ from opd_nb.server.lifecycle import (
 )
 
 Banner = Callable[[ServerInfo], None]
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a clean stop: exit 0, record removed
 
 
 def refuse_open_bind(host: str, api_key: str | None) -> str | None:
@@ -121,6 +125,12 @@ def serve_forever(
     if exit_with_parent:
         _stop_when_orphaned(os.getppid())
     try:
+        damaged = check_database(data_dir)
+        if damaged:
+            print(damaged, file=sys.stderr)
+            return 2
+        if (data_dir / DB_FILE).exists():
+            backup_database(data_dir / DB_FILE)
         sock = _bind(host, port)
         if isinstance(sock, str):
             print(sock, file=sys.stderr)
@@ -186,5 +196,28 @@ def _serve(
     config = uvicorn.Config(
         app, http=protocol_class(), log_level=log_level, access_log=False, timeout_graceful_shutdown=5
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    with _stop_signals_end_cleanly():
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+@contextlib.contextmanager
+def _stop_signals_end_cleanly() -> Iterator[None]:
+    """A SIGTERM/SIGINT stop exits 0 after our cleanup (the owner record removed, the lock released).
+
+    uvicorn handles the signal with a graceful stop, then raises it again with the handlers it found
+    installed: with the defaults that kills the process (exit 143) before ``serve_forever``'s
+    ``finally`` runs. So the handlers it finds are these no-ops: the stop has already happened."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # uvicorn installs no handlers off the main thread either
+        return
+    previous = {sig: signal.signal(sig, _already_stopped) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _already_stopped(signum: int, frame: object) -> None:
+    """uvicorn's re-raise of the stop signal it just handled: nothing is left to do."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.constants import PENDING, STEP_SECONDS, TOKENS_PER_S
+from opd_nb.server.db_safety import DB_FILE, backup_database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -68,10 +69,10 @@ class Store:
     def __init__(self, data_dir: str | Path):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.data_dir / "opd.sqlite3"
+        self.path = self.data_dir / DB_FILE
         self._local = threading.local()
         self.conn().executescript(SCHEMA)
-        self._add_columns("deployments", plan="TEXT", plan_spec="TEXT")
+        self._add_columns("deployments", plan="TEXT", plan_spec="TEXT", restarts="INTEGER", events="TEXT")
 
     def _add_columns(self, table: str, **columns: str) -> None:
         """Columns added after a table's first release (a data dir of an older server lacks them)."""
@@ -159,7 +160,10 @@ class Store:
             sql += f" AND status IN ({','.join('?' * len(only_if_status))})"
             args += list(only_if_status)
         with self.tx() as conn:
-            return conn.execute(sql, args).rowcount > 0
+            changed = conn.execute(sql, args).rowcount > 0
+        if changed and "status" in fields:
+            backup_database(self.path)  # the recovery path for a damaged database (db_safety.py)
+        return changed
 
     def merge_meta(self, job_id: str, **extra: Any) -> None:
         with self.tx() as conn:

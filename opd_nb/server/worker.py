@@ -24,11 +24,21 @@ from typing import Any
 from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
 from opd_nb.engine.api import EngineError, RewardEndpoint, RolloutEndpoint
 from opd_nb.errors import OpdError
+from opd_nb.function_server import keep_own_log_under
+from opd_nb.server.disk_space import (
+    DISK_FULL,
+    full_disk_reason,
+    is_disk_full,
+    low_space,
+    mentions_full_disk,
+    release_reserve,
+)
 from opd_nb.server.store import Store, now_text
 
 _STOP_POLL_S = 0.5
 EXIT_INTERRUPTED = 75  # opd_nb.server.jobs.EXIT_INTERRUPTED (the job stays RUNNING)
 PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
+ORPHAN_SETTLE_S = 2.0  # how long a step failed by a dead function server waits to see if the server died
 
 
 class Interrupted(Exception):
@@ -167,12 +177,16 @@ def run_job(data_dir: Path, job_id: str) -> int:
     except Exception as exc:
         if should_stop.signalled:
             return _interrupted(events)  # the signal broke a step mid-way
+        if _orphaned(ORPHAN_SETTLE_S if any(not s.alive() for s in servers) else 0.0):
+            return _orphaned_exit(events, f"{type(exc).__name__}: {exc}")
         if store.cancel_requested(job_id):
             _mark_canceled(store, job_id)
             return 0
         _record_failure(store, events, job_id, exc, servers)
         return 1
     else:
+        if _orphaned():
+            return _orphaned_exit(events, "it finished training, unpublished")
         if store.cancel_requested(job_id):
             events.log("job stopped on request")
             _mark_canceled(store, job_id)
@@ -185,6 +199,35 @@ def run_job(data_dir: Path, job_id: str) -> int:
                 server.stop()
             except Exception:
                 pass
+
+
+def _orphaned(wait_s: float = 0.0) -> bool:
+    """Whether the control plane that started this worker is gone (``OPD_SERVER_PID`` is not our parent),
+    watching for up to ``wait_s`` seconds.
+
+    Then the job is no longer ours to settle: the next server resumes it. Our function servers are
+    being ended by :func:`_watch_parent`, so a training step failing now fails *because* of the kill,
+    and writing FAILED would race the next server's resume (and could land after it). A step that
+    failed because a function server died waits ``wait_s`` first: a server killed with SIGKILL on a
+    loaded machine can take a moment to be gone (to re-parent us), while its children die at once."""
+    parent = os.environ.get(PARENT_ENV)
+    deadline = time.monotonic() + wait_s
+    while parent:
+        if os.getppid() != int(parent):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return False
+
+
+def _orphaned_exit(events: StoreEvents, what: str) -> int:
+    events.log(
+        f"the control plane that started this worker is gone ({what}); the job stays RUNNING and "
+        "resumes from its last checkpoint when `opd serve` starts again",
+        level="WARNING",
+    )
+    return EXIT_INTERRUPTED
 
 
 def _interrupted(events: StoreEvents) -> int:
@@ -317,6 +360,14 @@ def _record_failure(
 ) -> None:
     """Log why the job failed (with the traceback and function logs when unexplained) and mark it FAILED."""
     message, explained = _failure_message(exc)
+    code = "JobFailed"
+    if is_disk_full(exc) or mentions_full_disk([message]) or low_space(store.data_dir):
+        release_reserve(store.data_dir)  # the room to record why (disk_space.py)
+        message, explained, code = (
+            f"{full_disk_reason(store.data_dir)} (the error: {message})",
+            True,
+            DISK_FULL,
+        )
     events.log(f"{FAILED}: {message}", level="ERROR")
     if not explained:
         for line in traceback.format_exc().splitlines():
@@ -328,7 +379,7 @@ def _record_failure(
         job_id,
         only_if_status=(RUNNING,),
         status=FAILED,
-        code="JobFailed",
+        code=code,
         message=message,
         end_time=now_text(),
         worker_pid=None,
@@ -342,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parent = int(os.environ.get(PARENT_ENV) or os.getppid())
     threading.Thread(target=_watch_parent, args=(parent,), name="opd-watch-parent", daemon=True).start()
+    keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
     try:  # training is background work: the control plane (and the user's notebook) stay responsive
         os.nice(int(os.environ.get("OPD_WORKER_NICE", "10")))
     except (OSError, ValueError):

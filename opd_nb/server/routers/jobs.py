@@ -18,9 +18,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from opd_nb.constants import FAILED, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.server.bodies import JobBody
-from opd_nb.server.deps import JobDep, JobManagerDep, PageDep, RegistryDep, StoreDep, existing_job
+from opd_nb.server.deps import (
+    JobDep,
+    JobManagerDep,
+    PageDep,
+    RegistryDep,
+    ServicesDep,
+    StoreDep,
+    existing_job,
+)
 from opd_nb.server.errors import ApiError
 from opd_nb.server.exports import export_checkpoint
+from opd_nb.server.job_files import remove_job_files
 from opd_nb.server.job_views import checkpoint_listing, job_output
 from opd_nb.server.responses import ok
 from opd_nb.server.store import Store
@@ -85,12 +94,24 @@ def cancel_job(job: JobDep, manager: JobManagerDep) -> JSONResponse:
 
 
 @router.delete("/{job_id}")
-def delete_job(job: JobDep, store: StoreDep) -> JSONResponse:
+def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JSONResponse:
+    """Hide the job and remove its files; ``local`` says how much was freed and what was kept, and why."""
     job_id = job["job_id"]
     if job["status"] not in TERMINAL_STATUSES:
         raise ApiError(400, "JobRunning", f"job {job_id} is {job['status']}; cancel it before deleting it")
     store.set_job(job_id, deleted=1)
-    return ok({"job_id": job_id, "status": DELETED})
+    keep = {
+        row["path"]: f"exported as model {row['model_name']!r} (it stays deployable)"
+        for row in store.exports(job_id).values()
+    }
+    keep.update(
+        {
+            row["path"]: f"deployment {row['deployed_model']!r} serves it (delete the deployment first)"
+            for row in store.live_deployments()
+        }
+    )
+    files = remove_job_files(services.data_dir, job_id, keep)
+    return ok({"job_id": job_id, "status": DELETED}, local=files.model_dump())
 
 
 # The two routes with query parameters look the job up in their body, not with `JobDep`: FastAPI

@@ -1,0 +1,110 @@
+"""How a job's end is recorded when its worker did not record it: canceled, interrupted, or failed with why.
+
+Split from :mod:`opd_nb.server.jobs` (the scheduler) as a mixin: the manager decides *when* a worker is
+gone, this decides *what* the job's record then says, a full disk included (:mod:`disk_space`).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING
+from opd_nb.server.disk_space import (
+    DISK_FULL,
+    full_disk_reason,
+    low_space,
+    mentions_full_disk,
+    release_reserve,
+)
+from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir
+from opd_nb.server.store import Store, now_text
+
+EXIT_INTERRUPTED = 75  # the worker stopped on SIGTERM/SIGINT; its job stays RUNNING (EX_TEMPFAIL)
+
+
+def exit_reason(returncode: int | None) -> str:
+    """A worker's exit in words: ``killed by SIGKILL``, ``exit code 1``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    if returncode == EXIT_INTERRUPTED:
+        return "stopped by a signal (SIGTERM/SIGINT)"
+    return f"exit code {returncode}"
+
+
+class JobEndings:
+    """The job manager's records of a job's end (needs ``store``, ``data_dir`` and ``resume``)."""
+
+    store: Store
+    data_dir: Path
+    resume: bool
+
+    def _record_end(
+        self, job: dict, proc: subprocess.Popen, asked: float | None, shutting_down: bool
+    ) -> None:
+        job_id = job["job_id"]
+        if asked is not None or job.get("cancel_requested"):
+            self._finish_canceled(job_id, running=True)
+            return
+        point = latest_checkpoint(output_dir(self.data_dir, job_id))
+        if shutting_down and self.resume:
+            where = f"from {point.name}" if point.path else "from step 0 (no checkpoint yet)"
+            self.store.add_log(
+                job_id,
+                f"[server] {now_text()} interrupted: the local control plane stopped while this job was "
+                f"running; it resumes {where} when `opd serve` starts again on this data dir",
+            )
+            return  # stays RUNNING: the next start resumes it
+        tail = [f"[worker] {t}" for t in _tail(self.data_dir / "jobs" / job_id / "worker.log", 20)]
+        if shutting_down:
+            reason = (
+                "the local control plane was stopped while this job was running and `opd serve "
+                f"--no-resume` does not resume jobs. {continue_hint(point)}"
+            )
+            self._fail(job_id, "ServerStopped", reason, "", tail)
+            return
+        if low_space(self.data_dir) or mentions_full_disk(tail):
+            release_reserve(self.data_dir)  # the room to record why
+            reason = f"the job worker died on a full disk ({exit_reason(proc.returncode)}): {full_disk_reason(self.data_dir)}"
+            self._fail(job_id, DISK_FULL, reason, "", tail)
+            return
+        reason = f"the job worker died ({exit_reason(proc.returncode)}). {continue_hint(point)}"
+        self._fail(job_id, "WorkerCrashed", reason, "", tail)
+
+    def _fail(self, job_id: str, code: str, reason: str, note: str, extra: list[str] | None = None) -> None:
+        self.store.add_log(job_id, f"[server] {now_text()} FAILED: {reason}{note}", *(extra or []))
+        self.store.set_job(
+            job_id,
+            only_if_status=(RUNNING,),
+            status=FAILED,
+            code=code,
+            message=reason,
+            end_time=now_text(),
+            worker_pid=None,
+        )
+
+    def _finish_canceled(self, job_id: str, running: bool = False) -> None:
+        statuses = (RUNNING, PENDING) if running else (PENDING,)
+        if self.store.set_job(
+            job_id,
+            only_if_status=statuses,
+            status=CANCELED,
+            end_time=now_text(),
+            message="canceled by user",
+            worker_pid=None,
+        ):
+            self.store.add_log(job_id, f"[server] {now_text()} job {CANCELED}")
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    return lines[-n:]
