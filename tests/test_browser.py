@@ -28,6 +28,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 DRIVER = shutil.which("chromedriver")
 
 
+PROBE = "widgets ready"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,6 +39,7 @@ def _free_port() -> int:
 
 def _notebook(workspace: str, api_base: str) -> dict:
     cells = [
+        f"import ipywidgets\nipywidgets.Label({PROBE!r})",  # the widget manager is listening (see _probe)
         "%load_ext opd_nb",
         f"%opd use local --base-url {api_base}",
         f"%opd form {workspace}",
@@ -188,6 +192,7 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
             90,
             "an idle kernel",
         )
+        _probe_widgets(driver, wait_for)
 
         def run_all() -> None:
             """Run > Run All Cells, through the menus as a user would."""
@@ -206,21 +211,21 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
                 "Run All Cells",
             ).click()
 
-        def first_cell_ran() -> bool:
-            prompt = driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").text
-            return prompt.strip() not in ("", "[ ]:")
+        def first_opd_cell_ran() -> bool:
+            prompts = driver.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt")
+            return prompts[1].text.strip() not in ("", "[ ]:")  # [0] is the probe, already run
 
-        # On a loaded machine the kernel can still be connecting when the indicator first says idle,
+        # On a loaded machine the kernel could still be connecting when the indicator first said idle,
         # and then Run All passes over the cells without running one (failure.png: every prompt
         # "[ ]:"). Nothing ran, so running them all again is safe.
         for _ in range(3):
             run_all()
             end = time.monotonic() + 20
-            while time.monotonic() < end and not first_cell_ran():
+            while time.monotonic() < end and not first_opd_cell_ran():
                 time.sleep(0.5)
-            if first_cell_ran():
+            if first_opd_cell_ran():
                 break
-        wait_for(first_cell_ran, 10, "the first cell to run")
+        wait_for(first_opd_cell_ran, 10, "the first %opd cell to run")
 
         form = wait_for(
             lambda: driver.find_element(By.CSS_SELECTOR, ".opd-config-form"), 90, "the config form"
@@ -299,3 +304,46 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
         except subprocess.TimeoutExpired:
             lab.kill()
         lab_log.close()
+
+
+def _probe_widgets(driver, wait_for) -> None:
+    """Run the probe cell alone until its widget renders, before any job is submitted.
+
+    Once, on a loaded machine, every widget of the run said "Error displaying widget: model not
+    found" (failure.png): the kernel's widget messages reached a page whose widget manager was not
+    listening yet, and the page never gets them again. A reload builds a new manager, which asks the
+    kernel for its live widgets; the probe shows whether it listens before Run All submits anything."""
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    def probe_state() -> str | None:
+        cell = driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell")
+        text = " ".join(o.text for o in cell.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output"))
+        return "broken" if "Error displaying widget" in text else "ok" if PROBE in text else None
+
+    for attempt in range(3):
+        prompt = wait_for(
+            lambda: driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt"),
+            30,
+            "a cell",
+        )
+        prompt.click()
+        ActionChains(driver).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+        if wait_for(probe_state, 60, "the probe widget") == "ok":
+            return
+        driver.save_screenshot(str(ARTIFACTS / f"probe_broken_{attempt}.png"))
+        driver.refresh()
+        try:
+            driver.switch_to.alert.accept()  # "leave the page?" for the unsaved probe output
+        except NoAlertPresentException:
+            pass
+        wait_for(
+            lambda: driver.find_elements(
+                By.CSS_SELECTOR, ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+            ),
+            90,
+            "an idle kernel after the reload",
+        )
+    pytest.fail("the probe widget never rendered: the page's widget manager did not hear the kernel")
