@@ -394,10 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parent = int(os.environ.get(PARENT_ENV) or os.getppid())
     threading.Thread(target=_watch_parent, args=(parent,), name="opd-watch-parent", daemon=True).start()
     keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
-    try:  # training is background work: the control plane (and the user's notebook) stay responsive
-        os.nice(int(os.environ.get("OPD_WORKER_NICE", "10")))
-    except (OSError, ValueError):
-        pass
+    _lower_priority(os.environ.get("OPD_WORKER_NICE", "10"))
     try:
         import torch
 
@@ -405,6 +402,24 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     return run_job(Path(args[0]), args[1])
+
+
+def _lower_priority(nice: str) -> None:
+    """Training is background work: the control plane (and the user's notebook) stay responsive.
+
+    ``os.nice`` alone did nothing against other sessions: the worker starts a session of its own, and
+    with the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each session
+    is one scheduling group with a fair share, whatever its members' nice. The group's nice is set
+    through ``/proc/self/autogroup`` (lowering one's own priority needs no privilege)."""
+    try:
+        value = int(nice)
+        os.nice(value)
+    except (OSError, ValueError):
+        return
+    try:
+        Path("/proc/self/autogroup").write_text(str(value))
+    except OSError:
+        pass  # no autogroup (another kernel, or a container without it): the plain nice is all there is
 
 
 def torch_threads() -> int:
