@@ -22,13 +22,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_http import H, job_logs, job_view, wait_until
 
 from opd_nb.engine.task import make_rows
 from opd_nb.server import start
 from opd_nb.server.store import Store
 
 pytestmark = pytest.mark.slow  # each test starts a server of its own
-H = {"Authorization": "Bearer faults-test"}
 TINY = {
     "n_epochs": 1,
     "batch_size": 4,
@@ -40,16 +40,6 @@ TINY = {
     "save_strategy": "steps",
     "save_steps": 1,
 }
-
-
-def _wait(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _upload(api: str, rows: list[dict], name: str = "t.jsonl") -> str:
@@ -74,15 +64,6 @@ def _submit(api: str, rows: int = 16, reward_id: str | None = None, **hp: object
     return resp.json()["output"]["job_id"]
 
 
-def _job(api: str, job_id: str) -> dict:
-    return httpx.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"]
-
-
-def _logs(api: str, job_id: str) -> list[str]:
-    out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
-    return out["output"]["logs"]
-
-
 def _metrics(api: str, job_id: str) -> list[dict]:
     return httpx.get(f"{api}/fine-tunes/{job_id}/metrics", headers=H).json()["output"]["metrics"]
 
@@ -93,8 +74,8 @@ def _checkpoints(api: str, job_id: str) -> list[str]:
 
 
 def _ended(api: str, job_id: str, timeout: float = 120) -> dict:
-    return _wait(
-        lambda: (j := _job(api, job_id))["status"] in ("SUCCEEDED", "FAILED", "CANCELED") and j,
+    return wait_until(
+        lambda: (j := job_view(api, job_id))["status"] in ("SUCCEEDED", "FAILED", "CANCELED") and j,
         timeout,
         f"job {job_id} to end",
     )
@@ -115,7 +96,7 @@ def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(tmp_p
         api = server.api_base
         plain, exported = _submit(api, rows=8), _submit(api, rows=8)
         for job_id in (plain, exported):
-            assert _ended(api, job_id)["status"] == "SUCCEEDED", _logs(api, job_id)[-20:]
+            assert _ended(api, job_id)["status"] == "SUCCEEDED", job_logs(api, job_id)[-20:]
         assert (tmp_path / "jobs" / plain).is_dir()
         out = httpx.get(f"{api}/fine-tunes/{exported}/export/checkpoint-1", headers=H)
         assert out.status_code == 200, out.text
@@ -166,7 +147,7 @@ def test_kill_9_leaves_no_instance_running_and_the_next_start_reaps_partial_file
     port = int(loaded.json()["output"]["trigger_url"].rsplit(":", 1)[1])
     listener = next(c.pid for c in psutil.net_connections("tcp") if c.laddr.port == port and c.pid)
     server.kill()
-    _wait(
+    wait_until(
         lambda: not psutil.pid_exists(listener) or psutil.Process(listener).status() == "zombie",
         10,
         "the instance to exit",
@@ -225,7 +206,7 @@ def test_a_damaged_database_is_refused_and_a_rotated_backup_restores_it(tmp_path
     restore = line.split("restore the newest backup: ", 1)[1].split(" (older ones", 1)[0]
     subprocess.run(["bash", "-c", restore], check=True)
     with start(port=0, data_dir=data) as server:
-        assert _job(server.api_base, job_id)["status"] == "SUCCEEDED"
+        assert job_view(server.api_base, job_id)["status"] == "SUCCEEDED"
         listed = httpx.get(server.api_base + "/files", headers=H)
         assert listed.status_code == 200 and listed.json()["output"]["total"] >= 1, listed.text
     for _ in range(KEEP_BACKUPS + 2):  # each start takes one: the count stays bounded
@@ -276,7 +257,7 @@ def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_
 
     with start(port=0, data_dir=data) as again:
         job = _ended(again.api_base, job_id)
-        logs = _logs(again.api_base, job_id)
+        logs = job_logs(again.api_base, job_id)
         assert job["status"] == "SUCCEEDED", "\n".join([job.get("message", ""), *logs[-40:]])
         assert any("resumed from checkpoint-" in line for line in logs), logs[-30:]
         assert any("control plane that started this worker is gone" in line for line in logs), logs[-40:]
@@ -285,7 +266,7 @@ def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_
 # ---- cancel ends a job whose worker is gone ----------------------------------------------------------
 def _resumed_one(api: str, jobs: list[str]) -> str | None:
     """Once one of ``jobs`` has a worker again after the restart: the other one (still waiting)."""
-    resumed = [j for j in jobs if any("after a server restart (worker pid" in ln for ln in _logs(api, j))]
+    resumed = [j for j in jobs if any("after a server restart (worker pid" in ln for ln in job_logs(api, j))]
     return next(j for j in jobs if j not in resumed) if len(resumed) == 1 else None
 
 
@@ -296,19 +277,21 @@ def test_cancel_ends_a_running_job_that_has_no_worker(tmp_path: Path) -> None:
     server = start(port=0, data_dir=data, max_running=2)
     long_jobs = [_submit(server.api_base, n_epochs=50, save_steps=100) for _ in range(2)]
     for job_id in long_jobs:
-        _wait(lambda j=job_id: _job(server.api_base, j).get("progress"), 120, f"{job_id} to make progress")
+        wait_until(
+            lambda j=job_id: job_view(server.api_base, j).get("progress"), 120, f"{job_id} to make progress"
+        )
     server.kill()
     with start(port=0, data_dir=data, max_running=1) as again:
         api = again.api_base
-        waiting = _wait(
+        waiting = wait_until(
             lambda: _resumed_one(api, long_jobs),
             30,
             "one job to resume and the other to wait",
         )
-        assert _job(api, waiting)["status"] == "RUNNING"
+        assert job_view(api, waiting)["status"] == "RUNNING"
         asked = httpx.post(f"{api}/fine-tunes/{waiting}/cancel", headers=H).json()["output"]
-        assert asked["status"] == "CANCELED", (asked, _logs(api, waiting)[-5:])
-        assert _job(api, waiting)["status"] == "CANCELED"
+        assert asked["status"] == "CANCELED", (asked, job_logs(api, waiting)[-5:])
+        assert job_view(api, waiting)["status"] == "CANCELED"
         other = next(j for j in long_jobs if j != waiting)
         httpx.post(f"{api}/fine-tunes/{other}/cancel", headers=H)
         assert _ended(api, other, timeout=30)["status"] == "CANCELED"
@@ -377,7 +360,7 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
         reward_id = _register_reward(api, tmp_path, FILLS_THE_DISK, "FillsTheDisk")
         chatty = _submit(api, rows=8, reward_id=reward_id, n_epochs=20, save_steps=100)
         job = _ended(api, chatty, timeout=180)
-        logs = _logs(api, chatty)
+        logs = job_logs(api, chatty)
         assert job["status"] == "FAILED" and job["code"] == "InsufficientStorage", "\n".join(
             [job["message"], *logs[-30:]]
         )
@@ -394,7 +377,7 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
         assert full.status_code == 507 and full.json()["code"] == "InsufficientStorage", full.text
         assert "no space left on device" in full.json()["message"]
 
-        assert _job(api, earlier)["status"] == "SUCCEEDED"  # earlier jobs stay intact
+        assert job_view(api, earlier)["status"] == "SUCCEEDED"  # earlier jobs stay intact
         assert (_metrics(api, earlier), _checkpoints(api, earlier)) == before
         for filler in [data / "filler.bin", *(data / "functions" / reward_id / "code").glob("fill-*.bin")]:
             filler.unlink()
@@ -458,7 +441,7 @@ def test_concurrent_uploads_past_the_limit_get_a_clear_429(tmp_path: Path) -> No
     with start(port=0, data_dir=tmp_path / "data") as server:
         stalled = [_stalled_upload(server.port) for _ in range(MAX_CONCURRENT_UPLOADS)]
         try:
-            refused = _wait(
+            refused = wait_until(
                 lambda: (
                     (r := httpx.post(server.api_base + "/files", headers=H, files=rows)).status_code == 429
                     and r
@@ -471,7 +454,7 @@ def test_concurrent_uploads_past_the_limit_get_a_clear_429(tmp_path: Path) -> No
         finally:
             for sock in stalled:
                 sock.close()
-        _wait(
+        wait_until(
             lambda: httpx.post(server.api_base + "/files", headers=H, files=rows).status_code == 200,
             10,
             "uploads to be taken again once the stalled ones are gone",
@@ -489,13 +472,13 @@ def test_a_killed_deployment_is_restarted_once_then_fails_with_the_reason(tmp_pa
         made = httpx.post(api + "/deployments", headers=H, json={"model_name": "qwen3-8b", "capacity": 1})
         assert made.status_code == 200, made.text
         name = made.json()["output"]["deployed_model"]
-        _wait(lambda: _deployment(api, name)["status"] == "RUNNING", 120, "the deployment to run")
+        wait_until(lambda: _deployment(api, name)["status"] == "RUNNING", 120, "the deployment to run")
         store = Store(tmp_path / "data")
 
         first = store.deployment(name)["pid"]
         os.kill(first, signal.SIGKILL)
-        _wait(lambda: (store.deployment(name)["pid"] or first) != first, 20, "a restart")
-        back = _wait(
+        wait_until(lambda: (store.deployment(name)["pid"] or first) != first, 20, "a restart")
+        back = wait_until(
             lambda: (d := _deployment(api, name))["status"] == "RUNNING" and d, 120, "it to run again"
         )
         events = [e["event"] for e in back["local"]["events"]]
@@ -510,7 +493,9 @@ def test_a_killed_deployment_is_restarted_once_then_fails_with_the_reason(tmp_pa
         )
 
         os.kill(store.deployment(name)["pid"], signal.SIGKILL)  # a second death: no second restart
-        failed = _wait(lambda: (d := _deployment(api, name))["status"] == "FAILED" and d, 20, "it to fail")
+        failed = wait_until(
+            lambda: (d := _deployment(api, name))["status"] == "FAILED" and d, 20, "it to fail"
+        )
         assert "restarted 1 time(s) already" in failed["local"]["message"], failed
         assert [e["event"] for e in failed["local"]["events"]][-1] == "failed"
         call = httpx.post(

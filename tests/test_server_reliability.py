@@ -20,13 +20,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_http import H, job_logs, job_view, wait_until
 
 from opd_nb.engine.task import make_rows
 from opd_nb.server import process_tree, start
 from opd_nb.server.store import Store
 
 pytestmark = pytest.mark.slow
-H = {"Authorization": "Bearer reliability-test"}
 ACCURACY = "validation/accuracy"
 HP = {
     "n_epochs": 2,
@@ -41,16 +41,6 @@ HP = {
     "save_total_limit": 2,
     "learning_rate": 1e-7,  # local 1e-4: the tiny pair keeps a non-zero accuracy to compare
 }
-
-
-def _wait(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _upload(api: str, rows: list[dict], name: str) -> str:
@@ -118,15 +108,6 @@ def _submit(api: str, reward_id: str | None = None, seed: int = 3, **hp: object)
     return resp.json()["output"]["job_id"]
 
 
-def _job(api: str, job_id: str) -> dict:
-    return httpx.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"]
-
-
-def _logs(api: str, job_id: str) -> list[str]:
-    out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
-    return out["output"]["logs"]
-
-
 def _checkpoint_steps(api: str, job_id: str) -> list[int]:
     out = httpx.get(f"{api}/fine-tunes/{job_id}/checkpoints", headers=H).json()["output"]
     listing = out["checkpoints"] if isinstance(out, dict) else out
@@ -135,8 +116,8 @@ def _checkpoint_steps(api: str, job_id: str) -> list[int]:
 
 def _checkpointed(api: str, job_id: str, at_least: int):  # noqa: ANN202
     def check():  # noqa: ANN202
-        job = _job(api, job_id)
-        assert job["status"] in ("PENDING", "RUNNING"), (job, _logs(api, job_id)[-20:])
+        job = job_view(api, job_id)
+        assert job["status"] in ("PENDING", "RUNNING"), (job, job_logs(api, job_id)[-20:])
         steps = _checkpoint_steps(api, job_id)
         return job["status"] == "RUNNING" and steps and max(steps) >= at_least
 
@@ -144,12 +125,12 @@ def _checkpointed(api: str, job_id: str, at_least: int):  # noqa: ANN202
 
 
 def _finished(api: str, job_id: str, timeout: float = 240) -> dict:
-    job = _wait(
-        lambda: (j := _job(api, job_id))["status"] in ("SUCCEEDED", "FAILED", "CANCELED") and j,
+    job = wait_until(
+        lambda: (j := job_view(api, job_id))["status"] in ("SUCCEEDED", "FAILED", "CANCELED") and j,
         timeout,
         f"job {job_id} to finish",
     )
-    assert job["status"] == "SUCCEEDED", (job, "\n".join(_logs(api, job_id)[-40:]))
+    assert job["status"] == "SUCCEEDED", (job, "\n".join(job_logs(api, job_id)[-40:]))
     return job
 
 
@@ -185,11 +166,11 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
         # 16 steps: the kill lands with most of the job still to run, however fast this machine is.
         clean = _submit(baseline.api_base, n_epochs=4)
         job_id = _submit(server.api_base, n_epochs=4)
-        _wait(_checkpointed(server.api_base, job_id, 2), 240, "a checkpoint")
+        wait_until(_checkpointed(server.api_base, job_id, 2), 240, "a checkpoint")
         tree = [p.pid for p in process_tree.members(data_dir, process_tree.job_owner(job_id))]
         assert tree, "the worker carries its job's process-tree tag"
         server.kill()
-        _wait(lambda: _gone(tree), 15, "the orphaned worker to exit")
+        wait_until(lambda: _gone(tree), 15, "the orphaned worker to exit")
     finally:
         server.kill()
     cut = Store(data_dir).job(job_id)
@@ -198,11 +179,13 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
     again = start(port=0, data_dir=data_dir)
     try:
         api = again.api_base
-        _wait(lambda: any("after a server restart" in line for line in _logs(api, job_id)), 30, "the resume")
-        logs = _logs(api, job_id)
+        wait_until(
+            lambda: any("after a server restart" in line for line in job_logs(api, job_id)), 30, "the resume"
+        )
+        logs = job_logs(api, job_id)
         resumed = next(line for line in logs if "after a server restart (worker pid" in line)
         assert "resumed from checkpoint-" in resumed, resumed
-        assert _job(api, job_id)["status"] == "RUNNING"
+        assert job_view(api, job_id)["status"] == "RUNNING"
 
         # A second server on the same data dir is refused with the owner's URL and pid ...
         second = subprocess.run(
@@ -215,7 +198,7 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and again.base_url in lines[0] and f"pid {again.pid}" in lines[0], lines
         # ... and the owner's job keeps running.
-        assert _job(api, job_id)["status"] == "RUNNING"
+        assert job_view(api, job_id)["status"] == "RUNNING"
         assert process_tree.members(data_dir, process_tree.job_owner(job_id))
 
         _finished(api, job_id)
@@ -224,7 +207,7 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
         resumed_acc, clean_acc = _final_accuracy(api, job_id), _final_accuracy(baseline.api_base, clean)
         assert abs(resumed_acc - clean_acc) <= 0.25, (resumed_acc, clean_acc)
         owner = process_tree.job_owner(job_id)
-        _wait(lambda: not process_tree.members(data_dir, owner), 15, "the finished job's worker to exit")
+        wait_until(lambda: not process_tree.members(data_dir, owner), 15, "the finished job's worker to exit")
     finally:
         again.stop()
         baseline.stop()
@@ -235,7 +218,7 @@ def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
     try:
         # 16 steps: SIGTERM lands with most of the job still to run, however fast this machine is.
         job_id = _submit(server.api_base, n_epochs=4)
-        _wait(_checkpointed(server.api_base, job_id, 1), 240, "a checkpoint")
+        wait_until(_checkpointed(server.api_base, job_id, 1), 240, "a checkpoint")
         server.stop(sig=signal.SIGTERM)
     finally:
         server.kill()
@@ -245,7 +228,7 @@ def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
 
     with start(port=0, data_dir=tmp_path) as again:
         job = _finished(again.api_base, job_id)
-        logs = _logs(again.api_base, job_id)
+        logs = job_logs(again.api_base, job_id)
         assert any("interrupted: the local control plane stopped" in line for line in logs)
         assert any("resumed from checkpoint-" in line and "after a server restart" in line for line in logs)
         assert "canceled" not in (job.get("message") or "")
@@ -258,18 +241,20 @@ def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path):
         api = server.api_base
         reward = _reward_id(api, tmp_path, "OddMetrics")
         job_id = _submit(api, reward, n_epochs=20)
-        _wait(_checkpointed(api, job_id, 2), 240, "a checkpoint")
-        warnings = [line for line in _logs(api, job_id) if "the console would not show it" in line]
+        wait_until(_checkpointed(api, job_id, 2), 240, "a checkpoint")
+        warnings = [line for line in job_logs(api, job_id) if "the console would not show it" in line]
         assert len(warnings) == 2, warnings  # one per key, however many steps reported it
         assert any("'tag' is a str" in w for w in warnings) and any("'flag' is a bool" in w for w in warnings)
         tree = process_tree.members(tmp_path / "data", process_tree.job_owner(job_id))
         assert len(tree) >= 2, tree  # the worker and its reward function server
         worker = Store(tmp_path / "data").job(job_id)["worker_pid"]
         os.kill(worker, signal.SIGKILL)
-        job = _wait(lambda: (j := _job(api, job_id))["status"] == "FAILED" and j, 30, "the job to fail")
+        job = wait_until(
+            lambda: (j := job_view(api, job_id))["status"] == "FAILED" and j, 30, "the job to fail"
+        )
         assert job["code"] == "WorkerCrashed" and "SIGKILL" in job["message"], job
         assert "checkpoint-" in job["message"] and "`model`" in job["message"], job
-        _wait(lambda: _gone([p.pid for p in tree]), 15, "every process of the job to end")
+        wait_until(lambda: _gone([p.pid for p in tree]), 15, "every process of the job to end")
         assert not process_tree.members(tmp_path / "data", process_tree.job_owner(job_id))
 
         # The message says how to go on: pass the checkpoint as `model`.
@@ -288,21 +273,21 @@ def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path):
         follow_id = follow.json()["output"]["job_id"]
         assert follow.json()["output"]["local"]["student_path"] == checkpoint
         httpx.post(f"{api}/fine-tunes/{follow_id}/cancel", headers=H)
-        _wait(lambda: _job(api, follow_id)["status"] == "CANCELED", 30, "the follow-up to cancel")
+        wait_until(lambda: job_view(api, follow_id)["status"] == "CANCELED", 30, "the follow-up to cancel")
 
 
 def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path):
     server = start(port=0, data_dir=tmp_path, max_interruptions=1)
     try:
         job_id = _submit(server.api_base, n_epochs=20)
-        _wait(lambda: _job(server.api_base, job_id)["status"] == "RUNNING", 60, "the job to start")
+        wait_until(lambda: job_view(server.api_base, job_id)["status"] == "RUNNING", 60, "the job to start")
     finally:
         server.kill()
     with start(port=0, data_dir=tmp_path, max_interruptions=1) as again:
-        job = _job(again.api_base, job_id)
+        job = job_view(again.api_base, job_id)
         assert job["status"] == "FAILED" and job["code"] == "TooManyInterruptions", job
         assert "interrupted 1 time " in job["message"]
-        _wait(lambda: not process_tree.members(tmp_path), 15, "no process of the job")
+        wait_until(lambda: not process_tree.members(tmp_path), 15, "no process of the job")
 
 
 PARENT = """
@@ -324,11 +309,11 @@ def test_a_server_started_for_a_process_ends_when_that_process_is_killed(tmp_pat
     try:
         api, pid = parent.stdout.readline().split()
         job_id = _submit(api, n_epochs=20)
-        _wait(lambda: _job(api, job_id)["status"] == "RUNNING", 120, "the job to run")
+        wait_until(lambda: job_view(api, job_id)["status"] == "RUNNING", 120, "the job to run")
         parent.kill()
         parent.wait(10)
-        _wait(lambda: _gone([int(pid)]), 30, "the orphaned control plane to stop")
+        wait_until(lambda: _gone([int(pid)]), 30, "the orphaned control plane to stop")
     finally:
         parent.kill()
-    _wait(lambda: not process_tree.members(tmp_path), 15, "the job's processes to end")
+    wait_until(lambda: not process_tree.members(tmp_path), 15, "the job's processes to end")
     assert Store(tmp_path).job(job_id)["status"] == "RUNNING"  # interrupted, not failed: it resumes

@@ -13,11 +13,11 @@ import time
 
 import httpx
 import pytest
+from server_http import H, wait_until
 
 from opd_nb.engine.task import make_rows
 
 pytestmark = pytest.mark.slow
-H = {"Authorization": "Bearer restart-test"}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -30,16 +30,6 @@ def _pid_alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except OSError:
         return False
-
-
-def _wait(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sigkill_mid_job_then_restart(tmp_path):
@@ -73,7 +63,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
             out = httpx.get(f"{api}/fine-tunes/{first}", headers=H).json()["output"]
             return out if out["status"] == "RUNNING" and out.get("progress") else None
 
-        _wait(running_with_progress, 240, "the first job to make progress")
+        wait_until(running_with_progress, 240, "the first job to make progress")
         assert httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "PENDING"
         worker_pid = next(
             int(line.split("worker pid ")[1].rstrip(")"))
@@ -82,7 +72,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
         )
         server.kill()
         # the orphaned worker notices its parent is gone and stops by itself
-        _wait(lambda: not _pid_alive(worker_pid), 15, "the orphaned worker to exit")
+        wait_until(lambda: not _pid_alive(worker_pid), 15, "the orphaned worker to exit")
     finally:
         server.kill()
 
@@ -100,7 +90,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
         listed = httpx.get(f"{api}/fine-tunes", headers=H).json()["output"]
         assert {j["job_id"] for j in listed["jobs"]} == {first, second} and listed["total"] == 2
         # the queued job survived and runs now; cancel stops it within a few seconds
-        _wait(
+        wait_until(
             lambda: (
                 httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "RUNNING"
             ),
@@ -109,7 +99,7 @@ def test_sigkill_mid_job_then_restart(tmp_path):
         )
         assert httpx.post(f"{api}/fine-tunes/{second}/cancel", headers=H).status_code == 200
         t0 = time.monotonic()
-        _wait(
+        wait_until(
             lambda: (
                 httpx.get(f"{api}/fine-tunes/{second}", headers=H).json()["output"]["status"] == "CANCELED"
             ),
