@@ -265,14 +265,18 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
             return "SUCCEEDED" in m.text
 
         wait_for(finished, 240, "the job to reach SUCCEEDED in the monitor")
-        monitor = driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor")
-        driver.execute_script("arguments[0].scrollIntoView()", monitor)
+        # The job's end re-renders the monitor (its static snapshot replaces the output through its
+        # display id), so an element found before that goes stale: each use finds it again.
         time.sleep(1.0)
-        finished()
-        monitor.screenshot(str(ARTIFACTS / "job_monitor.png"))
+        wait_for(finished, 30, "the monitor after its final render")
+        monitor_text = wait_for(
+            lambda: _screenshot(driver, ".opd-job-monitor", ARTIFACTS / "job_monitor.png"),
+            30,
+            "a screenshot of the monitor",
+        )
         assert len(plot_srcs) >= 2, f"the plot never updated ({len(plot_srcs)} image(s))"
-        assert "SUCCEEDED" in monitor.text
-        assert "%opd rollouts" in monitor.text  # the samples panel says how to open the viewer
+        assert "SUCCEEDED" in monitor_text
+        assert "%opd rollouts" in monitor_text  # the samples panel says how to open the viewer
 
         # The rollout viewer on the finished job: pick a sample, see its shaded tokens, save a screenshot.
         viewer = wait_for(
@@ -304,6 +308,18 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
         except subprocess.TimeoutExpired:
             lab.kill()
         lab_log.close()
+
+
+def _screenshot(driver, selector: str, path: Path) -> str:  # noqa: ANN001
+    """Scroll to the element, save its screenshot and return its text, all on one lookup (a stale
+    element raises, and the caller's ``wait_for`` looks it up again)."""
+    from selenium.webdriver.common.by import By
+
+    element = driver.find_element(By.CSS_SELECTOR, selector)
+    driver.execute_script("arguments[0].scrollIntoView()", element)
+    time.sleep(0.5)
+    element.screenshot(str(path))
+    return element.text
 
 
 def _probe_widgets(driver, wait_for) -> None:
