@@ -35,8 +35,8 @@ class JobPolling:
     _event_threads: list[threading.Thread]
     _widgets: Any
 
-    def _render(self) -> None: ...  # the monitor's views
-    def _refresh_static(self) -> None: ...
+    _render: Callable[[], None]  # the monitor's views (methods of JobMonitor; no no-op stand-ins here)
+    _refresh_static: Callable[[], None]
 
     # ------------------------------------------------------------------ data
     @property
