@@ -19,15 +19,12 @@ from collections import deque
 from pathlib import Path
 
 from opd_nb.errors import OpdError
+from opd_nb.log_cap import keep_own_log_under
 
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
 PARENT_ENV = "OPD_FUNCTION_PARENT"  # the pid that started a function server: it stops once that is gone
 PARENT_POLL_S = 0.5
-MAX_LOG_ENV = "OPD_MAX_LOG_BYTES"  # a function server's or job worker's log cap (tests lower it)
-MAX_LOG_BYTES = 32 * 2**20
-LOG_KEEP_BYTES = 64 * 2**10  # the newest output kept when a log is cut
-LOG_POLL_S = 0.2
 
 
 def classpath_to_module(classpath: str) -> str:
@@ -237,49 +234,6 @@ def _stop_when_orphaned(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful stop
     time.sleep(5.0)
     os._exit(1)  # it did not stop in time
-
-
-def keep_own_log_under(max_bytes: int | None = None) -> None:
-    """Cap this process's log (its stdout, when that is a file) at ``max_bytes`` (``$OPD_MAX_LOG_BYTES``).
-
-    Why: a reward that prints 1 MB per call filled a 55 MB disk in 5 s. A thread checks the file's
-    size; past the cap it cuts the file to its newest :data:`LOG_KEEP_BYTES`, after a line saying so.
-    The file is opened for appending, so writers carry on at its new end."""
-    import stat
-    import threading
-
-    try:
-        limit = max_bytes or int(os.environ.get(MAX_LOG_ENV) or MAX_LOG_BYTES)
-        if not stat.S_ISREG(os.fstat(1).st_mode):
-            return
-    except (OSError, ValueError):
-        return
-    threading.Thread(target=_cap_log, args=(1, limit), name="opd-log-cap", daemon=True).start()
-
-
-def _cap_log(fd: int, limit: int) -> None:
-    cuts = 0
-    try:  # stdout is opened for appending only: read its tail through another descriptor
-        reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
-    except OSError:
-        reader = None
-    while True:
-        time.sleep(LOG_POLL_S)
-        try:
-            size = os.fstat(fd).st_size
-            if size <= limit:
-                continue
-            start = max(0, size - LOG_KEEP_BYTES)
-            keep = os.pread(reader, LOG_KEEP_BYTES, start) if reader is not None else b""
-            cuts += 1
-            note = (
-                f"[opd] log cut ({cuts}x): it passed its cap of {limit / 2**20:g} MiB "
-                f"(${MAX_LOG_ENV}); earlier output dropped, the newest {len(keep) // 1024} KiB follow\n"
-            )
-            os.ftruncate(fd, 0)
-            os.write(fd, note.encode() + keep[keep.find(b"\n") + 1 :])
-        except OSError:
-            continue
 
 
 if __name__ == "__main__":

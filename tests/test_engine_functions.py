@@ -271,8 +271,10 @@ def test_reward_calls_keep_their_connections_and_run_beside_the_engine(tmp_path,
             ports = _client_ports(tmp_path / "fn.log")
             port = int(fs.url.rsplit(":", 1)[1])
         assert first.totals == second.totals == [1.0] * 8
-        assert len(ports) == 16 and len(set(ports[:8])) <= 4  # at most `concurrency` connections
-        assert set(ports[8:]) <= set(ports[:8])  # step 2 opened none
+        # At most `concurrency` connections over both steps, and step 2 reuses step 1's. (Step 2 may
+        # open one step 1 did not need: how many calls overlap depends on the machine's load.)
+        assert len(ports) == 16 and len(set(ports)) <= 4, ports
+        assert set(ports[8:]) & set(ports[:8]), ports
 
         # A server that went away closed the kept connections: the next calls open new ones, no failure.
         with FunctionServer.start(code_dir, "reward", "my_rewards.CleanExact", port=port) as fs:

@@ -24,7 +24,7 @@ from typing import Any
 from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
 from opd_nb.engine.api import EngineError, RewardEndpoint, RolloutEndpoint
 from opd_nb.errors import OpdError
-from opd_nb.function_server import keep_own_log_under
+from opd_nb.log_cap import keep_own_log_under
 from opd_nb.server.disk_space import (
     DISK_FULL,
     full_disk_reason,
