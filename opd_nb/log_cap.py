@@ -43,7 +43,7 @@ class _CappedLog:
         except OSError:
             self._reader = None
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         with self._lock:
             written = os.write(self.fd, data)
             self._cut_if_over()
@@ -72,7 +72,8 @@ class _CappedLog:
 
 
 class _CappedRaw(io.RawIOBase):
-    """The raw layer under the replacement ``sys.stdout``/``sys.stderr``: every write goes through the cap."""
+    """The raw layer under one replacement stream (``sys.stdout`` or ``sys.stderr``): every write goes
+    through the shared cap. One per stream, so closing one stream at shutdown leaves the other open."""
 
     def __init__(self, log: _CappedLog):
         super().__init__()
@@ -84,8 +85,8 @@ class _CappedRaw(io.RawIOBase):
     def fileno(self) -> int:
         return self._log.fd
 
-    def write(self, data) -> int:  # noqa: ANN001 (bytes-like, as io.RawIOBase.write takes)
-        return self._log.write(bytes(data))
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        return self._log.write(data)
 
 
 def keep_own_log_under(max_bytes: int | None = None) -> None:
