@@ -43,6 +43,9 @@ HP = {
 }
 
 
+LONG_EPOCHS = 40  # x 4 steps (16 rows, batch 4)
+
+
 def _upload(api: str, rows: list[dict], name: str) -> str:
     body = "".join(json.dumps(r) + "\n" for r in rows).encode()
     up = httpx.post(api + "/files", headers=H, files={"files": (name, body)}, timeout=60).json()
@@ -163,9 +166,10 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
     baseline = start(port=0, data_dir=tmp_path / "baseline")  # the same job, never interrupted
     server = start(port=0, data_dir=data_dir)
     try:
-        # 16 steps: the kill lands with most of the job still to run, however fast this machine is.
-        clean = _submit(baseline.api_base, n_epochs=4)
-        job_id = _submit(server.api_base, n_epochs=4)
+        # 160 steps of ~50 ms: forked from the warm fork server, a job has no import time to spare, and
+        # the kill, the resume and a second server's refusal must all land with steps still to run.
+        clean = _submit(baseline.api_base, n_epochs=LONG_EPOCHS)
+        job_id = _submit(server.api_base, n_epochs=LONG_EPOCHS)
         wait_until(_checkpointed(server.api_base, job_id, 2), 240, "a checkpoint")
         tree = [p.pid for p in process_tree.members(data_dir, process_tree.job_owner(job_id))]
         assert tree, "the worker carries its job's process-tree tag"
@@ -202,7 +206,7 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
         assert process_tree.members(data_dir, process_tree.job_owner(job_id))
 
         _finished(api, job_id)
-        _assert_consistent_series(data_dir, api, job_id, last=16)
+        _assert_consistent_series(data_dir, api, job_id, last=4 * LONG_EPOCHS)
         _finished(baseline.api_base, clean)
         resumed_acc, clean_acc = _final_accuracy(api, job_id), _final_accuracy(baseline.api_base, clean)
         assert abs(resumed_acc - clean_acc) <= 0.25, (resumed_acc, clean_acc)
@@ -216,8 +220,8 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
 def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
     server = start(port=0, data_dir=tmp_path)
     try:
-        # 16 steps: SIGTERM lands with most of the job still to run, however fast this machine is.
-        job_id = _submit(server.api_base, n_epochs=4)
+        # 160 steps: SIGTERM lands with most of the job still to run (see the SIGKILL test).
+        job_id = _submit(server.api_base, n_epochs=LONG_EPOCHS)
         wait_until(_checkpointed(server.api_base, job_id, 1), 240, "a checkpoint")
         server.stop(sig=signal.SIGTERM)
     finally:
@@ -233,7 +237,7 @@ def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
         assert any("resumed from checkpoint-" in line and "after a server restart" in line for line in logs)
         assert "canceled" not in (job.get("message") or "")
         steps = [r["step"] for r in _metrics(again.api_base, job_id)]
-        assert steps == sorted(set(steps)) and steps[-1] == 16, steps
+        assert steps == sorted(set(steps)) and steps[-1] == 4 * LONG_EPOCHS, steps
 
 
 def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path):

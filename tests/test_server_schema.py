@@ -24,7 +24,8 @@ from schemathesis.checks import not_a_server_error
 pytestmark = pytest.mark.slow
 EXAMPLES = 12  # per operation and mode: 36 operations x 2 modes x up to 12 cases, ~20 s on two cores
 SEED = 20241201
-BUDGET_S = 40  # a guard against a slow regression; the run takes about half of it
+# Bounded by case count, not by the clock: a wall-time budget failed a CI machine that ran the whole
+# suite at half speed. A handler that hangs still fails, through each call's 30 s timeout.
 
 
 def test_no_server_errors_on_any_operation(local_server):
@@ -41,9 +42,6 @@ def test_no_server_errors_on_any_operation(local_server):
                 _fuzz(op, mode, seen)()
             except Unsatisfiable:  # nothing to break: an operation without parameters or body
                 assert mode is GenerationMode.NEGATIVE, op.path
-            assert time.monotonic() - t0 < BUDGET_S, (
-                f"the fuzz run is over its {BUDGET_S}s budget at {op.path}"
-            )
 
     statuses = sum(seen.values(), Counter())
     print(

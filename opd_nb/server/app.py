@@ -27,6 +27,7 @@ from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
 from opd_nb.server.jobs import MAX_INTERRUPTIONS, JobManager
+from opd_nb.server.launcher import Launcher
 from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
@@ -73,16 +74,23 @@ def build_services(
 ) -> Services:
     store = Store(data_dir)
     registry = ModelRegistry(store, model_map)
+    launcher = Launcher(data_dir)  # workers and serving processes, forked from one warm process
     return Services(
         data_dir=data_dir,
         store=store,
         registry=registry,
         jobs=JobManager(
-            store, data_dir, max_running=max_running, resume=resume, max_interruptions=max_interruptions
+            store,
+            data_dir,
+            launcher,
+            max_running=max_running,
+            resume=resume,
+            max_interruptions=max_interruptions,
         ),
         instances=InstanceManager(store, data_dir),
         max_zip_bytes=int(os.environ.get("OPD_MAX_ZIP_BYTES") or MAX_ZIP_BYTES),  # tests lower it
-        deployments=DeploymentManager(store, registry, data_dir, max_deployments=max_deployments),
+        deployments=DeploymentManager(store, registry, data_dir, launcher, max_deployments=max_deployments),
+        launcher=launcher,
     )
 
 
@@ -129,6 +137,7 @@ def create_app(
         await run_in_threadpool(services.jobs.stop)
         await run_in_threadpool(services.instances.stop_all)
         await run_in_threadpool(services.deployments.stop_all)
+        await run_in_threadpool(services.launcher.close)
 
     app = ControlPlane(
         title="opd-nb local control plane",

@@ -11,11 +11,11 @@ it is FAILED with the reason. Each step is an entry in the deployment's ``local.
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.store import Store, now_text
 
 MAX_RESTARTS = 1
@@ -29,7 +29,7 @@ class DeploymentRestarts:
 
     store: Store
     _lock: Any
-    _procs: dict[str, subprocess.Popen]
+    _procs: dict[str, ChildProcess]
 
     def _launch(self, row: dict) -> None: ...  # DeploymentManager's
     def _active(self) -> list[dict]: ...  # DeploymentManager's
@@ -53,7 +53,7 @@ class DeploymentRestarts:
                 except Exception:  # a transient store error: the next poll tries again
                     continue
 
-    def _on_exit(self, row: dict, proc: subprocess.Popen | None, reason: str) -> dict:
+    def _on_exit(self, row: dict, proc: ChildProcess | None, reason: str) -> dict:
         """The serving process of ``row`` is gone: restart it (once, after a backoff) or mark it FAILED."""
         name = row["deployed_model"]
         if name in self._restarting or self._stopping.is_set():

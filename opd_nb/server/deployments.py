@@ -28,7 +28,6 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from opd_nb.deploy_plans import LORA, charge_type
 from opd_nb.server import process_tree
 from opd_nb.server.deployment_restarts import FAILED, PENDING, RUNNING, DeploymentRestarts, deployment_events
 from opd_nb.server.errors import ApiError
+from opd_nb.server.launcher import ChildProcess, Launcher
 from opd_nb.server.lifecycle import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.models import (
     LOCAL_PREFIX,
@@ -107,6 +107,7 @@ class DeploymentManager(DeploymentRestarts):
         store: Store,
         registry: ModelRegistry,
         data_dir: Path,
+        launcher: Launcher,
         *,
         max_deployments: int | None = None,
         max_base: int = MAX_BASE,
@@ -114,9 +115,10 @@ class DeploymentManager(DeploymentRestarts):
         self.store = store
         self.registry = registry
         self.data_dir = data_dir
+        self.launcher = launcher
         self.max_deployments = max_deployments or max_deployments_from_env()
         self.max_base = max_base
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, ChildProcess] = {}
         self._started: dict[str, float] = {}
         self._used: dict[str, float] = {}  # base endpoints: last call (least recently used goes first)
         self._lock = threading.RLock()
@@ -305,7 +307,7 @@ class DeploymentManager(DeploymentRestarts):
             self.store.drop_deployment(oldest["deployed_model"])
 
     # ---- processes ----------------------------------------------------------------------------
-    def _stop(self, name: str, proc: subprocess.Popen | None) -> None:
+    def _stop(self, name: str, proc: ChildProcess | None) -> None:
         """Stop a serving process: its group, then anything else still tagged as its tree."""
         if proc is not None:
             stop_group(proc)
@@ -327,19 +329,11 @@ class DeploymentManager(DeploymentRestarts):
         ready.unlink(missing_ok=True)
         env = process_tree.child_env(self.data_dir, owner(name))
         env[TOKEN_ENV] = row["token"]
-        env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("OMP_NUM_THREADS", "2")
-        cmd = [sys.executable, "-m", MARKER, "--model", row["path"], "--name", name]
-        cmd += ["--ready-file", str(ready), "--max-batch", str(BATCH_PER_CAPACITY * int(row["capacity"]))]
-        with open(ddir / "serving.log", "ab") as log:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+        args = ["--model", row["path"], "--name", name, "--ready-file", str(ready)]
+        args += ["--max-batch", str(BATCH_PER_CAPACITY * int(row["capacity"]))]
+        # Inside a request, holding the lock: no wait for a fork server still importing (a fresh process).
+        proc = self.launcher.start(MARKER, args, env=env, log=ddir / "serving.log", wait_s=0.0)
         self._procs[name] = proc
         self._started[name] = time.monotonic()
         self.store.set_deployment(name, status=PENDING, pid=proc.pid, port=None, message=None)
@@ -439,7 +433,7 @@ def deployment_output(row: dict) -> dict:
 
 
 # ---- process helpers -------------------------------------------------------------------------------
-def stop_group(proc: subprocess.Popen) -> None:
+def stop_group(proc: ChildProcess) -> None:
     """SIGTERM the process group, SIGKILL it after a grace period."""
     if proc.poll() is not None:
         return

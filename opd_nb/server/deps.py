@@ -19,6 +19,7 @@ from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import InstanceManager
 from opd_nb.server.jobs import JobManager
+from opd_nb.server.launcher import Launcher
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.store import Store
 
@@ -36,6 +37,7 @@ class Services:
     instances: InstanceManager
     max_zip_bytes: int
     deployments: DeploymentManager
+    launcher: Launcher
     uploads: UploadSigner = field(default_factory=UploadSigner)  # tokens of this run's zip upload URLs
 
 

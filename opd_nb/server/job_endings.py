@@ -7,7 +7,6 @@ gone, this decides *what* the job's record then says, a full disk included (:mod
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING
@@ -18,6 +17,7 @@ from opd_nb.server.disk_space import (
     mentions_full_disk,
     release_reserve,
 )
+from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir
 from opd_nb.server.store import Store, now_text
 
@@ -45,9 +45,7 @@ class JobEndings:
     data_dir: Path
     resume: bool
 
-    def _record_end(
-        self, job: dict, proc: subprocess.Popen, asked: float | None, shutting_down: bool
-    ) -> None:
+    def _record_end(self, job: dict, proc: ChildProcess, asked: float | None, shutting_down: bool) -> None:
         job_id = job["job_id"]
         if asked is not None or job.get("cancel_requested"):
             self._finish_canceled(job_id, running=True)

@@ -35,6 +35,7 @@ from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES
 from opd_nb.server import process_tree
 from opd_nb.server.disk_space import ensure_reserve
 from opd_nb.server.job_endings import EXIT_INTERRUPTED, JobEndings, exit_reason
+from opd_nb.server.launcher import ChildProcess, Launcher
 from opd_nb.server.lifecycle import MAX_INTERRUPTIONS
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
 from opd_nb.server.store import Store, now_text
@@ -50,6 +51,7 @@ class JobManager(JobEndings):
         self,
         store: Store,
         data_dir: Path,
+        launcher: Launcher,
         *,
         max_running: int = 1,
         poll_s: float = 0.25,
@@ -58,11 +60,12 @@ class JobManager(JobEndings):
     ):
         self.store = store
         self.data_dir = data_dir
+        self.launcher = launcher
         self.max_running = max_running
         self.poll_s = poll_s
         self.resume = resume
         self.max_interruptions = max(1, max_interruptions)
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[str, ChildProcess] = {}
         self._cancel_at: dict[str, float] = {}
         self._resume: list[str] = []  # RUNNING jobs to start again (oldest first), before any PENDING
         self._wake = threading.Event()
@@ -221,17 +224,12 @@ class JobManager(JobEndings):
         elif not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
             return
         env = process_tree.child_env(self.data_dir, process_tree.job_owner(job_id))
-        env.setdefault("PYTHONUNBUFFERED", "1")
         env["OPD_SERVER_PID"] = str(os.getpid())  # the worker exits when this process is gone
-        with open(job_dir / "worker.log", "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MARKER, str(self.data_dir), job_id],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+        # The scheduler's own thread: it may wait for the fork server's first import (a fresh
+        # process would spend the same time importing).
+        proc = self.launcher.start(
+            WORKER_MARKER, [str(self.data_dir), job_id], env=env, log=job_dir / "worker.log", wait_s=120.0
+        )
         self._procs[job_id] = proc
         self.store.set_job(job_id, worker_pid=proc.pid)
         if resuming:
@@ -243,7 +241,7 @@ class JobManager(JobEndings):
         else:
             self.store.add_log(job_id, f"[server] {now_text()} job started (worker pid {proc.pid})")
 
-    def _end_tree(self, job_id: str, proc: subprocess.Popen) -> None:
+    def _end_tree(self, job_id: str, proc: ChildProcess) -> None:
         """No process of a finished (or stopping) job may remain: its worker, function servers, anything."""
         process_tree.end(self.data_dir, process_tree.job_owner(job_id), grace_s=1.0)
         try:
@@ -252,7 +250,7 @@ class JobManager(JobEndings):
             proc.kill()
             proc.wait(5)
 
-    def _settle(self, job_id: str, proc: subprocess.Popen, *, shutting_down: bool = False) -> None:
+    def _settle(self, job_id: str, proc: ChildProcess, *, shutting_down: bool = False) -> None:
         """The worker is gone: if it did not record a final state, record one for it.
 
         The worker is forgotten only once that is recorded: a write that fails (a full disk) is tried

@@ -16,6 +16,10 @@ The API, for every kind of process tree:
 * ``end(data_dir, owner=None, grace_s=...)``: SIGTERM them all, SIGKILL what is left after
   ``grace_s``; returns how many there were. Cancel, stop, crash and restart all call it.
 * ``reap_previous_run(data_dir)``: at startup, end every tree a previous server of this data dir left.
+
+A root forked by the fork server (:mod:`opd_nb.server.forkserver`) cannot change what
+``/proc/PID/environ`` says (the fork server's own tag), so it carries its tag at the head of its
+process title (:func:`title`), which is read first.
 """
 
 from __future__ import annotations
@@ -56,6 +60,28 @@ def child_env(data_dir: str | Path, owner: str, base: Mapping[str, str] | None =
     return env
 
 
+def title(argv: list[str], env: Mapping[str, str]) -> str:
+    """The process title of a tree's root forked by the fork server, whose ``/proc/PID/environ`` is the
+    fork server's: the tag leads (a title too long for its space is cut at the end), the command follows."""
+    return f"{OWNER_VAR}={env[OWNER_VAR]} " + " ".join(argv)
+
+
+def _tag_of(proc: psutil.Process) -> str | None:
+    cmdline = proc.cmdline()
+    head = cmdline[0].split(" ", 1)[0] if cmdline else ""
+    if head.startswith(OWNER_VAR + "="):
+        return head[len(OWNER_VAR) + 1 :]
+    return proc.environ().get(OWNER_VAR)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def members(data_dir: str | Path, owner: str | None = None) -> list[psutil.Process]:
     """Live processes tagged for ``owner`` (every owner of ``data_dir`` when None); never this process."""
     want = tag(data_dir, owner) if owner is not None else None
@@ -66,7 +92,7 @@ def members(data_dir: str | Path, owner: str | None = None) -> list[psutil.Proce
         if proc.pid == me:
             continue
         try:
-            value = proc.environ().get(OWNER_VAR)
+            value = _tag_of(proc)
         except (psutil.Error, OSError):
             continue  # gone, a zombie, or not ours to read
         if value is not None and (value == want if want is not None else value.startswith(prefix)):

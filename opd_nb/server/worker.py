@@ -38,6 +38,9 @@ from opd_nb.server.store import Store, now_text
 _STOP_POLL_S = 0.5
 EXIT_INTERRUPTED = 75  # opd_nb.server.jobs.EXIT_INTERRUPTED (the job stays RUNNING)
 PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
+# The parent whose end means the control plane is gone: the fork server, when one stands between
+# (it exits with the server); without it the server itself (``PARENT_ENV``).
+WATCH_ENV = "OPD_WATCH_PID"
 ORPHAN_SETTLE_S = 2.0  # how long a step failed by a dead function server waits to see if the server died
 
 
@@ -123,7 +126,7 @@ class StopFlag:
 def _watch_parent(parent: int) -> None:
     """If the control plane dies (even by SIGKILL), end our children and exit; the next server resumes the job.
 
-    ``parent`` comes from the server (``OPD_SERVER_PID``): a server killed while this worker was
+    ``parent`` comes from the environment (``WATCH_ENV`` or ``OPD_SERVER_PID``): a server killed while this worker was
     still importing torch is already gone by the time a thread could ask ``getppid()``.
     """
     while True:
@@ -202,7 +205,8 @@ def run_job(data_dir: Path, job_id: str) -> int:
 
 
 def _orphaned(wait_s: float = 0.0) -> bool:
-    """Whether the control plane that started this worker is gone (``OPD_SERVER_PID`` is not our parent),
+    """Whether the control plane that started this worker is gone (``WATCH_ENV``, else ``PARENT_ENV``,
+    is not our parent),
     watching for up to ``wait_s`` seconds.
 
     Then the job is no longer ours to settle: the next server resumes it. Our function servers are
@@ -210,7 +214,7 @@ def _orphaned(wait_s: float = 0.0) -> bool:
     and writing FAILED would race the next server's resume (and could land after it). A step that
     failed because a function server died waits ``wait_s`` first: a server killed with SIGKILL on a
     loaded machine can take a moment to be gone (to re-parent us), while its children die at once."""
-    parent = os.environ.get(PARENT_ENV)
+    parent = os.environ.get(WATCH_ENV) or os.environ.get(PARENT_ENV)
     deadline = time.monotonic() + wait_s
     while parent:
         if os.getppid() != int(parent):
@@ -391,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m opd_nb.server.worker DATA_DIR JOB_ID", file=sys.stderr)
         return 2
-    parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+    parent = int(os.environ.get(WATCH_ENV) or os.environ.get(PARENT_ENV) or os.getppid())
     threading.Thread(target=_watch_parent, args=(parent,), name="opd-watch-parent", daemon=True).start()
     keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
     _lower_priority(os.environ.get("OPD_WORKER_NICE", "10"))
