@@ -109,11 +109,17 @@ def test_without_a_fork_server_the_same_request_is_a_fresh_process(forking, tmp_
     assert _seen(log)["argv"] == ["exit", "3"] and _seen(log)["env"]["CHILD_LOG"] == str(log)
 
 
+def _fork_server_after_a_child(launcher: Launcher, root: Path, name: str) -> psutil.Process:
+    """The fork server, once it has run one child to its end (so it is started and answering)."""
+    proc, _, _ = _start(launcher, root, name, "exit", "0")
+    assert proc.wait(30) == 0
+    (server,) = process_tree.members(root, FORKSERVER_OWNER)
+    return server
+
+
 def test_a_fork_server_that_died_is_replaced_at_the_next_start(forking) -> None:
     launcher, root = forking
-    first, _, _ = _start(launcher, root, "before", "exit", "0")
-    assert first.wait(30) == 0
-    (old,) = process_tree.members(root, FORKSERVER_OWNER)
+    old = _fork_server_after_a_child(launcher, root, "before")
     old.kill()
     old.wait(10)
     proc, _, log = _start(launcher, root, "after", "exit", "5")
@@ -124,8 +130,6 @@ def test_a_fork_server_that_died_is_replaced_at_the_next_start(forking) -> None:
 
 def test_the_fork_server_exits_when_its_server_goes(forking) -> None:
     launcher, root = forking
-    proc, _, _ = _start(launcher, root, "last", "exit", "0")
-    assert proc.wait(30) == 0
-    (server,) = process_tree.members(root, FORKSERVER_OWNER)
+    server = _fork_server_after_a_child(launcher, root, "last")
     launcher.close()
     assert not psutil.pid_exists(server.pid) or server.status() == psutil.STATUS_ZOMBIE
