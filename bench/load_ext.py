@@ -21,6 +21,7 @@ HEAVY = (
     "transformers",
     "ipywidgets",
     "matplotlib",
+    "anywidget",
     "typer",
     "httpx",
     "fastapi",

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from opd_nb import render
+from opd_nb.chart_data import client_offsets
 from opd_nb.constants import (
     CANCELED,
     FAILED,
@@ -470,6 +471,7 @@ class Comparison(ResultMixin, BaseModel):
     why: str = ""
     notes: list[str] = Field(default_factory=list)
     rows_by_job: dict[str, list[dict[str, Any]]] = Field(default_factory=dict, exclude=True)
+    step_offsets: dict[str, float] = Field(default_factory=dict, exclude=True)  # continued jobs' starts
 
     def to_payload(self) -> dict[str, Any]:
         keys = ("job_id", "status", "params", "final", "best", "best_checkpoint")
@@ -748,4 +750,7 @@ def compare_jobs(client: Any, job_ids: Sequence[str]) -> Comparison:
         JobRecord(job=client.get(jid), metrics=client.metrics(jid), checkpoints=client.checkpoints(jid))
         for jid in ids
     ]
-    return compare_records(records)
+    cmp = compare_records(records)
+    models = {r.job.job_id: getattr(r.job, "model", None) for r in records}
+    cmp.step_offsets = client_offsets(client, models)
+    return cmp

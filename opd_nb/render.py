@@ -30,15 +30,23 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, raw_cols: Sequence[int] = ()) -> str:
-    """An HTML table; cells are escaped except the columns listed in `raw_cols` (already HTML)."""
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    raw_cols: Sequence[int] = (),
+    row_data: Sequence[str] | None = None,
+) -> str:
+    """An HTML table; cells are escaped except the columns listed in `raw_cols` (already HTML).
+    `row_data`: a ``data-sample`` value per row (a snapshot's script shows that sample on a click)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
-    for row in rows:
+    for n, row in enumerate(rows):
         cells = []
         for i, cell in enumerate(row):
             cells.append(f"<td>{cell if i in raw_cols else esc(fmt(cell))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        attr = f' data-sample="{esc(row_data[n])}"' if row_data is not None else ""
+        body.append(f"<tr{attr}>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 

@@ -1,10 +1,13 @@
 """End to end in a real browser: JupyterLab (headless) + Chromium driven by Selenium.
 
 A notebook loads the extension, targets a local control plane, shows the config form and the
-reward playground, and submits a job with `%opd submit`: the job monitor must render, its plot
-must update while the job runs, and the job must reach SUCCEEDED. Then `%opd rollouts` opens the
-rollout viewer on it; picking a sample shows its completion with shaded tokens. Screenshots of the
-form, the playground, the monitor and the viewer are saved under tests/artifacts/.
+reward playground, and submits a job with `%opd submit`: the job monitor must render, its chart
+must gain points while the job runs, and the job must reach SUCCEEDED; hovering a curve shows a
+tooltip with its step and value, and the smoothing slider redraws the line. Then `%opd rollouts`
+opens the rollout viewer on it; picking a sample shows its completion with shaded tokens.
+Screenshots of the form, the playground, the monitor, the chart and the viewer are saved under
+tests/artifacts/. Chromium resolves no host but 127.0.0.1, and the test checks that the page loaded
+nothing from anywhere else: everything the widgets draw comes from installed packages.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,12 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
+from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-DRIVER = shutil.which("chromedriver")
 
 
 PROBE = "widgets ready"
@@ -73,11 +74,9 @@ def _write_settings(settings: Path) -> None:
     notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
 
 
-@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian packages chromium and chromium-driver")
+@pytest.mark.skipif(not HAVE_CHROMIUM, reason=NO_CHROMIUM)
 def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
     from conftest import tiny_workspace
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -134,21 +133,13 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
                 pass
             assert lab.poll() is None, (tmp_path / "lab.log").read_text()[-2000:]
             time.sleep(0.3)
-        opts = webdriver.ChromeOptions()
-        opts.binary_location = CHROMIUM
-        for arg in (
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
+        driver = chromium(
             "--disable-background-networking",
             "--disable-component-update",
             "--no-first-run",
             f"--user-data-dir={tmp_path / 'chrome'}",
-            "--window-size=1400,2400",
-        ):
-            opts.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+            window="1400,2400",
+        )
         driver.set_page_load_timeout(60)
         driver.get(f"http://127.0.0.1:{port}/lab/tree/e2e.ipynb?token={token}")
 
@@ -255,14 +246,13 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
 
         wait_for(monitor_or_error, 180, "the job monitor")
 
-        plot_srcs: set[str] = set()
+        points_seen: list[int] = []
 
         def finished() -> bool:
             m = driver.find_element(By.CSS_SELECTOR, ".opd-job-monitor")
-            for img in m.find_elements(By.TAG_NAME, "img"):
-                src = img.get_attribute("src") or ""
-                if src:
-                    plot_srcs.add(src)
+            for chart in m.find_elements(By.CSS_SELECTOR, ".opd-chart"):
+                if (held := chart.get_attribute("data-points")) and "SUCCEEDED" not in m.text:
+                    points_seen.append(int(held))
             return "SUCCEEDED" in m.text
 
         wait_for(finished, 240, "the job to reach SUCCEEDED in the monitor")
@@ -275,9 +265,11 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
             30,
             "a screenshot of the monitor",
         )
-        assert len(plot_srcs) >= 2, f"the plot never updated ({len(plot_srcs)} image(s))"
+        grew = sorted(set(points_seen))
+        assert len(grew) >= 2 and points_seen == sorted(points_seen), f"the chart never grew: {points_seen}"
         assert "SUCCEEDED" in monitor_text
         assert "%opd rollouts" in monitor_text  # the samples panel says how to open the viewer
+        _hover_and_smooth(driver, wait_for, ".opd-job-monitor .opd-chart", ARTIFACTS / "chart_live")
 
         # The rollout viewer on the finished job: pick a sample, see its shaded tokens, save a screenshot.
         viewer = wait_for(
@@ -300,6 +292,11 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
         driver.execute_script("arguments[0].scrollIntoView()", viewer)
         time.sleep(0.5)
         viewer.screenshot(str(ARTIFACTS / "rollout_viewer.png"))
+        elsewhere = driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+            ".filter(u => !/^(http:\\/\\/127\\.0\\.0\\.1[:/]|data:|blob:)/.test(u))"
+        )
+        assert elsewhere == [], f"the page fetched from elsewhere: {elsewhere[:5]}"
     finally:
         if driver is not None:
             driver.quit()
@@ -309,6 +306,48 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
         except subprocess.TimeoutExpired:
             lab.kill()
         lab_log.close()
+
+
+def _hover_and_smooth(driver, wait_for, selector: str, shots: Path) -> None:  # noqa: ANN001
+    """Hover the middle of the chart's first panel: a tooltip names a step and a value. Then move the
+    smoothing slider from 0 to 0.95: the smoothed line's path changes (at 0 it is the raw one)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    def chart():  # found again on every use: a final render may replace it
+        return driver.find_element(By.CSS_SELECTOR, selector)
+
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", chart())
+    time.sleep(0.5)
+
+    def hovered() -> str:
+        panel = chart().find_element(By.CSS_SELECTOR, "svg.opd-panel")
+        ActionChains(driver).move_to_element_with_offset(panel, 10, 0).perform()
+        tip = chart().find_element(By.CSS_SELECTOR, ".opd-tip")
+        text = tip.text if tip.is_displayed() else ""
+        return text if "step" in text and any(c.isdigit() for c in text) else ""
+
+    tip = wait_for(hovered, 30, "a tooltip on hover")
+    chart().screenshot(str(shots.with_name(shots.name + "_hover.png")))
+    assert "step" in tip, tip
+
+    def slide(value: float) -> None:
+        driver.execute_script(
+            "const s = arguments[0]; s.value = arguments[1];"
+            "s.dispatchEvent(new Event('input', {bubbles: true}));",
+            chart().find_element(By.CSS_SELECTOR, "input.opd-smoothing"),
+            value,
+        )
+
+    def line_d() -> str:
+        return chart().find_element(By.CSS_SELECTOR, "path.opd-line").get_attribute("d") or ""
+
+    slide(0)
+    raw = chart().find_element(By.CSS_SELECTOR, "path.opd-raw").get_attribute("d")
+    wait_for(lambda: line_d() == raw, 10, "the smoothed line to equal the raw one at 0")
+    slide(0.95)
+    wait_for(lambda: line_d() not in ("", raw), 10, "the smoothing slider to redraw the line")
+    chart().screenshot(str(shots.with_name(shots.name + "_smoothed.png")))
 
 
 def _screenshot(driver, selector: str, path: Path) -> str:  # noqa: ANN001

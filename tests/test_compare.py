@@ -63,9 +63,11 @@ def test_compare_view_widget_state(swept, local_server):
     box = view.widget()
     table, plot = box.children
     assert "wins" in table.value and "learning_rate=5e-07" in table.value and LOSS in table.value
-    assert plot.value[:4] == b"\x89PNG" and plot.layout.display != "none"  # the curves, overlaid
+    curves = plot.data["series"]  # the curves, overlaid: every compared job, named as the table names it
+    assert {c["job"] for c in curves} == set(swept.job_ids) and {c["metric"] for c in curves} >= {LOSS}
+    assert any("learning_rate=5e-07" in c["label"] for c in curves)
     assert view.state["winner"] in swept.job_ids and view.state["has_plot"]
-    assert "data:image/png;base64" in view._repr_mimebundle_()["text/html"]  # the saved snapshot
+    assert 'class="opd-chart-frame"' in view._repr_mimebundle_()["text/html"]  # the saved snapshot
 
 
 def _job(job_id: str, status: str = "SUCCEEDED", **hp: object) -> Job:

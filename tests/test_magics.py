@@ -58,7 +58,7 @@ def test_load_ext_is_light() -> None:
     code = (
         "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
         "ip = InteractiveShell.instance(); ip.run_line_magic('load_ext', 'opd_nb')\n"
-        "print(sorted(m for m in ('dashscope','torch','transformers','ipywidgets','matplotlib') if m in sys.modules))\n"
+        "print(sorted(m for m in ('dashscope','torch','transformers','ipywidgets','matplotlib','anywidget') if m in sys.modules))\n"
         "print('opd' in ip.magics_manager.magics['line'], 'opd' in ip.magics_manager.magics['cell'])"
     )
     out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()

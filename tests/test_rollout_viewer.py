@@ -95,6 +95,11 @@ def test_snapshot_and_errors(local_server, viewed_job) -> None:
     assert f"rollouts of {job_id}" in html and "step <b>2</b>" in html
     assert html.count("<td>validation</td>") == 4 and html.count("▶") == 1  # the table, its selected row
     assert 'class="opd-tok"' in html and "title=" in html and "reward score" in html  # the sample
+    # Saved, it stays a viewer: every row names its sample, every sample has its pane (one shown), and
+    # the snapshot script sorts and switches them with no kernel (tests/test_chart_export.py clicks it).
+    assert html.count('<tr data-sample="') == 4 and html.count('class="opd-sample"') == 4
+    assert html.count('class="opd-sample" data-sample="') - html.count('style="display:none"') == 1
+    assert "<script>" in html and "opd-snap" in html
     assert job_id in str(viewer)
     with pytest.raises(OpdError, match="has no recorded rollouts"):
         viewer.set_step(99)

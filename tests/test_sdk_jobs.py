@@ -149,3 +149,13 @@ print(json.dumps({"events": events, "ids": [j.job_id for j in listed.jobs], "fet
     job = client.get(job_id)
     assert job.raw["local"]["student_path"] == parent.raw["local"]["final_checkpoint"]
     assert any(f"final checkpoint of job {parent.job_id}" in s for s in job.raw["local"]["substitutions"])
+    # The continued job's curves start where its parent's stopped: the monitor's chart places it there.
+    from opd_nb.notebook.monitor import JobMonitor
+
+    parent_last = max(r["step"] for r in client.metrics(parent.job_id))
+    monitor = JobMonitor([parent.job_id, job_id], client)
+    monitor.poll_once()
+    offsets = {s["job"]: s["offset"] for s in monitor._chart.data()["series"]}
+    assert job.model == parent.finetuned_output and parent_last > 0
+    assert offsets == {parent.job_id: 0.0, job_id: parent_last}
+    assert 'class="opd-chart-frame"' in monitor.to_html()

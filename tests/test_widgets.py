@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import html
 import json
 import re
 import time
@@ -266,7 +266,9 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     assert seen_status & {"PENDING", "QUEUING", "RUNNING"}, seen_status
     assert view["n_metric_rows"] >= view["step"] and view["metrics_available"] is True
     assert "actor/distillation/loss" in view["last_metrics"]
-    assert monitor.plot_updates >= 1 and bytes(w["plot"].value).startswith(b"\x89PNG")
+    assert monitor.plot_updates >= 1 and w["plot"].delta["seq"] == monitor._chart.updates
+    curves = {(c["job"], c["metric"]): c for c in monitor._chart.data()["series"]}
+    assert curves[(job_id, "actor/distillation/loss")]["steps"][-1] == view["step"]
     assert w["bars"][job_id].value == 1.0 and w["bars"][job_id].bar_style == "success"
     assert w["cancel"][job_id].disabled
     assert "SUCCEEDED" in w["status"].value
@@ -281,9 +283,10 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     assert f"%opd rollouts {job_id} --step {samples['step']}" in w["samples"].value
     assert 'class="opd-tok"' in w["samples"].value
     bundle = monitor._repr_mimebundle_()
-    assert "data:image/png;base64," in bundle["text/html"] and "SUCCEEDED" in bundle["text/html"]
-    png = bundle["text/html"].split("data:image/png;base64,", 1)[1].split('"', 1)[0]
-    assert base64.b64decode(png).startswith(b"\x89PNG")
+    assert 'class="opd-chart-frame"' in bundle["text/html"] and "SUCCEEDED" in bundle["text/html"]
+    page = html.unescape(bundle["text/html"].split('srcdoc="', 1)[1].split('"', 1)[0])
+    assert "function opdChart" in page and f'"job":"{job_id}"' in page  # the script and the points, inlined
+    assert not re.search(r"<(script|link)[^>]+(src|href)=", page)  # nothing fetched: no kernel, no network
     assert job_id in bundle["text/plain"] and "SUCCEEDED" in bundle["text/plain"]
     # The cloud API has status, logs and events but no metrics: the monitor says so.
     cloud.wait(timeout_s=60)
@@ -333,21 +336,27 @@ def test_monitor_unknown_job_shows_the_error(server) -> None:
         JobMonitor([])
 
 
-def test_a_running_jobs_plot_is_redrawn_at_most_every_tenfold_render_time() -> None:
-    """Plotting must not compete with the local job it shows: while running, a new PNG waits for 10x
-    the last render's duration; the finished state is drawn at once."""
-    from opd_nb.notebook.monitor import PLOT_BUSY_FACTOR, JobMonitor
+def test_the_chart_widget_receives_only_each_polls_new_points() -> None:
+    """A poll assigns the chart only the points it has not sent (never the whole job again); a view
+    that missed a delta asks for everything and gets it."""
+    from opd_nb.notebook.monitor import JobMonitor
 
     monitor = JobMonitor("ft-plot", poll_s=0.1)
     st = monitor._jobs["ft-plot"]
     st.metrics = [{"step": 1, "actor/distillation/loss": 1.0}]
-    first = monitor._plot()
-    assert first and monitor.plot_updates == 1 and monitor._plot_cost > 0
-    st.metrics = [*st.metrics, {"step": 2, "actor/distillation/loss": 0.5}]
-    assert monitor._plot() is first and monitor.plot_updates == 1  # new rows, but too soon: the old plot
-    monitor._plot_at -= PLOT_BUSY_FACTOR * monitor._plot_cost  # as if that much time had passed
-    second = monitor._plot()
-    assert second != first and monitor.plot_updates == 2
-    st.metrics = [*st.metrics, {"step": 3, "actor/distillation/loss": 0.25}]
-    st.final = True  # finished: the last rows are drawn at once
-    assert monitor._plot() not in (first, second) and monitor.plot_updates == 3
+    monitor._update_chart()
+    chart = monitor._chart
+    widget = chart.widget()
+    assert widget.data["series"][0]["steps"] == [1] and widget.data["seq"] == 0
+    st.metrics = [
+        *st.metrics,
+        {"step": 2, "actor/distillation/loss": 0.5},
+        {"step": 3, "actor/distillation/loss": 0.25},
+    ]
+    monitor._update_chart()
+    assert widget.delta["seq"] == 1 and monitor.plot_updates == 1
+    assert [(p["steps"], p["values"]) for p in widget.delta["points"]] == [([2, 3], [0.5, 0.25])]
+    monitor._update_chart()  # the same rows again: nothing is sent
+    assert widget.delta["seq"] == 1 and monitor.plot_updates == 1
+    chart._on_msg(widget, {"kind": "sync"}, [])
+    assert widget.data["series"][0]["steps"] == [1, 2, 3] and widget.data["seq"] == 1

@@ -15,6 +15,7 @@ from typing import Any
 from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.notebook.chat import LiveView
+from opd_nb.notebook.snapshot import interactive
 
 
 class EvalView(LiveView):
@@ -98,7 +99,7 @@ class EvalView(LiveView):
 
     def to_html(self) -> str:
         if self.result is not None:
-            return self.result._repr_html_()
+            return interactive(self.result._repr_html_())
         return render.box(self._status(), title=f"eval of {self.workspace}")
 
     def __str__(self) -> str:

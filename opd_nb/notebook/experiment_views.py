@@ -49,28 +49,31 @@ class CompareView:
     """A comparison's table (winner and notes included) and its overlaid curves, as a widget."""
 
     def __init__(self, comparison: Any):
+        from opd_nb.notebook.chart import MetricChart
+        from opd_nb.plots import KEY_METRICS
+
         self.comparison = comparison
-        self._png: bytes | None = None
-        self._png_done = False
+        self.chart = MetricChart()
+        rows = {j.job_id: comparison.rows_by_job.get(j.job_id) or [] for j in comparison.jobs}
+        self.chart.update(
+            rows,
+            [m for m in KEY_METRICS if m in comparison.metrics],
+            labels={j.job_id: comparison.label(j) for j in comparison.jobs},
+            offsets=comparison.step_offsets,
+        )
         self._widgets: dict[str, Any] | None = None
 
     @property
-    def png(self) -> bytes | None:
-        if not self._png_done:
-            self._png, self._png_done = self.comparison.plot_png(), True
-        return self._png
-
-    @property
     def state(self) -> dict[str, Any]:
-        """What the view shows, as plain data (the comparison's JSON plus whether there is a plot)."""
-        return {**self.comparison.to_payload(), "has_plot": self.png is not None}
+        """What the view shows, as plain data (the comparison's JSON plus whether there are curves)."""
+        return {**self.comparison.to_payload(), "has_plot": bool(self.chart.data()["series"])}
 
     def table_html(self) -> str:
         return render.box(self.comparison.html(), title=f"{len(self.comparison.jobs)} jobs compared")
 
     def to_html(self) -> str:
         return render.box(
-            self.comparison.html(png=self.png), title=f"{len(self.comparison.jobs)} jobs compared"
+            self.comparison.html() + self.chart.to_html(), title=f"{len(self.comparison.jobs)} jobs compared"
         )
 
     def _ensure_widgets(self) -> dict[str, Any] | None:
@@ -80,18 +83,14 @@ class CompareView:
             except ImportError:
                 return None
             table = W.HTML(self.table_html())
-            plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
-            if self.png:
-                plot.value = self.png
-            else:
-                plot.layout.display = "none"
-            box = W.VBox([table, plot])
+            chart = self.chart.widget() if self.state["has_plot"] else None
+            box = W.VBox([table, chart] if chart is not None else [table])
             box.add_class("opd-compare")
-            self._widgets = {"box": box, "table": table, "plot": plot}
+            self._widgets = {"box": box, "table": table, "plot": chart}
         return self._widgets
 
     def widget(self) -> Any:
-        """The ipywidgets VBox: the table, then the plot (None without ipywidgets)."""
+        """The ipywidgets VBox: the table, then the chart (None without ipywidgets)."""
         w = self._ensure_widgets()
         return None if w is None else w["box"]
 

@@ -1,14 +1,14 @@
-"""Job monitor: live status, progress, metric plots, health alerts, checkpoints, logs, cancel.
+"""Job monitor: live status, progress, interactive curves, health alerts, checkpoints, logs, cancel.
 
 Design (see notebook-anchors.md §6 for the complaints this avoids):
 
 * A background thread polls the control plane and **only sets widget state** (traits). It never
   prints and never enters an ``Output`` context, so nothing lands in the wrong cell and the kernel
   stays free.
-* ``_repr_mimebundle_`` returns the widget view *and* a static ``text/html`` snapshot (the plot
-  embedded as a base64 PNG) and ``text/plain``. When the jobs end, the snapshot is refreshed through
-  the output's ``display_id``, so a saved/reopened notebook (or a frontend without widgets) shows
-  the final state.
+* ``_repr_mimebundle_`` returns the widget view *and* a static ``text/html`` snapshot (the curves
+  an interactive page of their own, :mod:`opd_nb.notebook.chart`) and ``text/plain``. When the jobs
+  end, the snapshot is refreshed through the output's ``display_id``, so a saved/reopened notebook
+  (or a frontend without widgets) shows the final state.
 * Where the API has no metrics (Bailian: ``client.metrics()`` is None) it shows status, events
   and logs, and says so.
 
@@ -21,7 +21,6 @@ the ``%opd rollouts`` line that opens the full viewer.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,14 +28,13 @@ from typing import Any
 from opd_nb.errors import OpdError
 from opd_nb.health import GuardThresholds
 from opd_nb.notebook import monitor_html
+from opd_nb.notebook.chart import MetricChart
 from opd_nb.notebook.job_state import JobState, job_view
 from opd_nb.notebook.monitor_guard import MonitorGuard
 from opd_nb.notebook.monitor_html import CLOUD_NOTE
 from opd_nb.notebook.monitor_polling import JobPolling
 
 __all__ = ["JobMonitor", "CLOUD_NOTE"]
-
-PLOT_BUSY_FACTOR = 10  # a running job's plot is redrawn after at least 10x its last render time
 
 
 class JobMonitor(JobPolling):
@@ -70,10 +68,8 @@ class JobMonitor(JobPolling):
         self._event_threads: list[threading.Thread] = []
         self._widgets: Any = None  # MonitorWidgets, built on first display in a kernel
         self._display_id: str | None = None
-        self._plot_png: bytes | None = None
-        self._plot_key: Any = None
-        self._plot_at = 0.0  # monotonic time of the last render
-        self._plot_cost = 0.0  # how long the last render took (s)
+        self._chart = MetricChart()
+        self._offsets: dict[str, float] = {}  # job -> global-step offset (a continued job's parent)
         self.polls = 0
         self.plot_updates = 0
         self.notes: list[str] = []
@@ -92,37 +88,30 @@ class JobMonitor(JobPolling):
                 "plot_updates": self.plot_updates,
             }
 
-    def _plot(self) -> bytes | None:
-        """The metric plot, re-rendered only when some job has new rows.
+    def _update_chart(self) -> None:
+        """Feed the chart every job's rows: a widget gets only the points it has not seen, so a poll
+        costs its new points, never a redraw of the whole job (the chart draws in the browser)."""
+        from opd_nb.chart_data import client_offsets
+        from opd_nb.plots import panel_names
 
-        While jobs run, renders are spaced so that plotting takes at most a tenth of the kernel's time
-        (a 1 s render waits 10 s for the next): on a CPU that also trains the local job, a plot per
-        poll would slow the job it shows. The final state is always drawn at once."""
-        rows_by_job = {jid: st.metrics for jid, st in self._jobs.items() if st.metrics}
-        key = tuple(
-            (jid, len(rows), (rows[-1] if rows else None) and rows[-1].get("step"))
-            for jid, rows in rows_by_job.items()
-        )
-        throttled = not self.done and time.monotonic() - self._plot_at < PLOT_BUSY_FACTOR * self._plot_cost
-        if key != self._plot_key and not (throttled and self._plot_png):
-            from opd_nb.plots import panel_names, render_png
-
-            started = time.monotonic()
-            names = monitor_html.plot_names(rows_by_job, panel_names(rows_by_job))
-            png = render_png(rows_by_job, names=names) if rows_by_job else None
+        with self._lock:
+            rows_by_job = {jid: st.metrics for jid, st in self._jobs.items() if st.metrics}
+            models = {
+                jid: st.job.model
+                for jid, st in self._jobs.items()
+                if jid not in self._offsets and st.job is not None and st.metrics
+            }
+        if models:  # once per job: where a continued job's steps start (its parent's last step)
+            self._offsets.update(client_offsets(self.client, models))
+        names = monitor_html.plot_names(rows_by_job, panel_names(rows_by_job))
+        if self._chart.update(rows_by_job, names, offsets=self._offsets):
             with self._lock:
-                self._plot_key = key
-                self._plot_png = png
-                self._plot_at = time.monotonic()
-                self._plot_cost = self._plot_at - started
-                if png:
-                    self.plot_updates += 1
-        return self._plot_png
+                self.plot_updates += 1
 
     def to_html(self) -> str:
-        """The static snapshot: self-contained HTML, plot embedded as a base64 PNG."""
-        state = self.state
-        return monitor_html.snapshot_html(self.job_ids, state, self._plot())
+        """The static snapshot: self-contained HTML, the chart an interactive page in an iframe."""
+        self._update_chart()
+        return monitor_html.snapshot_html(self.job_ids, self.state, self._chart.to_html())
 
     def __str__(self) -> str:
         return monitor_html.snapshot_text(self.state)
@@ -143,7 +132,10 @@ class JobMonitor(JobPolling):
                 return None
             from opd_nb.notebook.monitor_widgets import MonitorWidgets
 
-            self._widgets = MonitorWidgets(W, self.job_ids, self._on_cancel, self.guard)
+            self._update_chart()
+            self._widgets = MonitorWidgets(
+                W, self.job_ids, self._on_cancel, self.guard, chart=self._chart.widget()
+            )
             self._render()
         return self._widgets.as_dict()
 
@@ -159,8 +151,9 @@ class JobMonitor(JobPolling):
 
     def _render(self) -> None:
         """Push the current state into the widgets (trait assignments only: thread-safe to call)."""
+        self._update_chart()
         if self._widgets is not None:
-            self._widgets.update(self.state, self._plot())
+            self._widgets.update(self.state)
 
     def widget(self) -> Any:
         """The ipywidgets VBox (None without ipywidgets)."""

@@ -1,6 +1,6 @@
 """The job monitor's static views of a state snapshot: HTML (widgets and saved notebooks), text, rich.
 
-Pure functions of ``JobMonitor.state`` (and the plot PNG): the widgets show these same fragments
+Pure functions of ``JobMonitor.state`` (and the chart's HTML): the widgets show these same fragments
 while the jobs run, and the saved notebook keeps the last ones as a self-contained snapshot.
 """
 
@@ -174,13 +174,13 @@ def logs_html(state: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def snapshot_html(job_ids: list[str], state: dict[str, Any], png: bytes | None) -> str:
-    """The static snapshot: self-contained HTML, plot embedded as a base64 PNG."""
+def snapshot_html(job_ids: list[str], state: dict[str, Any], chart_html: str) -> str:
+    """The static snapshot: self-contained HTML, the chart (`chart_html`) an interactive page."""
     title = f"opd job monitor: {', '.join(job_ids)}" + ("" if state["done"] else " (live)")
     return render.box(
         status_html(state)
         + alerts_html(state)
-        + render.png_img(png)
+        + chart_html
         + samples_html(state)
         + checkpoints_html(state)
         + logs_html(state),

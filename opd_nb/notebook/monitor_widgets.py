@@ -14,16 +14,23 @@ from opd_nb import render
 from opd_nb.constants import CANCELED, FAILED, SUCCEEDED
 from opd_nb.notebook import monitor_html
 
+NO_CHART = (
+    "<small>live curves need anywidget (pip install 'opd-nb[notebook]'); the saved snapshot has them</small>"
+)
 BAR_STYLE = {SUCCEEDED: "success", FAILED: "danger", CANCELED: "warning"}
 
 
 class MonitorWidgets:
-    """Status table, one progress bar and cancel button per job, alerts, plot, samples, checkpoints, logs."""
+    """Status table, one progress bar and cancel button per job, alerts, chart, samples, checkpoints, logs."""
 
-    def __init__(self, W: Any, job_ids: Sequence[str], on_cancel: Callable[[str], None], guard: Any):
+    def __init__(
+        self, W: Any, job_ids: Sequence[str], on_cancel: Callable[[str], None], guard: Any, *, chart: Any
+    ):
+        """`chart`: the metric chart's widget (:class:`~opd_nb.notebook.chart.MetricChart`), fed by
+        the monitor itself; None (no anywidget) leaves the chart to the saved snapshot."""
         self.status = W.HTML()
         self.bars = {jid: self._bar(W, jid) for jid in job_ids}
-        self.plot = W.Image(format="png", layout=W.Layout(max_width="100%"))
+        self.plot = chart if chart is not None else W.HTML(NO_CHART)
         self.alerts = W.HTML()
         self.samples = W.HTML()
         self.checkpoints = W.HTML()
@@ -102,7 +109,7 @@ class MonitorWidgets:
     def show_message(self, text: str, cls: str) -> None:
         self.message.value = render.box(f'<span class="{cls}">{render.esc(text)}</span>')
 
-    def update(self, state: dict[str, Any], png: bytes | None) -> None:
+    def update(self, state: dict[str, Any]) -> None:
         """Push a state snapshot into the widgets (trait assignments only: thread-safe to call)."""
         self.status.value = render.box(monitor_html.status_html(state))
         for jid, bar in self.bars.items():
@@ -110,8 +117,6 @@ class MonitorWidgets:
             total, step = v["total_steps"], v["step"]
             bar.value = 1.0 if v["status"] == SUCCEEDED else (min(1.0, step / total) if total else 0.0)
             bar.bar_style = BAR_STYLE.get(v["status"], "info")
-        if png and self.plot.value != png:
-            self.plot.value = png
         for widget, fragment in (
             (self.alerts, monitor_html.alerts_html(state)),
             (self.samples, monitor_html.samples_html(state)),

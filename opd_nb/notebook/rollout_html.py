@@ -14,6 +14,7 @@ from typing import Any
 from opd_nb import render
 from opd_nb.client.rollout_results import LEGEND, summary, tokens_html
 
+SNAPSHOT_SAMPLES = 64  # samples whose pane a saved viewer carries (each is a few KB of shaded tokens)
 _PANE = "flex:1 1 0;min-width:0;border:1px solid #ddd;padding:4px 8px;margin:2px"
 
 
@@ -86,8 +87,15 @@ def sample_html(record: Mapping[str, Any]) -> str:
     )
 
 
-def table_html(records: Sequence[Mapping[str, Any]], order: Sequence[int], selected: int | None) -> str:
-    """The samples table in display order; the selected row is marked."""
+def table_html(
+    records: Sequence[Mapping[str, Any]],
+    order: Sequence[int],
+    selected: int | None,
+    *,
+    clickable: bool = False,
+) -> str:
+    """The samples table in display order; the selected row is marked. `clickable`: each row names its
+    sample (``data-sample``), so a saved snapshot's script can show that sample's pane."""
     rows = []
     for i in order:
         s = summary(records[i])
@@ -105,7 +113,9 @@ def table_html(records: Sequence[Mapping[str, Any]], order: Sequence[int], selec
             )
         )
     return render.table(
-        ["#", "kind", "prompt", "completion", "reward", "length", "truncated", "mean log-ratio"], rows
+        ["#", "kind", "prompt", "completion", "reward", "length", "truncated", "mean log-ratio"],
+        rows,
+        row_data=[str(i) for i in order] if clickable else None,
     )
 
 
@@ -125,9 +135,18 @@ def viewer_html(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) 
         f"step <b>{state['step']}</b> of {render.esc(', '.join(map(str, state['steps'])))} · "
         f"kind {render.esc(state['kind'] or 'all')} · sorted by {render.esc(state['sort_label'])}"
     )
-    parts = [f"<div>{where}</div>", legend_html(), table_html(records, state["order"], state["selected"])]
-    if state["selected"] is not None:
-        parts.append(sample_html(records[state["selected"]]))
+    order, selected = state["order"], state["selected"]
+    panes = list(order[:SNAPSHOT_SAMPLES])
+    if selected is not None and selected not in panes:
+        panes.append(selected)
+    hint = (
+        f"<div><small>saved view: click a column to sort, a row to show its sample "
+        f"({'all' if len(panes) >= len(order) else f'the first {SNAPSHOT_SAMPLES}'} in this order)</small></div>"
+    )
+    parts = [f"<div>{where}</div>", legend_html(), hint, table_html(records, order, selected, clickable=True)]
+    for i in panes:
+        shown = "" if i == selected else ' style="display:none"'
+        parts.append(f'<div class="opd-sample" data-sample="{i}"{shown}>{sample_html(records[i])}</div>')
     return render.box("".join(parts), title=title)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from opd_nb.client.rollout_results import CLOUD_NOTE, KINDS, SORTS, RolloutPage, sort_order, summary
 from opd_nb.errors import OpdError
 from opd_nb.notebook import rollout_html
+from opd_nb.notebook.snapshot import interactive
 
 ALL = "all"  # the kind filter's "both kinds"
 
@@ -166,7 +167,7 @@ class RolloutViewer:
         }
 
     def to_html(self) -> str:
-        return rollout_html.viewer_html(self.state, self.records)
+        return interactive(rollout_html.viewer_html(self.state, self.records))
 
     def __str__(self) -> str:
         if self.available is False:

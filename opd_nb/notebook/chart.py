@@ -1,0 +1,183 @@
+"""The interactive metric chart: an anywidget while the kernel runs, a self-contained page when saved.
+
+One JavaScript file (``static/chart.js``, ours, no library and no network) draws both:
+
+* live, as an `anywidget <https://anywidget.dev>`_ whose ``delta`` trait carries only the points of
+  the latest poll (a sequence number per delta; a view that missed one asks for the whole ``data``
+  again, so a reloaded page catches up), which works in JupyterLab, Notebook 7, VS Code and Colab;
+* saved, as ``text/html``: the same script and the points inlined in an ``<iframe srcdoc>``, so a
+  saved notebook or its ``nbconvert --to html`` export keeps hover, zoom and smoothing with no kernel.
+
+anywidget is imported on the first chart, never by ``%load_ext opd_nb``. The widget is only ever
+changed by trait assignments, so the monitor's polling thread may feed it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from opd_nb.chart_data import ChartFeed, Rows
+from opd_nb.notebook.snapshot import static_js
+
+__all__ = ["MetricChart", "chart_page", "chart_iframe"]
+
+PANEL_HEIGHT = 215  # px per row of panels (each about 190 px high, plus its gap)
+CHROME_HEIGHT = 110  # px for the title, the controls, one legend row and the note
+LEGEND_PER_ROW, LEGEND_ROW_HEIGHT = 3, 22  # legend entries that fit one row of a notebook-wide chart
+
+# The anywidget module: the chart script, then the glue that feeds it from the model's traits.
+_GLUE = """
+export default {
+  render({ model, el }) {
+    const chart = opdChart(el, model.get("data"));
+    let seq = model.get("data").seq || 0;
+    const onData = () => { const d = model.get("data"); chart.replace(d); seq = d.seq || 0; };
+    const onDelta = () => {
+      const d = model.get("delta");
+      if (!d || !d.seq || d.seq <= seq) return;
+      if (d.seq === seq + 1) { chart.append(d.points); seq = d.seq; }
+      else model.send({ kind: "sync" });  // a missed delta: ask for everything again
+    };
+    model.on("change:data", onData);
+    model.on("change:delta", onDelta);
+    onDelta();
+    return () => { model.off("change:data", onData); model.off("change:delta", onDelta); };
+  }
+};
+"""
+
+
+def chart_js() -> str:
+    """The chart's script (a classic script that defines ``opdChart(el, data)``)."""
+    return static_js("chart.js")
+
+
+def _script_json(data: Any) -> str:
+    """JSON safe inside a ``<script>``: no ``</script>`` or ``<!--`` can end it early."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+
+
+def chart_page(data: Mapping[str, Any]) -> str:
+    """A whole HTML page that draws `data` with no kernel and no network."""
+    return (
+        '<!doctype html><html><head><meta charset="utf-8"><title>'
+        + html.escape(str(data.get("title") or "metrics"))
+        + '</title></head><body style="margin:0;font-family:system-ui,sans-serif">'
+        + '<div id="opd-chart"></div><script>'
+        + chart_js()
+        + "\nopdChart(document.getElementById('opd-chart'), "
+        + _script_json(data)
+        + ");</script></body></html>"
+    )
+
+
+def chart_height(data: Mapping[str, Any]) -> int:
+    """The iframe's height for two columns of panels (an iframe cannot size itself to its page)."""
+    rows = max(1, math.ceil(len(data.get("panels") or []) / 2))
+    jobs = {s.get("job") for s in data.get("series") or []}
+    legend_rows = max(0, math.ceil(len(jobs) / LEGEND_PER_ROW) - 1)  # a sweep's legend wraps
+    return CHROME_HEIGHT + LEGEND_ROW_HEIGHT * legend_rows + PANEL_HEIGHT * rows
+
+
+def chart_iframe(data: Mapping[str, Any]) -> str:
+    """The saved-notebook form: the page in an ``<iframe srcdoc>`` (scripts allowed, nothing else)."""
+    if not data.get("series"):
+        return ""
+    return (
+        '<iframe class="opd-chart-frame" sandbox="allow-scripts" '
+        f'style="width:100%;height:{chart_height(data)}px;border:0" '
+        f'title="{html.escape(str(data.get("title") or "metric curves"))}" '
+        f'srcdoc="{html.escape(chart_page(data), quote=True)}"></iframe>'
+    )
+
+
+@cache
+def _widget_class() -> type:
+    """The anywidget class, built on first use (anywidget and traitlets load only then)."""
+    import anywidget
+    import traitlets
+
+    class ChartWidget(anywidget.AnyWidget):
+        _esm = chart_js() + _GLUE
+        data = traitlets.Dict().tag(sync=True)
+        delta = traitlets.Dict().tag(sync=True)
+
+    return ChartWidget
+
+
+class MetricChart:
+    """One chart of metric curves, fed the whole metric rows of its jobs on every poll.
+
+    ``update`` keeps every point (:class:`~opd_nb.chart_data.ChartFeed`) and, once a widget exists,
+    assigns only the new points to it. ``to_html`` is the saved snapshot of everything so far."""
+
+    def __init__(self, title: str | None = None):
+        self.feed = ChartFeed(title=title)
+        self._lock = threading.Lock()
+        self._widget: Any = None
+        self._seq = 0
+        self.updates = 0  # deltas pushed to the widget (each one poll's new points)
+
+    def update(
+        self,
+        rows_by_job: Mapping[str, Rows],
+        panels: Sequence[str],
+        *,
+        labels: Mapping[str, str] | None = None,
+        offsets: Mapping[str, float] | None = None,
+    ) -> int:
+        """Take the latest rows; returns how many new points went to the widget (0 without one)."""
+        with self._lock:
+            self.feed.labels.update(labels or {})
+            moved = {j: o for j, o in (offsets or {}).items() if self.feed.offsets.get(j) != o}
+            self.feed.offsets.update(moved)
+            self.feed.update(rows_by_job, panels)
+            if self._widget is None:
+                return 0
+            if moved:  # a parent found late moves whole series: redraw from the full data
+                self._widget.data = self._document()
+                return self.feed.points
+            points = self.feed.delta()
+            if not points:
+                return 0
+            self._seq += 1
+            self._widget.delta = {"seq": self._seq, "points": points}
+            self.updates += 1
+            return sum(len(p["steps"]) for p in points)
+
+    def _document(self) -> dict[str, Any]:
+        """Everything as the widget's ``data`` (marks every point as sent; the lock is held)."""
+        return {**self.feed.full(), "seq": self._seq}
+
+    def widget(self) -> Any:
+        """The anywidget (None where anywidget is not installed)."""
+        with self._lock:
+            if self._widget is None:
+                try:
+                    cls = _widget_class()
+                except ImportError:
+                    return None
+                self._widget = cls(data=self._document())
+                self._widget.on_msg(self._on_msg)
+            return self._widget
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """A view that missed a delta asks for everything again."""
+        if isinstance(content, dict) and content.get("kind") == "sync":
+            with self._lock:
+                self._widget.data = self._document()
+
+    def data(self) -> dict[str, Any]:
+        """The chart document as it stands (for the snapshot and for tests)."""
+        with self._lock:
+            return self.feed.full(mark=False)
+
+    def to_html(self) -> str:
+        """The saved snapshot ("" while there is nothing to draw)."""
+        return chart_iframe(self.data())

@@ -1,0 +1,95 @@
+"""The chart's data: series, per-poll deltas, LTTB downsampling and continued jobs' global steps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from opd_nb.chart_data import ChartFeed, lttb, parent_of, series_points, step_offset
+from opd_nb.constants import LOSS, VALID_TOKEN_RATE
+
+
+def _rows(n: int, start: int = 1) -> list[dict]:
+    return [{"step": s, LOSS: 1.0 / s, VALID_TOKEN_RATE: 1.0} for s in range(start, start + n)]
+
+
+def test_series_skip_missing_and_non_finite_values_and_sort_by_step() -> None:
+    rows = [{"step": 3, LOSS: 0.3}, {"step": 1, LOSS: 1.0}, {"step": 2, LOSS: math.nan}, {"step": 4}]
+    rows.append({"step": 5, LOSS: True})  # a flag is not a number
+    assert series_points(rows, LOSS) == ([1.0, 3.0], [1.0, 0.3])
+
+
+def test_each_delta_holds_only_the_points_no_earlier_one_sent() -> None:
+    feed = ChartFeed()
+    rows = _rows(3)
+    feed.update({"ft-a": rows}, [LOSS])
+    first = feed.delta()
+    assert [(p["job"], p["metric"], p["steps"]) for p in first] == [("ft-a", LOSS, [1, 2, 3])]
+    feed.update({"ft-a": rows}, [LOSS])
+    assert feed.delta() == []  # the same poll again: nothing new
+    rows += _rows(2, start=4)
+    feed.update({"ft-a": rows, "ft-b": _rows(1)}, [LOSS])
+    second = {(p["job"], tuple(p["steps"])) for p in feed.delta()}
+    assert second == {("ft-a", (4, 5)), ("ft-b", (1,))}
+    assert feed.points == 6
+
+
+def test_a_panel_that_appears_later_reads_that_metric_from_the_first_row() -> None:
+    feed = ChartFeed()
+    rows = _rows(4)
+    feed.update({"ft-a": rows}, [LOSS])
+    feed.delta()
+    feed.update({"ft-a": rows}, [LOSS, VALID_TOKEN_RATE])
+    (entry,) = feed.delta()
+    assert entry["metric"] == VALID_TOKEN_RATE and entry["steps"] == [1, 2, 3, 4]
+    assert feed.full(mark=False)["panels"] == [LOSS, VALID_TOKEN_RATE]
+
+
+def test_full_marks_points_sent_unless_asked_not_to() -> None:
+    feed = ChartFeed()
+    feed.update({"ft-a": _rows(5)}, [LOSS])
+    assert len(feed.full(mark=False)["series"][0]["steps"]) == 5
+    assert feed.delta()[0]["steps"] == [1, 2, 3, 4, 5]
+    feed.update({"ft-a": _rows(6)}, [LOSS])
+    feed.full()
+    assert feed.delta() == []
+
+
+def test_lttb_keeps_the_ends_and_the_spike_of_a_long_series() -> None:
+    steps = [float(s) for s in range(10_000)]
+    values = [0.0] * 10_000
+    values[6_543] = 9.0  # one spike: a mean-of-buckets downsampler would flatten it
+    out_s, out_v = lttb(steps, values, 500)
+    assert len(out_s) == 500 and out_s[0] == 0.0 and out_s[-1] == 9_999.0
+    assert 9.0 in out_v and out_s == sorted(out_s)
+    assert lttb(steps[:10], values[:10], 500) == (steps[:10], values[:10])
+
+
+def test_a_ten_thousand_step_job_with_ten_series_is_downsampled_says_so_and_stays_small() -> None:
+    feed = ChartFeed()
+    metrics = [f"m{i}" for i in range(10)]
+    rows = [{"step": s, **{m: math.sin(s / 50 + i) for i, m in enumerate(metrics)}} for s in range(1, 10_001)]
+    feed.update({"ft-a": rows}, metrics)
+    doc = feed.full()
+    assert all(len(s["steps"]) == feed.max_points for s in doc["series"]) and feed.points == 100_000
+    assert "downsampled" in doc["note"] and "10,000" in doc["note"]
+    assert len(json.dumps(doc)) < 1_000_000
+
+
+def test_continued_jobs_start_where_their_parents_stopped() -> None:
+    assert parent_of("opd-local/ft-202612010000-abcdef") == ("ft-202612010000-abcdef", None)
+    assert parent_of("ft-202612010000-abcdef:checkpoint-20") == ("ft-202612010000-abcdef", 20.0)
+    path = "/data/jobs/ft-202612010000-abcdef/output/checkpoints/checkpoint-12"
+    assert parent_of(path) == ("ft-202612010000-abcdef", 12.0)
+    assert parent_of("qwen3-8b") == (None, None) and parent_of(None) == (None, None)
+
+    last = {"ft-202612010000-aaaaaa": 256.0, "ft-202612010000-bbbbbb": 40.0}
+    models = {
+        "ft-202612010000-aaaaaa": "qwen3-8b",
+        "ft-202612010000-bbbbbb": "opd-local/ft-202612010000-aaaaaa",
+    }
+    # grandchild of a continued job: 256 (grandparent) + 40 (parent's last step)
+    got = step_offset("opd-local/ft-202612010000-bbbbbb", last.get, models.get)
+    assert got == 296.0
+    assert step_offset("ft-202612010000-aaaaaa:checkpoint-100", last.get, models.get) == 100.0
+    assert step_offset("opd-local/ft-202612010000-zzzzzz", last.get, models.get) == 0.0  # unknown parent
