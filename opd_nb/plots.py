@@ -11,22 +11,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opd_nb.chart_data import series_points
 from opd_nb.constants import LOSS, REWARD_MEAN, REWARD_METRIC_PREFIX, ROLLOUT_METRIC_PREFIX, VALID_TOKEN_RATE
 
 KEY_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN)
 
 
 def metric_series(rows: Sequence[Mapping[str, Any]], name: str) -> tuple[list[float], list[float]]:
-    """(steps, values) of one metric, skipping rows where it is absent or not a finite number."""
-    steps: list[float] = []
-    values: list[float] = []
-    for i, row in enumerate(rows):
-        value = row.get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            continue
-        steps.append(float(row.get("step", i + 1)))
-        values.append(float(value))
-    return steps, values
+    """(steps, values) of one metric, skipping rows where it is absent or not a finite number: the one
+    reading of metric rows that the PNG, the health rules and the interactive chart share."""
+    return series_points(rows, name)
 
 
 def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:

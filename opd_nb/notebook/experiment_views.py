@@ -66,7 +66,7 @@ class CompareView:
     @property
     def state(self) -> dict[str, Any]:
         """What the view shows, as plain data (the comparison's JSON plus whether there are curves)."""
-        return {**self.comparison.to_payload(), "has_plot": bool(self.chart.data()["series"])}
+        return {**self.comparison.to_payload(), "has_plot": self.chart.feed.points > 0}
 
     def table_html(self) -> str:
         return render.box(self.comparison.html(), title=f"{len(self.comparison.jobs)} jobs compared")
