@@ -55,7 +55,7 @@ def run_once(work: Path, name: str, train: str, val: str, args: argparse.Namespa
     from opd_nb.engine import rollouts
     from opd_nb.engine.api import EngineJob
     from opd_nb.engine.models import default_pair
-    from opd_nb.engine.trainer import ListEvents, _Run
+    from opd_nb.engine.trainer import ListEvents, Trainer
 
     os.environ[rollouts.PER_STEP_ENV] = str(args.per_step if alternate else 0)
     student, teacher = default_pair()
@@ -93,7 +93,7 @@ def run_once(work: Path, name: str, train: str, val: str, args: argparse.Namespa
             super().metrics(row)
 
     ev = Stamped()
-    r = _Run(job, ev, lambda: sum(1 for x in ev.rows if x["step"] > 0) >= args.steps)
+    r = Trainer(job, ev, lambda: sum(1 for x in ev.rows if x["step"] > 0) >= args.steps)
     rec = Alternating(r.recorder)
     if alternate:
         r.recorder = rec

@@ -13,6 +13,11 @@ SUCCEEDED = "SUCCEEDED"
 FAILED = "FAILED"
 CANCELED = "CANCELED"
 TERMINAL_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELED})
+UNKNOWN = "UNKNOWN"  # what a record reads as before the control plane has said its status
+
+# Deployment statuses (Bailian's deployments API): PENDING, RUNNING and FAILED as above, and DELETED.
+DELETED = "DELETED"  # also what a deleted job or file reads as (a delete's answer, a stream's last event)
+DEPLOYMENT_STATUSES = (PENDING, RUNNING, FAILED, DELETED)
 
 # Where jobs go.
 LOCAL_HOST = "127.0.0.1"
@@ -43,3 +48,13 @@ TEACHER_KL = "trace/distillation/teacher_kl"  # mean log pi_s - log pi_t on teac
 ZERO_VARIANCE_GROUPS = "trace/reward/zero_variance_groups"  # share of prompts whose rollouts all scored alike
 TRAIN_REWARD_MEAN = "trace/reward/mean"  # mean reward of the step's sampled rollouts (failed calls left out)
 TRUNCATED_FRACTION = "completions/truncated_fraction"  # share of the step's samples cut off at max_length
+ROLLOUT_FAILURE_RATE = "trace/rollout/failure_rate"  # share of a round's rollout calls that failed
+VALIDATION_RECORD_SECONDS = "timing_s/validation_record"  # time spent writing the validation rollout records
+PG_CLIPFRAC = "actor/pg_clipfrac"  # share of trained tokens whose policy ratio was clipped
+PPO_KL = "actor/ppo_kl"  # mean k1 estimate of KL(old policy || new policy) on trained tokens
+RESPONSE_LENGTH = "response_length/mean"  # mean number of trained (student-generated) tokens per sample
+GEN_SECONDS = "timing_s/gen"  # a step's rollout stage: sampling (native) or the rollout function (agentic)
+TEACHER_SECONDS = "timing_s/teacher"  # a step's teacher scoring (the reward functions run beside it)
+REWARD_SECONDS = "timing_s/reward"  # the reward functions' own time (overlapping the teacher's)
+UPDATE_SECONDS = "timing_s/update"  # a step's optimizer updates
+RECORD_SECONDS = "timing_s/record"  # a step's rollout records

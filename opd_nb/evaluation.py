@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -99,8 +99,18 @@ def load_rows(workspace: str | Path, limit: int | None = None) -> list[dict[str,
     return rows
 
 
-def reward_function(workspace: str | Path) -> tuple[Path, str, dict[str, str]] | None:
-    """(code dir, processor class, env) of the workspace's first reward function; None without one."""
+class RewardFunction(NamedTuple):
+    """Where and how a workspace's reward runs, as a job runs it."""
+
+    code_dir: Path  # the function's zipdir: the server's working directory and PYTHONPATH
+    classpath: str
+    env: dict[str, str]  # its runtime env
+    timeout: float  # seconds per call
+
+
+def reward_function(workspace: str | Path) -> RewardFunction | None:
+    """The workspace's first reward function (config.yaml); None without one."""
+    from opd_nb.reward_call import DEFAULT_TIMEOUT_S
     from opd_nb.spec import function_classpath
 
     ws = Path(workspace)
@@ -113,7 +123,8 @@ def reward_function(workspace: str | Path) -> tuple[Path, str, dict[str, str]] |
                 str(k): str(v)
                 for k, v in ((function.runtime.env if function.runtime else None) or {}).items()
             }
-            return (ws / zipdir).resolve(), classpath, env
+            timeout = float(function.timeout) if function.timeout else DEFAULT_TIMEOUT_S
+            return RewardFunction((ws / zipdir).resolve(), classpath, env, timeout)
     return None
 
 
@@ -334,15 +345,14 @@ class _Scorer:
     def __init__(self, workspace: Path):
         self.fn = reward_function(workspace)
         self.server: Any = None
-        self.name = f"reward {self.fn[1]}" if self.fn else EXACT_MATCH
+        self.name = f"reward {self.fn.classpath}" if self.fn else EXACT_MATCH
         self._lock = threading.Lock()
 
     def start(self) -> None:
         if self.fn is not None and self.server is None:
             from opd_nb.function_server import FunctionServer
 
-            code_dir, classpath, env = self.fn
-            self.server = FunctionServer.start(code_dir, "reward", classpath, env=env)
+            self.server = FunctionServer.start(self.fn.code_dir, "reward", self.fn.classpath, env=self.fn.env)
 
     def stop(self) -> None:
         if self.server is not None:
@@ -363,35 +373,19 @@ class _Scorer:
     def _reward(
         self, row: dict[str, Any], answer: str, model: str, index: int
     ) -> tuple[float | None, dict, str | None]:
-        import httpx
+        from opd_nb import reward_call
 
-        messages = [*_prompt(row), {"role": "assistant", "content": answer}]
-        payload = {
-            "func_type": "reward",
-            "ground_truth": _solution(row),
-            "agent_output": {"messages": messages, "rollout_extra": row.get("rollout_extra") or {}},
-            "request_metadata": {
-                "job_id": "opd-eval",
-                "sample_id": str(index),
-                "rollout_id": model,
-                "attempt_id": "0",
-            },
-        }
-        try:
-            resp = httpx.post(f"{self.server.url}/api/v1", json=payload, timeout=120, trust_env=False)
-            body = resp.json()
-        except (httpx.HTTPError, ValueError) as exc:
-            return None, {}, f"reward call failed: {type(exc).__name__}: {exc}"
-        if resp.status_code != 200 or str(body.get("status", "success")) != "success":
-            return None, {}, f"reward failed: {body.get('error') or body.get('message') or resp.status_code}"
-        reward = body.get("reward") or {}
-        metrics = {
-            k: float(v) for k, v in (reward.get("reward_metrics") or {}).items() if isinstance(v, int | float)
-        }
-        try:
-            return float(reward["reward_score"]), metrics, None
-        except (KeyError, TypeError, ValueError):
-            return None, metrics, f"the reward returned no numeric reward_score: {str(reward)[:200]}"
+        request = reward_call.reward_request(
+            [*_prompt(row), {"role": "assistant", "content": answer}],
+            row.get("rollout_extra") or {},
+            _solution(row),
+            job_id="opd-eval",
+            sample_id=str(index),
+            rollout_id=model,
+        )
+        send = reward_call.post_once(self.server.url)
+        (outcome,) = reward_call.call(send, request, self.fn.timeout, url=self.server.url)
+        return outcome.score, outcome.numeric_metrics, outcome.error
 
 
 def evaluate(

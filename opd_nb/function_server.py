@@ -5,6 +5,7 @@ with ``FUNC_TYPE`` and ``PROCESSOR_CLASS`` set and ``PYTHONPATH=.``. We do the s
 with two local differences: uvicorn binds 127.0.0.1 (the SDK's ``__main__`` binds 0.0.0.0) and runs
 one worker. The app, the parser and the processor loading are the SDK's, unchanged, so whatever
 works here works for the same reason in the cloud, and a crash in user code never reaches us.
+(The playground's servers add one route of their own beside the SDK's: see ``_add_clean_route``.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from opd_nb.errors import OpdError
 from opd_nb.log_cap import keep_own_log_under
 
@@ -25,6 +28,20 @@ SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
 PARENT_ENV = "OPD_FUNCTION_PARENT"  # the pid that started a function server: it stops once that is gone
 PARENT_POLL_S = 0.5
+CLEAN_ROUTE_ENV = "OPD_CLEAN_ROUTE"  # "1": also serve CLEAN_PATH (the playground asks for it)
+CLEAN_PATH = "/opd/clean"
+CLEANERS = ("strip_reasoning", "strip_thinking", "clean_answer", "clean_text", "clean")  # first one found
+
+
+class CleanRequest(BaseModel):
+    text: str
+
+
+class CleanReply(BaseModel):
+    """The reward module's own cleanup of an answer (None: the module has no cleaner, or it raised)."""
+
+    cleaned: str | None = None
+    error: str | None = None
 
 
 def classpath_to_module(classpath: str) -> str:
@@ -218,12 +235,35 @@ def _serve_watching_parent(argv: list[str]) -> None:
     import uvicorn
 
     keep_own_log_under()
+    if os.environ.pop(CLEAN_ROUTE_ENV, "") == "1":
+        _add_clean_route()
     parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
     if parent:
         threading.Thread(
             target=_stop_when_orphaned, args=(parent,), name="opd-parent-watch", daemon=True
         ).start()
     uvicorn.main(args=argv, prog_name="uvicorn")
+
+
+def _add_clean_route() -> None:
+    """Serve ``POST CLEAN_PATH``: the answer as the reward module's own cleaner (``strip_reasoning``
+    in the template) sees it, for the playground's "cleaned text". A local addition beside the SDK's
+    routes, which stay as they are; it imports the SDK's app first, exactly as uvicorn would."""
+    import importlib
+
+    sdk = importlib.import_module(SDK_SERVER_APP.partition(":")[0])
+    module = sys.modules.get(os.environ.get("PROCESSOR_CLASS", "").rpartition(".")[0])
+    cleaner = next((getattr(module, n) for n in CLEANERS if callable(getattr(module, n, None))), None)
+
+    def clean(request: CleanRequest) -> CleanReply:
+        if cleaner is None:
+            return CleanReply()
+        try:
+            return CleanReply(cleaned=str(cleaner(request.text)))
+        except Exception as exc:  # the user's cleaner; its error is shown, not raised
+            return CleanReply(error=f"{type(exc).__name__}: {exc}")
+
+    sdk.app.post(CLEAN_PATH)(clean)
 
 
 def _stop_when_orphaned(parent: int) -> None:

@@ -2,8 +2,8 @@
 
 One definition for every front end: the notebook's job monitor shows these alerts and `opd watch`
 prints them in a terminal, so the two never disagree about what is wrong with a run. Inputs are
-plain metric rows (``{"step": 3, "actor/distillation/loss": 0.4, ...}``) and checkpoints (the
-client's ``Checkpoint`` objects or plain dicts); nothing here talks to a service.
+plain metric rows (``{"step": 3, "actor/distillation/loss": 0.4, ...}``) and the client's
+``Checkpoint`` records; nothing here talks to a service.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from opd_nb.constants import (
     FAILED,
@@ -25,6 +25,9 @@ from opd_nb.constants import (
 )
 from opd_nb.plots import metric_series
 from opd_nb.results import ResultMixin
+
+if TYPE_CHECKING:  # annotations only: the rules run on rows and records, never on a connection
+    from opd_nb.client import Checkpoint
 
 DEFAULT_EVAL_STEPS = 10  # Bailian's default when the job does not set eval_steps
 FULL_VALID_TOKEN_RATE = 0.999  # below this, the teacher did not score every student token
@@ -51,7 +54,7 @@ class HealthAlert(ResultMixin):
 class BestCheckpoint(NamedTuple):
     """The checkpoint the docs' rule picks, and why (unpacks as ``checkpoint, reason``)."""
 
-    checkpoint: Any
+    checkpoint: Checkpoint
     reason: str
 
 
@@ -60,12 +63,7 @@ def _points(rows: Sequence[Mapping[str, Any]], name: str) -> list[tuple[float, f
     return list(zip(steps, values, strict=True))
 
 
-def _field(obj: Any, key: str) -> Any:
-    """A checkpoint's field, whether it is a model or a plain dict."""
-    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
-
-
-def eval_steps_of(hyper_parameters: Any) -> int | None:
+def eval_steps_of(hyper_parameters: Mapping[str, Any] | None) -> int | None:
     """The job's ``eval_steps`` (None when unset or not a number)."""
     value = hyper_parameters.get("eval_steps") if isinstance(hyper_parameters, Mapping) else None
     try:
@@ -274,11 +272,11 @@ class AlertTracker:
         return out
 
 
-def _checkpoint_reward(checkpoint: Any, reward: list[tuple[float, float]]) -> float | None:
-    """The checkpoint's own reward mean@1, else the last one validated at or before its step."""
-    value = (_field(checkpoint, "metrics") or {}).get(REWARD_MEAN)
+def _checkpoint_reward(checkpoint: Checkpoint, step: int, reward: list[tuple[float, float]]) -> float | None:
+    """The checkpoint's own reward mean@1, else the last one validated at or before its `step`."""
+    value = checkpoint.metrics.get(REWARD_MEAN)
     if value is None:
-        before = [v for s, v in reward if s <= _field(checkpoint, "step")]
+        before = [v for s, v in reward if s <= step]
         value = before[-1] if before else None
     return None if value is None else float(value)
 
@@ -295,14 +293,17 @@ def _loss_plateau_step(loss: list[tuple[float, float]]) -> float:
     return next(s for s, v in smooth if v <= lo + tol)
 
 
-def best_checkpoint(checkpoints: Sequence[Any], rows: Sequence[Mapping[str, Any]]) -> BestCheckpoint | None:
+def best_checkpoint(
+    checkpoints: Sequence[Checkpoint], rows: Sequence[Mapping[str, Any]]
+) -> BestCheckpoint | None:
     """The docs' rule: with a reward, the highest validation/data/reward/mean@1; without, the
     first checkpoint where actor/distillation/loss has levelled off. Not necessarily the last."""
-    ckpts = sorted((c for c in checkpoints if _field(c, "step") is not None), key=lambda c: _field(c, "step"))
-    if not ckpts:
+    stepped = sorted(((c.step, c) for c in checkpoints if c.step is not None), key=lambda sc: sc[0])
+    if not stepped:
         return None
+    ckpts = [c for _, c in stepped]
     reward = _points(rows, REWARD_MEAN)
-    scored = [(v, c) for c in ckpts if (v := _checkpoint_reward(c, reward)) is not None]
+    scored = [(v, c) for s, c in stepped if (v := _checkpoint_reward(c, s, reward)) is not None]
     if scored:
         top = max(v for v, _ in scored)
         chosen = next(c for v, c in scored if v == top)
@@ -311,14 +312,16 @@ def best_checkpoint(checkpoints: Sequence[Any], rows: Sequence[Mapping[str, Any]
     if len(loss) < 3:
         return BestCheckpoint(ckpts[-1], "latest (too few loss points to find a plateau)")
     plateau = _loss_plateau_step(loss)
-    after = [c for c in ckpts if _field(c, "step") >= plateau]
+    after = [c for s, c in stepped if s >= plateau]
     return BestCheckpoint(
         after[0] if after else ckpts[-1],
         f"loss plateau reached at step {plateau:g} (smoothed loss within 5% of its minimum)",
     )
 
 
-def best_checkpoint_line(checkpoints: Sequence[Any] | None, rows: Sequence[Mapping[str, Any]] | None) -> str:
+def best_checkpoint_line(
+    checkpoints: Sequence[Checkpoint] | None, rows: Sequence[Mapping[str, Any]] | None
+) -> str:
     """One line naming a finished job's best checkpoint by the docs' rule (what `opd watch` ends with)."""
     if checkpoints is None or rows is None:  # Bailian's API has no metrics: the rule cannot be applied here
         return (
@@ -331,8 +334,8 @@ def best_checkpoint_line(checkpoints: Sequence[Any] | None, rows: Sequence[Mappi
     if best is None:
         return "best checkpoint: none with a step number"
     cp = best.checkpoint
-    use = _field(cp, "model_name") or _field(cp, "path") or _field(cp, "name")
-    return f"best checkpoint: {_field(cp, 'name')} (step {_field(cp, 'step')}), {best.reason}; deploy or continue from {use}"
+    use = cp.model_name or cp.path or cp.name
+    return f"best checkpoint: {cp.name} (step {cp.step}), {best.reason}; deploy or continue from {use}"
 
 
 # ---------------------------------------------------------------- guard rules (severity error)

@@ -240,8 +240,8 @@ def tool_loop_accuracy(model, tokenizer, rows, max_turns: int = 4) -> tuple[floa
     an answer given without calling the tool counts as wrong (the task is to use it).
 
     Returns (accuracy, share of rows where the tool was called at all)."""
-    from opd_nb.engine.agentic import parse_tool_calls
     from opd_nb.engine.data import template_ids
+    from opd_nb.engine.openai_wire import parse_tool_calls
 
     convs = [list(r["messages"]) for r in rows]
     final: list[str | None] = [None] * len(rows)
@@ -443,8 +443,8 @@ def sampled_call_stats(model, tokenizer, rows, n: int = 4) -> dict[str, float]:
     those calls that parse and carry the row's digits (what the rollout can run)."""
     import torch
 
-    from opd_nb.engine.agentic import parse_tool_calls
     from opd_nb.engine.data import template_ids
+    from opd_nb.engine.openai_wire import parse_tool_calls
 
     prompts = [
         template_ids(tokenizer, r["messages"], tools=r["tools"], add_generation_prompt=True) for r in rows

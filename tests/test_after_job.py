@@ -19,6 +19,7 @@ from conftest import SDK_SUBMIT, run_sdk, wait_status
 from opd_nb.client import JobClient, resolve_target
 from opd_nb.deploy_plans import check_plan, plan_problems, require_consent
 from opd_nb.errors import OpdError
+from opd_nb.server.job_record import JobMeta, JobRecord
 from opd_nb.server.job_views import checkpoint_listing
 
 SORT = [{"role": "system", "content": "Sort the digits."}, {"role": "user", "content": "93418"}]
@@ -40,7 +41,16 @@ def openai_client(local_server):
 
 # ---- pure rules (fast) -------------------------------------------------------------------------------
 def test_checkpoint_expiry_and_order(tmp_path):
-    job = {"job_id": "ft-202001010000-abcd", "meta": {}, "finetuned_output": None}
+    meta = JobMeta(training_type="pg_opd", student_path="s", teacher_path="t", train_file="train.jsonl")
+    job = JobRecord(
+        job_id="ft-202001010000-abcd",
+        seq=1,
+        job_name="j",
+        status="SUCCEEDED",
+        request={},
+        meta=meta,
+        create_time="",
+    )
     for s in (2, 4):
         (tmp_path / f"checkpoint-{s}").mkdir()
     cps = [

@@ -360,11 +360,11 @@ def test_shared_prefix_forward_matches_the_plain_forward():
 def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
     """Greedy rollouts are the same tokens whether the prompts' common prefix runs once or per row."""
     from opd_nb.engine import batch as bm
-    from opd_nb.engine.trainer import ListEvents, _Run
+    from opd_nb.engine.trainer import ListEvents, Trainer
 
     train, val = task_files(tmp_path, 32, 32)
-    r = _Run(make_job(tmp_path, train, val), ListEvents(), lambda: False)
-    prompts = [row.prompt_ids for row in r.val_rows]
+    r = Trainer(make_job(tmp_path, train, val), ListEvents(), lambda: False)
+    prompts = [row.prompt_ids for row in r.data.validation]
     default = bm.MIN_SHARED_PREFIX
     try:
         shared = r.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
@@ -379,14 +379,14 @@ def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
 def test_a_seeded_request_samples_the_same_tokens_whatever_shares_its_batch(tmp_path):
     """Agentic serving batches whichever requests arrive together; with a seed per request, what a
     request samples does not depend on that (so machine load cannot change a job's rollouts)."""
-    from opd_nb.engine.trainer import ListEvents, _Run
+    from opd_nb.engine.trainer import ListEvents, Trainer
 
     train, val = task_files(tmp_path, 32, 32)
     # the context limit is the model's whole position table, so a short row batched with a long one
     # decodes past it (the tokens beyond that row's budget, which are dropped)
-    r = _Run(make_job(tmp_path, train, val, hp={"max_length": 256}), ListEvents(), lambda: False)
-    assert r.max_total == r.student.config.max_position_embeddings
-    prompts = [row.prompt_ids for row in r.val_rows[:4]]
+    r = Trainer(make_job(tmp_path, train, val, hp={"max_length": 256}), ListEvents(), lambda: False)
+    assert r.max_total == r.models.student.config.max_position_embeddings
+    prompts = [row.prompt_ids for row in r.data.validation[:4]]
     kw = {"temperature": 2.5, "top_p": 0.95, "max_new": 16}  # hot: the tiny student is sure of itself
     batched = r.generate_ids(prompts, seeds=[11, 12, 13, 14], **kw)
     alone = [r.generate_ids([p], seeds=[s], **kw)[0] for p, s in zip(prompts, [11, 12, 13, 14], strict=True)]

@@ -148,7 +148,7 @@ def test_reuse_change_stale_fresh(local_server, tmp_path):
     assert len(_uploads(local_server)) == zips + 1
     # ... and the job is submitted exactly as the first was (layer, metric weights, runtime: all the same).
     store = Store(local_server.data_dir)
-    rewards = [store.job(out["job_id"])["request"]["rewards"] for out in (first, second)]
+    rewards = [store.job(out["job_id"]).request["rewards"] for out in (first, second)]
     assert rewards[0] == rewards[1] and rewards[0][0]["reward_id"] == rw1 and rewards[0][0]["layer_code"]
 
     # A changed reward file registers anew.

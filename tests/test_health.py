@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from opd_nb.client import Checkpoint
 from opd_nb.constants import (
     LOSS,
     REWARD_FAILURE_RATE,
@@ -112,19 +113,17 @@ def test_eval_steps_of_the_job() -> None:
 
 
 def test_best_checkpoint_rule() -> None:
-    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (2, 4, 6)]
+    ckpts = [Checkpoint(name=f"checkpoint-{s}", step=s, metrics={}) for s in (2, 4, 6)]
     rows = _rows([1, 0.9, 0.8, 0.7, 0.6, 0.5], reward={2: 0.2, 4: 0.7, 6: 0.6})
     best, reason = best_checkpoint(ckpts, rows)
-    assert best["name"] == "checkpoint-4" and "mean@1" in reason  # not the last one
+    assert best.name == "checkpoint-4" and "mean@1" in reason  # not the last one
     plateau = _rows([1.0, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
-    ckpts = [{"name": f"checkpoint-{s}", "step": s, "metrics": {}} for s in (3, 6, 9)]
+    ckpts = [Checkpoint(name=f"checkpoint-{s}", step=s, metrics={}) for s in (3, 6, 9)]
     best, reason = best_checkpoint(ckpts, plateau)
-    assert best["name"] == "checkpoint-6" and "plateau" in reason
+    assert best.name == "checkpoint-6" and "plateau" in reason
 
 
 def test_best_checkpoint_prefers_its_own_metrics_and_handles_little_data() -> None:
-    from opd_nb.client import Checkpoint
-
     ckpts = [
         Checkpoint(name="checkpoint-1", step=1, path="/c1", metrics={REWARD_MEAN: 0.9}),
         Checkpoint(name="checkpoint-2", step=2, path="/c2", metrics={}),
@@ -133,10 +132,10 @@ def test_best_checkpoint_prefers_its_own_metrics_and_handles_little_data() -> No
     chosen = best_checkpoint(ckpts, rows)
     assert isinstance(chosen, BestCheckpoint)
     assert chosen.checkpoint.name == "checkpoint-1" and "0.9" in chosen.reason
-    few = best_checkpoint([{"name": "c-5", "step": 5}, {"name": "c-3", "step": 3}], _rows([1.0, 0.9]))
-    assert few.checkpoint["name"] == "c-5" and "too few" in few.reason  # the latest, by step
+    few = best_checkpoint([Checkpoint(name="c-5", step=5), Checkpoint(name="c-3", step=3)], _rows([1.0, 0.9]))
+    assert few.checkpoint.name == "c-5" and "too few" in few.reason  # the latest, by step
     assert best_checkpoint([], rows) is None
-    assert best_checkpoint([{"name": "no-step"}], rows) is None
+    assert best_checkpoint([Checkpoint(name="no-step")], rows) is None
 
 
 # ---- the sample-level rules: truncation, zero-variance groups, a reward stuck at 0 ---------------
@@ -184,7 +183,6 @@ def test_a_reward_that_never_leaves_zero_points_at_the_last_rollouts() -> None:
 
 def test_best_checkpoint_line_names_the_docs_pick():
     """Issue 26: `opd watch` ends with this line; the rule is best_checkpoint's, the id is what to deploy."""
-    from opd_nb.client import Checkpoint
     from opd_nb.health import best_checkpoint_line
 
     cps = [

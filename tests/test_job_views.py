@@ -6,18 +6,27 @@ from http import HTTPStatus
 
 from dashscope.finetune.customize_types import FineTune
 
+from opd_nb.server.job_record import JobFunction, JobMeta, JobRecord
 from opd_nb.server.job_views import job_output
 
 
-def _job(functions: list[dict]) -> dict:
-    return {
-        "job_id": "ft-1",
-        "job_name": "my-opd-job-1a2b3c4d",
-        "status": "RUNNING",
-        "request": {"model": "qwen3.5-9b", "teacher_model": "qwen3.5-397b-a17b", "training_type": "pg_opd"},
-        "meta": {"functions": functions},
-        "create_time": "2026-01-01 00:00:00",
-    }
+def _job(functions: list[dict]) -> JobRecord:
+    meta = JobMeta(
+        training_type="pg_opd",
+        student_path="student",
+        teacher_path="teacher",
+        train_file="train.jsonl",
+        functions=[JobFunction(processor="", code_dir="", **f) for f in functions],
+    )
+    return JobRecord(
+        job_id="ft-1",
+        seq=1,
+        job_name="my-opd-job-1a2b3c4d",
+        status="RUNNING",
+        request={"model": "qwen3.5-9b", "teacher_model": "qwen3.5-397b-a17b", "training_type": "pg_opd"},
+        meta=meta,
+        create_time="2026-01-01 00:00:00",
+    )
 
 
 def test_seed_002_reads_entity_id_from_the_run_result():

@@ -339,3 +339,32 @@ def test_submit_returns_a_live_monitor_then_logs_and_jobs(ip, capsys, isolated_c
     ]  # already finished: a message or the job, no traceback
     assert "Traceback" not in capsys.readouterr().err
     assert cancel.success or isinstance(cancel.error_in_exec, UsageError)
+
+
+@pytest.mark.slow
+def test_submit_monitor_shows_the_submits_notes_as_the_terminal_does(
+    ip, capsys, isolated_cache, local_server
+) -> None:
+    """`%opd submit`'s monitor is headed by what `opd submit` prints: reused or registered functions."""
+    from conftest import tiny_workspace, wait_status
+
+    workspace = tiny_workspace("reward", isolated_cache / "noted")
+    run(ip, f"%opd use local --base-url {local_server.api_base}", capsys)
+    monitors = []
+    try:
+        for _ in range(2):  # the second submit reuses the function the first registered
+            result, printed = run(ip, f"%opd submit {workspace}", capsys)
+            assert type(result.result).__name__ == "JobMonitor", printed
+            monitors.append(result.result)
+            result.result.cancel()
+        first, second = (m.state["notes"] for m in monitors)
+        assert first[0].startswith(f"submitted {monitors[0].job_ids[0]}")
+        assert any(n.startswith("registering ") for n in first), first
+        reuse = next(n for n in second if n.startswith("reusing ") and "code unchanged" in n)
+        monitor = monitors[1]
+        assert reuse in str(monitor) and reuse in monitor.to_html()  # the text and the saved snapshot
+        assert reuse in monitor._ensure_widgets()["notes"].value  # the live widget
+    finally:
+        for m in monitors:
+            m.stop()
+            wait_status(m.client, m.job_ids[0], {"CANCELED", "SUCCEEDED", "FAILED"}, timeout=60)

@@ -24,9 +24,10 @@ def failing_server(tmp_path):  # noqa: ANN001, ANN201
     """The real control-plane app with one extra route that raises, on a free port."""
     import uvicorn
 
+    from opd_nb.server import ServeOptions
     from opd_nb.server.app import create_app
 
-    app = create_app(tmp_path / "data")
+    app = create_app(ServeOptions(data_dir=str(tmp_path / "data")))
 
     @app.get("/api/v1/test-only/boom")
     def boom() -> None:

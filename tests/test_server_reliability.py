@@ -251,7 +251,7 @@ def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path):
         assert any("'tag' is a str" in w for w in warnings) and any("'flag' is a bool" in w for w in warnings)
         tree = process_tree.members(tmp_path / "data", process_tree.job_owner(job_id))
         assert len(tree) >= 2, tree  # the worker and its reward function server
-        worker = Store(tmp_path / "data").job(job_id)["worker_pid"]
+        worker = Store(tmp_path / "data").job(job_id).worker_pid
         os.kill(worker, signal.SIGKILL)
         job = wait_until(
             lambda: (j := job_view(api, job_id))["status"] == "FAILED" and j, 30, "the job to fail"
@@ -320,4 +320,4 @@ def test_a_server_started_for_a_process_ends_when_that_process_is_killed(tmp_pat
     finally:
         parent.kill()
     wait_until(lambda: not process_tree.members(tmp_path), 15, "the job's processes to end")
-    assert Store(tmp_path).job(job_id)["status"] == "RUNNING"  # interrupted, not failed: it resumes
+    assert Store(tmp_path).job(job_id).status == "RUNNING"  # interrupted, not failed: it resumes

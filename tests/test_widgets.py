@@ -149,6 +149,26 @@ def test_playground_picks_up_edits_without_restarting(pg_ws: Path) -> None:
     assert after.reward_score == 0.25
 
 
+def test_playground_button_scores_in_the_background(pg_ws: Path) -> None:
+    """The Score button returns at once (the kernel stays free while a changed reward's server
+    restarts); its thread fills the result field and enables the button again."""
+    from opd_nb.notebook.playground import RewardPlayground
+
+    pg = RewardPlayground(pg_ws)
+    w = pg._widgets
+    truth = w["truth"].value
+    reward = pg_ws / "functions" / "reward" / "reward.py"
+    reward.write_text(reward.read_text() + "\n# an edit: the next score starts a fresh server\n")
+    w["candidate"].value = truth
+    w["score"].click()
+    assert w["score"].disabled and pg.last is None  # still scoring, yet the click has returned
+    deadline = time.monotonic() + 120
+    while w["score"].disabled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not w["score"].disabled and pg.last is not None and pg.last.reward_score == 1.0
+    assert truth in w["result"].value
+
+
 def test_playground_batch_progress_distribution_and_failures(pg_ws: Path) -> None:
     from opd_nb.notebook.playground import RewardPlayground
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +11,10 @@ from opd_nb.cli._app import app
 from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import CompareRequest, SweepRequest
+
+if TYPE_CHECKING:
+    from opd_nb.client import SubmitResult
+    from opd_nb.experiments import SweepPoint
 
 
 @app.command("sweep")
@@ -43,16 +47,16 @@ def sweep_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Submit one job per value, each config.yaml plus that one change; the first registers the functions."""
-    from opd_nb.experiments import sweep
+    from opd_nb.experiments import run_sweep
 
     client = _client(local, cloud, workspace)
 
-    def progress(point: Any, result: Any) -> None:
+    def progress(point: SweepPoint, result: SubmitResult) -> None:
         notes = "; ".join(str(f.get("note")) for f in result.functions)
         echo(f"submitted {point.label}: {result.job_id}" + (f" ({notes})" if notes else ""), err=True)
 
     quiet = in_magic() or as_json
-    result = sweep(
+    result = run_sweep(
         str(workspace),
         param,
         client.target,

@@ -143,12 +143,13 @@ def submit_cmd(
     common = {"config": config, "sets": changes, "fresh": fresh, "smoke": smoke, **overrides}
     if dry_run:
         return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
-    result = submit(workspace, client.target, yes=yes, no_check=no_check, **common)
-    if in_magic():  # the notebook opens the job monitor on it
+    result = submit(workspace, client.target, yes=yes, no_check=no_check, client=client, **common)
+    if in_magic():  # the notebook opens the job monitor on it (with this client: result.client)
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:
         echo(str(result))
-        job = watch_terminal(client, result.job_id, _hooks(client, result.job_id, None, None, None, None))
+        with client:
+            job = watch_terminal(client, result.job_id, _hooks(client, result.job_id, None, None, None, None))
         return emit(job, exit_code=_exit_code(job))
     return emit(result, as_json=as_json)
 
@@ -256,13 +257,14 @@ def watch_cmd(
         if hooks.notifier is not None:
             raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
         return WatchRequest(job_ids=(job_id,), target=client.target, guard=thresholds if guard else None)
-    if as_json:
-        poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
-        job = wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
-    else:
-        job = watch_terminal(client, job_id, hooks)
-    if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
-        echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
+    with client:  # one connection pool for every poll, closed when the watch ends
+        if as_json:
+            poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
+            job = wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
+        else:
+            job = watch_terminal(client, job_id, hooks)
+        if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
+            echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
     return emit(job, exit_code=_exit_code(job), as_json=as_json)
 
 

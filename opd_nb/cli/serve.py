@@ -1,7 +1,8 @@
 """`opd serve [run|start|stop|status]`: the local Bailian-compatible control plane.
 
-A thin front end over :mod:`opd_nb.server.lifecycle`: it parses the options, calls the lifecycle,
-branches on the type of the start result and emits a :class:`ServeInfo`. Safe by default: a
+A thin front end over :mod:`opd_nb.server.lifecycle`: it parses the flags into one
+:class:`~opd_nb.server.records.ServeOptions`, hands it whole to the lifecycle, branches on the type of
+the start result and emits a :class:`ServeInfo`. Safe by default: a
 non-loopback ``--host`` needs a server key (``--api-key`` or ``OPD_SERVE_API_KEY``); the key is
 never printed, only where to put it.
 """
@@ -9,9 +10,6 @@ never printed, only where to put it.
 from __future__ import annotations
 
 import html
-import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,21 +21,22 @@ from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 from opd_nb.server import (
+    ServeOptions,
     ServerInfo,
     StartLaunched,
     StartReused,
-    default_data_dir,
     server_status,
     start_background,
     stop_background,
 )
-from opd_nb.server.lifecycle import (
+from opd_nb.server.records import (
     API_KEY_ENV,
     CHECKPOINT_TTL_ENV,
     DEFAULT_MAX_DEPLOYMENTS,
     MAX_DEPLOYMENTS_ENV,
     MAX_INTERRUPTIONS,
     is_loopback,
+    parse_model_map,
 )
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
 
@@ -101,59 +100,16 @@ class ServeInfo(ResultMixin, BaseModel):
         )
 
 
-def _parse_map(items: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise OpdError(
-                f"--model-map {item!r} must look like ID=PATH", fix="e.g. --model-map qwen3-8b=/models/q8"
-            )
-        path = Path(value.strip()).expanduser()
-        if not (path / "config.json").is_file():
-            raise OpdError(
-                f"--model-map {key}: {path} is not a Hugging Face model directory (no config.json)"
-            )
-        out[key.strip()] = str(path.resolve())
-    return out
-
-
-@dataclass(frozen=True)
-class JobPolicy:
-    """How the server treats interrupted jobs (`--resume/--no-resume`, `--max-interruptions`) and
-    how many deployments it runs at once (`--max-deployments`)."""
-
-    resume: bool = True
-    max_interruptions: int = MAX_INTERRUPTIONS
-    max_deployments: int | None = None
-
-
-def start_info(
-    host: str,
-    port: int,
-    data_dir: str | None,
-    model_map: dict[str, str],
-    api_key: str | None = None,
-    policy: JobPolicy = JobPolicy(),
-) -> ServeInfo:
+def start_info(options: ServeOptions, api_key: str | None = None) -> ServeInfo:
     """`opd serve start`: reuse or launch the background server; a failed start is an OpdError."""
-    refusal = refuse_open_bind(host, api_key)
+    refusal = refuse_open_bind(options.host, api_key)
     if refusal:
         raise OpdError(refusal.removeprefix("error: "), exit_code=2)
-    result = start_background(
-        host,
-        port,
-        data_dir,
-        model_map,
-        api_key=api_key,
-        resume=policy.resume,
-        max_interruptions=policy.max_interruptions,
-        max_deployments=policy.max_deployments,
-    )
+    result = start_background(options, api_key=api_key)
     match result:
-        case StartReused(info):
+        case StartReused(info=info):
             return ServeInfo.of(info, note="already running")
-        case StartLaunched(info):
+        case StartLaunched(info=info):
             return ServeInfo.of(info)
     raise result.to_error()  # StartFailed | StartTimedOut
 
@@ -186,106 +142,105 @@ def print_banner(info: ServerInfo) -> None:
         echo(f"  export {key}={value}")
 
 
-def run_foreground(
-    host: str,
-    port: int,
-    data_dir: str | None,
-    model_map: dict[str, str],
-    api_key: str | None = None,
-    policy: JobPolicy = JobPolicy(),
-) -> None:
+def run_foreground(options: ServeOptions, api_key: str | None = None) -> None:
     """`opd serve run`: serve until Ctrl-C; a refused start is exit 2 with its one line (on stderr)."""
     from opd_nb.server.runner import serve_forever
 
-    rc = serve_forever(
-        host,
-        port,
-        data_dir or default_data_dir(),
-        model_map,
-        api_key=api_key,
-        resume=policy.resume,
-        max_interruptions=policy.max_interruptions,
-        max_deployments=policy.max_deployments,
-        banner=print_banner,
-    )
+    rc = serve_forever(options, api_key=api_key, banner=print_banner)
     if rc:
         raise typer.Exit(rc)
 
 
+# The flags of `opd serve`, one alias each (what users type; each becomes a ServeOptions field).
+ActionArg = Annotated[
+    str | None,
+    typer.Argument(help="run (foreground; CLI default) | start (background; magic default) | stop | status"),
+]
+HostFlag = Annotated[str, typer.Option(help="interface to listen on")]
+PortFlag = Annotated[int, typer.Option(help="port (0 picks a free one)")]
+DataDirFlag = Annotated[
+    str | None,
+    typer.Option(
+        help="where jobs, files and checkpoints live (default ~/.cache/opd-nb/server or $OPD_DATA_DIR)"
+    ),
+]
+ModelMapFlag = Annotated[
+    list[str] | None,
+    typer.Option("--model-map", help="ID=PATH: run model ID on a local Hugging Face directory (repeatable)"),
+]
+ApiKeyFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_default=False,
+        show_envvar=True,
+        help="the only key the server accepts (needed for a non-loopback --host); prefer the variable",
+    ),
+]
+ResumeFlag = Annotated[
+    bool,
+    typer.Option(
+        "--resume/--no-resume",
+        help="resume jobs that were running when the server stopped (--no-resume: fail them)",
+    ),
+]
+MaxInterruptionsFlag = Annotated[
+    int, typer.Option(min=1, help="a job interrupted this many times fails instead of resuming")
+]
+MaxDeploymentsFlag = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        envvar=MAX_DEPLOYMENTS_ENV,
+        show_envvar=True,
+        help=f"how many deployments may run at once (past that, a deploy is a 400) [default: {DEFAULT_MAX_DEPLOYMENTS}]",
+    ),
+]
+CheckpointTtlFlag = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        envvar=CHECKPOINT_TTL_ENV,
+        show_envvar=True,
+        help="days a checkpoint lives (its expire_time; nothing is deleted locally) [default: 15]",
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+
+
 @app.command("serve")
 def serve(
-    action: Annotated[
-        str | None,
-        typer.Argument(
-            help="run (foreground; CLI default) | start (background; magic default) | stop | status"
-        ),
-    ] = None,
-    host: Annotated[str, typer.Option(help="interface to listen on")] = LOCAL_HOST,
-    port: Annotated[int, typer.Option(help="port (0 picks a free one)")] = LOCAL_PORT,
-    data_dir: Annotated[
-        str | None,
-        typer.Option(
-            help="where jobs, files and checkpoints live (default ~/.cache/opd-nb/server or $OPD_DATA_DIR)"
-        ),
-    ] = None,
-    model_map: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--model-map", help="ID=PATH: run model ID on a local Hugging Face directory (repeatable)"
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar=API_KEY_ENV,
-            show_default=False,
-            show_envvar=True,
-            help="the only key the server accepts (needed for a non-loopback --host); prefer the variable",
-        ),
-    ] = None,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume/--no-resume",
-            help="resume jobs that were running when the server stopped (--no-resume: fail them)",
-        ),
-    ] = True,
-    max_interruptions: Annotated[
-        int, typer.Option(min=1, help="a job interrupted this many times fails instead of resuming")
-    ] = MAX_INTERRUPTIONS,
-    max_deployments: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            envvar=MAX_DEPLOYMENTS_ENV,
-            show_envvar=True,
-            help=f"how many deployments may run at once (past that, a deploy is a 400) [default: {DEFAULT_MAX_DEPLOYMENTS}]",
-        ),
-    ] = None,
-    checkpoint_ttl_days: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            envvar=CHECKPOINT_TTL_ENV,
-            show_envvar=True,
-            help="days a checkpoint lives (its expire_time; nothing is deleted locally) [default: 15]",
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    action: ActionArg = None,
+    host: HostFlag = LOCAL_HOST,
+    port: PortFlag = LOCAL_PORT,
+    data_dir: DataDirFlag = None,
+    model_map: ModelMapFlag = None,
+    api_key: ApiKeyFlag = None,
+    resume: ResumeFlag = True,
+    max_interruptions: MaxInterruptionsFlag = MAX_INTERRUPTIONS,
+    max_deployments: MaxDeploymentsFlag = None,
+    checkpoint_ttl_days: CheckpointTtlFlag = None,
+    as_json: JsonFlag = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
-    if checkpoint_ttl_days is not None:  # the server reads it (a started one inherits the environment)
-        os.environ[CHECKPOINT_TTL_ENV] = str(checkpoint_ttl_days)
     action = action or ("start" if in_magic() else "run")
     if action not in ACTIONS:
         raise OpdError(f"unknown action {action!r}", fix=f"use one of: {', '.join(ACTIONS)}")
-    mapping = _parse_map(model_map)
-    policy = JobPolicy(resume, max_interruptions, max_deployments)
+    options = ServeOptions(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        model_map=parse_model_map(model_map),
+        resume=resume,
+        max_interruptions=max_interruptions,
+        max_deployments=max_deployments,
+        checkpoint_ttl_days=checkpoint_ttl_days,
+    )
     if action == "run":
-        return run_foreground(host, port, data_dir, mapping, api_key or None, policy)
+        return run_foreground(options, api_key or None)
     if action == "start":
-        return emit(start_info(host, port, data_dir, mapping, api_key or None, policy), as_json=as_json)
+        return emit(start_info(options, api_key or None), as_json=as_json)
     if action == "stop":
         return emit(stop_info(), as_json=as_json)
     info = status_info()

@@ -13,15 +13,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from opd_nb.constants import RUNNING, UNKNOWN
 from opd_nb.results import ResultMixin
 
-RUNNING = "RUNNING"
 _COLOR = {"RUNNING": "green", "FAILED": "red", "PENDING": "yellow", "DELETED": "white"}
 
 
 class Deployment(ResultMixin, BaseModel):
     deployed_model: str
-    status: str = "UNKNOWN"
+    status: str = UNKNOWN
     model_name: str | None = None
     base_model: str | None = None
     capacity: int | None = None

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES
+from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.results import ResultMixin
 
 _STATUS_COLOR = {
@@ -28,7 +28,7 @@ _STATUS_COLOR = {
 class Job(ResultMixin, BaseModel):
     job_id: str
     job_name: str | None = None
-    status: str = "UNKNOWN"
+    status: str = UNKNOWN
     model: str | None = None
     training_type: str | None = None
     teacher_model: str | None = None

@@ -11,9 +11,10 @@ only: never logged or repr'd.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TypeVar
+from typing import Self, TypeVar
 
 import httpx
 
@@ -98,17 +99,49 @@ class _Base:
 
 
 class JobClient(_Base):
-    """Blocking client (CLI, widgets' polling threads)."""
+    """Blocking client (CLI, widgets' polling threads).
+
+    It keeps one ``httpx.Client`` (its connection pool) from the first call on, so a monitor that polls
+    every second reuses its connections instead of opening new ones each call; httpx's pool is
+    thread-safe (a monitor's polling thread and the kernel's thread share it). Leaving a ``with
+    client:`` block closes them, and the next call opens a new pool, so closing never breaks another
+    holder of the client. (No public ``close``: the public methods are the API's calls, the same on
+    :class:`AsyncJobClient`, whose pool lives for one call because it belongs to one event loop.)
+    """
+
+    def __init__(self, target: Target | None = None, *, timeout: float = 30.0, retries: int = 3):
+        super().__init__(target, timeout=timeout, retries=retries)
+        self._http: httpx.Client | None = None
+        self._http_lock = threading.Lock()
+
+    def _pool(self) -> httpx.Client:
+        """The kept ``httpx.Client``, opened on first use (and again after a close)."""
+        with self._http_lock:
+            if self._http is None or self._http.is_closed:
+                self._http = httpx.Client(timeout=self.timeout)  # headers go with each request
+            return self._http
+
+    def _close_pool(self) -> None:
+        """Close the kept connections (a later call opens new ones)."""
+        with self._http_lock:
+            http, self._http = self._http, None
+        if http is not None:
+            http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_pool()
 
     def _run(self, plan: Plan[T]) -> T:
-        with httpx.Client(timeout=self.timeout, headers=self._headers()) as http:
-            reply: Reply = None
-            while True:
-                try:
-                    step = plan.send(reply)
-                except StopIteration as done:
-                    return done.value
-                reply = self._perform(http, step)
+        reply: Reply = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = self._perform(self._pool(), step)  # per step: a close between steps costs nothing
 
     def _perform(self, http: httpx.Client, step: Step) -> Reply:
         if isinstance(step, calls.Sleep):
@@ -116,7 +149,12 @@ class JobClient(_Base):
             return None
         try:
             return http.request(
-                step.method, self._url(step), params=step.params, json=step.json, timeout=self._timeout(step)
+                step.method,
+                self._url(step),
+                params=step.params,
+                json=step.json,
+                headers=self._headers(),  # per request, as before the pool: the target's key as it is now
+                timeout=self._timeout(step),
             )
         except httpx.TransportError as exc:
             return exc

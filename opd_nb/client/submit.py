@@ -13,11 +13,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
@@ -38,10 +39,16 @@ res = asyncio.run(rl.run(model=args.get("model"), job_name=args.get("job_name"),
                          teacher_model=args.get("teacher_model")))
 out = getattr(res, "output", None)
 job_id = getattr(out, "job_id", None) if out is not None and res.status_code == 200 else None
-print(json.dumps({"job_id": job_id, "status_code": res.status_code, "code": getattr(res, "code", None),
-                  "message": getattr(res, "message", None)}))
+with open(args["result_file"], "w", encoding="utf-8") as f:
+    json.dump({"job_id": job_id, "status_code": res.status_code, "code": getattr(res, "code", None),
+               "message": getattr(res, "message", None)}, f)
 sys.exit(0 if job_id else 1)
 """
+RESULT_FLAG = "--result-file"  # submit_job.py writes its result (JSON) there; its stdout is the user's
+LEGACY_NOTE = (
+    "this workspace's submit_job.py predates --result-file, so its result was read from its printed "
+    "output (a print of your own can break that): copy submit_job.py from a new workspace (`opd new`)"
+)
 
 
 class SubmitResult(ResultMixin, BaseModel):
@@ -54,23 +61,28 @@ class SubmitResult(ResultMixin, BaseModel):
     log_tail: list[str] = []
     functions: list[dict[str, Any]] = []  # submit_job.py's [{name, type, entity_id, reused, note}]
     notes: list[str] = []  # what the submit skipped or changed (--no-check, a smoke run's sample)
+    # The client that read the job back, for whoever follows the job next (the notebook's monitor):
+    # one client, one connection pool, per submit. Private: never part of the result's JSON.
+    _client: JobClient | None = PrivateAttr(default=None)
+
+    @property
+    def client(self) -> JobClient | None:
+        return self._client
+
+    def headline(self) -> str:
+        status = self.job.status if self.job else "submitted"
+        return f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}"
+
+    def note_lines(self) -> list[str]:
+        """What the submit skipped or changed, then each function's note (reused or registered)."""
+        return [*self.notes, *(str(f["note"]) for f in self.functions if f.get("note"))]
 
     def __str__(self) -> str:
-        status = self.job.status if self.job else "submitted"
-        notes = [
-            *self.notes,
-            *(str(f["note"]) for f in self.functions if f.get("note")),
-        ]  # reused or registered
-        return "\n".join(
-            [f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}", *notes]
-        )
+        return "\n".join([self.headline(), *self.note_lines()])
 
     def _repr_html_(self) -> str:
         status = self.job.status if self.job else "submitted"
-        notes = "".join(
-            f"<br><small>{html.escape(str(n))}</small>"
-            for n in [*self.notes, *(f["note"] for f in self.functions if f.get("note"))]
-        )
+        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self.note_lines())
         return (
             f"<div>submitted <code>{html.escape(self.job_id)}</code> ({html.escape(status)}) to "
             f"{self.target_kind} <code>{html.escape(self.base_url)}</code>{notes}</div>"
@@ -138,7 +150,8 @@ def _before_start(
 ) -> tuple[list[str], list[str]]:
     """The gate (unless `no_check`) and, on Bailian, the consent: (notes, flags for submit_job.py).
 
-    submit_job.py gets `--no-check` and `--yes` for what was decided here, so it does neither twice.
+    submit_job.py gets `--no-check` and `--yes` for what was decided here, so it does neither twice,
+    and the `sets`, `fresh` and `smoke` flags (refused here where the workspace's script lacks them).
     """
     from opd_nb.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
     from opd_nb.spend import gate, is_paid, require_consent
@@ -159,7 +172,12 @@ def _before_start(
             where=str(ws / "submit_job.py"),
             fix="copy submit_job.py from a new workspace (`opd new`)",
         )
-    return notes, flags
+    if (how["fresh"] or how["sets"]) and not (ws / "submit_job.py").is_file():
+        raise OpdError(
+            f"{ws} has no submit_job.py, which --fresh and --set need",
+            fix="copy submit_job.py from a new workspace (`opd new`)",
+        )
+    return notes, [*flags, *_script_flags(how["sets"], how["fresh"], how["smoke"])]
 
 
 def _prepare(
@@ -235,28 +253,75 @@ def dry_run(
     return DryRun(workspace=str(ws), target_kind=target.kind, base_url=target.base_url, job=job)
 
 
-def _runner_output(proc: subprocess.CompletedProcess) -> tuple[str, list[dict[str, Any]], list[str]]:
-    """(job id, functions, stderr tail) from the runner's last JSON line; a failed run is an OpdError."""
-    tail = (proc.stderr or "").splitlines()[-15:]
-    job_id, functions = None, []
-    for line in reversed((proc.stdout or "").splitlines()):
+def _read_result(path: Path) -> dict[str, Any]:
+    """The result the runner wrote to `path` ({} when it wrote none: it failed before submitting)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        raise OpdError(f"the submit's result file {path} is not JSON", exit_code=1) from None
+    if not isinstance(data, dict):
+        raise OpdError(f"the submit's result file {path} holds no JSON object", exit_code=1)
+    return data
+
+
+def _last_json_line(stdout: str) -> dict[str, Any]:
+    """A legacy submit_job.py's result: the last line of its output that parses as a JSON object."""
+    for line in reversed(stdout.splitlines()):
         try:
             data = json.loads(line)
         except ValueError:
             continue
         if isinstance(data, dict):
-            job_id = data.get("job_id")
-            functions = data.get("functions") or []
-            if not job_id and data.get("message"):
-                tail.append(f"service: [{data.get('code')}] {data.get('message')}")
-            break
+            return data
+    return {}
+
+
+def _runner_output(
+    proc: subprocess.CompletedProcess, data: dict[str, Any], legacy: bool
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """(job id, functions, stderr tail) from the runner's result `data`; a failed run is an OpdError."""
+    tail = (proc.stderr or "").splitlines()[-15:]
+    job_id, functions = data.get("job_id"), data.get("functions") or []
+    if not job_id and data.get("message"):
+        tail.append(f"service: [{data.get('code')}] {data.get('message')}")
     if proc.returncode != 0 or not job_id:
         detail = "\n".join(line for line in tail if line.strip()) or (proc.stdout or "").strip()[-500:]
+        if proc.returncode == 0:  # it says it submitted, yet no job id came back
+            detail = (LEGACY_NOTE if legacy else "the runner wrote no result") + (
+                f"\n{detail}" if detail else ""
+            )
         raise OpdError(
             f"submission failed (exit {proc.returncode}):\n{detail}",
             exit_code=2 if proc.returncode == 2 else 1,
         )
     return job_id, functions, tail
+
+
+def _runner_command(
+    ws: Path, target: Target, config: str, overrides: Mapping[str, Any], flags: list[str], result_file: Path
+) -> tuple[str, list[str], bool]:
+    """(runner, command, legacy): the workspace's submit_job.py (legacy: one without --result-file,
+    told `--json` instead), else our SDK runner; both write their result to `result_file`."""
+    cfg = ws / config
+    if (ws / "submit_job.py").is_file():
+        legacy = not _script_knows(ws, RESULT_FLAG)
+        output = ["--json"] if legacy else [RESULT_FLAG, str(result_file)]
+        return "submit_job.py", _script_command(ws, cfg, target, overrides, [*output, *flags]), legacy
+    args = {"config": str(cfg), **overrides, "result_file": str(result_file)}
+    return "sdk", [sys.executable, "-c", _RUNNER, json.dumps(args)], False
+
+
+def _run_runner(
+    ws: Path, cmd: list[str], env: dict[str, str], timeout_s: float, result_file: Path | None
+) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+    """Run the runner: its process and its result (from `result_file`; None: a legacy script's output)."""
+    try:
+        proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
+    return proc, _last_json_line(proc.stdout or "") if result_file is None else _read_result(result_file)
 
 
 def submit(
@@ -274,6 +339,7 @@ def submit(
     no_check: bool = False,
     smoke: int | None = None,
     timeout_s: float = 600.0,
+    client: JobClient | None = None,
 ) -> SubmitResult:
     """Check, ask, then register functions, upload data and submit exactly as the SDK does.
 
@@ -281,41 +347,38 @@ def submit(
     with code ``needs-confirmation`` says what would start, and nothing is sent). `sets`
     (``{"training.hyper_parameters.learning_rate": 2e-6}``) changes config values for this submit
     only, `fresh` registers the functions again, `smoke` (0: default size, or N rows) sends a
-    sampled one-epoch run named ``-smoke``; these need the workspace's submit_job.py.
+    sampled one-epoch run named ``-smoke``; these need the workspace's submit_job.py. `client` (the
+    caller's, on `target`; else a new one) reads the job back, and the result keeps it (`.client`).
+
+    The runner writes its result to a file (submit_job.py's ``--result-file``): nothing the workspace's
+    code prints can pass for it. An older template's submit_job.py (no such flag) still submits: its
+    result is its last JSON line, and a note says how to update it.
     """
     ws, target, env = _prepare(workspace, target, config)
-    cfg = ws / config
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
     notes, flags = _before_start(
-        ws, target, config, overrides, no_check=no_check, yes=yes, smoke=smoke, sets=sets
+        ws, target, config, overrides, no_check=no_check, yes=yes, smoke=smoke, sets=sets, fresh=fresh
     )
-    if (ws / "submit_job.py").is_file():
-        runner = "submit_job.py"
-        cmd = _script_command(
-            ws, cfg, target, overrides, ["--json", *flags, *_script_flags(sets, fresh, smoke)]
-        )
-    else:
-        if fresh or sets:
-            raise OpdError(
-                f"{ws} has no submit_job.py, which --fresh and --set need",
-                fix="copy submit_job.py from a new workspace (`opd new`)",
-            )
-        runner = "sdk"
-        cmd = [sys.executable, "-c", _RUNNER, json.dumps({"config": str(cfg), **overrides})]
-    try:
-        proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise OpdError(f"submission did not finish within {timeout_s:.0f}s") from None
-    job_id, functions, tail = _runner_output(proc)
-    job = JobClient(target).get(job_id)
-    return SubmitResult(
+    with tempfile.TemporaryDirectory(prefix="opd-submit-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        runner, cmd, legacy = _runner_command(ws, target, config, overrides, flags, result_file)
+        proc, data = _run_runner(ws, cmd, env, timeout_s, None if legacy else result_file)
+    job_id, functions, tail = _runner_output(proc, data, legacy)
+    client = client or JobClient(target)
+    result = SubmitResult(
         job_id=job_id,
-        job=job,
+        job=client.get(job_id),
         target_kind=target.kind,
         base_url=target.base_url,
         workspace=str(ws),
         runner=runner,
         log_tail=tail,
         functions=functions,
-        notes=notes + [line for line in tail if line.startswith("smoke run:")],
+        notes=[
+            *notes,
+            *([LEGACY_NOTE] if legacy else []),
+            *(line for line in tail if line.startswith("smoke run:")),
+        ],
     )
+    result._client = client
+    return result

@@ -11,6 +11,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+METRICS_FILE = (
+    "metrics.jsonl"  # one JSON row per step in the job's output dir (the trainer writes, resume trims)
+)
+
 
 class RewardEndpoint(BaseModel):
     """A registered reward (or group reward) function served over HTTP by the SDK's function server."""

@@ -8,6 +8,7 @@ not something the student is fed). Bad rows raise ``EngineError`` naming file, l
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,27 @@ def tokenize_rows(
     if not kept:
         raise EngineError(f"{path}: every prompt is longer than max_prompt_length={max_prompt_length} tokens")
     return kept
+
+
+class JobData:
+    """A job's tokenised training and validation rows, its steps, and each epoch's order of rows."""
+
+    def __init__(self, job: Any, tokenizer: Any, plan: Any, log: Any):
+        self.seed = job.seed
+        self.train = tokenize_rows(
+            read_rows(job.train_file), tokenizer, plan.max_prompt_length, job.train_file, log
+        )
+        self.validation: list[Row] = []
+        if job.validation_file:
+            self.validation = tokenize_rows(
+                read_rows(job.validation_file), tokenizer, plan.max_prompt_length, job.validation_file, log
+            )
+        self.steps_per_epoch = math.ceil(len(self.train) / plan.batch_size)
+        self.total_steps = self.steps_per_epoch * plan.n_epochs
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        """The training rows' order in `epoch`: a permutation of its own generator (not the job's RNG)."""
+        import torch
+
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(len(self.train), generator=g).tolist()

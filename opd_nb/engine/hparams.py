@@ -32,44 +32,40 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from opd_nb.engine.api import EngineError
+from opd_nb.spec.hyperparams import PARAMS_BY_NAME, value_problem
 
 TINY_PARAMS = 50_000_000
 LR_SCALE = 1000.0
 LR_MIN, LR_MAX = 1e-4, 3e-3
+LR_ENV = "OPD_LOCAL_LR"  # a local learning rate for every job of this process (after the job's own)
 
-# Used when opd_nb.spec is unavailable; kept equal to the spec's defaults.
-_FALLBACK_DEFAULTS: dict[str, Any] = {
-    "algorithm": "gspo",
-    "learning_rate": 1e-6,
-    "lr_scheduler_type": "cosine",
-    "lr_warmup_steps": 0,
-    "n_epochs": 1,
-    "batch_size": 128,
-    "n_rollouts": 8,
-    "ppo_mini_batch_size": 64,
-    "max_length": 4096,
-    "max_prompt_length": 1024,
-    "eval_steps": 10,
-    "save_steps": 100,
-    "save_strategy": "steps",
-    "save_total_limit": 3,
-    "opd_teacher_max_model_len": 8192,
-    "opd_teacher_max_num_batched_tokens": 8192,
-}
+# The keys the local engine reads; their types, ranges, choices and defaults are the spec's table.
+ENGINE_KEYS = (
+    "algorithm",
+    "learning_rate",
+    "lr_scheduler_type",
+    "lr_warmup_steps",
+    "n_epochs",
+    "batch_size",
+    "n_rollouts",
+    "ppo_mini_batch_size",
+    "max_length",
+    "max_prompt_length",
+    "eval_steps",
+    "save_steps",
+    "save_strategy",
+    "save_total_limit",
+    "opd_teacher_max_model_len",
+    "opd_teacher_max_num_batched_tokens",
+)
+ESTIMATORS = ("pg_opd", "gkd")  # pg_opd: the cloud's; gkd: the local engine's full-vocabulary reverse KL
+POLICY_LOSSES = ("gspo", "grpo")
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def cloud_defaults() -> dict[str, Any]:
-    """The cloud's defaults (from the spec when present) for keys a job leaves out."""
-    out = dict(_FALLBACK_DEFAULTS)
-    try:
-        from opd_nb.spec.hyperparams import PARAMS_BY_NAME
-    except Exception:  # noqa: BLE001 - the spec is optional for the engine
-        return out
-    for name in out:
-        spec = PARAMS_BY_NAME.get(name)
-        if spec is not None and spec.default is not None:
-            out[name] = spec.default
-    return out
+    """The cloud's defaults (the spec's table) for the keys a job leaves out."""
+    return {name: PARAMS_BY_NAME[name].default for name in ENGINE_KEYS}
 
 
 class Plan(BaseModel):
@@ -104,19 +100,92 @@ class Plan(BaseModel):
         return math.ceil(self.batch_size * self.n_rollouts / self.ppo_mini_batch_size)
 
 
-def _coerce(name: str, value: Any, kind: type) -> Any:
-    try:
-        if kind is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if kind is float:
-            return float(value)  # YAML reads 1e-6 as the string "1e-6"; accept it as the cloud does
-        return str(value)
-    except (TypeError, ValueError):
+def _coerce(value: Any, kind: type) -> Any:
+    """`value` as the engine reads it: YAML's "1e-6" is 1e-6 and 2.0 is 2, as on the cloud. Raises ValueError."""
+    if kind is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(value)
+        return int(value)
+    if kind is float:
+        return float(value)
+    return kind(value)
+
+
+def _read(d: dict[str, Any]) -> dict[str, Any]:
+    """Every engine key of `d` coerced and checked against the spec's table (all problems in one error)."""
+    out, problems = {}, []
+    for name in ENGINE_KEYS:
+        raw = d[name]
+        if name == "algorithm" and raw in ESTIMATORS:  # local rule: algorithm may name the estimator
+            out[name] = raw
+            continue
+        try:
+            out[name] = _coerce(raw, _KINDS[PARAMS_BY_NAME[name].type])
+            problem = value_problem(name, out[name])
+        except (TypeError, ValueError):
+            problem = value_problem(name, raw) or f"expected a {PARAMS_BY_NAME[name].type}"
+        if problem:
+            problems.append(f"hyper_parameters.{name} = {raw!r}: {problem}")
+    if problems:
+        raise EngineError("; ".join(problems) + "; fix it in config.yaml")
+    return out
+
+
+def _check_batch_and_lengths(v: dict[str, Any], given: dict[str, Any]) -> None:
+    """The rules across keys: a step's sequences fill its updates, a prompt leaves room for a response.
+
+    Only max_length given: prompts may use all but 1 token of it (so a small max_length alone is valid).
+    """
+    total = v["batch_size"] * v["n_rollouts"]
+    if v["ppo_mini_batch_size"] > total:
         raise EngineError(
-            f"hyper_parameters.{name} = {value!r} is not a valid {kind.__name__}; fix it in config.yaml"
-        ) from None
+            f"hyper_parameters.ppo_mini_batch_size = {v['ppo_mini_batch_size']} exceeds batch_size x n_rollouts = "
+            f"{v['batch_size']} x {v['n_rollouts']} = {total} sequences per step (Bailian requires <=); lower it"
+        )
+    if v["max_prompt_length"] >= v["max_length"] and "max_prompt_length" not in given:
+        v["max_prompt_length"] = v["max_length"] - 1
+    if v["max_prompt_length"] >= v["max_length"]:
+        raise EngineError(
+            f"hyper_parameters.max_prompt_length = {v['max_prompt_length']} leaves no room for a response within "
+            f"max_length = {v['max_length']}; raise max_length or lower max_prompt_length"
+        )
+
+
+def _estimator(algorithm: str, estimator: str | None) -> tuple[str, str]:
+    """(estimator, policy loss): `algorithm` picks the policy loss (or names the estimator, local only)."""
+    policy_loss = algorithm if algorithm in POLICY_LOSSES else "gspo"
+    est = estimator or (algorithm if algorithm in ESTIMATORS else "pg_opd")
+    if est not in ESTIMATORS:
+        raise EngineError(f"unknown estimator {est!r}; use pg_opd (the cloud's) or gkd (local full-vocab KL)")
+    return est, policy_loss
+
+
+def local_learning_rate_rule(
+    cloud_lr: float, student_params: int, local_learning_rate: float | None
+) -> tuple[float, str]:
+    """(local learning rate, the rule that gave it): the job's override, ``OPD_LOCAL_LR``, the tiny-student
+    mapping, or the cloud rate unchanged (see the module docstring)."""
+    env_lr = os.environ.get(LR_ENV)
+    if local_learning_rate is not None:
+        return (
+            float(local_learning_rate),
+            f"local override (EngineJob.local_learning_rate) {local_learning_rate:g}",
+        )
+    if env_lr:
+        try:
+            lr = float(env_lr)
+        except ValueError:
+            raise EngineError(
+                f"{LR_ENV} = {env_lr!r} is not a number; set it to a learning rate such as 1e-3, or unset it"
+            ) from None
+        return lr, f"local override ({LR_ENV}) {lr:g}"
+    if student_params < TINY_PARAMS:
+        lr = min(LR_MAX, max(LR_MIN, cloud_lr * LR_SCALE))
+        return lr, (
+            f"tiny stand-in student ({student_params:,} params < {TINY_PARAMS:,}): local_lr = "
+            f"clamp(cloud_lr x {LR_SCALE:g}, {LR_MIN:g}, {LR_MAX:g}) = {lr:g}"
+        )
+    return cloud_lr, f"student has {student_params:,} params: cloud learning rate used unchanged"
 
 
 def resolve(
@@ -126,102 +195,24 @@ def resolve(
     estimator: str | None = None,
     local_learning_rate: float | None = None,
 ) -> Plan:
-    """Validate the job's hyper-parameters and apply the local-meaning rules above."""
-    d = cloud_defaults()
-    d.update({k: v for k, v in (hp or {}).items() if v is not None})
-    ints = [
-        "lr_warmup_steps",
-        "n_epochs",
-        "batch_size",
-        "n_rollouts",
-        "ppo_mini_batch_size",
-        "max_length",
-        "max_prompt_length",
-        "eval_steps",
-        "save_steps",
-        "opd_teacher_max_model_len",
-        "opd_teacher_max_num_batched_tokens",
-    ]
-    v: dict[str, Any] = {k: _coerce(k, d[k], int) for k in ints}
-    if d.get("save_total_limit") is not None:
-        v["save_total_limit"] = _coerce("save_total_limit", d["save_total_limit"], int)
-    cloud_lr = _coerce("learning_rate", d["learning_rate"], float)
-    for k in ints:
-        if v[k] < (0 if k == "lr_warmup_steps" else 1):
-            raise EngineError(
-                f"hyper_parameters.{k} = {v[k]} must be {'>= 0' if k == 'lr_warmup_steps' else '>= 1'}"
-            )
-    if not cloud_lr > 0:
-        raise EngineError(f"hyper_parameters.learning_rate = {cloud_lr} must be > 0")
-    total = v["batch_size"] * v["n_rollouts"]
-    if v["ppo_mini_batch_size"] > total:
-        raise EngineError(
-            f"hyper_parameters.ppo_mini_batch_size = {v['ppo_mini_batch_size']} exceeds batch_size x n_rollouts = "
-            f"{v['batch_size']} x {v['n_rollouts']} = {total} sequences per step (Bailian requires <=); lower it"
-        )
-    if v["max_prompt_length"] >= v["max_length"] and "max_prompt_length" not in (hp or {}):
-        v["max_prompt_length"] = (
-            v["max_length"] - 1
-        )  # only max_length was given: prompts may use all but 1 token
-    if v["max_prompt_length"] >= v["max_length"]:
-        raise EngineError(
-            f"hyper_parameters.max_prompt_length = {v['max_prompt_length']} leaves no room for a response within "
-            f"max_length = {v['max_length']}; raise max_length or lower max_prompt_length"
-        )
-    algo = str(d.get("algorithm", "gspo"))
-    policy_loss = algo if algo in ("gspo", "grpo") else "gspo"
-    est = estimator or (algo if algo in ("pg_opd", "gkd") else "pg_opd")
-    if est not in ("pg_opd", "gkd"):
-        raise EngineError(f"unknown estimator {est!r}; use pg_opd (the cloud's) or gkd (local full-vocab KL)")
-    if algo not in ("gspo", "grpo", "pg_opd", "gkd"):
-        raise EngineError(f"hyper_parameters.algorithm = {algo!r} is not one of gspo, grpo")
-    sched = str(d["lr_scheduler_type"])
-    if sched not in ("cosine", "linear", "constant", "constant_with_warmup"):
-        raise EngineError(
-            f"hyper_parameters.lr_scheduler_type = {sched!r} is not one of cosine, linear, constant"
-        )
-    strategy = str(d["save_strategy"])
-    if strategy not in ("steps", "epoch", "no"):
-        raise EngineError(f"hyper_parameters.save_strategy = {strategy!r} is not one of steps, epoch, no")
-
-    env_lr = os.environ.get("OPD_LOCAL_LR")
-    if local_learning_rate is not None:
-        lr, rule = (
-            float(local_learning_rate),
-            f"local override (EngineJob.local_learning_rate) {local_learning_rate:g}",
-        )
-    elif env_lr:
-        lr = _coerce("OPD_LOCAL_LR", env_lr, float)
-        rule = f"local override (OPD_LOCAL_LR) {lr:g}"
-    elif student_params < TINY_PARAMS:
-        lr = min(LR_MAX, max(LR_MIN, cloud_lr * LR_SCALE))
-        rule = (
-            f"tiny stand-in student ({student_params:,} params < {TINY_PARAMS:,}): local_lr = "
-            f"clamp(cloud_lr x {LR_SCALE:g}, {LR_MIN:g}, {LR_MAX:g}) = {lr:g}"
-        )
-    else:
-        lr, rule = cloud_lr, f"student has {student_params:,} params: cloud learning rate used unchanged"
-    return Plan(
-        estimator=est,
-        policy_loss=policy_loss,
-        cloud_learning_rate=cloud_lr,
-        learning_rate=lr,
-        lr_rule=rule,
-        lr_scheduler_type=sched,
-        lr_warmup_steps=v["lr_warmup_steps"],
-        n_epochs=v["n_epochs"],
-        batch_size=v["batch_size"],
-        n_rollouts=v["n_rollouts"],
-        ppo_mini_batch_size=v["ppo_mini_batch_size"],
-        max_length=v["max_length"],
-        max_prompt_length=v["max_prompt_length"],
-        eval_steps=v["eval_steps"],
-        save_steps=v["save_steps"],
-        save_strategy=strategy,
-        save_total_limit=v.get("save_total_limit"),
-        teacher_max_model_len=v["opd_teacher_max_model_len"],
-        teacher_max_num_batched_tokens=v["opd_teacher_max_num_batched_tokens"],
-    )
+    """Validate the job's hyper-parameters (the spec's table, then the rules across keys) and apply the
+    local-meaning rules above."""
+    given = {k: v for k, v in (hp or {}).items() if v is not None}
+    v = _read({**cloud_defaults(), **given})
+    _check_batch_and_lengths(v, given)
+    est, policy_loss = _estimator(str(v["algorithm"]), estimator)
+    lr, rule = local_learning_rate_rule(v["learning_rate"], student_params, local_learning_rate)
+    local = {
+        "estimator": est,
+        "policy_loss": policy_loss,
+        "cloud_learning_rate": v["learning_rate"],
+        "learning_rate": lr,
+        "lr_rule": rule,
+        "teacher_max_model_len": v["opd_teacher_max_model_len"],
+        "teacher_max_num_batched_tokens": v["opd_teacher_max_num_batched_tokens"],
+    }
+    # every other plan field is the hyper-parameter of the same name
+    return Plan(**{k: v[k] for k in Plan.model_fields if k in v and k not in local}, **local)
 
 
 def lr_lambda(plan: Plan, total_steps: int):

@@ -14,11 +14,13 @@ biases on the MLP, ...) make :func:`wrap` return ``None`` and the engine uses ``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from opd_nb.engine.lean_attention import attend, attention_bias, causal_mask
+from opd_nb.engine.lean_weights import FusedWeights
 
 SUPPORTED = {"qwen3", "qwen2", "llama"}
 DISABLE_ENV = "OPD_ENGINE_LEAN"  # "0": always use the transformers forward (a debugging escape hatch)
@@ -46,19 +48,6 @@ def wrap(model: Any) -> LeanLM | None:
         return LeanLM(model)
     except (AttributeError, TypeError, ValueError):
         return None
-
-
-@dataclass
-class _Fused:
-    """Per-layer weights in the form the lean forward uses (see :meth:`LeanLM._weights`)."""
-
-    qkv_w: list[torch.Tensor]  # [q | k | v] x input-norm weight
-    qkv_b: list[torch.Tensor | None]
-    gu_w: list[torch.Tensor]  # [gate | up] x post-attention-norm weight
-    o_wt: list[torch.Tensor]  # o_proj weight, transposed (addmm operand)
-    down_wt: list[torch.Tensor]  # down_proj weight, transposed
-    qkn_w: list[torch.Tensor | None]  # q_norm weight per q head | k_norm weight per kv head (Qwen3)
-    head_w: torch.Tensor  # output head x final-norm weight
 
 
 class LeanLM:
@@ -92,106 +81,13 @@ class LeanLM:
         sign = torch.cat([-torch.ones(half), torch.ones(half)])
         self.cos = ang.cos().to(dev)
         self.sin_signed = (ang.sin() * sign).to(dev)  # rotate_half(x) * sin == roll(x, D/2) * sin_signed
-        self._fused: _Fused | None = None
-        self._fused_key: tuple[int, ...] | None = None
-        self._params = list(model.parameters())
+        self.weights = FusedWeights(model, self.layers, self.nh, self.kvh, self.D, self.qk_norm)
+        self._weights = self.weights.current  # bound once: no extra call per forward
 
-    # ---- weights --------------------------------------------------------------------------------
-    def _build(self) -> _Fused:
-        """Fuse q|k|v and gate|up into one GEMM each and fold every RMSNorm weight into the matrix that
-        consumes the normalised states: linear(norm(x) * w, W) == linear(norm(x), W * w)."""
-        qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w = [], [], [], [], [], []
-        for la in self.layers:
-            a, m = la.self_attn, la.mlp
-            w_in = la.input_layernorm.weight
-            qkv_w.append(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]) * w_in)
-            qkv_b.append(
-                None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
-            )
-            gu_w.append(
-                torch.cat([m.gate_proj.weight, m.up_proj.weight]) * la.post_attention_layernorm.weight
-            )
-            o_wt.append(a.o_proj.weight.t())
-            down_wt.append(m.down_proj.weight.t())
-            qkn_w.append(
-                torch.cat([a.q_norm.weight.expand(self.nh, self.D), a.k_norm.weight.expand(self.kvh, self.D)])
-                if self.qk_norm
-                else None
-            )
-        head = self.model.get_output_embeddings()
-        return _Fused(qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w, head.weight * self.base.norm.weight)
-
-    def _weights(self) -> _Fused:
-        """With autograd the fused weights are built per call (gradients flow to the real parameters);
-        without, they are cached until any parameter changes in place (an optimizer step)."""
-        if torch.is_grad_enabled():
-            return self._build()
-        key = tuple(p._version for p in self._params) + (self._params[0].data_ptr(),)
-        if self._fused is None or key != self._fused_key:
-            with torch.no_grad():
-                self._fused = self._build()
-            self._fused_key = key
-        return self._fused
-
+    # ---- core -----------------------------------------------------------------------------------
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm without its weight (folded into the next matrix); HF's formula, in fp32."""
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-
-    # ---- core -----------------------------------------------------------------------------------
-    def _mask(self, key_valid: torch.Tensor, n_past: int, T: int) -> torch.Tensor:
-        """[B, 1, T, S] boolean: key is real, not in the future; a query always sees itself (so rows of
-        padding never have an empty softmax)."""
-        S = key_valid.shape[1]
-        col = torch.arange(S, device=key_valid.device)
-        row = torch.arange(T, device=key_valid.device)[:, None] + n_past
-        causal = col[None, :] <= row
-        m = key_valid[:, None, None, :] & causal[None, None]
-        return m | (col[None, :] == row)[None, None]
-
-    def _bias(self, mask: torch.Tensor) -> torch.Tensor:
-        """The boolean mask [B, 1, T, S] as the additive bias of the no-grad attention, laid out as
-        [B * kvh, g * T, S] once per forward (every layer reuses it)."""
-        B, _, T, S = mask.shape
-        g = self.nh // self.kvh
-        bias = torch.zeros(mask.shape, dtype=self.cos.dtype, device=mask.device).masked_fill_(
-            ~mask, float("-inf")
-        )
-        return bias[:, :, None].expand(B, self.kvh, g, T, S).reshape(B * self.kvh, g * T, S)
-
-    def _attend(
-        self,
-        q: torch.Tensor,
-        K: torch.Tensor,
-        V: torch.Tensor,
-        mask: torch.Tensor | None,
-        bias: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Attention of q [B, T, nh, D] over K/V [B, kvh, S, D] -> [B * T, nh * D].
-
-        With autograd, PyTorch's fused kernel (its backward is the fastest here); without, two
-        batched matmuls with the query heads of one key head stacked (no K/V repeat), scale and mask
-        folded into one ``baddbmm``: at these sizes 2-3x faster than the fused CPU kernel.
-        """
-        B, T, nh, D = q.shape
-        kvh, S = self.kvh, K.shape[2]
-        if bias is None:
-            o = F.scaled_dot_product_attention(
-                q.transpose(1, 2),
-                K,
-                V,
-                attn_mask=mask,
-                is_causal=mask is None,
-                scale=self.scale,
-                enable_gqa=kvh != nh,
-            )
-            return o.transpose(1, 2).reshape(B * T, nh * D)
-        g = nh // kvh
-        qg = q.view(B, T, kvh, g, D).permute(0, 2, 3, 1, 4).reshape(B * kvh, g * T, D)
-        s = torch.baddbmm(bias, qg, K.reshape(B * kvh, S, D).transpose(1, 2), alpha=self.scale)
-        o = torch.bmm(torch.softmax(s, -1), V.reshape(B * kvh, S, D))  # [B * kvh, g * T, D]
-        if T == 1:
-            return o.view(B, nh * D)
-        return o.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B * T, nh * D)
 
     def _rope_qk(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qkn: torch.Tensor | None):
         """(q|k heads normed (Qwen3) and rotated, v heads) of a fused projection [..., (nh + 2 kvh) * D];
@@ -207,6 +103,49 @@ class LeanLM:
         if qkn is not None:  # same ops in place on qkv's own memory (no autograd to preserve inputs for)
             qk = qk.mul_(torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + self.eps)).mul_(qkn)
         return qk.mul(cos).addcmul_(qk.roll(D // 2, -1), sin), v
+
+    def _rotary_and_mask(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor | None,
+        kv: Any,
+        mask: torch.Tensor | None,
+        pk: _Pack | None,
+        steps: _Steps | None,
+        T: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(cos, sin, mask, no-grad attention bias) of one :meth:`_stack` call, built once for every layer."""
+        if steps is not None:
+            cos, sin, bias = steps.next(kv.n + T)
+            return cos, sin, mask, bias
+        grad = torch.is_grad_enabled()
+        if mask is None and not grad:
+            S = T + kv.n_past
+            mask = causal_mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
+        bias = None if grad or mask is None else attention_bias(mask, self.nh, self.kvh, self.cos.dtype)
+        p = pos.reshape(-1) if pk is None else pos.reshape(-1).index_select(0, pk.idx)
+        return self.cos[p][:, None, :], self.sin_signed[p][:, None, :], mask, bias
+
+    def _last_only(
+        self,
+        q: torch.Tensor,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        pk: _Pack | None,
+        keep: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The last layer's queries, states, mask and bias cut to the last `keep` positions (see :meth:`_stack`)."""
+        B, T = q.shape[:2]
+        q = q[:, T - keep :]
+        if pk is not None:
+            x = pk.keep_last(x, keep)
+        else:
+            x = x.view(B, T, x.shape[-1])[:, T - keep :].reshape(B * keep, x.shape[-1])
+        if mask is not None:
+            mask = mask[:, :, T - keep :]
+            bias = None if bias is None else attention_bias(mask, self.nh, self.kvh, self.cos.dtype)
+        return q, x, mask, bias
 
     def _stack(
         self,
@@ -239,15 +178,7 @@ class LeanLM:
         x = x.reshape(B * T, H)
         if pk is not None:
             x = x.index_select(0, pk.idx)
-        if steps is not None:
-            cos, sin, bias = steps.next(kv.n + T)
-        else:
-            if mask is None and not grad:
-                S = T + kv.n_past
-                mask = self._mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
-            bias = None if grad or mask is None else self._bias(mask)
-            p = pos.reshape(-1) if pk is None else pos.reshape(-1).index_select(0, pk.idx)
-            cos, sin = self.cos[p][:, None, :], self.sin_signed[p][:, None, :]
+        cos, sin, mask, bias = self._rotary_and_mask(x, pos, kv, mask, pk, steps, T)
         for i in range(len(self.layers)):
             qk, v = self._rope_qk(F.linear(self._norm(x), W.qkv_w[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
             if pk is not None:
@@ -257,16 +188,9 @@ class LeanLM:
             K, V = kv.extend(i, qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2))
             q = qk[:, :, :nh]
             if keep and i == last and keep < T:
-                q = q[:, T - keep :]
-                if pk is not None:
-                    x = pk.keep_last(x, keep)
-                else:
-                    x = x.view(B, T, H)[:, T - keep :].reshape(B * keep, H)
-                if mask is not None:
-                    mask = mask[:, :, T - keep :]
-                    bias = None if bias is None else self._bias(mask)
+                q, x, mask, bias = self._last_only(q, x, mask, bias, pk, keep)
                 T = keep
-            o = self._attend(q, K, V, mask, bias)
+            o = attend(q, K, V, mask, bias, kvh, self.scale)
             x = torch.addmm(x, o if pk is None else o.index_select(0, pk.out), W.o_wt[i])
             g, u = F.linear(self._norm(x), W.gu_w[i]).chunk(2, -1)
             act = F.silu(g) * u if grad else F.silu(g, inplace=True).mul_(u)
@@ -326,7 +250,7 @@ class LeanLM:
             self._embed(ids[:, c0:]),
             pos[:, c0:],
             _Cat(past, B),
-            self._mask(key_valid, prefix, L - c0),
+            causal_mask(key_valid, prefix, L - c0),
             keep=window + 1,
             live=key_valid[:, prefix:],
         )
@@ -358,7 +282,7 @@ class LeanLM:
             self._embed(ids[:, c0:]),
             pos[:, c0:],
             kv,
-            self._mask(key_valid, prefix, P - c0),
+            causal_mask(key_valid, prefix, P - c0),
             keep=1,
             live=key_valid[:, prefix:],
         )
@@ -384,7 +308,7 @@ class _Steps:
         B, n0 = key_valid.shape
         pos = last_pos + torch.arange(1, n + 1, device=last_pos.device)  # [B, n]
         # a short prompt batched with a long one may decode past the table; those tokens lie beyond
-        # its row's own budget and are dropped (Run.generate_ids), so any rotary row will do for them
+        # its row's own budget and are dropped (Sampler.generate_ids), so any rotary row will do for them
         pos = pos.clamp(max=lm.cos.shape[0] - 1)
         self.cos, self.sin = lm.cos[pos], lm.sin_signed[pos]  # [B, n, D]
         g = lm.nh // lm.kvh

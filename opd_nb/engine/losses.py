@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from opd_nb.constants import PG_CLIPFRAC, PPO_KL
+
 CHUNK_ELEMS = 1 << 24  # logits elements formed at once (64 MB in fp32)
 
 
@@ -156,7 +158,7 @@ def policy_loss(
     with torch.no_grad():
         clipfrac = ((l2 > l1).to(lp.dtype) * m).sum() / m.sum().clamp(min=1.0)
         ppo_kl = ((lp_old - lp) * m).sum() / m.sum().clamp(min=1.0)
-    return loss, {"actor/pg_clipfrac": float(clipfrac), "actor/ppo_kl": float(ppo_kl)}
+    return loss, {PG_CLIPFRAC: float(clipfrac), PPO_KL: float(ppo_kl)}
 
 
 def _rkl_stats_chunk(

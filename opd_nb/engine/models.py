@@ -2,7 +2,8 @@
 
 Why a module of its own: the control plane lists the bundled pair without importing torch, and
 the trainer needs one place that enforces the rule Bailian's teacher service implies: the
-teacher scores the student's token ids, so both must share one vocabulary.
+teacher scores the student's token ids, so both must share one vocabulary. :class:`Models` is a
+job's loaded pair; a deployment (:mod:`opd_nb.engine.serving`) loads one model with the same loaders.
 """
 
 from __future__ import annotations
@@ -99,3 +100,60 @@ def check_vocab(
 
 def n_params(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def eos_ids(model: Any, tok: Any) -> list[int]:
+    """The ids that end a completion: the model's generation EOS ids, plus the tokenizer's EOS."""
+    ids = model.generation_config.eos_token_id
+    ids = list(ids) if isinstance(ids, list | tuple) else ([ids] if ids is not None else [])
+    if tok.eos_token_id is not None and tok.eos_token_id not in ids:
+        ids.append(tok.eos_token_id)
+    return ids
+
+
+class Models:
+    """A job's student/teacher pair on its device: tokenizer, models, lean wrappers, EOS ids, size.
+
+    The student loads from ``resume_from`` when resuming (its checkpoint holds the trained weights);
+    the teacher is frozen (eval, no grad) and the student left in train mode.
+    """
+
+    def __init__(self, job: Any, log: Any):
+        import torch
+
+        from opd_nb.engine import lean
+
+        self.device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise EngineError(f"device {self.device!r} was asked for but CUDA is not available here")
+        log(
+            f"job {job.job_id}: loading student {job.student_path} and teacher {job.teacher_path} on {self.device}"
+        )
+        student_src = job.resume_from or job.student_path
+        self.tok = load_tokenizer(student_src, "student")
+        try:
+            teacher_tok = load_tokenizer(job.teacher_path, "teacher")
+        except EngineError:
+            teacher_tok = None
+        self.student = load_model(student_src, "student", self.device)
+        self.teacher = load_model(job.teacher_path, "teacher", self.device)
+        check_vocab(self.tok, teacher_tok, self.student, self.teacher, student_src, job.teacher_path)
+        self.teacher.eval()
+        self.teacher.requires_grad_(False)
+        self.student.train()
+        self.s_lean, self.t_lean = lean.wrap(self.student), lean.wrap(self.teacher)
+        log("forward: " + ", ".join(self._forwards()))
+        self.n_student = n_params(self.student)
+        self.eos_ids = eos_ids(self.student, self.tok)
+
+    def _forwards(self) -> list[str]:
+        pairs = (("student", self.s_lean, self.student), ("teacher", self.t_lean, self.teacher))
+        return [
+            f"{role} {'lean fused' if fast else 'transformers'} ({m.config.model_type})"
+            for role, fast, m in pairs
+        ]
+
+    def max_total(self, max_length: int) -> int:
+        """The context limit: `max_length` cut to the student's position table."""
+        max_pos = getattr(self.student.config, "max_position_embeddings", None) or 10**9
+        return min(max_length, int(max_pos))

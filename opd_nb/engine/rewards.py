@@ -2,21 +2,24 @@
 
 Each component gets ``concurrency`` calls in flight and ``timeout`` seconds per call. A failed or
 timed-out call is logged and counted (``trace/reward/failure_rate``) and its sample gets no task
-advantage; a component that fails *every* call of a step fails the job with its own error.
+advantage; a component that fails *every* call of a step fails the job with its own error. The
+requests and the reading of replies are :mod:`opd_nb.reward_call`'s (shared with ``opd eval`` and
+the playground); this module adds the job's side: kept connections, weights, metrics, records.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb import reward_metrics
+from opd_nb import reward_call, reward_metrics
+from opd_nb.constants import REWARD_FAILURE_RATE, REWARD_METRIC_PREFIX, TRAIN_REWARD_MEAN
 from opd_nb.engine.api import EngineError, RewardEndpoint
 from opd_nb.engine.keepalive import KeptConnections
+from opd_nb.reward_call import CallOutcome
 
 
 @dataclass
@@ -40,111 +43,31 @@ class RewardResult:
     per_sample: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _error_text(status: int, data: bytes) -> str:
-    text = data.decode("utf-8", "replace")
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return f"HTTP {status}: {text[:300]}"
-    if isinstance(body, dict):
-        msg = body.get("message") or body.get("detail") or body.get("error") or body
-        return f"HTTP {status}: {msg}"
-    return f"HTTP {status}: {body}"
-
-
-def _post(conns: KeptConnections, ep: RewardEndpoint, payload: dict) -> tuple[dict | None, str | None]:
-    reply = conns.post_json(payload, ep.timeout)
-    if isinstance(reply, str):
-        return None, reply
-    status, data = reply
-    if status != 200:
-        return None, _error_text(status, data)
-    try:
-        body = json.loads(data)
-    except ValueError:
-        return None, f"reply is not JSON: {data[:200].decode('utf-8', 'replace')}"
-    if not isinstance(body, dict):
-        return None, f"reply is not a JSON object: {str(body)[:200]}"
-    if str(body.get("status", "success")) != "success":
-        return (
-            None,
-            f"status {body.get('status')}: {body.get('error') or body.get('error_code') or 'no error text'}",
-        )
-    return body, None
-
-
-def _meta(job_id: str, s: Sample) -> dict:
-    return {"job_id": job_id, "sample_id": s.sample_id, "rollout_id": s.rollout_id, "attempt_id": "0"}
-
-
-def _agent_output(s: Sample) -> dict:
-    return {"messages": s.messages, "rollout_extra": s.rollout_extra}
-
-
-def _groups(samples: list[Sample]) -> dict[int, list[int]]:
+def _groups(samples: list[Sample]) -> list[list[int]]:
     groups: dict[int, list[int]] = {}
     for i, s in enumerate(samples):
         groups.setdefault(s.group, []).append(i)
-    return groups
+    return list(groups.values())
 
 
-def _payloads(ep: RewardEndpoint, samples: list[Sample], job_id: str) -> list[dict]:
-    """The calls' bodies: one per sample, or (group reward) one per prompt's group."""
-    if ep.kind == "group_reward":
-        return [
-            {
-                "func_type": "group_reward",
-                "agent_outputs": [_agent_output(samples[i]) for i in idx],
-                "ground_truth": samples[idx[0]].rollout_extra.get("solution"),
-                "request_metadata": _meta(job_id, samples[idx[0]]),
-            }
-            for idx in _groups(samples).values()
-        ]
-    return [
-        {
-            "func_type": "reward",
-            "ground_truth": s.rollout_extra.get("solution"),
-            "agent_output": _agent_output(s),
-            "request_metadata": _meta(job_id, s),
-        }
+def _requests(
+    ep: RewardEndpoint, samples: list[Sample], job_id: str
+) -> list[tuple[list[int], reward_call.Request]]:
+    """The calls: (the samples it scores, its body): one per sample, or (group reward) one per prompt."""
+    answers = [
+        reward_call.reward_request(
+            s.messages,
+            s.rollout_extra,
+            s.rollout_extra.get("solution"),
+            job_id=job_id,
+            sample_id=s.sample_id,
+            rollout_id=s.rollout_id,
+        )
         for s in samples
     ]
-
-
-def _read_scores(
-    ep: RewardEndpoint, samples: list[Sample], outs: list[tuple[dict | None, str | None]]
-) -> tuple[list[float], list[dict | None], list[str | None]]:
-    """(score, reward_metrics, error) per sample from the replies; NaN score where the call failed."""
-    scores = [math.nan] * len(samples)
-    rmetrics: list[dict | None] = [None] * len(samples)
-    errors: list[str | None] = [None] * len(samples)
     if ep.kind == "group_reward":
-        for idx, (body, err) in zip(_groups(samples).values(), outs, strict=True):
-            rewards = ((body or {}).get("reward") or {}).get("rewards") if body else None
-            if err is None and (not isinstance(rewards, list) or len(rewards) != len(idx)):
-                err = f"group reward returned {0 if not isinstance(rewards, list) else len(rewards)} rewards for {len(idx)} outputs"
-            if err is not None:
-                for i in idx:
-                    errors[i] = err
-                continue
-            for i, r in zip(idx, rewards, strict=True):
-                try:
-                    scores[i] = float(r["reward_score"])
-                    rmetrics[i] = r.get("reward_metrics") or None
-                except (KeyError, TypeError, ValueError):
-                    errors[i] = f"group reward entry has no numeric reward_score: {str(r)[:200]}"
-        return scores, rmetrics, errors
-    for i, (body, err) in enumerate(outs):
-        if err is None:
-            try:
-                reward = body["reward"]  # type: ignore[index]
-                scores[i] = float(reward["reward_score"])
-                rmetrics[i] = reward.get("reward_metrics") or None
-                continue
-            except (KeyError, TypeError, ValueError):
-                err = f"reply has no numeric reward.reward_score: {str(body)[:200]}"
-        errors[i] = err
-    return scores, rmetrics, errors
+        return [(idx, reward_call.group_request([answers[i] for i in idx])) for idx in _groups(samples)]
+    return [([i], a) for i, a in enumerate(answers)]
 
 
 class RewardCaller:
@@ -179,7 +102,12 @@ class RewardCaller:
         calls = []
         for ep in endpoints:
             pool, conns = self._calling(ep)
-            calls.append([pool.submit(_timed_post, conns, ep, p) for p in _payloads(ep, samples, job_id)])
+            calls.append(
+                [
+                    (idx, pool.submit(reward_call.call, conns.post, req, ep.timeout, url=ep.url))
+                    for idx, req in _requests(ep, samples, job_id)
+                ]
+            )
         return PendingScores(endpoints, samples, job_id, where, log, calls, started)
 
     def close(self) -> None:
@@ -187,10 +115,6 @@ class RewardCaller:
             pool.shutdown()
             conns.close()
         self._endpoints.clear()
-
-
-def _timed_post(conns: KeptConnections, ep: RewardEndpoint, payload: dict):
-    return _post(conns, ep, payload), time.perf_counter()
 
 
 @dataclass
@@ -202,32 +126,40 @@ class PendingScores:
     job_id: str
     where: str
     log: Any
-    calls: list[list[Future]]  # per endpoint, per call: ((body, error), finished at)
+    calls: list[list[tuple[list[int], Future]]]  # per endpoint, per call: (its samples, its outcomes)
     started: float
     seconds: float = 0.0  # wall time of the calls themselves, once done
 
     def done(self) -> bool:
         """Whether every call has its reply (or its error)."""
-        return all(f.done() for futures in self.calls for f in futures)
+        return all(f.done() for per_ep in self.calls for _, f in per_ep)
 
     def result(self) -> RewardResult:
         """The scores; raises EngineError (on the caller's thread) if a component failed every call."""
-        done = [[f.result() for f in futures] for futures in self.calls]
-        ends = [end for per_ep in done for _, end in per_ep]
+        per_ep: list[list[CallOutcome]] = []
+        for futures in self.calls:
+            outcomes: list[CallOutcome] = [CallOutcome()] * len(self.samples)
+            for idx, fut in futures:
+                for i, outcome in zip(idx, fut.result(), strict=True):
+                    outcomes[i] = outcome
+            per_ep.append(outcomes)
+        ends = [o.finished for outcomes in per_ep for o in outcomes]
         self.seconds = max(ends) - self.started if ends else 0.0
-        per_ep = [
-            _read_scores(ep, self.samples, [out for out, _ in outs])
-            for ep, outs in zip(self.endpoints, done, strict=True)
-        ]
         return _summarize(
             self.endpoints, self.samples, per_ep, where=self.where, log=self.log, job_id=self.job_id
         )
 
 
 def _summarize(
-    endpoints: list[RewardEndpoint], samples: list[Sample], per_ep: list, *, where: str, log: Any, job_id: str
+    endpoints: list[RewardEndpoint],
+    samples: list[Sample],
+    per_ep: list[list[CallOutcome]],
+    *,
+    where: str,
+    log: Any,
+    job_id: str,
 ) -> RewardResult:
-    """Totals, metrics and per-sample records from every component's (scores, metrics, errors)."""
+    """Totals, metrics and per-sample records from every component's outcomes."""
     totals = [0.0] * len(samples)
     calls = failed = 0
     sums: dict[str, float] = {}
@@ -236,55 +168,65 @@ def _summarize(
     per_sample: list[dict[str, Any]] = [
         {"reward_metrics": {}, "reward_status": "success", "reward_error": None} for _ in samples
     ]
-    for ep, (scores, rmetrics, errs) in zip(endpoints, per_ep, strict=True):
-        errors = [e for e in errs if e is not None]
-        n_calls = len({s.group for s in samples}) if ep.kind == "group_reward" else len(samples)
-        n_failed = sum(1 for x in scores if math.isnan(x))
+    for ep, outcomes in zip(endpoints, per_ep, strict=True):
+        errors = [o.error for o in outcomes if o.error is not None]
         calls += len(samples)
-        failed += n_failed
-        if errors:
-            msg = f"reward function {ep.name!r} ({ep.url}): {n_failed}/{len(samples)} scores failed in {where}; first error: {errors[0]}"
-            failures.append(msg)
+        failed += len(errors)
+        _check(ep, samples, errors, where=where, log=log, failures=failures)
+        for i, o in enumerate(outcomes):
+            score = math.nan if o.score is None else o.score
+            totals[i] += (
+                ep.weight * score
+            )  # NaN propagates: a failed component voids the sample's task signal
+            _note(per_sample[i], ep, o, several=len(endpoints) > 1)
             if log is not None:
-                log(msg, "WARNING")
-        if samples and n_failed == len(samples):
-            raise EngineError(
-                f"reward function {ep.name!r} failed every call ({n_calls}) in {where}: {errors[0] if errors else 'no score'}. "
-                "Fix the reward code (run its tests with `opd test`) and resubmit"
-            )
-        for i, (sc, rm, e) in enumerate(zip(scores, rmetrics, errs, strict=True)):
-            totals[i] += ep.weight * sc  # NaN propagates: a failed component voids the sample's task signal
-            _note(per_sample[i], ep, sc, rm, e, several=len(endpoints) > 1)
-            if log is not None:
-                reward_metrics.warn_once(job_id, rm, log)  # not silently dropped from the curves
-            for k, v in (rm or {}).items():
+                reward_metrics.warn_once(
+                    job_id, o.metrics or None, log
+                )  # not silently dropped from the curves
+            for k, v in o.metrics.items():
                 try:
                     sums[k] = sums.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
                 except (TypeError, ValueError):
                     continue
-    metrics = {f"trace/reward_metrics/{k}": sums[k] / counts[k] for k in sums}
-    metrics["trace/reward/failure_rate"] = failed / max(1, calls)
+    metrics = {f"{REWARD_METRIC_PREFIX}{k}": sums[k] / counts[k] for k in sums}
+    metrics[REWARD_FAILURE_RATE] = failed / max(1, calls)
     ok = [t for t in totals if not math.isnan(t)]
     if ok:
-        metrics["trace/reward/mean"] = sum(ok) / len(ok)
+        metrics[TRAIN_REWARD_MEAN] = sum(ok) / len(ok)
     for info, t in zip(per_sample, totals, strict=True):
         info["reward_score"] = None if math.isnan(t) else t
     return RewardResult(totals=totals, metrics=metrics, failures=failures, per_sample=per_sample)
 
 
-def _note(
-    info: dict[str, Any], ep: RewardEndpoint, score: float, rm: dict | None, err: str | None, several: bool
-):
-    """Fold one component's result for one sample into its record (metrics merged; with several components,
-    each component's own score under ``reward_components``)."""
-    info["reward_metrics"].update(rm or {})
+def _check(
+    ep: RewardEndpoint, samples: list[Sample], errors: list[str], *, where: str, log: Any, failures: list[str]
+) -> None:
+    """Log a component's failed scores; raise if it failed every one (the job cannot learn from it)."""
+    if not errors:
+        return
+    msg = f"reward function {ep.name!r} ({ep.url}): {len(errors)}/{len(samples)} scores failed in {where}; first error: {errors[0]}"
+    failures.append(msg)
+    if log is not None:
+        log(msg, "WARNING")
+    if len(errors) == len(samples):
+        n_calls = len(_groups(samples)) if ep.kind == "group_reward" else len(samples)
+        raise EngineError(
+            f"reward function {ep.name!r} failed every call ({n_calls}) in {where}: {errors[0]}. "
+            "Fix the reward code (run its tests with `opd test`) and resubmit"
+        )
+
+
+def _note(info: dict[str, Any], ep: RewardEndpoint, o: CallOutcome, several: bool) -> None:
+    """Fold one component's outcome for one sample into its record (metrics merged; with several
+    components, each component's own score under ``reward_components``)."""
+    info["reward_metrics"].update(o.metrics)
     if several:
-        info.setdefault("reward_components", {})[ep.name] = None if math.isnan(score) else score
-    if math.isnan(score):
+        info.setdefault("reward_components", {})[ep.name] = o.score
+    if o.error is not None:
         info["reward_status"] = "failed"
         if info["reward_error"] is None:
-            info["reward_error"] = f"{ep.name}: {err or 'no score'}"
+            info["reward_error"] = f"{ep.name}: {o.error}"
 
 
 def zero_variance_fraction(totals: list[float], groups: list[int]) -> float:

@@ -6,7 +6,7 @@ until its parent (the control plane) is gone, so no deployment outlives the serv
 token it accepts comes from ``$OPD_SERVING_TOKEN`` (never the command line, which ``ps`` shows).
 
 The request rules, the answer and the tool-call parsing are the agentic endpoint's
-(:func:`opd_nb.engine.agentic.chat_inputs`, :func:`~opd_nb.engine.agentic.completion_body`).
+(:func:`opd_nb.engine.openai_wire.chat_inputs`, :func:`~opd_nb.engine.openai_wire.completion_body`).
 Unlike that one, this endpoint streams (``stream: true``: OpenAI's ``chat.completion.chunk``
 events, one per decoded piece of text) and takes ``seed``, ``n`` (one decode per choice, seeds
 ``seed+i``), ``logprobs``/``top_logprobs`` (of the model's own distribution, per token) and ``stop``
@@ -34,7 +34,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from opd_nb.engine.agentic import ChatRequestError, chat_inputs, completion_body
+from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body
 
 TOKEN_ENV = "OPD_SERVING_TOKEN"
 DEFAULT_TEMPERATURE = 0.7  # Bailian's defaults for Qwen chat models
@@ -67,12 +67,18 @@ class _Request:
 
 
 class Generator:
-    """The model, its tokenizer and a batched decode loop with a per-token callback."""
+    """The model, its tokenizer and a batched decode loop with a per-token callback.
+
+    Decoding, padding and the next-token distribution are the trainer's
+    (:class:`opd_nb.engine.sampling.Sampler`); a request draws with ``torch.multinomial`` from a
+    generator seeded with its ``seed``, and its prompt's prefix is not shared with the batch's.
+    """
 
     def __init__(self, path: str, device: str | None = None):
         import torch
 
         from opd_nb.engine import lean, models
+        from opd_nb.engine.sampling import Sampler
 
         self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -80,30 +86,11 @@ class Generator:
         self.model = models.load_model(path, "student", self.device)
         self.model.eval()
         self.model.requires_grad_(False)
-        self.lean = lean.wrap(self.model)
         max_pos = getattr(self.model.config, "max_position_embeddings", None) or 4096
         self.max_total = int(max_pos)
-        ids = self.model.generation_config.eos_token_id
-        eos = list(ids) if isinstance(ids, list | tuple) else ([ids] if ids is not None else [])
-        if self.tok.eos_token_id is not None and self.tok.eos_token_id not in eos:
-            eos.append(self.tok.eos_token_id)
+        eos = models.eos_ids(self.model, self.tok)
         self.eos = set(eos)
-
-    def _picker(self, temperature: float, top_p: float, seed: int | None) -> Callable[[Any], Any]:
-        torch = self.torch
-        gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
-
-        def pick(logits: Any) -> Any:
-            if temperature <= 0:
-                return logits.argmax(-1)
-            probs = torch.softmax(logits / temperature, -1)
-            if top_p < 1.0:
-                sp, si = probs.sort(-1, descending=True)
-                keep = (sp.cumsum(-1) - sp) < top_p
-                probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
-            return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-
-        return pick
+        self.sampler = Sampler(self.model, lean.wrap(self.model), self.tok, eos, self.max_total, self.device)
 
     def decode(
         self,
@@ -116,16 +103,13 @@ class Generator:
         on_step: Callable[[list[int], Any], bool],
     ) -> None:
         """Decode up to `max_new` tokens after each prompt; `on_step(next ids, logits)` returns True to stop."""
+        from opd_nb.engine.sampling import multinomial_pick
+
         torch = self.torch
         pad = self.tok.pad_token_id
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        att = torch.zeros((len(prompts), width), dtype=torch.long)
-        for j, p in enumerate(prompts):
-            ids[j, width - len(p) :] = torch.tensor(p)
-            att[j, width - len(p) :] = 1
-        ids, att = ids.to(self.device), att.to(self.device)
-        choose = self._picker(temperature, top_p, seed)
+        ids, att = self.sampler.pad(prompts)
+        gen = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
+        choose = multinomial_pick(torch, temperature, top_p, gen)
         stop = torch.tensor(sorted(self.eos) or [pad], device=self.device)
         halted = False
 
@@ -136,41 +120,8 @@ class Generator:
                 halted = True
             return torch.full_like(nxt, int(stop[0])) if halted else nxt  # an EOS everywhere ends the loop
 
-        max_new = max(1, min(max_new, self.max_total - width))
-        if self.lean is not None:
-            self.lean.decode(ids, att, 0, max_new, pick, stop, pad)
-        else:
-            self._hf_decode(ids, att, max_new, pick, stop)
-
-    def _hf_decode(self, ids: Any, att: Any, max_new: int, pick: Callable[[Any], Any], stop: Any) -> None:
-        """The same loop over the ``transformers`` forward, for architectures the lean one does not cover."""
-        from transformers import DynamicCache
-
-        from opd_nb.engine.batch import cache_kw
-
-        torch = self.torch
-        cache = DynamicCache()
-        ckw = cache_kw(self.model, cache)
-        pos = (att.cumsum(-1) - 1).clamp(min=0)
-        B = ids.shape[0]
-        with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, **ckw)
-            last, n_att = pos[:, -1:], att.shape[1]
-            att = torch.cat([att, torch.ones((B, max_new), dtype=att.dtype, device=att.device)], dim=1)
-            done = torch.zeros(B, dtype=torch.bool, device=ids.device)
-            for _ in range(max_new):
-                nxt = pick(out.logits[:, -1].float())
-                done = done | torch.isin(nxt, stop)
-                if bool(done.all()):
-                    return
-                n_att, last = n_att + 1, last + 1
-                out = self.model(
-                    input_ids=nxt[:, None],
-                    attention_mask=att[:, :n_att],
-                    position_ids=last,
-                    use_cache=True,
-                    **ckw,
-                )
+        max_new = max(1, min(max_new, self.max_total - ids.shape[1]))
+        self.sampler.decode(ids, att, max_new, pick, stop, share_prefix=False)
 
 
 class Engine:

@@ -14,7 +14,7 @@ from typing import Any
 
 from opd_nb import render
 from opd_nb.errors import OpdError
-from opd_nb.notebook.chat import LiveView
+from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import interactive
 
 

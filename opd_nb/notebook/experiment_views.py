@@ -9,16 +9,20 @@ notebook, and their widgets are only ever updated by trait assignments.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb import render
-from opd_nb.notebook.monitor import JobMonitor, _in_kernel
+from opd_nb.notebook.display import LiveView
+from opd_nb.notebook.monitor import JobMonitor
+
+if TYPE_CHECKING:
+    from opd_nb.experiments import Comparison, SweepResult
 
 
 class SweepMonitor(JobMonitor):
     """The job monitor over a sweep's jobs, headed by the sweep's value → job table."""
 
-    def __init__(self, sweep: Any, client: Any = None, **kwargs: Any):
+    def __init__(self, sweep: SweepResult, client: Any = None, **kwargs: Any):
         super().__init__(sweep.job_ids, client, **kwargs)
         self.sweep = sweep
         self._header: Any = None
@@ -45,10 +49,10 @@ class SweepMonitor(JobMonitor):
         return widgets
 
 
-class CompareView:
+class CompareView(LiveView):
     """A comparison's table (winner and notes included) and its overlaid curves, as a widget."""
 
-    def __init__(self, comparison: Any):
+    def __init__(self, comparison: Comparison):
         from opd_nb.notebook.chart import MetricChart
         from opd_nb.plots import KEY_METRICS
 
@@ -96,14 +100,3 @@ class CompareView:
 
     def __str__(self) -> str:
         return str(self.comparison)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self.to_html()}
-        if _in_kernel():
-            w = self._ensure_widgets()
-            if w is not None:
-                view = w["box"]._repr_mimebundle_()
-                if isinstance(view, tuple):
-                    view = view[0]
-                bundle.update({k: v for k, v in (view or {}).items() if k != "text/plain"})
-        return bundle

@@ -23,6 +23,7 @@ from opd_nb.notebook.configcell import (
     diff_html,
     unified_diff,
 )
+from opd_nb.notebook.display import LiveView
 from opd_nb.spec.yaml_edit import apply_values, yaml_scalar
 
 UNSET = ""  # an empty field: the key is left out of the YAML
@@ -43,7 +44,7 @@ def parse_field(spec: Any, raw: Any) -> tuple[Any, str | None]:
     return value, spec.problem(value)
 
 
-class ConfigForm:
+class ConfigForm(LiveView):
     """A form over the spec table for one workspace's config.yaml."""
 
     def __init__(
@@ -277,14 +278,9 @@ class ConfigForm:
             title=str(self.path),
         )
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self._repr_html_()}
-        if self._widgets is not None:
-            view = self._widgets["box"]._repr_mimebundle_()
-            for k, v in (view or {}).items():
-                if k != "text/plain":
-                    bundle[k] = v
-        return bundle
+    def to_html(self) -> str:
+        """The static snapshot a saved notebook keeps (:class:`~opd_nb.notebook.display.LiveView`)."""
+        return self._repr_html_()
 
     def __str__(self) -> str:
         lines = [f"config form for {self.path} ({'ok' if self.ok else 'has errors'})"]

@@ -11,21 +11,16 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.client.rollout_results import CLOUD_NOTE, best_and_worst
-from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES
+from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.health import best_checkpoint, eval_steps_of, job_alerts
 
+if TYPE_CHECKING:
+    from opd_nb.client import Checkpoint, Job
+
 NOT_FOUND = "NOT_FOUND"  # the monitor's own status for a job id the control plane does not know
-UNKNOWN = "UNKNOWN"
-
-
-def get(obj: Any, key: str, default: Any = None) -> Any:
-    """A field of a model or of a plain dict (the client returns models, tests may pass dicts)."""
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
 
 
 def find_key(obj: Any, names: Iterable[str], depth: int = 0) -> Any:
@@ -48,10 +43,10 @@ class JobState:
 
     job_id: str
     status: str = UNKNOWN
-    job: Any = None
+    job: Job | None = None  # as the client last returned it (None until the first answer)
     metrics: list[dict] = field(default_factory=list)
     metrics_available: bool | None = None
-    checkpoints: list[Any] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
     logs: deque = field(default_factory=lambda: deque(maxlen=200))
     log_offset: int = 0
     events: deque = field(default_factory=lambda: deque(maxlen=50))
@@ -95,8 +90,8 @@ def progress_of(st: JobState) -> dict[str, Any]:
     rows = st.metrics
     step = int(rows[-1].get("step", len(rows))) if rows else 0
     epoch = rows[-1].get("epoch") if rows else None
-    raw = get(st.job, "raw") or {}
-    hp = get(st.job, "hyper_parameters") or {}
+    raw = st.job.raw if st.job is not None else {}
+    hp = st.job.hyper_parameters if st.job is not None else {}
     n_epochs = find_key(hp, ("n_epochs",)) or find_key(raw, ("n_epochs",))
     total = _total_steps(st, raw, n_epochs)
     if st.status == SUCCEEDED and step:
@@ -118,18 +113,18 @@ def progress_of(st: JobState) -> dict[str, Any]:
     }
 
 
-def _checkpoint_view(c: Any) -> dict[str, Any]:
+def _checkpoint_view(c: Checkpoint) -> dict[str, Any]:
     """One checkpoint row: with its expiry (Bailian deletes it then) and the name it was exported as."""
-    expires = c.expires_in_days() if hasattr(c, "expires_in_days") else None
+    expires = c.expires_in_days()
     return {
-        "name": get(c, "name"),
-        "step": get(c, "step"),
-        "path": get(c, "path"),
-        "published": get(c, "published"),
-        "metrics": get(c, "metrics") or {},
-        "expire_time": get(c, "expire_time"),
+        "name": c.name,
+        "step": c.step,
+        "path": c.path,
+        "published": c.published,
+        "metrics": c.metrics,
+        "expire_time": c.expire_time,
         "expires_in_days": None if expires is None else round(expires, 2),
-        "model_name": get(c, "model_name"),
+        "model_name": c.model_name,
     }
 
 
@@ -138,7 +133,7 @@ def _best_view(st: JobState) -> dict[str, Any] | None:
     if best is None:
         return None
     c = best.checkpoint
-    return {"name": get(c, "name"), "step": get(c, "step"), "path": get(c, "path"), "reason": best.reason}
+    return {"name": c.name, "step": c.step, "path": c.path, "reason": best.reason}
 
 
 def samples_view(st: JobState) -> dict[str, Any] | None:
@@ -153,13 +148,15 @@ def samples_view(st: JobState) -> dict[str, Any] | None:
 
 def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
     """The plain snapshot of one job: status, progress, alerts, checkpoints, samples, logs, events."""
+    job = st.job
     alerts = job_alerts(
         st.metrics,
         status=st.status,
         job_id=st.job_id,
-        eval_steps=eval_steps_of(get(st.job, "hyper_parameters")),
+        eval_steps=eval_steps_of(job.hyper_parameters if job is not None else None),
         records=st.rollouts,
     )
+    functions = job.functions if job is not None else []  # [{name, type, entity_id}] (local control plane)
     return {
         "status": st.status,
         "terminal": st.terminal,
@@ -170,9 +167,9 @@ def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
         "alerts": [a.to_payload() for a in alerts],
         "checkpoints": [_checkpoint_view(c) for c in st.checkpoints],
         "best_checkpoint": _best_view(st),
-        "finetuned_output": get(st.job, "finetuned_output"),
+        "finetuned_output": job.finetuned_output if job is not None else None,
         "samples": samples_view(st),
-        "functions": list(get(st.job, "functions") or []),  # [{name, type, entity_id}] (local control plane)
+        "functions": functions,
         "log_tail": list(st.logs)[-log_tail:],
         "events": list(st.events)[-10:],
         "error": st.error,
@@ -183,7 +180,7 @@ def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
 
 def meter_line(st: JobState) -> str | None:
     """Elapsed time and billed hours of a job on a plane without metrics (Bailian, which bills it)."""
-    if st.metrics_available is not False or st.job is None or isinstance(st.job, Mapping):
+    if st.metrics_available is not False or st.job is None:
         return None
     from opd_nb.errors import OpdError
     from opd_nb.estimate import price_from_env

@@ -5,10 +5,10 @@ Design (see notebook-anchors.md §6 for the complaints this avoids):
 * A background thread polls the control plane and **only sets widget state** (traits). It never
   prints and never enters an ``Output`` context, so nothing lands in the wrong cell and the kernel
   stays free.
-* ``_repr_mimebundle_`` returns the widget view *and* a static ``text/html`` snapshot (the curves
-  an interactive page of their own, :mod:`opd_nb.notebook.chart`) and ``text/plain``. When the jobs
-  end, the snapshot is refreshed through the output's ``display_id``, so a saved/reopened notebook
-  (or a frontend without widgets) shows the final state.
+* Its output (:class:`~opd_nb.notebook.display.LiveView`) is the widget view *and* a static
+  ``text/html`` snapshot (the curves an interactive page of their own, :mod:`opd_nb.notebook.chart`)
+  and ``text/plain``. When the jobs end, the snapshot is refreshed through the output's
+  ``display_id``, so a saved/reopened notebook (or a frontend without widgets) shows the final state.
 * Where the API has no metrics (Bailian: ``client.metrics()`` is None) it shows status, events
   and logs, and says so.
 
@@ -21,7 +21,6 @@ the ``%opd rollouts`` line that opens the full viewer.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from opd_nb.errors import OpdError
 from opd_nb.health import GuardThresholds
 from opd_nb.notebook import monitor_html
 from opd_nb.notebook.chart import MetricChart
+from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.job_state import JobState, job_view
 from opd_nb.notebook.monitor_guard import MonitorGuard
 from opd_nb.notebook.monitor_html import CLOUD_NOTE
@@ -37,7 +37,7 @@ from opd_nb.notebook.monitor_polling import JobPolling
 __all__ = ["JobMonitor", "CLOUD_NOTE"]
 
 
-class JobMonitor(JobPolling):
+class JobMonitor(JobPolling, LiveView):
     """Watch one or more jobs; several jobs are overlaid on the same plots for comparison."""
 
     def __init__(
@@ -48,10 +48,12 @@ class JobMonitor(JobPolling):
         poll_s: float = 2.0,
         log_tail: int = 15,
         guard: bool | GuardThresholds = False,
+        notes: Sequence[str] = (),
     ):
         """`guard`: start with the guard switch on (cancel a job when an error rule fires, as
         ``opd watch --guard`` does; thresholds, or True for the defaults). The monitor's toggle flips
-        it, and so does ``monitor.guard.on``."""
+        it, and so does ``monitor.guard.on``. `notes`: lines shown above the jobs (``%opd submit``'s,
+        the same the terminal prints); what the guard does is added to them."""
         ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
         ids = list(dict.fromkeys(i for i in ids if i))
         if not ids:
@@ -72,7 +74,7 @@ class JobMonitor(JobPolling):
         self._offsets: dict[str, float] = {}  # job -> global-step offset (a continued job's parent)
         self.polls = 0
         self.plot_updates = 0
-        self.notes: list[str] = []
+        self.notes: list[str] = list(notes)
         limits = guard if isinstance(guard, GuardThresholds) else GuardThresholds()
         self.guard = MonitorGuard(on=bool(guard), thresholds=limits)
 
@@ -83,6 +85,7 @@ class JobMonitor(JobPolling):
         with self._lock:
             return {
                 "jobs": {jid: job_view(st, log_tail=self.log_tail) for jid, st in self._jobs.items()},
+                "notes": list(self.notes),
                 "done": self.done,
                 "polls": self.polls,
                 "plot_updates": self.plot_updates,
@@ -159,43 +162,3 @@ class JobMonitor(JobPolling):
         """The ipywidgets VBox (None without ipywidgets)."""
         w = self._ensure_widgets()
         return None if w is None else w["box"]
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self.to_html()}
-        if _in_kernel():
-            w = self._ensure_widgets()
-            if w is not None:
-                view = w["box"]._repr_mimebundle_()
-                if isinstance(view, tuple):
-                    view = view[0]
-                for key, value in (view or {}).items():
-                    if key != "text/plain":
-                        bundle[key] = value
-        return bundle
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        self._display_id = self._display_id or f"opd-monitor-{uuid.uuid4().hex[:12]}"
-        display(self._repr_mimebundle_(), raw=True, display_id=self._display_id)
-
-    def _refresh_static(self) -> None:
-        """Swap the displayed snapshot for the final one (targets our own display id, never a new cell)."""
-        if self._display_id is None or not _in_kernel():
-            return
-        try:
-            from IPython.display import update_display
-
-            update_display(self._repr_mimebundle_(), raw=True, display_id=self._display_id)
-        except Exception:  # a closed frontend must not kill the thread
-            pass
-
-
-def _in_kernel() -> bool:
-    """True in a Jupyter kernel (widgets can render), False in terminal IPython / plain Python."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None

@@ -93,6 +93,11 @@ def status_html(state: dict[str, Any]) -> str:
     )
 
 
+def notes_html(state: dict[str, Any]) -> str:
+    """The monitor's notes: what the submit said (functions reused or registered), what the guard did."""
+    return "".join(f"<div><small>{render.esc(note)}</small></div>" for note in state.get("notes") or [])
+
+
 def alerts_html(state: dict[str, Any]) -> str:
     """Health alerts (with their fix), polling errors, and the note for an API without metrics."""
     parts = []
@@ -179,6 +184,7 @@ def snapshot_html(job_ids: list[str], state: dict[str, Any], chart_html: str) ->
     title = f"opd job monitor: {', '.join(job_ids)}" + ("" if state["done"] else " (live)")
     return render.box(
         status_html(state)
+        + notes_html(state)
         + alerts_html(state)
         + chart_html
         + samples_html(state)
@@ -190,7 +196,7 @@ def snapshot_html(job_ids: list[str], state: dict[str, Any], chart_html: str) ->
 
 def snapshot_text(state: dict[str, Any]) -> str:
     """The plain-text view (a frontend without HTML, a log, a terminal)."""
-    lines = []
+    lines = list(state.get("notes") or [])
     for jid, v in state["jobs"].items():
         total = f"/{v['total_steps']}" if v["total_steps"] else ""
         last = v["last_metrics"]

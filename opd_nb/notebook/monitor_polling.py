@@ -7,12 +7,13 @@ prints (see the monitor's module docstring).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any, Self
 
 from opd_nb.errors import OpdError
-from opd_nb.notebook.job_state import NOT_FOUND, UNKNOWN, JobState, get
+from opd_nb.notebook.job_state import NOT_FOUND, JobState
 from opd_nb.notebook.monitor_guard import MonitorGuard
 
 _NO_ANSWER = object()  # what `_call` returns when the request raised (the error is on the job state)
@@ -71,18 +72,17 @@ class JobPolling:
             return False
         st.error = None
         st.job = job
-        st.status = str(get(job, "status", UNKNOWN))
+        st.status = str(job.status)
         return True
 
     def _fetch_logs(self, st: JobState) -> None:
         page = self._call(st, self.client.logs, st.job_id, offset=st.log_offset, lines=200)
         if page is _NO_ANSWER or page is None:
             return
-        lines = list(get(page, "lines", []) or [])
+        lines = list(page.lines)
         with self._lock:  # `state` iterates the deque from the main thread
             st.logs.extend(str(line) for line in lines)
-        nxt = get(page, "next_offset")
-        st.log_offset = int(nxt) if nxt is not None else st.log_offset + len(lines)
+        st.log_offset = page.next_offset
 
     def _fetch_samples(self, st: JobState) -> None:
         """The latest step's recorded samples, fetched again only when a new step has metrics."""
@@ -112,7 +112,8 @@ class JobPolling:
         if ckpts is not _NO_ANSWER:
             st.checkpoints = list(ckpts or [])
         for line in self.guard.check(self.client, st):
-            self.notes.append(line)
+            with self._lock:  # `state` copies the notes from the main thread
+                self.notes.append(line)
             if self._widgets is not None:
                 self._widgets.show_message(line, "bad")
         self._fetch_samples(st)
@@ -135,9 +136,8 @@ class JobPolling:
             for event in self.client.events(st.job_id):
                 if self._stop.is_set():
                     return
-                kind, data = get(event, "kind"), get(event, "data") or get(event, "message")
                 with self._lock:
-                    st.events.append(f"{kind}: {data}" if kind and data is not None else str(event))
+                    st.events.append(f"{event.kind}: {event.data}")
                 if st.final:
                     return
         except Exception as exc:  # events are a nice-to-have; never crash the monitor
@@ -176,24 +176,32 @@ class JobPolling:
             self._event_threads.append(t)
 
     def _run(self) -> None:
-        events_started = False
+        """The polling thread. It holds the client's connections (``with client``: one pool for every
+        poll) and closes them when it ends; a later call on the client opens a new pool."""
+        client = self.client
+        kept = client if hasattr(client, "__exit__") else contextlib.nullcontext()
         try:
-            while not self._stop.is_set():
-                self.poll_once()
-                if not events_started and any(st.metrics_available is False for st in self._jobs.values()):
-                    events_started = True
-                    self._start_event_streams()
-                if self.done:
-                    break
-                self._stop.wait(self.poll_s)
+            with kept:
+                try:
+                    self._poll_until_done()
+                finally:
+                    self._render()
+                    self._refresh_static()
         finally:
-            try:
-                self._render()
-                self._refresh_static()
-            finally:
-                # Last: `wait()` returns only once the final snapshot is out, so the cell that waits is
-                # still running when it arrives (a runner such as nbval records output only meanwhile).
-                self._done.set()
+            # Last: `wait()` returns only once the final snapshot is out, so the cell that waits is
+            # still running when it arrives (a runner such as nbval records output only meanwhile).
+            self._done.set()
+
+    def _poll_until_done(self) -> None:
+        events_started = False
+        while not self._stop.is_set():
+            self.poll_once()
+            if not events_started and any(st.metrics_available is False for st in self._jobs.values()):
+                events_started = True
+                self._start_event_streams()
+            if self.done:
+                break
+            self._stop.wait(self.poll_s)
 
     def stop(self) -> None:
         """Stop polling (the jobs keep running)."""
@@ -224,7 +232,7 @@ class JobPolling:
                 continue
             job = self.client.cancel(jid)
             st.cancel_requested = True
-            st.status = str(get(job, "status", st.status))
+            st.status = str(job.status)
             sent.append(jid)
         self._render()
         return sent

@@ -29,6 +29,7 @@ class MonitorWidgets:
         """`chart`: the metric chart's widget (:class:`~opd_nb.notebook.chart.MetricChart`), fed by
         the monitor itself; None (no anywidget) leaves the chart to the saved snapshot."""
         self.status = W.HTML()
+        self.notes = W.HTML()
         self.bars = {jid: self._bar(W, jid) for jid in job_ids}
         self.plot = chart if chart is not None else W.HTML(NO_CHART)
         self.alerts = W.HTML()
@@ -41,6 +42,7 @@ class MonitorWidgets:
         self.box = W.VBox(
             [
                 self.status,
+                self.notes,
                 *self.bars.values(),
                 self.alerts,
                 self.plot,
@@ -95,6 +97,7 @@ class MonitorWidgets:
         return {
             "box": self.box,
             "status": self.status,
+            "notes": self.notes,
             "bars": self.bars,
             "plot": self.plot,
             "alerts": self.alerts,
@@ -118,6 +121,7 @@ class MonitorWidgets:
             bar.value = 1.0 if v["status"] == SUCCEEDED else (min(1.0, step / total) if total else 0.0)
             bar.bar_style = BAR_STYLE.get(v["status"], "info")
         for widget, fragment in (
+            (self.notes, monitor_html.notes_html(state)),
             (self.alerts, monitor_html.alerts_html(state)),
             (self.samples, monitor_html.samples_html(state)),
             (self.checkpoints, monitor_html.checkpoints_html(state)),

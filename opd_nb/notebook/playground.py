@@ -1,30 +1,35 @@
 """Reward playground: score one candidate answer, or a JSONL batch, with the workspace's own reward.
 
-Scoring runs the workspace's processor class (from config.yaml's reward function) in a *fresh*
-subprocess per request (``_score_worker``), so the latest edits of ``functions/`` are what runs,
-and a crash in user code never touches the kernel. Inputs go through the SDK's ``RewardInput``.
+Scoring runs the workspace's processor class (from config.yaml's reward function) in the SDK's
+function server, as training and ``opd eval`` do (:mod:`opd_nb.reward_call` builds the request and
+reads the reply for all three), so a score here is the score a job would get. The server starts in
+the background and is replaced whenever a code file changes (:mod:`.scoring_server`), so the
+latest edits of ``functions/`` are what runs, and a crash in user code never touches the kernel.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from opd_nb import render, reward_metrics
 from opd_nb.errors import OpdError
+from opd_nb.notebook.display import LiveView
 from opd_nb.results import ResultMixin
 
+if TYPE_CHECKING:
+    from opd_nb.evaluation import RewardFunction
+
 CANDIDATE_KEYS = ("candidate", "completion", "answer", "response", "content")
+CLEAN_TIMEOUT_S = 10.0
 
 
 class ScoreResult(ResultMixin, BaseModel):
@@ -278,6 +283,73 @@ def load_candidates(path: str | Path) -> list[dict]:
     return items
 
 
+def _function_of(ws: Path, classpath: str) -> RewardFunction:
+    """How a job would run `classpath`: config.yaml's zipdir, runtime env and timeout when it
+    registers this class, else from the workspace itself with the default timeout."""
+    from opd_nb.evaluation import RewardFunction, reward_function
+    from opd_nb.function_server import classpath_to_module
+    from opd_nb.reward_call import DEFAULT_TIMEOUT_S
+
+    fn = reward_function(ws)
+    if fn is not None and classpath_to_module(fn.classpath) == classpath_to_module(classpath):
+        return fn._replace(classpath=classpath)
+    return RewardFunction(ws, classpath, {}, DEFAULT_TIMEOUT_S)
+
+
+def _cleaned(url: str, text: str) -> str | None:
+    """The answer as the reward module's own cleaner sees it (None when it has none; its error
+    in words when it raised)."""
+    import http.client
+
+    from opd_nb import reward_call
+    from opd_nb.function_server import CLEAN_PATH, CleanReply, CleanRequest
+
+    try:
+        send = reward_call.post_once(url, CLEAN_PATH)
+        status, data = send(CleanRequest(text=text).model_dump_json().encode(), CLEAN_TIMEOUT_S)
+        reply = CleanReply.model_validate_json(data) if status == 200 else CleanReply()
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    return reply.cleaned if reply.error is None else f"(the module's cleaner raised {reply.error})"
+
+
+def _score(url: str, index: int, item: dict, timeout_s: float) -> ScoreResult:
+    """One item's reward call, read as training reads it (see :mod:`opd_nb.reward_call`)."""
+    from opd_nb import reward_call
+
+    candidate = item.get("candidate", "")
+    messages = item.get("messages") or []
+    request = reward_call.reward_request(
+        [*messages, {"role": "assistant", "content": candidate}],
+        item.get("rollout_extra"),
+        item.get("ground_truth"),
+        job_id="opd-playground",
+        sample_id=str(index),
+        rollout_id="0",
+    )
+    (out,) = reward_call.call(reward_call.post_once(url), request, timeout_s, url=url)
+    return ScoreResult(
+        index=index,
+        prompt=_prompt_text(messages),
+        candidate=candidate,
+        ground_truth=item.get("ground_truth"),
+        cleaned=_cleaned(url, candidate),
+        reward_score=out.score,
+        reward_metrics=out.metrics or None,
+        status=out.status,
+        error=out.error,
+        error_code=out.error_code,
+        elapsed_ms=out.seconds * 1000,
+    )
+
+
+def _workspace_dir(workspace: str | Path) -> Path:
+    ws = Path(workspace).expanduser()
+    if not ws.is_dir():
+        raise OpdError(f"workspace {str(ws)!r} does not exist", fix="pass the folder made by `opd new`")
+    return ws.resolve()
+
+
 def score_items(
     workspace: str | Path,
     items: Sequence[dict],
@@ -285,65 +357,29 @@ def score_items(
     processor_class: str | None = None,
     concurrency: int = 8,
     on_result: Callable[[ScoreResult, int, int], None] | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float | None = None,
 ) -> list[ScoreResult]:
-    """Score `items` with the workspace's processor in a fresh subprocess (results in input order)."""
-    ws = Path(workspace).expanduser()
-    if not ws.is_dir():
-        raise OpdError(f"workspace {str(ws)!r} does not exist", fix="pass the folder made by `opd new`")
-    ws = ws.resolve()
-    classpath = processor_class or reward_classpath(ws)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ws), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    request = {"classpath": classpath, "items": list(items), "concurrency": concurrency}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "opd_nb.notebook._score_worker"],
-        cwd=ws,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(request, default=str))
-    proc.stdin.close()
-    results: dict[int, ScoreResult] = {}
-    deadline = time.monotonic() + timeout_s
-    fatal = None
-    for line in proc.stdout:
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise OpdError(f"scoring took longer than {timeout_s:.0f}s", fix="look for a reward that blocks")
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # user prints to stdout; ignore
-        if "fatal" in obj:
-            fatal = obj["fatal"]
-            continue
-        i = int(obj["index"])
-        src = items[i]
-        res = ScoreResult(
-            prompt=_prompt_text(src.get("messages") or []),
-            candidate=src.get("candidate", ""),
-            ground_truth=src.get("ground_truth"),
-            **obj,
-        )
-        results[i] = res
-        if on_result is not None:
-            on_result(res, len(results), len(items))
-    stderr = proc.stderr.read() if proc.stderr else ""
-    proc.wait(timeout=30)
-    if fatal or (proc.returncode and len(results) < len(items)):
-        tail = "\n".join(stderr.strip().splitlines()[-3:])
-        raise OpdError(
-            fatal or f"the scoring process failed: {tail}",
-            where=classpath,
-            fix="run `%opd test` to see the full error",
-        )
-    return [results[i] for i in sorted(results)]
+    """Score `items` with the workspace's reward in its function server (results in input order).
+
+    `timeout_s` is per call (default: the function's ``timeout`` in config.yaml, as in a job);
+    `on_result` is called on this
+    thread as each score arrives. Raises OpdError (with the server's log) if the code does not load.
+    """
+    from opd_nb.notebook import scoring_server
+
+    ws = _workspace_dir(workspace)
+    fn = _function_of(ws, processor_class or reward_classpath(ws))
+    timeout_s = fn.timeout if timeout_s is None else timeout_s
+    server = scoring_server.server_for(fn.code_dir, fn.classpath, fn.env)
+    results: list[ScoreResult] = [ScoreResult()] * len(items)
+    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="opd-playground") as pool:
+        futures = [pool.submit(_score, server.url, i, item, timeout_s) for i, item in enumerate(items)]
+        for done, fut in enumerate(as_completed(futures), start=1):
+            res = fut.result()
+            results[res.index] = res
+            if on_result is not None:
+                on_result(res, done, len(items))
+    return results
 
 
 def score_one(
@@ -367,7 +403,7 @@ def score_one(
     return score_items(workspace, [item], processor_class=processor_class)[0]
 
 
-class RewardPlayground:
+class RewardPlayground(LiveView):
     """Widgets over `score_one` / `score_items` for one workspace."""
 
     def __init__(
@@ -385,6 +421,17 @@ class RewardPlayground:
         self.last_batch: BatchResult | None = None
         self._widgets: dict[str, Any] | None = None
         self._build()
+        self._warm()
+
+    def _warm(self) -> None:
+        """Start the reward's function server now, in the background, so the first score is quick."""
+        from opd_nb.notebook import scoring_server
+
+        try:
+            fn = _function_of(self.workspace.resolve(), self.processor_class)
+        except OpdError:
+            return  # the first score says what is wrong
+        scoring_server.warm(fn.code_dir, fn.classpath, fn.env)
 
     def _build(self) -> None:
         try:
@@ -540,17 +587,30 @@ class RewardPlayground:
         return self.last_batch
 
     def _on_score(self) -> None:
-        try:
-            self.score()
-        except OpdError:
-            pass  # already shown in the result field
+        self._in_background("score", "result", self.score)
 
     def _on_batch(self) -> None:
-        try:
-            self.score_batch()
-        except OpdError as exc:
-            if self._widgets is not None:
-                self._widgets["failures"].value = render.box(f'<span class="bad">{render.esc(exc)}</span>')
+        self._in_background("batch", "failures", self.score_batch)
+
+    def _in_background(self, button: str, field: str, work: Callable[[], Any]) -> None:
+        """Run a button's `work` on a thread, so the kernel stays free while the reward runs (a first
+        score may wait for the server to start); the thread only sets widget state."""
+        import threading
+
+        w = self._widgets
+        if w is None or w[button].disabled:
+            return
+        w[button].disabled = True
+
+        def run() -> None:
+            try:
+                work()
+            except Exception as exc:  # shown where the result would be; nothing else to report to
+                w[field].value = render.box(f'<span class="bad">{render.esc(exc)}</span>')
+            finally:
+                w[button].disabled = False
+
+        threading.Thread(target=run, name=f"opd-playground-{button}", daemon=True).start()
 
     def widget(self) -> Any:
         return None if self._widgets is None else self._widgets["box"]
@@ -566,13 +626,9 @@ class RewardPlayground:
             parts.append(self.last_batch._repr_html_())
         return render.box("".join(parts), title="reward playground")
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self._repr_html_()}
-        if self._widgets is not None:
-            for k, v in (self._widgets["box"]._repr_mimebundle_() or {}).items():
-                if k != "text/plain":
-                    bundle[k] = v
-        return bundle
+    def to_html(self) -> str:
+        """The static snapshot a saved notebook keeps (:class:`~opd_nb.notebook.display.LiveView`)."""
+        return self._repr_html_()
 
 
 def reward_playground(workspace: str | Path = ".", **kwargs: Any) -> RewardPlayground:

@@ -7,9 +7,9 @@ disagrees (tooltip: both log-probs), the reward's score, metrics and error besid
 
 It reads ``JobClient.rollouts`` (the local control plane's recorded rollouts), from a running job
 (``refresh()`` picks up new steps) or a finished one. Every control change runs on the kernel's
-own thread and only sets widget values. ``_repr_mimebundle_`` carries a static HTML snapshot next
-to the widget, so a saved notebook (or a frontend without widgets) still shows the table and the
-selected sample. A control plane without the endpoint (Bailian) gets a note that the Bailian
+own thread and only sets widget values. Its output (:class:`~opd_nb.notebook.display.LiveView`)
+carries a static HTML snapshot next to the widget, so a saved notebook (or a frontend without
+widgets) still shows the table and the selected sample. A control plane without the endpoint (Bailian) gets a note that the Bailian
 console shows trajectories.
 """
 
@@ -20,12 +20,13 @@ from typing import Any
 from opd_nb.client.rollout_results import CLOUD_NOTE, KINDS, SORTS, RolloutPage, sort_order, summary
 from opd_nb.errors import OpdError
 from opd_nb.notebook import rollout_html
+from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import interactive
 
 ALL = "all"  # the kind filter's "both kinds"
 
 
-class RolloutViewer:
+class RolloutViewer(LiveView):
     """One job's recorded rollouts, one step at a time."""
 
     def __init__(
@@ -201,25 +202,5 @@ class RolloutViewer:
         if self._widgets is not None:
             self._widgets.update(self.state, self.records)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": str(self), "text/html": self.to_html()}
-        if _in_kernel():
-            box = self.widget()
-            if box is not None:
-                view = box._repr_mimebundle_()
-                if isinstance(view, tuple):
-                    view = view[0]
-                bundle.update({k: v for k, v in (view or {}).items() if k != "text/plain"})
-        return bundle
-
 
 _ROW_KEYS = ("kind", "prompt", "completion", "reward", "length", "truncated", "mean_log_ratio")
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None

@@ -24,11 +24,17 @@ from opd_nb.cli.view_requests import (
 
 
 def _monitor(request: WatchRequest) -> Any:
+    """The monitor; after `%opd submit`, on the submit's own client, headed by what the terminal prints
+    (the submit line and its notes: functions reused or registered, a skipped check, a smoke sample)."""
     from opd_nb.client import JobClient
     from opd_nb.notebook.monitor import JobMonitor
 
     guard = request.guard if request.guard is not None else False
-    return JobMonitor(list(request.job_ids), JobClient(request.target), guard=guard).start()
+    submitted = request.submitted
+    client = submitted.client if submitted is not None else None
+    notes = [submitted.headline(), *submitted.note_lines()] if submitted is not None else []
+    monitor = JobMonitor(list(request.job_ids), client or JobClient(request.target), guard=guard, notes=notes)
+    return monitor.start()
 
 
 def _rollouts(request: RolloutsRequest) -> Any:

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from opd_nb.server.lifecycle import (
     ServerHandle,
+    running_server,
+    server_status,
+    start,
+    start_background,
+    stop_background,
+)
+from opd_nb.server.records import (
+    ServeOptions,
     ServerInfo,
     ServerStatus,
     StartFailed,
@@ -20,15 +28,11 @@ from opd_nb.server.lifecycle import (
     StartTimedOut,
     default_data_dir,
     read_state,
-    running_server,
-    server_status,
-    start,
-    start_background,
     state_file,
-    stop_background,
 )
 
 __all__ = [
+    "ServeOptions",
     "ServerHandle",
     "ServerInfo",
     "ServerStatus",

@@ -1,85 +1,81 @@
-"""`python -m opd_nb.server`: run the control plane in the foreground (what `opd serve start` spawns)."""
+"""`python -m opd_nb.server`: run the control plane in the foreground (what `opd serve start` spawns).
+
+The launcher passes its :class:`~opd_nb.server.records.ServeOptions` whole, as JSON in ``--options``;
+a person may instead (or on top) give any single-valued option as a flag of the same name
+(``--port 0 --data-dir d``), so a new option needs no code here. The model map comes only in
+``--options``: `opd serve --model-map` is the one place that parses ``ID=PATH``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
+from typing import NoReturn
 
-from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
-from opd_nb.server.lifecycle import (
-    API_KEY_ENV,
-    CHECKPOINT_TTL_ENV,
-    DEFAULT_MAX_DEPLOYMENTS,
-    MAX_DEPLOYMENTS_ENV,
-    MAX_INTERRUPTIONS,
-)
+from pydantic import ValidationError
+
+from opd_nb.server.records import API_KEY_ENV, ServeOptions
+
+_STRUCTURED = ("model_map",)  # options that have no single-value flag
 
 
-def parse_model_map(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise SystemExit(f"error: --model-map {item!r} must look like ID=PATH")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m opd_nb.server")
-    parser.add_argument("--host", default=LOCAL_HOST)
-    parser.add_argument("--port", type=int, default=LOCAL_PORT)
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--model-map", action="append", default=[])
+    parser.add_argument(
+        "--options", default="{}", help="the ServeOptions as JSON (what opd_nb.server.start passes)"
+    )
+    for name, field in ServeOptions.model_fields.items():
+        if name not in _STRUCTURED:
+            parser.add_argument(
+                f"--{name.replace('_', '-')}", dest=name, default=None, help=f"default {field.default}"
+            )
     parser.add_argument("--ready-file", default=None, help="write the bound port here once listening")
-    parser.add_argument("--max-running", type=int, default=1)
-    parser.add_argument("--log-level", default="warning")
     parser.add_argument(
         "--api-key",
         default=None,
         help=f"the only key the server accepts (better: {API_KEY_ENV}, which `ps` does not show)",
     )
     parser.add_argument(
-        "--no-resume", action="store_true", help="fail interrupted jobs at startup instead of resuming them"
-    )
-    parser.add_argument("--max-interruptions", type=int, default=MAX_INTERRUPTIONS)
-    parser.add_argument(
-        "--max-deployments",
-        type=int,
-        default=None,
-        help=f"how many deployments may run at once (default ${MAX_DEPLOYMENTS_ENV}, else {DEFAULT_MAX_DEPLOYMENTS})",
-    )
-    parser.add_argument(
         "--exit-with-parent",
         action="store_true",
         help="stop (as on SIGTERM: running jobs resume at the next start) when the process that started it is gone",
     )
-    parser.add_argument(
-        "--checkpoint-ttl-days",
-        type=float,
-        default=None,
-        help=f"days a checkpoint lives before it reads EXPIRED (default ${CHECKPOINT_TTL_ENV}, else 15)",
-    )
-    args = parser.parse_args(argv)
-    if args.checkpoint_ttl_days is not None:  # read by the checkpoint listing
-        os.environ[CHECKPOINT_TTL_ENV] = str(max(0.0, args.checkpoint_ttl_days))
+    return parser
+
+
+def options_from(args: argparse.Namespace) -> ServeOptions:
+    """``--options`` with the single-option flags on top; a bad value is one line and exit 2."""
+    flags = {
+        name: value for name in ServeOptions.model_fields if (value := getattr(args, name, None)) is not None
+    }
+    try:
+        given = json.loads(args.options)
+    except ValueError as exc:
+        _refuse(f"--options is not JSON ({exc})")
+    if not isinstance(given, dict):
+        _refuse("--options must be a JSON object")
+    try:
+        return ServeOptions.model_validate({**given, **flags})
+    except ValidationError as exc:
+        _refuse(
+            "; ".join(f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors())
+        )
+
+
+def _refuse(problem: str) -> NoReturn:
+    print(f"error: bad server options: {problem}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    options = options_from(args)
 
     from opd_nb.server.runner import serve_forever
 
     return serve_forever(
-        args.host,
-        args.port,
-        args.data_dir,
-        parse_model_map(args.model_map),
-        max_running=args.max_running,
-        ready_file=args.ready_file,
-        log_level=args.log_level,
-        api_key=args.api_key,
-        resume=not args.no_resume,
-        max_interruptions=max(1, args.max_interruptions),
-        exit_with_parent=args.exit_with_parent,
-        max_deployments=max(1, args.max_deployments) if args.max_deployments is not None else None,
+        options, ready_file=args.ready_file, api_key=args.api_key, exit_with_parent=args.exit_with_parent
     )
 
 

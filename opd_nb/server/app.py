@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -26,11 +25,12 @@ from opd_nb.server.auth import BearerAuth
 from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
-from opd_nb.server.jobs import MAX_INTERRUPTIONS, JobManager
+from opd_nb.server.jobs import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
+from opd_nb.server.records import ServeOptions
 from opd_nb.server.responses import document_errors, install_error_handlers
 from opd_nb.server.routers import deployments, files, functions, health, inference, jobs, models, rollouts
 from opd_nb.server.store import Store
@@ -63,17 +63,10 @@ class ControlPlane(FastAPI):
             log.exception("unexpected error in %s %s", scope.get("method"), scope.get("path"))
 
 
-def build_services(
-    data_dir: Path,
-    model_map: dict[str, str] | None,
-    max_running: int,
-    max_deployments: int | None = None,
-    *,
-    resume: bool = True,
-    max_interruptions: int = MAX_INTERRUPTIONS,
-) -> Services:
+def build_services(options: ServeOptions) -> Services:
+    data_dir = options.resolved_data_dir()
     store = Store(data_dir)
-    registry = ModelRegistry(store, model_map)
+    registry = ModelRegistry(store, options.model_map)
     launcher = Launcher(data_dir)  # workers and serving processes, forked from one warm process
     return Services(
         data_dir=data_dir,
@@ -83,13 +76,15 @@ def build_services(
             store,
             data_dir,
             launcher,
-            max_running=max_running,
-            resume=resume,
-            max_interruptions=max_interruptions,
+            max_running=options.max_running,
+            resume=options.resume,
+            max_interruptions=options.max_interruptions,
         ),
         instances=InstanceManager(store, data_dir),
         max_zip_bytes=int(os.environ.get("OPD_MAX_ZIP_BYTES") or MAX_ZIP_BYTES),  # tests lower it
-        deployments=DeploymentManager(store, registry, data_dir, launcher, max_deployments=max_deployments),
+        deployments=DeploymentManager(
+            store, registry, data_dir, launcher, max_deployments=options.max_deployments
+        ),
         launcher=launcher,
     )
 
@@ -101,30 +96,12 @@ def _reap_partial_files(services: Services) -> None:
         print(f"opd serve: removed {path}, left by an interrupted write of an earlier run", file=sys.stderr)
 
 
-def create_app(
-    data_dir: str | Path,
-    model_map: dict[str, str] | None = None,
-    *,
-    max_running: int = 1,
-    max_deployments: int | None = None,
-    api_key: str | None = None,
-    resume: bool = True,
-    max_interruptions: int = MAX_INTERRUPTIONS,
-) -> FastAPI:
-    """`max_deployments`: how many deployments may run at once (default ``$OPD_MAX_DEPLOYMENTS`` or 3).
+def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
+    """The app for one control plane running with ``options``.
 
-    `api_key`: the only key accepted (None: any non-empty key, loopback only); `resume`: resume jobs
-    an earlier run left RUNNING (False: fail them); `max_interruptions`: a job interrupted that many
-    times fails instead.
-    """
-    services = build_services(
-        Path(data_dir).expanduser().resolve(),
-        model_map,
-        max_running,
-        max_deployments,
-        resume=resume,
-        max_interruptions=max_interruptions,
-    )
+    `api_key`: the only key accepted (None: any non-empty key, loopback only); it is no option, so
+    that no serialized options ever hold it."""
+    services = build_services(options)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

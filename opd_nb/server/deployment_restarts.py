@@ -15,13 +15,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from opd_nb.constants import FAILED, PENDING, RUNNING
 from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.store import Store, now_text
 
 MAX_RESTARTS = 1
 RESTART_BACKOFF_S = 2.0
 WATCH_POLL_S = 1.0
-PENDING, RUNNING, FAILED = "PENDING", "RUNNING", "FAILED"  # a deployment's statuses (besides DELETED)
 
 
 class DeploymentRestarts:

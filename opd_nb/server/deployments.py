@@ -21,7 +21,6 @@ and every deployment is started again, so deployments survive a restart and none
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -30,15 +29,15 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from opd_nb.constants import DELETED, FAILED, PENDING, RUNNING
 from opd_nb.deploy_plans import LORA, charge_type
 from opd_nb.server import process_tree
-from opd_nb.server.deployment_restarts import FAILED, PENDING, RUNNING, DeploymentRestarts, deployment_events
+from opd_nb.server.deployment_endpoints import MAX_BASE, DeploymentEndpoints
+from opd_nb.server.deployment_restarts import DeploymentRestarts, deployment_events
 from opd_nb.server.errors import ApiError
 from opd_nb.server.launcher import ChildProcess, Launcher
-from opd_nb.server.lifecycle import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.models import (
     LOCAL_PREFIX,
     ModelNotFound,
@@ -47,17 +46,15 @@ from opd_nb.server.models import (
     ResolvedModel,
     job_of_path,
 )
+from opd_nb.server.records import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.store import Store
 
 MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours
 TOKEN_ENV = "OPD_SERVING_TOKEN"  # read by the serving process (never on its command line)
-MAX_BASE = 2
 STARTUP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
 BATCH_PER_CAPACITY = 8
 
-DELETED = "DELETED"  # PENDING, RUNNING, FAILED: deployment_restarts.py
-BASE_KINDS = ("stand-in", "mapped")  # callable directly; the others are fine-tuned outputs
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -66,28 +63,12 @@ def owner(name: str) -> str:
     return f"deployment:{name}"
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a model answers: the serving process's OpenAI base URL and its bearer token."""
-
-    url: str
-    token: str
-    name: str
-
-
 def max_deployments_from_env() -> int:
     raw = os.environ.get(MAX_DEPLOYMENTS_ENV, "").strip()
     try:
         return max(1, int(raw)) if raw else DEFAULT_MAX_DEPLOYMENTS
     except ValueError:
         return DEFAULT_MAX_DEPLOYMENTS
-
-
-def deploy_hint(model: str) -> str:
-    return (
-        f"deploy it first: `opd deploy {model}` (or Deployments.call(model={model!r}, capacity=1)), "
-        "wait until it is RUNNING, then call the deployed_model name it answers"
-    )
 
 
 def _slug(model: str, resolved: ResolvedModel) -> str:
@@ -99,7 +80,7 @@ def _slug(model: str, resolved: ResolvedModel) -> str:
     return _SLUG.sub("-", model).strip("-.")[:64] or "model"
 
 
-class DeploymentManager(DeploymentRestarts):
+class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
     """The serving processes of this control plane (deployments and base-model endpoints)."""
 
     def __init__(
@@ -225,87 +206,6 @@ class DeploymentManager(DeploymentRestarts):
         self.store.set_deployment(name, deleted=1, status=DELETED, pid=None, port=None)
         return {**row, "status": DELETED}
 
-    # ---- inference ----------------------------------------------------------------------------
-    def endpoint(self, model: str) -> Endpoint:
-        """Where `model` answers: a RUNNING deployment, or the base-model endpoint for a base model."""
-        row = self.store.deployment(model)
-        if row is not None and not row["is_base"]:
-            return self._deployed(row)
-        resolved = self._resolve(model, not_found_status=404)
-        if resolved.kind not in BASE_KINDS:
-            raise not_deployed(self.store, model, resolved)
-        return self._base(model, resolved)
-
-    def _deployed(self, row: dict) -> Endpoint:
-        name = row["deployed_model"]
-        if row["deleted"]:
-            raise ApiError(
-                400,
-                "ModelNotDeployed",
-                f"deployment {name!r} was deleted, so it no longer answers; {deploy_hint(row['model_name'])}",
-            )
-        row = self._refresh(row)
-        if row["status"] == PENDING:
-            raise ApiError(
-                400,
-                "DeploymentNotReady",
-                f"deployment {name!r} is still starting (PENDING); retry when "
-                f"`opd deployments` (GET /api/v1/deployments/{name}) says RUNNING",
-            )
-        if row["status"] != RUNNING or not row["port"]:
-            raise ApiError(
-                400,
-                "DeploymentFailed",
-                f"deployment {name!r} is {row['status']}: {row['message'] or 'its process is gone'}; "
-                f"undeploy it and deploy {row['model_name']!r} again",
-            )
-        return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
-
-    def _base(self, model: str, resolved: ResolvedModel) -> Endpoint:
-        name = "base-" + hashlib.sha1(resolved.path.encode()).hexdigest()[:12]
-        with self._lock:
-            row = self.store.deployment(name)
-            if row is None or row["deleted"] or row["status"] == FAILED:
-                self._evict_base()
-                row = {
-                    "deployed_model": name,
-                    "model_name": model,
-                    "base_model": model,
-                    "suffix": None,
-                    "capacity": 2,
-                    "status": PENDING,
-                    "kind": resolved.kind,
-                    "path": resolved.path,
-                    "token": secrets.token_urlsafe(24),
-                    "is_base": 1,
-                }
-                self.store.put_deployment(row)
-                self._launch(self.store.deployment(name))
-            self._used[name] = time.monotonic()
-        row = self._wait_ready(name)
-        return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
-
-    def _wait_ready(self, name: str) -> dict:
-        while True:
-            row = self._refresh(self.store.deployment(name))
-            if row["status"] == RUNNING:
-                return row
-            if row["status"] != PENDING:
-                raise ApiError(
-                    400,
-                    "ModelUnavailable",
-                    f"the local endpoint for {row['model_name']!r} failed to start: {row['message']}",
-                )
-            time.sleep(0.1)
-
-    def _evict_base(self) -> None:
-        bases = [r for r in self._active() if r["is_base"]]
-        while len(bases) >= self.max_base:
-            oldest = min(bases, key=lambda r: self._used.get(r["deployed_model"], 0.0))
-            bases.remove(oldest)
-            self._stop(oldest["deployed_model"], self._procs.pop(oldest["deployed_model"], None))
-            self.store.drop_deployment(oldest["deployed_model"])
-
     # ---- processes ----------------------------------------------------------------------------
     def _stop(self, name: str, proc: ChildProcess | None) -> None:
         """Stop a serving process: its group, then anything else still tagged as its tree."""
@@ -380,26 +280,8 @@ class DeploymentManager(DeploymentRestarts):
         job_id = model[len(LOCAL_PREFIX) :] if model.startswith(LOCAL_PREFIX) else resolved.job_id
         job = self.store.job(job_id) if job_id else None
         if job is not None:
-            return job["meta"].get("base_model") or job["request"].get("model")
+            return job.base_model
         return None if resolved.kind == "path" else model
-
-
-def not_deployed(store: Store, model: str, resolved: ResolvedModel) -> ApiError:
-    """A fine-tuned output called by its model name: name its deployed_model, or say to deploy it."""
-    live = [r["deployed_model"] for r in store.deployments_of(model)]
-    if live:
-        return ApiError(
-            400,
-            "ModelNotDeployed",
-            f"model {model!r} is an exported model name, not a deployment: chat with its deployed_model "
-            f"{live[0]!r} instead (the name Deployments.call answered; `opd deployments` lists it)",
-        )
-    return ApiError(
-        400,
-        "ModelNotDeployed",
-        f"model {model!r} is a fine-tuned output ({resolved.kind} {resolved.path}), and fine-tuned "
-        f"models answer only once deployed; {deploy_hint(model)}",
-    )
 
 
 def deployment_output(row: dict) -> dict:

@@ -18,6 +18,7 @@ from opd_nb.server.auth import UploadSigner
 from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import InstanceManager
+from opd_nb.server.job_record import JobRecord
 from opd_nb.server.jobs import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.models import ModelRegistry
@@ -94,7 +95,7 @@ async def get_page(
 PageDep = Annotated[Page, Depends(get_page)]
 
 
-def existing_job(job_id: str, store: StoreDep) -> dict:
+def existing_job(job_id: str, store: StoreDep) -> JobRecord:
     """The job named in the path, or a 404 (a sync dependency: FastAPI runs it in the thread pool)."""
     job = store.job(job_id)
     if job is None:
@@ -102,4 +103,4 @@ def existing_job(job_id: str, store: StoreDep) -> dict:
     return job
 
 
-JobDep = Annotated[dict, Depends(existing_job)]
+JobDep = Annotated[JobRecord, Depends(existing_job)]

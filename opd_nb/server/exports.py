@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from opd_nb.server.errors import ApiError
+from opd_nb.server.job_record import JobRecord
 from opd_nb.server.job_views import EXPIRED, checkpoint_listing
 from opd_nb.server.store import Store
 
@@ -38,9 +39,9 @@ def find_checkpoint(entries: list[dict], checkpoint: str) -> dict | None:
     return next(iter(named + by_step), None)
 
 
-def export_checkpoint(store: Store, job: dict, checkpoint: str, display_name: str | None) -> dict:
+def export_checkpoint(store: Store, job: JobRecord, checkpoint: str, display_name: str | None) -> dict:
     """Publish one checkpoint as a deployable model; returns its checkpoint-list entry."""
-    job_id = job["job_id"]
+    job_id = job.job_id
     entries = checkpoint_listing(job, store.checkpoints(job_id), store.exports(job_id))
     entry = find_checkpoint(entries, checkpoint.strip())
     if entry is None:
@@ -57,7 +58,7 @@ def export_checkpoint(store: Store, job: dict, checkpoint: str, display_name: st
     path = entry["local"]["path"]
     if not Path(path).is_dir():
         raise _not_found(job_id, checkpoint, [])
-    root = job["meta"].get("base_model") or job["request"].get("model") or "model"
+    root = job.base_model or "model"
     name = f"{_SLUG.sub('-', root).strip('-.')[:48]}-{job_id}-ckpt-{entry['step']}"
     store.add_export(
         {

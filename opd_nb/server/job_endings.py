@@ -6,36 +6,16 @@ gone, this decides *what* the job's record then says, a full disk included (:mod
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
-from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING
-from opd_nb.server.disk_space import (
-    DISK_FULL,
-    full_disk_reason,
-    low_space,
-    mentions_full_disk,
-    release_reserve,
-)
+from opd_nb.constants import CANCELED, PENDING, RUNNING
+from opd_nb.server.disk_space import DISK_FULL
+from opd_nb.server.job_failures import fail_job, full_disk_failure
+from opd_nb.server.job_record import JobRecord
 from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir
 from opd_nb.server.store import Store, now_text
-
-EXIT_INTERRUPTED = 75  # the worker stopped on SIGTERM/SIGINT; its job stays RUNNING (EX_TEMPFAIL)
-
-
-def exit_reason(returncode: int | None) -> str:
-    """A worker's exit in words: ``killed by SIGKILL``, ``exit code 1``."""
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    if returncode == EXIT_INTERRUPTED:
-        return "stopped by a signal (SIGTERM/SIGINT)"
-    return f"exit code {returncode}"
+from opd_nb.server.worker_exits import exit_reason
 
 
 class JobEndings:
@@ -45,9 +25,11 @@ class JobEndings:
     data_dir: Path
     resume: bool
 
-    def _record_end(self, job: dict, proc: ChildProcess, asked: float | None, shutting_down: bool) -> None:
-        job_id = job["job_id"]
-        if asked is not None or job.get("cancel_requested"):
+    def _record_end(
+        self, job: JobRecord, proc: ChildProcess, asked: float | None, shutting_down: bool
+    ) -> None:
+        job_id = job.job_id
+        if asked is not None or job.cancel_requested:
             self._finish_canceled(job_id, running=True)
             return
         point = latest_checkpoint(output_dir(self.data_dir, job_id))
@@ -67,24 +49,21 @@ class JobEndings:
             )
             self._fail(job_id, "ServerStopped", reason, "", tail)
             return
-        if low_space(self.data_dir) or mentions_full_disk(tail):
-            release_reserve(self.data_dir)  # the room to record why
-            reason = f"the job worker died on a full disk ({exit_reason(proc.returncode)}): {full_disk_reason(self.data_dir)}"
+        full = full_disk_failure(self.data_dir, tail)
+        if full is not None:
+            reason = f"the job worker died on a full disk ({exit_reason(proc.returncode)}): {full}"
             self._fail(job_id, DISK_FULL, reason, "", tail)
             return
         reason = f"the job worker died ({exit_reason(proc.returncode)}). {continue_hint(point)}"
         self._fail(job_id, "WorkerCrashed", reason, "", tail)
 
     def _fail(self, job_id: str, code: str, reason: str, note: str, extra: list[str] | None = None) -> None:
-        self.store.add_log(job_id, f"[server] {now_text()} FAILED: {reason}{note}", *(extra or []))
-        self.store.set_job(
+        fail_job(
+            self.store,
             job_id,
-            only_if_status=(RUNNING,),
-            status=FAILED,
-            code=code,
-            message=reason,
-            end_time=now_text(),
-            worker_pid=None,
+            code,
+            reason,
+            [f"[server] {now_text()} FAILED: {reason}{note}", *(extra or [])],
         )
 
     def _finish_canceled(self, job_id: str, running: bool = False) -> None:

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from opd_nb.constants import FAILED, SUCCEEDED
-from opd_nb.server.lifecycle import CHECKPOINT_TTL_ENV, DEFAULT_CHECKPOINT_TTL_DAYS
+from opd_nb.server.job_record import JobRecord
+from opd_nb.server.records import CHECKPOINT_TTL_ENV, DEFAULT_CHECKPOINT_TTL_DAYS
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # Bailian's timestamps (store.now_text)
 EXPIRED = "EXPIRED"  # a checkpoint past its expire_time (a checkpoint status, not a job status)
@@ -17,53 +18,51 @@ def _file_ids(datasets: list[dict] | None) -> list[str]:
     return [d.get("file_id") for d in datasets or [] if d.get("file_id")]
 
 
-def job_output(job: dict, usage: int | None = None) -> dict:
+def job_output(job: JobRecord, usage: int | None = None) -> dict:
     """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras.
 
     ``base_model`` is the root base model even when the job continued a fine-tuned output (the chain of
     parent jobs is ``local.parents``); ``usage`` is the tokens its steps processed."""
-    req, meta = job["request"], job["meta"]
-    functions = meta.get("functions") or []
+    req, meta = job.request, job.meta
     out = {
-        "job_id": job["job_id"],
-        "job_name": job["job_name"],
-        "status": job["status"],
+        "job_id": job.job_id,
+        "job_name": job.job_name,
+        "status": job.status,
         "model": req.get("model"),
-        "base_model": meta.get("base_model") or req.get("model"),
-        "finetuned_output": job.get("finetuned_output"),
+        "base_model": job.base_model,
+        "finetuned_output": job.finetuned_output,
         "training_file_ids": _file_ids(req.get("training_datasets")),
         "validation_file_ids": _file_ids(req.get("validation_datasets")),
         "hyper_parameters": req.get("hyper_parameters") or {},
         "training_type": req.get("training_type"),
         "teacher_model": req.get("teacher_model"),
-        "create_time": job["create_time"],
-        "end_time": job.get("end_time"),
-        "start_time": job.get("start_time"),
+        "create_time": job.create_time,
+        "end_time": job.end_time,
+        "start_time": job.start_time,
         "user_identity": "local",
         "modifier": "local",
         "creator": "local",
         "group": "llm",
         "usage": usage,
-        "progress": job.get("progress"),
+        "progress": job.progress.model_dump() if job.progress else None,
         # Seed 002 reads `result.output.entity_id` after the first run (rw-/ro-): the first function's id.
-        "entity_id": next((f.get("entity_id") for f in functions if f.get("entity_id")), None),
+        "entity_id": next((f.entity_id for f in meta.functions), None),
         "local": {
-            "substitutions": meta.get("substitutions", []),
-            "student_path": meta.get("student_path"),
-            "teacher_path": meta.get("teacher_path"),
-            "final_checkpoint": meta.get("final_checkpoint"),
-            "parents": meta.get("parents", []),  # the job it continued, that job's parent, ...
+            "substitutions": meta.substitutions,
+            "student_path": meta.student_path,
+            "teacher_path": meta.teacher_path,
+            "final_checkpoint": meta.final_checkpoint,
+            "parents": meta.parents,  # the job it continued, that job's parent, ...
             "functions": [  # the registered functions the job runs (a reused entity shows up here)
-                {"name": f.get("name"), "type": f.get("kind"), "entity_id": f.get("entity_id")}
-                for f in functions
+                {"name": f.name, "type": f.kind, "entity_id": f.entity_id} for f in meta.functions
             ],
         },
     }
-    if job["status"] == FAILED:
-        out["code"] = job.get("code") or "JobFailed"
-        out["message"] = job.get("message") or ""
-    elif job.get("message"):
-        out["message"] = job["message"]
+    if job.status == FAILED:
+        out["code"] = job.code or "JobFailed"
+        out["message"] = job.message or ""
+    elif job.message:
+        out["message"] = job.message
     return out
 
 
@@ -96,22 +95,22 @@ def checkpoint_id(job_id: str, name: str) -> str:
     return f"{job_id}:{name}"
 
 
-def kept_checkpoints(job: dict, checkpoints: list[dict]) -> list[dict]:
+def kept_checkpoints(job: JobRecord, checkpoints: list[dict]) -> list[dict]:
     """The stored checkpoints still on disk (``save_total_limit`` deletes the oldest, and the cloud then
     lists them no more), the published one marked (added when only the final output was kept)."""
-    meta = job["meta"]
-    final = meta.get("final_checkpoint")
+    outcome = job.meta.outcome
+    final = outcome.final_checkpoint if outcome else None
     checkpoints = [cp for cp in checkpoints if Path(cp["path"]).is_dir()]
     for cp in checkpoints:
         cp["published"] = bool(final) and Path(cp["path"]).resolve() == Path(final).resolve()
-    if final and not any(cp["published"] for cp in checkpoints):
+    if outcome and final and not any(cp["published"] for cp in checkpoints):
         checkpoints.append(
             {
                 "name": Path(final).name,
-                "step": int(meta.get("steps") or 0),
+                "step": outcome.steps,
                 "path": final,
-                "created_at": job.get("end_time"),
-                "metrics": meta.get("metrics_tail") or {},
+                "created_at": job.end_time,
+                "metrics": outcome.metrics_tail,
                 "published": True,
             }
         )
@@ -119,7 +118,10 @@ def kept_checkpoints(job: dict, checkpoints: list[dict]) -> list[dict]:
 
 
 def checkpoint_listing(
-    job: dict, checkpoints: list[dict], exports: dict[str, dict] | None = None, ttl_days: float | None = None
+    job: JobRecord,
+    checkpoints: list[dict],
+    exports: dict[str, dict] | None = None,
+    ttl_days: float | None = None,
 ) -> list[dict]:
     """The saved checkpoints in Bailian's "list checkpoints" shape, newest step first (the published
     final copy before the kept checkpoint of the same step).
@@ -132,12 +134,12 @@ def checkpoint_listing(
     """
     ttl = checkpoint_ttl_days() if ttl_days is None else ttl_days
     exports = exports or {}
-    job_id = job["job_id"]
+    job_id = job.job_id
     out = []
     for cp in kept_checkpoints(job, checkpoints):
         expires = expire_time(cp["created_at"], ttl)
         export = exports.get(cp["name"])
-        name = export["model_name"] if export else (job.get("finetuned_output") if cp["published"] else None)
+        name = export["model_name"] if export else (job.finetuned_output if cp["published"] else None)
         out.append(
             {
                 "checkpoint_id": checkpoint_id(job_id, cp["name"]),

@@ -31,19 +31,18 @@ import threading
 import time
 from pathlib import Path
 
-from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES
+from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.server import process_tree
 from opd_nb.server.disk_space import ensure_reserve
-from opd_nb.server.job_endings import EXIT_INTERRUPTED, JobEndings, exit_reason
+from opd_nb.server.job_endings import JobEndings
+from opd_nb.server.job_record import JobRecord
 from opd_nb.server.launcher import ChildProcess, Launcher
-from opd_nb.server.lifecycle import MAX_INTERRUPTIONS
+from opd_nb.server.records import MAX_INTERRUPTIONS
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
 from opd_nb.server.store import Store, now_text
 
 CANCEL_GRACE_S = 4.0
 WORKER_MARKER = "opd_nb.server.worker"
-
-__all__ = ["CANCEL_GRACE_S", "EXIT_INTERRUPTED", "MAX_INTERRUPTIONS", "JobManager", "exit_reason"]
 
 
 class JobManager(JobEndings):
@@ -78,18 +77,18 @@ class JobManager(JobEndings):
         for job in self.store.jobs_with_status(RUNNING):
             self._recover_running(job)
         for job in self.store.jobs_with_status(PENDING):
-            if job.get("cancel_requested"):
-                self._finish_canceled(job["job_id"])
+            if job.cancel_requested:
+                self._finish_canceled(job.job_id)
 
-    def _recover_running(self, job: dict) -> None:
-        job_id = job["job_id"]
+    def _recover_running(self, job: JobRecord) -> None:
+        job_id = job.job_id
         ended = process_tree.end(self.data_dir, process_tree.job_owner(job_id))
         note = f" (ended {ended} leftover process(es) of it)" if ended else ""
-        if job.get("cancel_requested"):
+        if job.cancel_requested:
             self._finish_canceled(job_id, running=True)
             return
-        n = int(job["meta"].get("interruptions") or 0) + 1
-        self.store.merge_meta(job_id, interruptions=n)
+        n = job.meta.resume.interruptions + 1
+        self.store.update_meta(job_id, lambda meta: meta.with_resume(interruptions=n))
         if not self.resume:
             hint = continue_hint(latest_checkpoint(output_dir(self.data_dir, job_id)))
             reason = (
@@ -145,12 +144,12 @@ class JobManager(JobEndings):
     def cancel(self, job_id: str) -> str:
         """Ask a job to stop; returns the status right after the request."""
         job = self.store.job(job_id)
-        if job is None or job["status"] in TERMINAL_STATUSES:
-            return job["status"] if job else "UNKNOWN"
+        if job is None or job.status in TERMINAL_STATUSES:
+            return job.status if job else UNKNOWN
         self.store.set_job(job_id, cancel_requested=1)
-        if job["status"] == RUNNING and not self._has_worker(job_id):
+        if job.status == RUNNING and not self._has_worker(job_id):
             return self._cancel_without_worker(job_id)
-        if job["status"] == PENDING and self.store.set_job(
+        if job.status == PENDING and self.store.set_job(
             job_id,
             only_if_status=(PENDING,),
             status=CANCELED,
@@ -162,7 +161,11 @@ class JobManager(JobEndings):
         self.store.add_log(job_id, f"[server] {now_text()} cancel requested; stopping the worker")
         self._cancel_at.setdefault(job_id, time.monotonic())
         self._wake.set()
-        return self.store.job(job_id)["status"]
+        return self._status(job_id)
+
+    def _status(self, job_id: str) -> str:
+        job = self.store.job(job_id)
+        return job.status if job else UNKNOWN
 
     def _has_worker(self, job_id: str) -> bool:
         proc = self._procs.get(job_id)
@@ -175,7 +178,7 @@ class JobManager(JobEndings):
         process_tree.end(self.data_dir, process_tree.job_owner(job_id), grace_s=1.0)
         self.store.add_log(job_id, f"[server] {now_text()} cancel requested; the job has no running worker")
         self._finish_canceled(job_id, running=True)
-        return self.store.job(job_id)["status"]
+        return self._status(job_id)
 
     # ---- scheduler loop -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -197,7 +200,7 @@ class JobManager(JobEndings):
             asked = self._cancel_at.get(job_id)
             if asked is None:
                 job = self.store.job(job_id)
-                if job is None or job.get("cancel_requested"):
+                if job is None or job.cancel_requested:
                     asked = self._cancel_at.setdefault(job_id, time.monotonic())
             if asked is not None and time.monotonic() - asked > CANCEL_GRACE_S:
                 self._end_tree(job_id, proc)
@@ -209,17 +212,17 @@ class JobManager(JobEndings):
         for job in self.store.jobs_with_status(PENDING):
             if len(self._procs) >= self.max_running:
                 break
-            if job.get("cancel_requested"):
-                self._finish_canceled(job["job_id"])
+            if job.cancel_requested:
+                self._finish_canceled(job.job_id)
                 continue
-            self._launch(job["job_id"])
+            self._launch(job.job_id)
 
     def _launch(self, job_id: str, *, resuming: bool = False) -> None:
         job_dir = self.data_dir / "jobs" / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
         if resuming:
             job = self.store.job(job_id)
-            if job is None or job["status"] != RUNNING:
+            if job is None or job.status != RUNNING:
                 return
         elif not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
             return
@@ -233,7 +236,7 @@ class JobManager(JobEndings):
         self._procs[job_id] = proc
         self.store.set_job(job_id, worker_pid=proc.pid)
         if resuming:
-            point = job["meta"].get("resume_from")
+            point = job.meta.resume.resume_from
             what = f"resumed from {Path(point).name}" if point else "restarted from step 0"
             self.store.add_log(
                 job_id, f"[server] {now_text()} {what} after a server restart (worker pid {proc.pid})"
@@ -256,7 +259,7 @@ class JobManager(JobEndings):
         The worker is forgotten only once that is recorded: a write that fails (a full disk) is tried
         again on the next tick, so the job cannot stay RUNNING with nobody watching it."""
         job = self.store.job(job_id)
-        if job is not None and job["status"] == RUNNING:
+        if job is not None and job.status == RUNNING:
             self._record_end(job, proc, self._cancel_at.get(job_id), shutting_down)
         self._procs.pop(job_id, None)
         self._cancel_at.pop(job_id, None)

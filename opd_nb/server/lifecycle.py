@@ -1,306 +1,51 @@
 """Start, find and stop the local control plane: one background server per user, kept in a state file.
 
-Modelled on TensorBoard's ``manager.py``. A running server is described by a frozen
-:class:`ServerInfo`, whose fields are the state file's keys (declared once, written and read back
-with type checks). :func:`start_background` answers with a typed result, :class:`StartReused`,
+Modelled on TensorBoard's ``manager.py``. The records (:class:`ServerInfo`, :class:`ServeOptions`, the
+typed start results, the state and owner files) are :mod:`opd_nb.server.records`; this module launches
+and probes. :func:`start_background` answers with a typed result, :class:`StartReused`,
 :class:`StartLaunched`, :class:`StartFailed` or :class:`StartTimedOut`, and front ends (`opd serve
 start`, ``%opd serve start``) branch on its type. :func:`start` is the plain launcher that tests,
 the demo and the bench use: it returns a :class:`ServerHandle` (also a context manager) or raises
 an :class:`~opd_nb.errors.OpdError`. Importing this module is light: no FastAPI, and httpx only
 once a server is polled.
 
-One server owns a data dir: it holds ``<data_dir>/server.lock`` (:class:`DataDirLock`, a ``filelock``
-released by the kernel even on SIGKILL) and describes itself in ``<data_dir>/server.json``, so a
-second server is refused with the owner's URL and pid, and :func:`start_background` reuses the owner.
-A server key (``--api-key`` or ``OPD_SERVE_API_KEY``) travels to the child in its environment,
-never on its command line, and no record holds it: :class:`ServerInfo` only says that one is needed.
+One server owns a data dir: it holds ``<data_dir>/server.lock`` (``records.DataDirLock``) and describes
+itself in ``<data_dir>/server.json``, so a second server is refused with the owner's URL and pid, and
+:func:`start_background` reuses the owner. A server key (``--api-key`` or ``OPD_SERVE_API_KEY``)
+travels to the child in its environment, never on its command line, and no record holds it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import html
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
-from opd_nb.constants import API_PATH, LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
-from opd_nb.errors import OpdError
+from opd_nb.server.records import (
+    API_KEY_ENV,
+    ServeOptions,
+    ServerInfo,
+    ServerStatus,
+    StartFailed,
+    StartLaunched,
+    StartResult,
+    StartReused,
+    StartTimedOut,
+    clear_state,
+    read_owner,
+    read_state,
+    server_urls,
+    write_state,
+)
 
 _LOG_TAIL_LINES = 10
 _POLL_S = 0.1
-API_KEY_ENV = "OPD_SERVE_API_KEY"  # the server key; the only way it reaches a launched server
-LOCK_FILE = "server.lock"
-OWNER_FILE = "server.json"
-MAX_INTERRUPTIONS = 3  # a job interrupted this many times (server restarts) fails instead of resuming
-MAX_DEPLOYMENTS_ENV = "OPD_MAX_DEPLOYMENTS"  # or `opd serve --max-deployments`
-CHECKPOINT_TTL_ENV = "OPD_CHECKPOINT_TTL_DAYS"  # or `opd serve --checkpoint-ttl-days`
-DEFAULT_CHECKPOINT_TTL_DAYS = 15.0  # Bailian's documented example: expire_time is 15 days after create_time
-DEFAULT_MAX_DEPLOYMENTS = 3
-
-
-def default_data_dir() -> Path:
-    """``$OPD_DATA_DIR``, else ``$XDG_CACHE_HOME/opd-nb/server`` (``~/.cache/opd-nb/server``)."""
-    if os.environ.get("OPD_DATA_DIR"):
-        return Path(os.environ["OPD_DATA_DIR"]).expanduser()
-    return _cache_dir() / "server"
-
-
-def state_file() -> Path:
-    """Where the background server started by `opd serve start` is recorded (for `stop`/`status`)."""
-    return _cache_dir() / "serve-state.json"
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opd-nb"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine (``localhost``, 127.0.0.0/8, ::1)."""
-    import ipaddress
-
-    name = host.strip().strip("[]")
-    if name.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        pass
-    import socket
-
-    try:
-        addrs = {a[4][0] for a in socket.getaddrinfo(name, None)}
-    except (OSError, UnicodeError):
-        return False
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
-
-
-def server_urls(host: str, port: int) -> tuple[str, str]:
-    """(base URL, API base) a client uses for a server listening on ``host:port``."""
-    shown = LOCAL_HOST if host in ("0.0.0.0", "", "::") else host
-    shown = f"[{shown}]" if ":" in shown else shown
-    base_url = f"http://{shown}:{port}"
-    return base_url, base_url + API_PATH
-
-
-@dataclass(frozen=True)
-class ServerInfo:
-    """A launched control plane, as recorded in the state file."""
-
-    pid: int
-    host: str
-    port: int
-    base_url: str
-    api_base: str
-    data_dir: str
-    log_path: str = ""
-    key_required: bool = False  # started with a server key (the key itself is never recorded)
-
-    @classmethod
-    def at(
-        cls,
-        pid: int,
-        host: str,
-        port: int,
-        data_dir: str | Path,
-        log_path: str | Path = "",
-        key_required: bool = False,
-    ) -> ServerInfo:
-        base_url, api_base = server_urls(host, port)
-        return cls(pid, host, port, base_url, api_base, str(data_dir), str(log_path), key_required)
-
-    def env(self) -> dict[str, str]:
-        """The variables a workspace (and the dashscope SDK) needs to target this server.
-
-        With a server key there is no key to give: the caller sets ``DASHSCOPE_API_KEY`` to it.
-        """
-        if self.key_required:
-            return {"DASHSCOPE_HTTP_BASE_URL": self.api_base}
-        return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, "DASHSCOPE_API_KEY": LOCAL_API_KEY}
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> ServerInfo | None:
-        """The record in ``text``, or None when it is not one (garbled, a field missing or mistyped)."""
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(data, dict):
-            return None
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            if field.name not in data:
-                if field.default is MISSING:
-                    return None
-                continue
-            value, kind = data[field.name], _FIELD_TYPES[field.name]
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                return None
-            values[field.name] = value
-        return cls(**values)
-
-
-_FIELD_TYPES: dict[str, type] = get_type_hints(ServerInfo)
-
-
-def read_state() -> ServerInfo | None:
-    """The recorded background server (alive or not), or None."""
-    try:
-        return ServerInfo.from_json(state_file().read_text())
-    except OSError:
-        return None
-
-
-def write_state(info: ServerInfo) -> None:
-    """Record ``info`` as the one background server (atomically: a reader never sees half a file)."""
-    path = state_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(info.to_json())
-    os.replace(tmp, path)
-
-
-def clear_state() -> None:
-    state_file().unlink(missing_ok=True)
-
-
-# ---- one owner per data dir --------------------------------------------------------------------
-class DataDirLock:
-    """The running server's hold on its data dir (``filelock``; the kernel drops it if the server dies)."""
-
-    def __init__(self, data_dir: str | Path):
-        from filelock import FileLock
-
-        self.path = Path(data_dir) / LOCK_FILE
-        self._lock = FileLock(str(self.path))
-
-    def acquire(self) -> bool:
-        """Take the lock now, or answer False if another process holds it."""
-        from filelock import Timeout
-
-        try:
-            self._lock.acquire(timeout=0)
-        except Timeout:
-            return False
-        return True
-
-    def release(self) -> None:
-        self._lock.release()
-
-
-def owner_file(data_dir: str | Path) -> Path:
-    return Path(data_dir) / OWNER_FILE
-
-
-def read_owner(data_dir: str | Path) -> ServerInfo | None:
-    """The server recorded as serving ``data_dir`` (alive or not), or None."""
-    try:
-        return ServerInfo.from_json(owner_file(data_dir).read_text())
-    except OSError:
-        return None
-
-
-def write_owner(info: ServerInfo) -> None:
-    path = owner_file(info.data_dir)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(info.to_json())
-    os.replace(tmp, path)
-
-
-def clear_owner(data_dir: str | Path, pid: int) -> None:
-    """Forget the owner record if it is ``pid``'s (a newer owner's record stays)."""
-    info = read_owner(data_dir)
-    if info is not None and info.pid == pid:
-        owner_file(data_dir).unlink(missing_ok=True)
-
-
-def data_dir_owner(data_dir: str | Path) -> ServerInfo | None:
-    """The live, answering server that owns ``data_dir``, or None."""
-    info = read_owner(Path(data_dir).expanduser().resolve())
-    return info if info is not None and _is_running(info) else None
-
-
-def owned_message(data_dir: str | Path, wait_s: float = 3.0) -> str:
-    """The one line a second server on a locked data dir exits with (waits briefly for the record)."""
-    deadline = time.monotonic() + wait_s
-    info = read_owner(data_dir)
-    while (info is None or not _pid_alive(info.pid)) and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-        info = read_owner(data_dir)
-    who = (
-        f"the opd serve at {info.base_url} (pid {info.pid})"
-        if info is not None and _pid_alive(info.pid)
-        else "another opd serve that is starting up"
-    )
-    return (
-        f"error: data dir {data_dir} is in use by {who}; use that server (`opd serve start` reuses it), "
-        "stop it first, or pick another --data-dir"
-    )
-
-
-# ---- typed answers of start_background ---------------------------------------------------------
-@dataclass(frozen=True)
-class StartReused:
-    """A healthy server was already recorded; nothing was started."""
-
-    info: ServerInfo
-
-
-@dataclass(frozen=True)
-class StartLaunched:
-    """A new background server answers ``/health`` and is recorded in the state file."""
-
-    info: ServerInfo
-
-
-@dataclass(frozen=True)
-class StartFailed:
-    """The server process exited during startup (e.g. the port is taken): its exit code and log tail."""
-
-    message: str
-    log_tail: str
-    exit_code: int | None
-
-    def to_error(self) -> OpdError:
-        return OpdError(
-            f"{self.message}:\n{self.log_tail}",
-            fix="see the message above; `opd serve status` shows a server already running",
-        )
-
-
-@dataclass(frozen=True)
-class StartTimedOut:
-    """The server did not answer ``/health`` in time and was killed."""
-
-    pid: int
-    timeout_s: float
-    log_path: str
-
-    def to_error(self) -> OpdError:
-        return OpdError(
-            f"the local control plane did not start within {self.timeout_s:.0f}s (log: {self.log_path})"
-        )
-
-
-StartResult = StartReused | StartLaunched | StartFailed | StartTimedOut
-
-
-@dataclass(frozen=True)
-class ServerStatus:
-    """What the state file records and whether that server is alive and answering."""
-
-    recorded: ServerInfo | None
-    running: bool
 
 
 # ---- probing -------------------------------------------------------------------------------------
@@ -341,7 +86,31 @@ def running_server() -> ServerInfo | None:
 
 def server_status() -> ServerStatus:
     recorded = read_state()
-    return ServerStatus(recorded, recorded is not None and _is_running(recorded))
+    return ServerStatus(recorded=recorded, running=recorded is not None and _is_running(recorded))
+
+
+def data_dir_owner(data_dir: str | Path) -> ServerInfo | None:
+    """The live, answering server that owns ``data_dir``, or None."""
+    info = read_owner(Path(data_dir).expanduser().resolve())
+    return info if info is not None and _is_running(info) else None
+
+
+def owned_message(data_dir: str | Path, wait_s: float = 3.0) -> str:
+    """The one line a second server on a locked data dir exits with (waits briefly for the record)."""
+    deadline = time.monotonic() + wait_s
+    info = read_owner(data_dir)
+    while (info is None or not _pid_alive(info.pid)) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        info = read_owner(data_dir)
+    who = (
+        f"the opd serve at {info.base_url} (pid {info.pid})"
+        if info is not None and _pid_alive(info.pid)
+        else "another opd serve that is starting up"
+    )
+    return (
+        f"error: data dir {data_dir} is in use by {who}; use that server (`opd serve start` reuses it), "
+        "stop it first, or pick another --data-dir"
+    )
 
 
 class ServerHandle:
@@ -437,7 +206,7 @@ class ServerHandle:
                 self.process.wait(5)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self.info)
+        return self.info.model_dump()
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -462,31 +231,19 @@ class ServerHandle:
 
 
 # ---- launching -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ServeOptions:
-    """How a launched server runs its jobs (everything but where it listens and its key)."""
-
-    model_map: dict[str, str] = dataclasses.field(default_factory=dict)
-    max_running: int = 1
-    resume: bool = True  # resume interrupted jobs at startup (False: the old FAILED ServerRestarted)
-    max_interruptions: int = MAX_INTERRUPTIONS
-    max_deployments: int | None = None  # None: $OPD_MAX_DEPLOYMENTS, else DEFAULT_MAX_DEPLOYMENTS
-
-
-def _command(
-    host: str, port: int, data_dir: Path, options: ServeOptions, ready: str, *, detach: bool
-) -> list[str]:
-    cmd = [sys.executable, "-m", "opd_nb.server", "--host", host, "--port", str(port)]
+def _command(options: ServeOptions, ready: str, *, detach: bool) -> list[str]:
+    """The child's command line: the options whole, as JSON (nothing secret is in them)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "opd_nb.server",
+        "--options",
+        options.model_dump_json(),
+        "--ready-file",
+        ready,
+    ]
     if not detach:  # a server started for a process (a demo, a test) ends with it, even after a SIGKILL
         cmd.append("--exit-with-parent")
-    cmd += ["--data-dir", str(data_dir), "--ready-file", ready, "--max-running", str(options.max_running)]
-    cmd += ["--max-interruptions", str(options.max_interruptions)]
-    if options.max_deployments is not None:
-        cmd += ["--max-deployments", str(options.max_deployments)]
-    if not options.resume:
-        cmd.append("--no-resume")
-    for key, value in options.model_map.items():
-        cmd += ["--model-map", f"{key}={value}"]
     return cmd
 
 
@@ -538,9 +295,9 @@ def _wait_until_healthy(
         if process.poll() is not None:
             Path(ready).unlink(missing_ok=True)
             return StartFailed(
-                f"the local control plane exited at startup (code {process.returncode})",
-                _log_tail(log_path),
-                process.returncode,
+                message=f"the local control plane exited at startup (code {process.returncode})",
+                log_tail=_log_tail(log_path),
+                exit_code=process.returncode,
             )
         port = port or _read_port(ready)
         if port:
@@ -551,17 +308,10 @@ def _wait_until_healthy(
     process.kill()
     process.wait(5)
     Path(ready).unlink(missing_ok=True)
-    return StartTimedOut(process.pid, timeout, str(log_path))
-
-
-def _resolve_dir(data_dir: str | Path | None) -> Path:
-    return Path(data_dir).expanduser().resolve() if data_dir else default_data_dir().resolve()
+    return StartTimedOut(pid=process.pid, timeout_s=timeout, log_path=str(log_path))
 
 
 def _launch(
-    host: str,
-    port: int,
-    data_dir: str | Path | None,
     options: ServeOptions,
     *,
     api_key: str | None,
@@ -570,47 +320,49 @@ def _launch(
     detach: bool,
 ) -> ServerHandle | StartFailed | StartTimedOut:
     """Spawn ``python -m opd_nb.server`` and wait until it answers ``/health``."""
-    data_dir = _resolve_dir(data_dir)
+    data_dir = options.resolved_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
+    options = options.model_copy(update={"data_dir": str(data_dir)})
     log = Path(log_path) if log_path else data_dir / "server.log"
     ready = _ready_path()
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            _command(host, port, data_dir, options, ready, detach=detach),
+            _command(options, ready, detach=detach),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=_child_env(api_key),
             start_new_session=detach,
         )
-    return _wait_until_healthy(process, host, data_dir, log, ready, startup_timeout, api_key)
+    return _wait_until_healthy(process, options.host, data_dir, log, ready, startup_timeout, api_key)
+
+
+def _options(options: ServeOptions | None, settings: dict[str, Any], **defaults: Any) -> ServeOptions:
+    """``options``, or one built from keyword settings (any :class:`ServeOptions` field), not both."""
+    if options is None:
+        return ServeOptions(**{**defaults, **settings})
+    if settings:
+        raise TypeError(f"pass ServeOptions or its fields, not both (got {sorted(settings)})")
+    return options
 
 
 def start(
-    host: str = LOCAL_HOST,
-    port: int = 0,
-    data_dir: str | Path | None = None,
-    model_map: dict[str, str] | None = None,
+    options: ServeOptions | None = None,
     *,
-    max_running: int = 1,
     startup_timeout: float = 60.0,
     log_path: str | Path | None = None,
     detach: bool = False,
     api_key: str | None = None,
-    resume: bool = True,
-    max_interruptions: int = MAX_INTERRUPTIONS,
-    max_deployments: int | None = None,
+    **settings: Any,
 ) -> ServerHandle:
     """Start the control plane in a background subprocess and wait until it answers `/health`.
 
-    A data dir another server owns is a start failure (that server's URL and pid in the message).
+    ``settings``: :class:`ServeOptions` fields instead of ``options`` (``port`` defaults to 0 here: a
+    free one). A data dir another server owns is a start failure (that server's URL and pid in the message).
     """
     outcome = _launch(
-        host,
-        port,
-        data_dir,
-        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions, max_deployments),
+        _options(options, settings, port=0),
         api_key=api_key,
         startup_timeout=startup_timeout,
         log_path=log_path,
@@ -622,36 +374,23 @@ def start(
 
 
 def start_background(
-    host: str = LOCAL_HOST,
-    port: int = LOCAL_PORT,
-    data_dir: str | Path | None = None,
-    model_map: dict[str, str] | None = None,
+    options: ServeOptions | None = None,
     *,
-    max_running: int = 1,
     startup_timeout: float = 60.0,
     api_key: str | None = None,
-    resume: bool = True,
-    max_interruptions: int = MAX_INTERRUPTIONS,
-    max_deployments: int | None = None,
+    **settings: Any,
 ) -> StartResult:
-    """Reuse the recorded server, or the one that owns ``data_dir``, if healthy; else launch one and record it."""
-    current = running_server() or data_dir_owner(_resolve_dir(data_dir))
+    """Reuse the recorded server, or the one that owns the data dir, if healthy; else launch one and
+    record it. ``settings``: :class:`ServeOptions` fields instead of ``options``."""
+    options = _options(options, settings)
+    current = running_server() or data_dir_owner(options.resolved_data_dir())
     if current is not None:
-        return StartReused(current)
-    outcome = _launch(
-        host,
-        port,
-        data_dir,
-        ServeOptions(dict(model_map or {}), max_running, resume, max_interruptions, max_deployments),
-        api_key=api_key,
-        startup_timeout=startup_timeout,
-        log_path=None,
-        detach=True,
-    )
+        return StartReused(info=current)
+    outcome = _launch(options, api_key=api_key, startup_timeout=startup_timeout, log_path=None, detach=True)
     if isinstance(outcome, StartFailed | StartTimedOut):
         return outcome
     write_state(outcome.info)
-    return StartLaunched(outcome.info)
+    return StartLaunched(info=outcome.info)
 
 
 def stop_background(timeout: float = 15.0) -> ServerInfo | None:

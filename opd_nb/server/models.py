@@ -181,8 +181,8 @@ class ModelRegistry:
         if model_id.startswith(LOCAL_PREFIX):
             job_id = model_id[len(LOCAL_PREFIX) :]
             job = self.store.job(job_id)
-            final = (job or {}).get("meta", {}).get("final_checkpoint")
-            if not job or job["status"] != SUCCEEDED or not final or not Path(final).is_dir():
+            final = job.meta.final_checkpoint if job else None
+            if not job or job.status != SUCCEEDED or not final or not Path(final).is_dir():
                 raise ModelNotServable(
                     f"{model_id!r} is not a published local model: job {job_id!r} has no final checkpoint "
                     "(it is unknown, was deleted, or has not SUCCEEDED); pick one from GET /api/v1/models"
@@ -235,14 +235,14 @@ class ModelRegistry:
         ]
         out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
         for job in self.store.jobs_with_status(SUCCEEDED):
-            final = job["meta"].get("final_checkpoint")
+            final = job.meta.final_checkpoint
             if final and Path(final).is_dir():
                 out.append(
                     {
-                        "model_id": job["finetuned_output"],
+                        "model_id": job.finetuned_output,
                         "kind": "checkpoint",
                         "path": final,
-                        "job_id": job["job_id"],
+                        "job_id": job.job_id,
                     }
                 )
         return out

@@ -17,10 +17,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from opd_nb.engine.api import METRICS_FILE
+from opd_nb.engine.checkpoints import STATE_FILE  # what makes a checkpoint resumable
+from opd_nb.server.job_record import JobRecord
 from opd_nb.server.store import Store
 
-STATE_FILE = "trainer_state.pt"  # what makes a checkpoint resumable (opd_nb.engine.trainer.STATE_FILE)
-METRICS_FILE = "metrics.jsonl"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _ROLLOUT_FILE = re.compile(r"^\w+-(\d+)\.json\.gz$")  # opd_nb.engine.rollouts.file_name
 
@@ -64,9 +65,9 @@ def continue_hint(point: ResumePoint) -> str:
     )
 
 
-def rewind(store: Store, data_dir: Path, job: dict) -> ResumePoint:
+def rewind(store: Store, data_dir: Path, job: JobRecord) -> ResumePoint:
     """Make the job's record and output match its last checkpoint; returns where it resumes."""
-    job_id = job["job_id"]
+    job_id = job.job_id
     out = output_dir(data_dir, job_id)
     for tmp in (out / "checkpoints").glob(".tmp-checkpoint-*"):
         shutil.rmtree(tmp, ignore_errors=True)  # a save cut off before its rename
@@ -78,20 +79,16 @@ def rewind(store: Store, data_dir: Path, job: dict) -> ResumePoint:
     store.drop_steps_after(job_id, keep)
     _truncate_metrics(out / METRICS_FILE, keep)
     _drop_rollouts(out / "rollouts", keep)
-    progress = job.get("progress") or {}
-    total = progress.get("total_steps")
-    store.set_job(
-        job_id,
-        progress={
-            **progress,
-            "step": point.step,
-            "percent": round(100.0 * point.step / total, 1),
-            "eta_s": None,
-        }
-        if point.path and total
-        else None,
+    progress, total = job.progress, job.progress.total_steps if job.progress else 0
+    rewound = (
+        progress.model_copy(
+            update={"step": point.step, "percent": round(100.0 * point.step / total, 1), "eta_s": None}
+        )
+        if progress is not None and point.path and total
+        else None
     )
-    store.merge_meta(job_id, resume_from=point.path)
+    store.set_job(job_id, progress=rewound)
+    store.update_meta(job_id, lambda meta: meta.with_resume(resume_from=point.path))
     return point
 
 

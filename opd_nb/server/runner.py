@@ -18,19 +18,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.server.auth import KEY_RECIPE, key_problem
 from opd_nb.server.db_safety import DB_FILE, backup_database, check_database
-from opd_nb.server.lifecycle import (
+from opd_nb.server.lifecycle import owned_message
+from opd_nb.server.records import (
     API_KEY_ENV,
-    MAX_INTERRUPTIONS,
+    CHECKPOINT_TTL_ENV,
     DataDirLock,
     ServeOptions,
     ServerInfo,
     clear_owner,
-    default_data_dir,
     is_loopback,
-    owned_message,
     write_owner,
 )
 
@@ -90,20 +88,12 @@ def _bind(host: str, port: int) -> socket.socket | str:
 
 
 def serve_forever(
-    host: str = LOCAL_HOST,
-    port: int = LOCAL_PORT,
-    data_dir: str | Path | None = None,
-    model_map: dict[str, str] | None = None,
+    options: ServeOptions,
     *,
-    max_running: int = 1,
     ready_file: str | None = None,
-    log_level: str = "warning",
     api_key: str | None = None,
-    resume: bool = True,
-    max_interruptions: int | None = None,
     banner: Banner = default_banner,
     exit_with_parent: bool = False,
-    max_deployments: int | None = None,
 ) -> int:
     """Check, lock the data dir, bind (so each refusal is a clear exit 2), then serve until stopped.
 
@@ -111,13 +101,15 @@ def serve_forever(
     demo or a test killed with SIGKILL leaves no control plane (and no training job) behind."""
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     os.environ.pop(API_KEY_ENV, None)  # in memory only: no worker or user function inherits the key
-    refusal = refuse_open_bind(host, api_key)
+    refusal = refuse_open_bind(options.host, api_key)
     if refusal:
         print(refusal, file=sys.stderr)
         return 2
-    data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
+    if options.checkpoint_ttl_days is not None:  # read by the checkpoint listing
+        os.environ[CHECKPOINT_TTL_ENV] = str(options.checkpoint_ttl_days)
+    data_dir = options.resolved_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
-    data_dir = data_dir.resolve()
+    options = options.model_copy(update={"data_dir": str(data_dir)})
     lock = DataDirLock(data_dir)
     if not lock.acquire():
         print(owned_message(data_dir), file=sys.stderr)
@@ -131,18 +123,11 @@ def serve_forever(
             return 2
         if (data_dir / DB_FILE).exists():
             backup_database(data_dir / DB_FILE)
-        sock = _bind(host, port)
+        sock = _bind(options.host, options.port)
         if isinstance(sock, str):
             print(sock, file=sys.stderr)
             return 2
-        options = ServeOptions(
-            dict(model_map or {}),
-            max_running,
-            resume,
-            max_interruptions or MAX_INTERRUPTIONS,
-            max_deployments,
-        )
-        return _serve(sock, host, data_dir, options, api_key, ready_file, log_level, banner)
+        return _serve(sock, options, api_key, ready_file, banner)
     finally:
         clear_owner(data_dir, os.getpid())
         lock.release()
@@ -160,31 +145,19 @@ def _stop_when_orphaned(parent: int) -> None:
 
 
 def _serve(
-    sock: socket.socket,
-    host: str,
-    data_dir: Path,
-    options: ServeOptions,
-    api_key: str | None,
-    ready_file: str | None,
-    log_level: str,
-    banner: Banner,
+    sock: socket.socket, options: ServeOptions, api_key: str | None, ready_file: str | None, banner: Banner
 ) -> int:
     import uvicorn
 
     from opd_nb.server.app import create_app
 
-    app = create_app(
-        data_dir,
-        options.model_map,
-        max_running=options.max_running,
-        api_key=api_key,
-        resume=options.resume,
-        max_interruptions=options.max_interruptions,
-        max_deployments=options.max_deployments,
-    )
+    app = create_app(options, api_key=api_key)
     sock.listen(2048)
     sock.set_inheritable(True)
-    info = ServerInfo.at(os.getpid(), host, sock.getsockname()[1], data_dir, key_required=bool(api_key))
+    port = sock.getsockname()[1]
+    info = ServerInfo.at(
+        os.getpid(), options.host, port, options.resolved_data_dir(), key_required=bool(api_key)
+    )
     write_owner(info)
     banner(info)
     if ready_file:
@@ -194,7 +167,7 @@ def _serve(
     from opd_nb.server.http_protocol import protocol_class
 
     config = uvicorn.Config(
-        app, http=protocol_class(), log_level=log_level, access_log=False, timeout_graceful_shutdown=5
+        app, http=protocol_class(), log_level=options.log_level, access_log=False, timeout_graceful_shutdown=5
     )
     with _stop_signals_end_cleanly():
         uvicorn.Server(config).run(sockets=[sock])

@@ -4,7 +4,7 @@
 state: which local models stand in for the named ones, which uploaded file each dataset is, and which
 registered function each reward or rollout is. Anything that does not resolve is a 400 with the
 field, the value and what to do; a job that resolves is stored PENDING with everything the worker
-needs in its ``meta``.
+needs in its :class:`~opd_nb.server.job_record.JobMeta`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from opd_nb.server.bodies import DatasetRef, FunctionRef, JobBody
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import kind_of, runtime_env
+from opd_nb.server.job_record import JobFunction, JobMeta, JobRecord
 from opd_nb.server.jobs import JobManager
 from opd_nb.server.models import ModelNotServable, ModelRegistry, ResolvedModel
 from opd_nb.server.store import Store, now_text
@@ -37,20 +39,20 @@ class JobModels:
         return [m.note for m in (self.student, self.teacher) if m is not None and m.note]
 
 
-def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body: JobBody) -> dict:
+def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body: JobBody) -> JobRecord:
     """Resolve every reference of ``body``, store the job PENDING and wake the scheduler."""
     models = resolve_models(registry, body)
-    meta = {
-        "training_type": body.training_type,
-        "student_path": models.student.path,
-        "teacher_path": models.teacher.path if models.teacher else models.student.path,
-        "substitutions": models.notes,
-        "train_file": dataset_path(store, "training", body.training_datasets),
-        "validation_file": dataset_path(store, "validation", body.validation_datasets),
-        "functions": function_specs(store, body),
-        "student_kind": models.student.kind,
-        **lineage(store, body.model, models.student),
-    }
+    meta = JobMeta(
+        training_type=body.training_type,
+        student_path=models.student.path,
+        teacher_path=models.teacher.path if models.teacher else models.student.path,
+        substitutions=models.notes,
+        train_file=dataset_path(store, "training", body.training_datasets),
+        validation_file=dataset_path(store, "validation", body.validation_datasets),
+        functions=function_specs(store, body),
+        student_kind=models.student.kind,
+        **lineage(store, models.student),
+    )
     job_id = f"ft-{time.strftime('%Y%m%d%H%M')}-{secrets.token_hex(3)}"
     name = body.job_name or f"opd-{secrets.token_hex(4)}"
     store.insert_job(job_id, name, body.model_dump(mode="json", exclude_unset=True), meta)
@@ -65,7 +67,7 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
     return store.job(job_id)  # type: ignore[return-value]
 
 
-def lineage(store: Store, model: str, student: ResolvedModel) -> dict:
+def lineage(store: Store, student: ResolvedModel) -> dict[str, Any]:
     """The root base model and the parent jobs of a job that continues a fine-tuned output (else nothing).
 
     A continued job's ``model`` names the previous job's output; Bailian reports the root base model as
@@ -73,11 +75,7 @@ def lineage(store: Store, model: str, student: ResolvedModel) -> dict:
     parent = store.job(student.job_id) if student.job_id else None
     if parent is None:
         return {}
-    meta = parent["meta"]
-    return {
-        "base_model": meta.get("base_model") or parent["request"].get("model"),
-        "parents": [parent["job_id"], *meta.get("parents", [])],
-    }
+    return {"base_model": parent.base_model, "parents": [parent.job_id, *parent.meta.parents]}
 
 
 def resolve_models(registry: ModelRegistry, body: JobBody) -> JobModels:
@@ -102,7 +100,7 @@ def dataset_path(store: Store, kind: str, entries: list[DatasetRef]) -> str | No
     return row["path"]
 
 
-def function_specs(store: Store, body: JobBody) -> list[dict]:
+def function_specs(store: Store, body: JobBody) -> list[JobFunction]:
     """What the worker needs to start each reward and the rollout: code, class, call options."""
     refs = [(f"rewards[{i}]", "rewards", ref) for i, ref in enumerate(body.rewards)]
     if body.rollout is not None:
@@ -110,7 +108,7 @@ def function_specs(store: Store, body: JobBody) -> list[dict]:
     return [function_spec(store, where, field, ref) for where, field, ref in refs]
 
 
-def function_spec(store: Store, where: str, field: str, ref: FunctionRef) -> dict:
+def function_spec(store: Store, where: str, field: str, ref: FunctionRef) -> JobFunction:
     id_key = "reward_id" if field == "rewards" else "rollout_id"
     entity_id = getattr(ref, id_key)
     row = store.function(entity_id) if entity_id is not None else None
@@ -123,15 +121,15 @@ def function_spec(store: Store, where: str, field: str, ref: FunctionRef) -> dic
             f"{where}.{id_key} {entity_id!r} is not a {field.rstrip('s')} function registered on this server",
             "FunctionNotFound",
         )
-    return {
-        "entity_id": entity_id,
-        "kind": row["kind"],
-        "name": ref.name or row["name"],
-        "processor": row["processor"],
-        "code_dir": row["code_dir"],
-        "weight": ref.weight,
-        "timeout": ref.timeout,
-        "concurrency": ref.concurrency,
-        "reward_metric_weight": ref.reward_metric_weight,
-        "env": runtime_env({"env": ref.env}),
-    }
+    return JobFunction(
+        entity_id=entity_id,
+        kind=row["kind"],
+        name=ref.name or row["name"],
+        processor=row["processor"],
+        code_dir=row["code_dir"],
+        weight=ref.weight,
+        timeout=ref.timeout,
+        concurrency=ref.concurrency,
+        reward_metric_weight=ref.reward_metric_weight,
+        env=runtime_env({"env": ref.env}),
+    )

@@ -22,21 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
-from opd_nb.engine.api import EngineError, RewardEndpoint, RolloutEndpoint
+from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEndpoint
 from opd_nb.errors import OpdError
 from opd_nb.log_cap import keep_own_log_under
-from opd_nb.server.disk_space import (
-    DISK_FULL,
-    full_disk_reason,
-    is_disk_full,
-    low_space,
-    mentions_full_disk,
-    release_reserve,
-)
+from opd_nb.server.disk_space import DISK_FULL
+from opd_nb.server.job_failures import fail_job, full_disk_failure
+from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome
 from opd_nb.server.store import Store, now_text
+from opd_nb.server.worker_exits import EXIT_INTERRUPTED
 
 _STOP_POLL_S = 0.5
-EXIT_INTERRUPTED = 75  # opd_nb.server.jobs.EXIT_INTERRUPTED (the job stays RUNNING)
 PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
 # The parent whose end means the control plane is gone: the fork server, when one stands between
 # (it exits with the server); without it the server itself (``PARENT_ENV``).
@@ -57,19 +52,23 @@ class StoreEvents:
         self._last_progress = 0.0
 
     def log(self, message: str, level: str = "INFO") -> None:
-        lines = str(message).splitlines() or [""]
+        self.store.add_log(self.job_id, *self.lines(message, level))
+
+    @staticmethod
+    def lines(message: str, level: str = "INFO") -> list[str]:
+        """``message`` as the job's log lines: one per line, each with its level and time."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self.store.add_log(self.job_id, *[f"[{level}] {stamp} {line}" for line in lines])
+        return [f"[{level}] {stamp} {line}" for line in str(message).splitlines() or [""]]
 
     def progress(self, step: int, total_steps: int, epoch: int, n_epochs: int, eta_s: float | None) -> None:
-        data = {
-            "step": step,
-            "total_steps": total_steps,
-            "epoch": epoch,
-            "n_epochs": n_epochs,
-            "eta_s": eta_s,
-            "percent": round(100.0 * step / total_steps, 1) if total_steps else None,
-        }
+        data = JobProgress(
+            step=step,
+            total_steps=total_steps,
+            epoch=epoch,
+            n_epochs=n_epochs,
+            eta_s=eta_s,
+            percent=round(100.0 * step / total_steps, 1) if total_steps else None,
+        )
         self.store.set_job(self.job_id, progress=data)
         now = time.monotonic()
         if now - self._last_progress >= 1.0 or step == total_steps:
@@ -243,39 +242,44 @@ def _interrupted(events: StoreEvents) -> int:
     return EXIT_INTERRUPTED
 
 
-def _train(data_dir: Path, job: dict, events: StoreEvents, should_stop: StopFlag, servers: list[Any]) -> Any:
+def _train(
+    data_dir: Path, job: JobRecord, events: StoreEvents, should_stop: StopFlag, servers: list[Any]
+) -> Any:
     """Start the job's functions (appended to ``servers`` for cleanup) and run the engine to the end."""
-    from opd_nb.engine.api import EngineJob
-
-    job_id, meta = job["job_id"], job["meta"]
-    resume_from = meta.get("resume_from")
-    events.log(f"job {job_id} running on the local OPD engine ({meta.get('training_type')})")
+    job_id, meta = job.job_id, job.meta
+    resume_from = meta.resume.resume_from
+    events.log(f"job {job_id} running on the local OPD engine ({meta.training_type})")
     if resume_from:
         events.log(f"resuming from {Path(resume_from).name} ({resume_from})")
-    for note in meta.get("substitutions", []):
+    for note in meta.substitutions:
         events.log(note)
-    rewards, rollout = _start_functions(
-        meta.get("functions", []), data_dir / "jobs" / job_id, events, servers
-    )
-    engine_job = EngineJob(
-        job_id=job_id,
-        student_path=meta["student_path"],
-        teacher_path=meta["teacher_path"],
-        train_file=meta["train_file"],
-        validation_file=meta.get("validation_file"),
-        hyper_parameters=job["request"].get("hyper_parameters") or {},
-        rewards=rewards,
-        rollout=rollout,
-        output_dir=str(data_dir / "jobs" / job_id / "output"),
-        resume_from=resume_from,
-    )
+    rewards, rollout = _start_functions(meta.functions, data_dir / "jobs" / job_id, events, servers)
     from opd_nb.engine.trainer import run as engine_run
 
-    return engine_run(engine_job, events, should_stop)
+    return engine_run(engine_job(data_dir, job, rewards, rollout), events, should_stop)
+
+
+def engine_job(
+    data_dir: Path, job: JobRecord, rewards: list[RewardEndpoint], rollout: RolloutEndpoint | None
+) -> EngineJob:
+    """The engine's view of a stored job, its functions already serving at ``rewards`` and ``rollout``."""
+    meta = job.meta
+    return EngineJob(
+        job_id=job.job_id,
+        student_path=meta.student_path,
+        teacher_path=meta.teacher_path,
+        train_file=meta.train_file,
+        validation_file=meta.validation_file,
+        hyper_parameters=job.request.get("hyper_parameters") or {},
+        rewards=rewards,
+        rollout=rollout,
+        output_dir=str(data_dir / "jobs" / job.job_id / "output"),
+        resume_from=meta.resume.resume_from,
+    )
 
 
 def _start_functions(
-    specs: list[dict], job_dir: Path, events: StoreEvents, servers: list[Any]
+    specs: list[JobFunction], job_dir: Path, events: StoreEvents, servers: list[Any]
 ) -> tuple[list[RewardEndpoint], RolloutEndpoint | None]:
     """One function server per registered function of the job, as the endpoints the engine calls."""
     from opd_nb.function_server import FunctionServer
@@ -283,28 +287,28 @@ def _start_functions(
     rewards: list[RewardEndpoint] = []
     rollout: RolloutEndpoint | None = None
     for spec in specs:
-        events.log(f"starting {spec['kind']} function {spec['name']!r} ({spec['processor']})")
+        events.log(f"starting {spec.kind} function {spec.name!r} ({spec.processor})")
         server = FunctionServer.start(
-            spec["code_dir"],
-            spec["kind"],
-            spec["processor"],
-            log_path=job_dir / "functions" / f"{spec['entity_id']}.log",
-            env=spec.get("env") or {},
+            spec.code_dir,
+            spec.kind,
+            spec.processor,
+            log_path=job_dir / "functions" / f"{spec.entity_id}.log",
+            env=spec.env,
             startup_timeout=90.0,
         )
         servers.append(server)
-        events.log(f"{spec['kind']} function {spec['name']!r} serving at {server.url}")
-        opts = {k: spec[k] for k in ("timeout", "concurrency") if spec.get(k) is not None}
-        if spec["kind"] == "rollout":
-            rollout = RolloutEndpoint(name=spec["name"], url=server.url, **opts)
+        events.log(f"{spec.kind} function {spec.name!r} serving at {server.url}")
+        opts = spec.call_options()
+        if spec.kind == "rollout":
+            rollout = RolloutEndpoint(name=spec.name, url=server.url, **opts)
             continue
         rewards.append(
             RewardEndpoint(
-                name=spec["name"],
+                name=spec.name,
                 url=server.url,
-                kind=spec["kind"],
-                weight=spec.get("weight") or 1.0,
-                reward_metric_weight=spec.get("reward_metric_weight"),
+                kind=spec.kind,
+                weight=spec.weight or 1.0,
+                reward_metric_weight=spec.reward_metric_weight,
                 **opts,
             )
         )
@@ -314,14 +318,14 @@ def _start_functions(
 def _publish(store: Store, events: StoreEvents, job_id: str, result: Any) -> None:
     """Record the engine's result and publish the final checkpoint as ``opd-local/<job_id>``."""
     published = f"opd-local/{job_id}"
-    store.merge_meta(
-        job_id,
+    outcome = TrainingOutcome(
         final_checkpoint=result.final_checkpoint,
         best_checkpoint=result.best_checkpoint,
         steps=result.steps,
         epochs=result.epochs,
         metrics_tail=result.metrics_tail,
     )
+    store.update_meta(job_id, lambda meta: meta.model_copy(update={"outcome": outcome}))
     events.log(
         f"published final checkpoint as {published!r} ({result.final_checkpoint}); pass it as "
         "`model` in a later job to continue training"
@@ -365,29 +369,16 @@ def _record_failure(
     """Log why the job failed (with the traceback and function logs when unexplained) and mark it FAILED."""
     message, explained = _failure_message(exc)
     code = "JobFailed"
-    if is_disk_full(exc) or mentions_full_disk([message]) or low_space(store.data_dir):
-        release_reserve(store.data_dir)  # the room to record why (disk_space.py)
-        message, explained, code = (
-            f"{full_disk_reason(store.data_dir)} (the error: {message})",
-            True,
-            DISK_FULL,
-        )
-    events.log(f"{FAILED}: {message}", level="ERROR")
+    full = full_disk_failure(store.data_dir, [message], exc)
+    if full is not None:
+        message, explained, code = f"{full} (the error: {message})", True, DISK_FULL
+    lines = events.lines(f"{FAILED}: {message}", level="ERROR")
     if not explained:
-        for line in traceback.format_exc().splitlines():
-            events.log(line, level="ERROR")
+        lines += events.lines(traceback.format_exc(), level="ERROR")
     for server in servers:
         for line in server.log_lines(10):
-            events.log(f"[{server.func_type} function] {line}", level="ERROR")
-    store.set_job(
-        job_id,
-        only_if_status=(RUNNING,),
-        status=FAILED,
-        code=code,
-        message=message,
-        end_time=now_text(),
-        worker_pid=None,
-    )
+            lines += events.lines(f"[{server.func_type} function] {line}", level="ERROR")
+    fail_job(store, job_id, code, message, lines)
 
 
 def main(argv: list[str] | None = None) -> int:

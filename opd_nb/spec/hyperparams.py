@@ -373,6 +373,21 @@ def submitted_problems(hp: dict[str, Any]) -> list[str]:
     return out
 
 
+def value_problem(name: str, value: Any, *, local: bool = True) -> str | None:
+    """Why `value` is not acceptable for hyper-parameter `name`, with the allowed range (None when it is,
+    or when the table has no such key); `local`: on the local engine (its extra choices and minimums).
+
+    A numeric string counts as its number, as at submit (:func:`submitted_problems`).
+    """
+    spec = PARAMS_BY_NAME.get(name)
+    if spec is None:
+        return None
+    problem = spec.problem(_as_submitted(spec, value), local=local)
+    if problem is None or spec.choices is not None:  # a choice problem already lists the accepted values
+        return problem
+    return f"{problem} (allowed: {spec.range_text()})"
+
+
 def _as_submitted(spec: ParamSpec, value: Any) -> Any:
     """A numeric string as the number the engine reads from it (else the value unchanged)."""
     if not isinstance(value, str) or spec.type not in ("int", "float"):

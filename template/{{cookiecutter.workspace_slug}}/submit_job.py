@@ -9,6 +9,7 @@
     python submit_job.py --fresh                 # register the functions again even if unchanged
     python submit_job.py --smoke 40 --yes        # a small first run: 40 sampled rows, one epoch, name -smoke
     python submit_job.py --yes                   # Bailian bills the job: a cloud submit needs --yes
+    python submit_job.py --result-file out.json  # also write the result (JSON) to out.json, for a program
 
 A cloud submit (no --local) needs --yes: without it, one line says what would start (student, teacher,
 rows, epochs, steps, rollouts per step, resources) and nothing is sent. When opd-nb is importable, a
@@ -103,6 +104,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--poll", type=float, default=None, metavar="S",
                         help="seconds between status checks with --wait (default 2 local, 15 cloud)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--result-file", metavar="PATH",
+                        help="also write the result (the --json object) to PATH, for a program that runs this "
+                             "script: what your code prints cannot be mistaken for it")
     parser.add_argument("-v", "--verbose", action="store_true", help="show the SDK's INFO logs")
     return parser.parse_args(argv)
 
@@ -686,8 +690,16 @@ def wait(job_id: str, poll_s: float) -> str:
         time.sleep(poll_s)
 
 
+def write_result(path: Path, result: dict) -> None:
+    """The result as JSON at `path`, whole or not at all (a reader never sees half a file)."""
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    result_file = Path(args.result_file).resolve() if args.result_file else None  # before the chdir below
     try:
         config = find_config(args.config)
         workspace = config.parent
@@ -724,9 +736,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"job id: {job_id}")
         if args.wait:
             status = wait(job_id, args.poll or (2.0 if args.local else 15.0))
+        result = {"job_id": job_id, "status": status, "target": job["target"],
+                  "functions": [e.summary() for e in plan]}
+        if result_file is not None:
+            write_result(result_file, result)
         if args.json:
-            print(json.dumps({"job_id": job_id, "status": status, "target": job["target"],
-                              "functions": [e.summary() for e in plan]}))
+            print(json.dumps(result))
         elif status:
             print(f"final status: {status}")
         return 0 if status in (None, "SUCCEEDED") else 1

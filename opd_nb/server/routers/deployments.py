@@ -15,8 +15,9 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from opd_nb.constants import DELETED, PENDING
 from opd_nb.server.bodies import DeploymentBody, ScaleBody
-from opd_nb.server.deployments import DELETED, PENDING, DeploymentManager, deployment_output
+from opd_nb.server.deployments import DeploymentManager, deployment_output
 from opd_nb.server.deps import DeploymentsDep, PageDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import ok

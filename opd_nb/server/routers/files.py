@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
 
+from opd_nb.constants import DELETED
 from opd_nb.server.decoding import has_surrogate
 from opd_nb.server.deps import PageDep, ServicesDep, StoreDep
 from opd_nb.server.errors import ApiError
@@ -160,4 +161,4 @@ def delete_file(file_id: str, store: StoreDep) -> JSONResponse:
     row = _existing_file(store, file_id)
     store.delete_file(file_id)
     shutil.rmtree(Path(row["path"]).parent, ignore_errors=True)
-    return ok({"file_id": file_id, "status": "DELETED"})
+    return ok({"file_id": file_id, "status": DELETED})

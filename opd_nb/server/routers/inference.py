@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
 from opd_nb.server.bodies import ChatBody, GenerationBody
-from opd_nb.server.deployments import Endpoint
+from opd_nb.server.deployment_endpoints import Endpoint
 from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import INVALID, describe_validation, request_id

@@ -16,7 +16,7 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from opd_nb.constants import FAILED, SUCCEEDED, TERMINAL_STATUSES
+from opd_nb.constants import DELETED, FAILED, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.server.bodies import JobBody
 from opd_nb.server.deps import (
     JobDep,
@@ -36,7 +36,6 @@ from opd_nb.server.store import Store
 from opd_nb.server.submission import submit_job
 
 router = APIRouter(prefix="/api/v1/fine-tunes", tags=["jobs"])
-DELETED = "DELETED"  # what a deleted job reads as (delete answer, last stream event); not a job status
 MAX_OFFSET = 2**53  # log offsets stay far inside SQLite's 64-bit INTEGER
 STREAM_BATCH = 500  # log lines per read while streaming
 STREAM_POLL_S = 0.5
@@ -73,32 +72,30 @@ def list_jobs(
             "page_no": page.page_no,
             "page_size": page.page_size,
             "total": total,
-            "jobs": [job_output(j, store.token_usage(j["job_id"])) for j in jobs],
+            "jobs": [job_output(j, store.token_usage(j.job_id)) for j in jobs],
         }
     )
 
 
 @router.get("/{job_id}")
 def get_job(job: JobDep, store: StoreDep) -> JSONResponse:
-    return ok(job_output(job, store.token_usage(job["job_id"])))
+    return ok(job_output(job, store.token_usage(job.job_id)))
 
 
 @router.post("/{job_id}/cancel")
 def cancel_job(job: JobDep, manager: JobManagerDep) -> JSONResponse:
-    job_id = job["job_id"]
-    if job["status"] in (SUCCEEDED, FAILED):
-        raise ApiError(
-            400, "JobFinished", f"job {job_id} already finished ({job['status']}); nothing to cancel"
-        )
+    job_id = job.job_id
+    if job.status in (SUCCEEDED, FAILED):
+        raise ApiError(400, "JobFinished", f"job {job_id} already finished ({job.status}); nothing to cancel")
     return ok({"job_id": job_id, "status": manager.cancel(job_id)})
 
 
 @router.delete("/{job_id}")
 def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JSONResponse:
     """Hide the job and remove its files; ``local`` says how much was freed and what was kept, and why."""
-    job_id = job["job_id"]
-    if job["status"] not in TERMINAL_STATUSES:
-        raise ApiError(400, "JobRunning", f"job {job_id} is {job['status']}; cancel it before deleting it")
+    job_id = job.job_id
+    if job.status not in TERMINAL_STATUSES:
+        raise ApiError(400, "JobRunning", f"job {job_id} is {job.status}; cancel it before deleting it")
     store.set_job(job_id, deleted=1)
     keep = {
         row["path"]: f"exported as model {row['model_name']!r} (it stays deployable)"
@@ -166,10 +163,10 @@ async def job_events(store: Store, job_id: str, start: int, request: Request) ->
         for n, line in rows:
             yield sse_event("log", line, n)
             seq = n + 1
-        status = job["status"] if job else DELETED
+        status = job.status if job else DELETED
         if status != last_status:
             last_status = status
-            progress = job.get("progress") if job else None
+            progress = job.progress.model_dump() if job and job.progress else None
             yield sse_event("status", json.dumps({"job_id": job_id, "status": status, "progress": progress}))
         if len(rows) == STREAM_BATCH:
             continue  # more lines are waiting: send them before anything else
@@ -184,14 +181,14 @@ async def job_events(store: Store, job_id: str, start: int, request: Request) ->
 @router.get("/{job_id}/metrics", tags=["local-only"])
 def job_metrics(job: JobDep, store: StoreDep) -> JSONResponse:
     """Local-only: one row per training step with Bailian's metric names."""
-    return ok({"job_id": job["job_id"], "metrics": store.metrics(job["job_id"])})
+    return ok({"job_id": job.job_id, "metrics": store.metrics(job.job_id)})
 
 
 @router.get("/{job_id}/checkpoints")
 def job_checkpoints(job: JobDep, store: StoreDep) -> JSONResponse:
     """Bailian's "list checkpoints": the kept checkpoints, local extras under ``local`` (path, metrics,
     published: the one that is the job's finetuned_output)."""
-    return ok(checkpoint_listing(job, store.checkpoints(job["job_id"]), store.exports(job["job_id"])))
+    return ok(checkpoint_listing(job, store.checkpoints(job.job_id), store.exports(job.job_id)))
 
 
 @router.get("/{job_id}/export/{checkpoint}")

@@ -1,0 +1,200 @@
+"""One round of calls to the user's rollout function, with the student served while they run.
+
+Each call gets ``model_resource = {model_name, base_url, api_key}``, where ``api_key`` is a fresh
+per-call token; what a call samples depends on the job's seed, the round and the call, not on timing.
+A failing call is logged and counted; a round whose every call fails (or whose every returned
+trajectory is malformed) fails the job with the first error.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from opd_nb.constants import ROLLOUT_FAILURE_RATE, ROLLOUT_METRIC_PREFIX
+from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
+from opd_nb.engine.api import EngineError
+from opd_nb.engine.keepalive import KeptConnections
+from opd_nb.engine.rollout_host import RolloutHost
+from opd_nb.engine.trajectory import MALFORMED, check_trajectory
+
+# A call's result: (agent_output, None) or (None, what went wrong).
+CallResult = tuple[dict | None, str | None]
+
+
+@dataclass
+class RolloutRound:
+    """What one round of rollout calls returned."""
+
+    tokens: list[str]  # the api key of each call
+    groups: list[int]  # row index per call
+    ok: list[int]  # calls that returned a well-formed trajectory
+    trajs: list[dict]  # their agent_output, parallel to ok
+    metrics: dict[str, float]  # the rollout function's own rollout_metrics (means) and the failure rate
+    errors: dict[int, str]  # call index -> error, for failed calls
+
+
+def agent_output(status: int, data: bytes) -> CallResult:
+    """The trajectory in a rollout function's reply, or what is wrong with the reply."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    if status != 200 or not isinstance(body, dict):
+        msg = (
+            body.get("message") or body.get("detail")
+            if isinstance(body, dict)
+            else data[:300].decode("utf-8", "replace")
+        )
+        return None, f"HTTP {status}: {msg}"
+    if str(body.get("status", "success")) != "success":
+        return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
+    ao = body.get("agent_output") or {}
+    if not isinstance(ao.get("messages"), list) or not ao["messages"]:
+        return None, "agent_output.messages is empty; return the full trajectory"
+    return ao, None
+
+
+def rollout_metrics(results: list[CallResult]) -> dict[str, float]:
+    """The mean of each numeric ``rollout_metrics`` key over the calls that reported it."""
+    rsum: dict[str, list[float]] = {}
+    for t, _ in results:
+        for k, v in ((t or {}).get("rollout_metrics") or {}).items():
+            if isinstance(v, int | float):
+                rsum.setdefault(k, []).append(float(v))
+    return {f"{ROLLOUT_METRIC_PREFIX}{k}": sum(v) / len(v) for k, v in rsum.items()}
+
+
+class RolloutCalls:
+    """Calls the job's rollout function on a thread pool while the engine thread serves the student."""
+
+    def __init__(self, host: RolloutHost, endpoint: StudentEndpoint, generation: Generation):
+        self.host = host
+        self.endpoint = endpoint
+        self.generation = generation
+        ep = host.job.rollout
+        self._pool = ThreadPoolExecutor(max_workers=max(1, ep.concurrency), thread_name_prefix="opd-rollout")
+        self._conns = KeptConnections(ep.url)
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        self._conns.close()
+
+    def _payload(self, row: Any, g: int, k: int, token: str, where: str, temperature: float) -> dict:
+        """The request of the `k`-th call for row `g`, whose api key is `token`."""
+        return {
+            "func_type": "rollout",
+            "messages": row.messages,
+            "tools": row.tools,
+            "ground_truth": row.rollout_extra.get("solution"),
+            "rollout_extra": row.rollout_extra,
+            "sampling_params": {
+                "temperature": temperature,
+                "top_p": 1.0,
+                "max_tokens": self.host.max_total - len(row.prompt_ids),
+            },
+            "model_resource": {
+                "model_name": self.endpoint.model_name,
+                "base_url": self.endpoint.base_url,
+                "api_key": token,
+            },
+            "request_metadata": {
+                "job_id": self.host.job.job_id,
+                "sample_id": f"{where}-{g}",
+                "rollout_id": str(k),
+                "attempt_id": "0",
+            },
+        }
+
+    def _call(self, payload: dict) -> CallResult:
+        """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
+        self.generation.call_started()
+        try:
+            reply = self._conns.post_json(payload, self.host.job.rollout.timeout)
+        finally:
+            self.generation.call_ended()
+        return (None, reply) if isinstance(reply, str) else agent_output(*reply)
+
+    def _call_all(self, payloads: list[dict], tokens: list[str], where: str) -> list[CallResult]:
+        """Make the calls while serving their generation requests on this (the engine's) thread."""
+        job = self.host.job
+        self.endpoint.tokens.update(tokens)
+        # what a call samples depends on the job's seed, the round and the call, not on timing
+        self.generation.start_round({tok: f"{job.seed}|{where}|{i}" for i, tok in enumerate(tokens)})
+        done = threading.Event()
+        results: list[CallResult] = []
+        errors: list[BaseException] = []
+
+        calls = [self._pool.submit(self._call, p) for p in payloads]
+
+        def drive() -> None:
+            try:
+                results.extend(call.result() for call in calls)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+            finally:
+                done.set()
+
+        th = threading.Thread(target=drive, name="opd-rollouts", daemon=True)
+        th.start()
+        self.generation.pump(done)
+        th.join()
+        self.endpoint.tokens.difference_update(tokens)
+        if errors:
+            raise EngineError(f"rollouts failed in {where}: {errors[0]}")
+        return results
+
+    def run(self, rows: list, n: int, where: str, temperature: float) -> RolloutRound:
+        """Call the rollout function n times per row."""
+        tokens, payloads, groups = [], [], []
+        for g, r in enumerate(rows):
+            for k in range(n):
+                tok = "opd-" + secrets.token_hex(12)
+                tokens.append(tok)
+                groups.append(g)
+                payloads.append(self._payload(r, g, k, tok, where, temperature))
+        results = self._call_all(payloads, tokens, where)
+        metrics = rollout_metrics(results)
+        results = self._drop_malformed(results, where)
+        name = self.host.job.rollout.name
+        failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
+        if failed:
+            self.host.log(
+                f"rollout function {name!r}: {len(failed)}/{len(results)} rollouts failed in {where}; "
+                f"first error: {failed[0][1]}",
+                "WARNING",
+            )
+        if len(failed) == len(results):
+            raise EngineError(
+                f"rollout function {name!r} failed every call ({len(results)}) in {where}: "
+                f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit"
+            )
+        ok = [i for i, (_, e) in enumerate(results) if e is None]
+        trajs = [results[i][0] for i in ok]
+        metrics[ROLLOUT_FAILURE_RATE] = len(failed) / len(results)
+        return RolloutRound(tokens, groups, ok, trajs, metrics, dict(failed))
+
+    def _drop_malformed(self, results: list[CallResult], where: str) -> list[CallResult]:
+        """Turn malformed trajectories into failed calls, logging one ``malformed trajectory:`` line per
+        kind; a round whose every returned trajectory is malformed fails the job with the first line."""
+        kinds: dict[str, tuple[Any, int]] = {}
+        out, n_returned = [], 0
+        for traj, err in results:
+            problems = check_trajectory(traj["messages"]) if err is None else []
+            n_returned += err is None
+            for pr in problems:
+                first, count = kinds.get(pr.kind, (pr, 0))
+                kinds[pr.kind] = (first, count + 1)
+            out.append(
+                (traj, err) if not problems else (None, "; ".join(f"{MALFORMED} {p.kind}" for p in problems))
+            )
+        lines = [pr.line(count, len(results), where) for pr, count in kinds.values()]
+        for line in lines:
+            self.host.log(line, "WARNING")
+        if lines and all(e is not None for _, e in out) and n_returned:
+            raise EngineError(lines[0])
+        return out

@@ -1,0 +1,63 @@
+"""Training samples from the trajectories a rollout function returned: one per assistant turn.
+
+Each sample holds the ids the student actually generated for that turn (recorded by the endpoint),
+in the context the trajectory gives it; the trained tokens are the assistant turns, tool results
+and user turns are context only (:func:`opd_nb.engine.trajectory.turn_samples`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opd_nb.engine.agentic_calls import RolloutRound
+from opd_nb.engine.agentic_endpoint import Generation
+from opd_nb.engine.api import EngineError
+from opd_nb.engine.rollout_host import RolloutHost
+from opd_nb.engine.trajectory import turn_samples
+
+# Per assistant turn of a trajectory: (batch row holding its trained tokens or None, message index,
+# generated ids cut to fit max_length, generated without EOS).
+TurnRef = tuple[int | None, int, list[int], bool]
+
+
+@dataclass
+class TurnSamples:
+    """The samples of a round's trajectories, and where each assistant turn went."""
+
+    seqs: list[list[int]]  # token ids per sample
+    masks: list[list[int]]  # trained-token mask per sample
+    owner: list[int]  # owning trajectory (index into the round's ok) per sample
+    texts: list[str]  # message text per sample
+    turns: list[list[TurnRef]]  # per trajectory, per assistant turn
+    missing: int  # turns not generated through the endpoint (trained on their templated tokens)
+
+
+def turn_samples_of(
+    host: RolloutHost, generation: Generation, rows: list, rnd: RolloutRound, where: str
+) -> TurnSamples:
+    """Training samples, one per assistant turn, with the ids the student actually generated."""
+    out = TurnSamples([], [], [], [], [], 0)
+    for j, (i, t) in enumerate(zip(rnd.ok, rnd.trajs, strict=True)):
+        msgs = t["messages"]
+        token = rnd.tokens[i]
+        # the tools the rollout offered the endpoint (the row's own when it offered none)
+        tools = generation.offered.get(token) or rows[rnd.groups[i]].tools
+        try:
+            cut = turn_samples(host.tok, msgs, tools, generation.records.get(token, []), host.max_total)
+        except Exception as exc:  # noqa: BLE001
+            raise EngineError(
+                f"{where}: the chat template failed on a trajectory returned by the rollout function: {exc}"
+            ) from exc
+        mine: list[TurnRef] = []
+        out.turns.append(mine)
+        for ts in cut:
+            out.missing += not ts.generated
+            if not any(ts.mask):
+                mine.append((None, ts.index, ts.dropped, ts.no_eos))
+                continue
+            mine.append((len(out.seqs), ts.index, ts.dropped, ts.no_eos))
+            out.seqs.append(ts.ids)
+            out.masks.append(ts.mask)
+            out.owner.append(j)
+            out.texts.append(msgs[ts.index].get("content") or "")
+    return out

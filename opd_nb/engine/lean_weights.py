@@ -1,0 +1,74 @@
+"""The lean forward's weights: fused per layer, RMSNorm weights folded in, cached between optimizer steps.
+
+Why: the lean forward (:mod:`opd_nb.engine.lean`) runs q|k|v and gate|up as one GEMM each, and
+folds every RMSNorm weight into the matrix that consumes the normalised states. Building these
+costs a concatenation per layer; without autograd (teacher scoring, decoding) they are built once
+and reused until a parameter changes in place (an optimizer step bumps its version counter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Fused:
+    """Per-layer weights in the form the lean forward uses (see :class:`FusedWeights`)."""
+
+    qkv_w: list[torch.Tensor]  # [q | k | v] x input-norm weight
+    qkv_b: list[torch.Tensor | None]
+    gu_w: list[torch.Tensor]  # [gate | up] x post-attention-norm weight
+    o_wt: list[torch.Tensor]  # o_proj weight, transposed (addmm operand)
+    down_wt: list[torch.Tensor]  # down_proj weight, transposed
+    qkn_w: list[torch.Tensor | None]  # q_norm weight per q head | k_norm weight per kv head (Qwen3)
+    head_w: torch.Tensor  # output head x final-norm weight
+
+
+class FusedWeights:
+    """The fused weights of one model's decoder layers, read from (and training) its own parameters."""
+
+    def __init__(self, model: Any, layers: list, nh: int, kvh: int, D: int, qk_norm: bool):
+        self.model, self.base, self.layers = model, model.base_model, layers
+        self.nh, self.kvh, self.D, self.qk_norm = nh, kvh, D, qk_norm
+        self._fused: Fused | None = None
+        self._fused_key: tuple[int, ...] | None = None
+        self._params = list(model.parameters())
+
+    def build(self) -> Fused:
+        """Fuse q|k|v and gate|up into one GEMM each and fold every RMSNorm weight into the matrix that
+        consumes the normalised states: linear(norm(x) * w, W) == linear(norm(x), W * w)."""
+        qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w = [], [], [], [], [], []
+        for la in self.layers:
+            a, m = la.self_attn, la.mlp
+            w_in = la.input_layernorm.weight
+            qkv_w.append(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]) * w_in)
+            qkv_b.append(
+                None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
+            )
+            gu_w.append(
+                torch.cat([m.gate_proj.weight, m.up_proj.weight]) * la.post_attention_layernorm.weight
+            )
+            o_wt.append(a.o_proj.weight.t())
+            down_wt.append(m.down_proj.weight.t())
+            qkn_w.append(
+                torch.cat([a.q_norm.weight.expand(self.nh, self.D), a.k_norm.weight.expand(self.kvh, self.D)])
+                if self.qk_norm
+                else None
+            )
+        head = self.model.get_output_embeddings()
+        return Fused(qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w, head.weight * self.base.norm.weight)
+
+    def current(self) -> Fused:
+        """With autograd the fused weights are built per call (gradients flow to the real parameters);
+        without, they are cached until any parameter changes in place (an optimizer step)."""
+        if torch.is_grad_enabled():
+            return self.build()
+        key = tuple(p._version for p in self._params) + (self._params[0].data_ptr(),)
+        if self._fused is None or key != self._fused_key:
+            with torch.no_grad():
+                self._fused = self.build()
+            self._fused_key = key
+        return self._fused

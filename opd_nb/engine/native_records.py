@@ -1,0 +1,70 @@
+"""Native rollouts as records and reward samples: built from the tensors a step already has.
+
+Why here and not in :mod:`opd_nb.engine.rollouts`: that module (the records' shapes, writer and
+reader) imports without torch for the control plane; these read a step's batch and its
+:class:`~opd_nb.engine.scoring.TokenScores`. Agentic rollouts have their own (:mod:`opd_nb.engine.agentic`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
+    """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows`."""
+    import torch
+
+    from opd_nb.engine.rollouts import Turn
+
+    if not rows:
+        return {}
+    idx = torch.tensor(rows, device=scores.ids.device)
+    cols = [x[idx].tolist() for x in (scores.ids, scores.mask, scores.valid, scores.student, scores.teacher)]
+    out = {}
+    for r, ids, tm, va, s, t in zip(rows, *cols, strict=True):
+        keep = [j for j, m in enumerate(tm) if m]
+        out[r] = Turn(
+            ids=[ids[j] for j in keep],
+            student=[s[j] for j in keep],
+            teacher=[t[j] if va[j] else None for j in keep],
+        )
+    return out
+
+
+def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: int | None, step: int) -> list:
+    """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
+    order of groups; `per`: each sample's reward record, if scored."""
+    from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
+
+    groups = b.group.tolist()
+    sel = list(range(len(groups))) if limit is None else fair_sample(groups, limit, step)
+    scored = turns(scores, sel)
+    rank = ranks(groups)
+    trunc = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
+    return [
+        Rollout(
+            group=groups[j],
+            sample=rank[j],
+            messages=rows[groups[j]].messages,
+            turns=[scored[j]],
+            truncated=bool(trunc[j]),
+            reward=per[j] if per else None,
+        )
+        for j in sel
+    ]
+
+
+def reward_samples(rows: list, b: Any, where: str) -> list:
+    """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
+    from opd_nb.engine import rewards
+
+    return [
+        rewards.Sample(
+            messages=b.messages[i],
+            rollout_extra=rows[g].rollout_extra,
+            group=g,
+            sample_id=f"{where}-{g}",
+            rollout_id=str(i),
+        )
+        for i, g in enumerate(b.group.tolist())
+    ]

@@ -1,0 +1,117 @@
+"""Uploaded things: dataset files, function code (uploads, layers, registered functions) and instances."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opd_nb.server.store_db import Database, now_text
+
+
+class FileRows(Database):
+    """Dataset files uploaded with ``POST /files``."""
+
+    def add_file(
+        self, file_id: str, name: str, path: str, size: int, lines: int, purpose: str, description: str | None
+    ) -> None:
+        self._run(
+            "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
+            file_id,
+            name,
+            path,
+            size,
+            lines,
+            purpose,
+            description,
+            now_text(),
+        )
+
+    def file(self, file_id: str) -> dict | None:
+        row = self._one("SELECT * FROM files WHERE file_id = ?", file_id)
+        return dict(row) if row else None
+
+    def files(self, offset: int, limit: int) -> tuple[list[dict], int]:
+        total = self._one("SELECT COUNT(*) FROM files")[0]
+        rows = self._all(
+            "SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?", limit, offset
+        )
+        return [dict(r) for r in rows], total
+
+    def delete_file(self, file_id: str) -> None:
+        self._run("DELETE FROM files WHERE file_id = ?", file_id)
+
+
+class FunctionRows(Database):
+    """Function code: zip uploads, dependency layers, registered functions and their instances."""
+
+    def put_upload(self, key: str, path: str, size: int) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
+            key,
+            path,
+            size,
+            now_text(),
+        )
+
+    def upload_path(self, key: str) -> str | None:
+        row = self._one("SELECT path FROM uploads WHERE key = ?", key)
+        return row["path"] if row else None
+
+    def add_layer(self, layer_code: str, name: str, requirements: str) -> None:
+        self._run("INSERT INTO layers VALUES (?,?,?,?)", layer_code, name, requirements, now_text())
+
+    def has_layer(self, layer_code: str) -> bool:
+        return self._one("SELECT 1 FROM layers WHERE layer_code = ?", layer_code) is not None
+
+    def add_function(
+        self, entity_id: str, kind: str, name: str, func: str, processor: str, unique_key: str, code_dir: str
+    ) -> None:
+        self._run(
+            "INSERT INTO functions VALUES (?,?,?,?,?,?,?,?)",
+            entity_id,
+            kind,
+            name,
+            func,
+            processor,
+            unique_key,
+            code_dir,
+            now_text(),
+        )
+
+    def function(self, entity_id: str) -> dict | None:
+        row = self._one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
+        return dict(row) if row else None
+
+    def add_instance(
+        self,
+        instance_id: str,
+        entity_id: str,
+        tag: str,
+        status: str,
+        token: str,
+        log_path: str,
+        runtime: dict,
+    ) -> None:
+        self._run(
+            "INSERT INTO instances(instance_id, entity_id, tag, status, token, log_path, runtime, created_at) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            instance_id,
+            entity_id,
+            tag,
+            status,
+            token,
+            log_path,
+            json.dumps(runtime),
+            now_text(),
+        )
+
+    def instance(self, instance_id: str) -> dict | None:
+        row = self._one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
+        return dict(row) if row else None
+
+    def instances_with_status(self, status: str) -> list[dict]:
+        return [dict(r) for r in self._all("SELECT * FROM instances WHERE status = ?", status)]
+
+    def set_instance(self, instance_id: str, **fields: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self._run(f"UPDATE instances SET {cols} WHERE instance_id = ?", *fields.values(), instance_id)
