@@ -178,7 +178,7 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
     finally:
         server.kill()
     cut = Store(data_dir).job(job_id)
-    assert cut["status"] == "RUNNING"
+    assert cut.status == "RUNNING"
 
     again = start(port=0, data_dir=data_dir)
     try:
@@ -227,7 +227,7 @@ def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
     finally:
         server.kill()
     cut = Store(tmp_path).job(job_id)
-    assert cut["status"] == "RUNNING", cut  # not CANCELED "canceled by user", not FAILED
+    assert cut.status == "RUNNING", cut  # not CANCELED "canceled by user", not FAILED
     assert not process_tree.members(tmp_path)  # the stop ended the whole tree
 
     with start(port=0, data_dir=tmp_path) as again:

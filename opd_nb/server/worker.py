@@ -36,6 +36,7 @@ PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
 # The parent whose end means the control plane is gone: the fork server, when one stands between
 # (it exits with the server); without it the server itself (``PARENT_ENV``).
 WATCH_ENV = "OPD_WATCH_PID"
+FUNCTION_EXIT_S = 1.0  # how long a failed step watches for one of its function servers to exit
 ORPHAN_SETTLE_S = 2.0  # how long a step failed by a dead function server waits to see if the server died
 
 
@@ -179,7 +180,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
     except Exception as exc:
         if should_stop.signalled:
             return _interrupted(events)  # the signal broke a step mid-way
-        if _orphaned(ORPHAN_SETTLE_S if any(not s.alive() for s in servers) else 0.0):
+        if _orphaned(ORPHAN_SETTLE_S if _a_function_died(servers) else 0.0):
             return _orphaned_exit(events, f"{type(exc).__name__}: {exc}")
         if store.cancel_requested(job_id):
             _mark_canceled(store, job_id)
@@ -201,6 +202,21 @@ def run_job(data_dir: Path, job_id: str) -> int:
                 server.stop()
             except Exception:
                 pass
+
+
+def _a_function_died(servers: list[Any], wait_s: float = FUNCTION_EXIT_S) -> bool:
+    """Whether one of the job's function servers has exited, watching for up to ``wait_s`` seconds.
+
+    A call can see its connection reset a moment before the server's process is seen to exit (the
+    reward call fails fast), so a failed step looks a little before it decides nothing died."""
+    deadline = time.monotonic() + wait_s
+    while servers:
+        if any(not s.alive() for s in servers):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return False
 
 
 def _orphaned(wait_s: float = 0.0) -> bool:
