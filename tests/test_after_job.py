@@ -235,8 +235,10 @@ def test_unknown_model_is_bailians_not_found_on_both_apis(api, local_server):
 def test_job_list_filters_by_model_and_carries_usage(finished_job, api):
     job = finished_job("pure-distill").job
     model = job.raw["model"]
-    listed = api.get("/fine-tunes", params={"model": model}).json()["output"]
+    # The session's server holds many jobs of this model (other tests submit them too): one full page.
+    listed = api.get("/fine-tunes", params={"model": model, "page_size": 100}).json()["output"]
     assert listed["jobs"] and all(j["model"] == model for j in listed["jobs"])
+    assert listed["total"] == len(listed["jobs"]), listed["total"]
     mine = next(j for j in listed["jobs"] if j["job_id"] == job.job_id)
     assert isinstance(mine["usage"], int) and mine["usage"] > 0
     assert api.get("/fine-tunes", params={"model": "qwen-none-such"}).json()["output"]["total"] == 0

@@ -191,42 +191,43 @@ def test_unsupported_models_and_the_opt_out_use_transformers(tmp_path, monkeypat
     assert lean.wrap(load_model(default_pair()[0], "student", "cpu")) is None
 
 
-def _engine_rows(tmp: Path, env: dict[str, str]) -> list[dict]:
-    """Three pg_opd steps of a job in a fresh process (the allocator and lean switches are per process)."""
+def _engine_runs(tmp: Path) -> list[dict]:
+    """Three pg_opd steps of the same job, run twice in one fresh process (the allocator is per
+    process): first with the lean forward, then with it switched off (``wrap`` reads the switch
+    at each load). One process pays the torch/transformers import once for both."""
     script = f"""
-import json, sys
+import json, os
 import torch
-torch.set_num_threads(2)
-from opd_nb.engine import task
+torch.set_num_threads(1)
+from opd_nb.engine import lean, task
 from opd_nb.engine.api import EngineJob
 from opd_nb.engine.models import default_pair
 from opd_nb.engine.trainer import ListEvents, run
 s, t = default_pair()
 out = {str(tmp)!r}
 open(out + "/train.jsonl", "w").write("\\n".join(json.dumps(r) for r in task.make_rows(48, seed=5)) + "\\n")
-job = EngineJob(job_id="eq", student_path=str(s), teacher_path=str(t), train_file=out + "/train.jsonl",
-                validation_file=None, algorithm="pg_opd", output_dir=out + "/o", seed=3,
-                hyper_parameters={{"batch_size": 16, "n_rollouts": 2, "ppo_mini_batch_size": 16, "n_epochs": 1,
-                                  "max_length": 48, "save_strategy": "no", "eval_steps": 1000}})
-ev = ListEvents()
-run(job, ev)
-print(json.dumps({{"rows": ev.rows, "log": ev.text}}))
+runs = []
+for name, switch in (("lean", "1"), ("transformers", "0")):
+    os.environ[lean.DISABLE_ENV] = switch
+    job = EngineJob(job_id="eq-" + name, student_path=str(s), teacher_path=str(t),
+                    train_file=out + "/train.jsonl", validation_file=None, algorithm="pg_opd",
+                    output_dir=out + "/" + name, seed=3,
+                    hyper_parameters={{"batch_size": 16, "n_rollouts": 2, "ppo_mini_batch_size": 16,
+                                      "n_epochs": 1, "max_length": 48, "save_strategy": "no",
+                                      "eval_steps": 1000}})
+    ev = ListEvents()
+    run(job, ev)
+    runs.append({{"rows": ev.rows, "log": ev.text}})
+print(json.dumps(runs))
 """
-    import os
-
-    res = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env={**os.environ, **env}
-    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
 def test_a_training_job_is_the_same_with_the_lean_forward_and_with_transformers(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    fast = _engine_rows(tmp_path / "a", {})
-    slow = _engine_rows(tmp_path / "b", {lean.DISABLE_ENV: "0"})
+    fast, slow = _engine_runs(tmp_path)
     assert "student lean fused (qwen3)" in fast["log"]
     assert "student transformers (qwen3)" in slow["log"]
     assert len(fast["rows"]) == len(slow["rows"]) == 3

@@ -28,7 +28,7 @@ from opd_nb.engine.task import make_rows
 from opd_nb.server import start
 from opd_nb.server.store import Store
 
-pytestmark = pytest.mark.slow  # each test starts a server of its own
+pytestmark = pytest.mark.slow  # most tests start a server of their own (each says why not)
 TINY = {
     "n_epochs": 1,
     "batch_size": 4,
@@ -91,26 +91,26 @@ def test_sigterm_exits_0_and_removes_the_owner_record(tmp_path: Path) -> None:
 
 
 # ---- a deleted job's files -----------------------------------------------------------------------
-def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(tmp_path: Path) -> None:
-    with start(port=0, data_dir=tmp_path) as server:
-        api = server.api_base
-        plain, exported = _submit(api, rows=8), _submit(api, rows=8)
-        for job_id in (plain, exported):
-            assert _ended(api, job_id)["status"] == "SUCCEEDED", job_logs(api, job_id)[-20:]
-        assert (tmp_path / "jobs" / plain).is_dir()
-        out = httpx.get(f"{api}/fine-tunes/{exported}/export/checkpoint-1", headers=H)
-        assert out.status_code == 200, out.text
+def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(local_server) -> None:
+    data = Path(local_server.data_dir)  # the session's: it deletes only its own jobs
+    api = local_server.api_base
+    plain, exported = _submit(api, rows=8), _submit(api, rows=8)
+    for job_id in (plain, exported):
+        assert _ended(api, job_id)["status"] == "SUCCEEDED", job_logs(api, job_id)[-20:]
+    assert (data / "jobs" / plain).is_dir()
+    out = httpx.get(f"{api}/fine-tunes/{exported}/export/checkpoint-1", headers=H)
+    assert out.status_code == 200, out.text
 
-        gone = httpx.delete(f"{api}/fine-tunes/{plain}", headers=H).json()
-        assert gone["output"]["status"] == "DELETED"
-        assert gone["local"]["freed_bytes"] > 0 and gone["local"]["kept"] == []
-        assert not (tmp_path / "jobs" / plain).exists()
+    gone = httpx.delete(f"{api}/fine-tunes/{plain}", headers=H).json()
+    assert gone["output"]["status"] == "DELETED"
+    assert gone["local"]["freed_bytes"] > 0 and gone["local"]["kept"] == []
+    assert not (data / "jobs" / plain).exists()
 
-        kept = httpx.delete(f"{api}/fine-tunes/{exported}", headers=H).json()["local"]
-        checkpoint = tmp_path / "jobs" / exported / "output" / "checkpoints" / "checkpoint-1"
-        assert [k["path"] for k in kept["kept"]] == [str(checkpoint.resolve())]
-        assert "exported as model" in kept["kept"][0]["why"]
-        assert checkpoint.is_dir() and not (tmp_path / "jobs" / exported / "worker.log").exists()
+    kept = httpx.delete(f"{api}/fine-tunes/{exported}", headers=H).json()["local"]
+    checkpoint = data / "jobs" / exported / "output" / "checkpoints" / "checkpoint-1"
+    assert [k["path"] for k in kept["kept"]] == [str(checkpoint.resolve())]
+    assert "exported as model" in kept["kept"][0]["why"]
+    assert checkpoint.is_dir() and not (data / "jobs" / exported / "worker.log").exists()
 
 
 # ---- leftovers after kill -9 ------------------------------------------------------------------------
@@ -506,18 +506,16 @@ def test_a_killed_deployment_is_restarted_once_then_fails_with_the_reason(tmp_pa
 
 
 # ---- checkpoints removed by retention are not listed -----------------------------------------------
-def test_checkpoints_removed_by_save_total_limit_are_gone_from_the_list(tmp_path: Path) -> None:
-    with start(port=0, data_dir=tmp_path / "data") as server:
-        api = server.api_base
-        job_id = _submit(api, rows=16, save_total_limit=2)
-        assert _ended(api, job_id)["status"] == "SUCCEEDED"
-        out = httpx.get(f"{api}/fine-tunes/{job_id}/checkpoints", headers=H).json()["output"]
-        listing = out["checkpoints"] if isinstance(out, dict) else out
-        on_disk = sorted(
-            p.name for p in (tmp_path / "data" / "jobs" / job_id / "output" / "checkpoints").iterdir()
-        )
-        assert on_disk == ["checkpoint-3", "checkpoint-4"], on_disk
-        assert {c["checkpoint"] for c in listing if not c["local"]["published"]} == set(on_disk)
-        assert all(Path(c["local"]["path"]).is_dir() for c in listing)
-        gone = httpx.get(f"{api}/fine-tunes/{job_id}/export/checkpoint-1", headers=H)
-        assert gone.status_code in (400, 404) and "checkpoint-4" in gone.json()["message"], gone.text
+def test_checkpoints_removed_by_save_total_limit_are_gone_from_the_list(local_server) -> None:
+    data = Path(local_server.data_dir)  # the session's: any server will do
+    api = local_server.api_base
+    job_id = _submit(api, rows=16, save_total_limit=2)
+    assert _ended(api, job_id)["status"] == "SUCCEEDED"
+    out = httpx.get(f"{api}/fine-tunes/{job_id}/checkpoints", headers=H).json()["output"]
+    listing = out["checkpoints"] if isinstance(out, dict) else out
+    on_disk = sorted(p.name for p in (data / "jobs" / job_id / "output" / "checkpoints").iterdir())
+    assert on_disk == ["checkpoint-3", "checkpoint-4"], on_disk
+    assert {c["checkpoint"] for c in listing if not c["local"]["published"]} == set(on_disk)
+    assert all(Path(c["local"]["path"]).is_dir() for c in listing)
+    gone = httpx.get(f"{api}/fine-tunes/{job_id}/export/checkpoint-1", headers=H)
+    assert gone.status_code in (400, 404) and "checkpoint-4" in gone.json()["message"], gone.text

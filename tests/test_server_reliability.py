@@ -161,10 +161,10 @@ def _gone(pids: list[int]) -> bool:
     return not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 
 
-def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_locked(tmp_path):
+def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_locked(tmp_path, local_server):
     data_dir = tmp_path / "data"
-    baseline = start(port=0, data_dir=tmp_path / "baseline")  # the same job, never interrupted
-    server = start(port=0, data_dir=data_dir)
+    baseline = local_server  # the same job, never interrupted: any running server will do
+    server = start(port=0, data_dir=data_dir)  # its own: it is killed
     try:
         # 160 steps of ~50 ms: forked from the warm fork server, a job has no import time to spare, and
         # the kill, the resume and a second server's refusal must all land with steps still to run.
@@ -214,7 +214,6 @@ def test_server_sigkill_mid_job_resumes_from_its_checkpoint_and_the_dir_stays_lo
         wait_until(lambda: not process_tree.members(data_dir, owner), 15, "the finished job's worker to exit")
     finally:
         again.stop()
-        baseline.stop()
 
 
 def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
@@ -240,44 +239,42 @@ def test_sigterm_mid_job_is_an_interruption_that_resumes(tmp_path):
         assert steps == sorted(set(steps)) and steps[-1] == 4 * LONG_EPOCHS, steps
 
 
-def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path):
-    with start(port=0, data_dir=tmp_path / "data") as server:
-        api = server.api_base
-        reward = _reward_id(api, tmp_path, "OddMetrics")
-        job_id = _submit(api, reward, n_epochs=20)
-        wait_until(_checkpointed(api, job_id, 2), 240, "a checkpoint")
-        warnings = [line for line in job_logs(api, job_id) if "the console would not show it" in line]
-        assert len(warnings) == 2, warnings  # one per key, however many steps reported it
-        assert any("'tag' is a str" in w for w in warnings) and any("'flag' is a bool" in w for w in warnings)
-        tree = process_tree.members(tmp_path / "data", process_tree.job_owner(job_id))
-        assert len(tree) >= 2, tree  # the worker and its reward function server
-        worker = Store(tmp_path / "data").job(job_id).worker_pid
-        os.kill(worker, signal.SIGKILL)
-        job = wait_until(
-            lambda: (j := job_view(api, job_id))["status"] == "FAILED" and j, 30, "the job to fail"
-        )
-        assert job["code"] == "WorkerCrashed" and "SIGKILL" in job["message"], job
-        assert "checkpoint-" in job["message"] and "`model`" in job["message"], job
-        wait_until(lambda: _gone([p.pid for p in tree]), 15, "every process of the job to end")
-        assert not process_tree.members(tmp_path / "data", process_tree.job_owner(job_id))
+def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path, local_server):
+    data_dir = Path(local_server.data_dir)  # the session's server: only this job's worker is killed
+    api = local_server.api_base
+    reward = _reward_id(api, tmp_path, "OddMetrics")
+    job_id = _submit(api, reward, n_epochs=20)
+    wait_until(_checkpointed(api, job_id, 2), 240, "a checkpoint")
+    warnings = [line for line in job_logs(api, job_id) if "the console would not show it" in line]
+    assert len(warnings) == 2, warnings  # one per key, however many steps reported it
+    assert any("'tag' is a str" in w for w in warnings) and any("'flag' is a bool" in w for w in warnings)
+    tree = process_tree.members(data_dir, process_tree.job_owner(job_id))
+    assert len(tree) >= 2, tree  # the worker and its reward function server
+    worker = Store(data_dir).job(job_id).worker_pid
+    os.kill(worker, signal.SIGKILL)
+    job = wait_until(lambda: (j := job_view(api, job_id))["status"] == "FAILED" and j, 30, "the job to fail")
+    assert job["code"] == "WorkerCrashed" and "SIGKILL" in job["message"], job
+    assert "checkpoint-" in job["message"] and "`model`" in job["message"], job
+    wait_until(lambda: _gone([p.pid for p in tree]), 15, "every process of the job to end")
+    assert not process_tree.members(data_dir, process_tree.job_owner(job_id))
 
-        # The message says how to go on: pass the checkpoint as `model`.
-        checkpoint = job["message"].split("Its last checkpoint is ")[1].split(" (step")[0]
-        follow = httpx.post(
-            api + "/fine-tunes",
-            headers=H,
-            json={
-                "model": checkpoint,
-                "teacher_model": "qwen3-max",
-                "training_type": "pg_opd",
-                "training_datasets": [{"type": "training", "file_id": _upload(api, make_rows(4), "t.jsonl")}],
-            },
-        )
-        assert follow.status_code == 200, follow.text
-        follow_id = follow.json()["output"]["job_id"]
-        assert follow.json()["output"]["local"]["student_path"] == checkpoint
-        httpx.post(f"{api}/fine-tunes/{follow_id}/cancel", headers=H)
-        wait_until(lambda: job_view(api, follow_id)["status"] == "CANCELED", 30, "the follow-up to cancel")
+    # The message says how to go on: pass the checkpoint as `model`.
+    checkpoint = job["message"].split("Its last checkpoint is ")[1].split(" (step")[0]
+    follow = httpx.post(
+        api + "/fine-tunes",
+        headers=H,
+        json={
+            "model": checkpoint,
+            "teacher_model": "qwen3-max",
+            "training_type": "pg_opd",
+            "training_datasets": [{"type": "training", "file_id": _upload(api, make_rows(4), "t.jsonl")}],
+        },
+    )
+    assert follow.status_code == 200, follow.text
+    follow_id = follow.json()["output"]["job_id"]
+    assert follow.json()["output"]["local"]["student_path"] == checkpoint
+    httpx.post(f"{api}/fine-tunes/{follow_id}/cancel", headers=H)
+    wait_until(lambda: job_view(api, follow_id)["status"] == "CANCELED", 30, "the follow-up to cancel")
 
 
 def test_a_job_interrupted_too_often_fails_with_the_reason(tmp_path):

@@ -380,3 +380,26 @@ def test_the_chart_widget_receives_only_each_polls_new_points() -> None:
     assert widget.delta["seq"] == 1 and monitor.plot_updates == 1
     chart._on_msg(widget, {"kind": "sync"}, [])
     assert widget.data["series"][0]["steps"] == [1, 2, 3] and widget.data["seq"] == 1
+
+
+def test_a_jobs_first_offset_of_zero_goes_out_as_a_delta_and_a_late_parent_redraws() -> None:
+    """The first poll that finds a job's offset (0: no parent) sends its points as a delta, so a job
+    that ends within one poll still reaches the view by delta; a parent found later moves the
+    series, which only a full redraw can do."""
+    from opd_nb.notebook.chart import MetricChart
+
+    chart = MetricChart()
+    widget = chart.widget()
+    rows = {
+        "ft-a": [{"step": 1, "actor/distillation/loss": 1.0}, {"step": 2, "actor/distillation/loss": 0.5}]
+    }
+    panels = ["actor/distillation/loss"]
+    assert chart.update(rows, panels, offsets={"ft-a": 0.0}) == 2
+    assert widget.delta["seq"] == 1 and chart.updates == 1
+    assert [(p["steps"], p["values"]) for p in widget.delta["points"]] == [([1, 2], [1.0, 0.5])]
+    assert widget.data["series"] == []  # nothing went through the full document
+
+    assert chart.update(rows, panels, offsets={"ft-a": 120.0}) == 2  # a parent's last step, found late
+    assert widget.delta["seq"] == 1 and chart.updates == 1  # no delta: the whole document instead
+    (series,) = widget.data["series"]
+    assert series["steps"] == [1, 2] and series["offset"] == 120.0

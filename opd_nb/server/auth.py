@@ -12,35 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import secrets
-from collections import Counter
 from typing import Any
 
 from opd_nb.server.responses import err
 
 OSS_PREFIX = "/api/v1/local-oss/"  # the signed-URL zip PUT: checked by its token, not by the key
-MIN_KEY_CHARS = 16
-MIN_KEY_BITS = 64  # length x the Shannon entropy of its characters
-KEY_RECIPE = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-
-
-def key_bits(key: str) -> float:
-    """A rough strength: length times the Shannon entropy per character ("aaaa...": 0, a random token: ~6/char)."""
-    counts = Counter(key)
-    return max(0.0, -len(key) * sum(n / len(key) * math.log2(n / len(key)) for n in counts.values()))
-
-
-def key_problem(key: str) -> str | None:
-    """Why a server key is too weak to guard a port other machines can reach (never quoting the key)."""
-    if key != key.strip():
-        return "the server key starts or ends with whitespace, which a Bearer header cannot carry"
-    if len(key) < MIN_KEY_CHARS or key_bits(key) < MIN_KEY_BITS:
-        return (
-            f"the server key is too weak ({len(key)} characters, about {key_bits(key):.0f} bits): "
-            f"use at least {MIN_KEY_CHARS} characters and {MIN_KEY_BITS} bits of entropy"
-        )
-    return None
 
 
 class BearerAuth:

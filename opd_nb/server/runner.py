@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from opd_nb.server.auth import KEY_RECIPE, key_problem
 from opd_nb.server.db_safety import DB_FILE, backup_database, check_database
+from opd_nb.server.keys import KEY_RECIPE, key_problem
 from opd_nb.server.lifecycle import owned_message
 from opd_nb.server.records import (
     API_KEY_ENV,
