@@ -82,7 +82,9 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     root = tmp_path / "nb"
     root.mkdir()
-    tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=4)  # ~8 steps: several plot updates
+    # 80 steps: forked from the warm fork server a tiny step takes 40-80 ms, and 8 steps once ended
+    # within one of the monitor's 2 s polls, so the chart could not be seen growing.
+    tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=40, eval_steps=8, save_steps=16)
     server = local_server  # the session's control plane: the kernel in JupyterLab submits to it
     (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", server.api_base)))
     settings = tmp_path / "lab-settings"
