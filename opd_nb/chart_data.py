@@ -133,6 +133,10 @@ class ChartFeed:
     _series: dict[tuple[str, str], tuple[list[float], list[float]]] = field(default_factory=dict)
     _read: dict[str, int] = field(default_factory=dict)  # rows of each job already parsed
 
+    def offset(self, job: str) -> float:
+        """The global-step offset `job`'s series are drawn at: 0 until a parent is found."""
+        return self.offsets.get(job, 0.0)
+
     def update(self, rows_by_job: Mapping[str, Rows], panels: Sequence[str]) -> None:
         """Take the latest rows of every job (the whole list each time, as the client returns it).
 
@@ -197,7 +201,7 @@ class ChartFeed:
             "job": job,
             "label": self.labels.get(job, job),
             "metric": metric,
-            "offset": self.offsets.get(job, 0.0),
+            "offset": self.offset(job),
             "steps": [int(s) if s.is_integer() else s for s in steps],
             "values": [round(v, 6) if abs(v) >= 1e-3 else float(f"{v:.4g}") for v in values],
         }

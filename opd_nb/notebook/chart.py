@@ -135,9 +135,9 @@ class MetricChart:
         """Take the latest rows; returns how many new points went to the widget (0 without one)."""
         with self._lock:
             self.feed.labels.update(labels or {})
-            # A job's series move only when its offset differs from the one they were drawn at (0
-            # until one is known): a first offset of 0, the usual case, still goes out as a delta.
-            moved = {j: o for j, o in (offsets or {}).items() if self.feed.offsets.get(j, 0.0) != o}
+            # Series move only when their offset differs from the one they were drawn at: a first
+            # offset of 0 (no parent, the usual case) still goes out as a delta.
+            moved = {j: o for j, o in (offsets or {}).items() if self.feed.offset(j) != o}
             self.feed.offsets.update(moved)
             self.feed.update(rows_by_job, panels)
             if self._widget is None:
