@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 # Each module registers its commands on `app`; they import heavy libraries only inside commands.
+from opd_nb.cli import agent as _agent  # noqa: F401
 from opd_nb.cli import check as _check  # noqa: F401
 from opd_nb.cli import checkpoints as _checkpoints  # noqa: F401
 from opd_nb.cli import data as _data  # noqa: F401
