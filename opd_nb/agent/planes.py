@@ -69,3 +69,6 @@ class AgentState:
     consent: ConsentBook = field(default_factory=ConsentBook)
     guards: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.guard.Guard
     alerts: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.health.AlertTracker
+
+
+STATE = AgentState()  # this process's: one `opd mcp` serves one agent

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from opd_nb.agent.planes import AgentState
-
 NAME = "opd-nb"
 INSTRUCTIONS = (
     "opd-nb runs online policy distillation (OPD) jobs on Alibaba Cloud Bailian (target cloud, paid) or on a "
@@ -23,18 +21,16 @@ INSTRUCTIONS = (
 )
 
 
-def build(state: AgentState | None = None) -> Any:
+def build() -> Any:
     """The MCPServer with every tool and resource registered (imports the `mcp` SDK)."""
     from mcp.server.mcpserver import MCPServer
 
     from opd_nb import __version__
     from opd_nb.agent import resources, tools_jobs, tools_read, tools_work
 
-    state = state or AgentState()
     app = MCPServer(NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
-    tools_work.register(app, state)
-    tools_jobs.register(app, state)
-    tools_read.register(app, state)
+    for tool in (*tools_work.TOOLS, *tools_jobs.TOOLS, *tools_read.TOOLS):
+        app.add_tool(tool)
     resources.register(app)
     return app
 

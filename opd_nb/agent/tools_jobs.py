@@ -12,6 +12,7 @@ from pydantic import Field
 from opd_nb.agent.consent import request_fingerprint
 from opd_nb.agent.models import AlertInfo, Confirmation, JobInfo, JobListInfo, Paid, Submitted, WaitResult
 from opd_nb.agent.planes import (
+    STATE,
     AgentState,
     BaseUrlArg,
     ConfigArg,
@@ -101,125 +102,134 @@ def _submit(state: AgentState, action: str, ws: str, target: str | None, base_ur
                 lambda: job_preview(ws, client.target, config, sets, smoke, **overrides))  # fmt: skip
 
 
-def register(app: Any, state: AgentState) -> None:
-    @app.tool()
-    @tool_errors
-    def submit(
-        workspace: WorkspaceArg = ".",
-        target: TargetArg = None,
-        base_url: BaseUrlArg = None,
-        config: ConfigArg = "config.yaml",
-        model: Annotated[
-            str | None,
-            Field(
-                description="student model id; to continue training: "
-                "opd-local/<job_id>, a checkpoint or an exported model"
-            ),
-        ] = None,  # fmt: skip
-        teacher_model: Annotated[str | None, Field(description="teacher model id (overrides config)")] = None,
-        job_name: Annotated[str | None, Field(description="job name (the service appends -<8 hex>)")] = None,
-        no_reward: Annotated[bool, Field(description="submit without reward functions")] = False,
-        sets: SetsArg = None,
-        fresh: Annotated[bool, Field(description="register the functions again even if unchanged")] = False,
-        confirmation_token: TokenArg = None,
-    ) -> Paid[Submitted]:
-        """Check the workspace, then submit its job (`opd submit`); also continued training (set `model`).
-        On Bailian the first call sends nothing and returns the summary, warnings, estimate and request
-        body with a confirmation_token; show them, and on the user's yes call again with the token."""
-        overrides = {
-            "model": model,
-            "teacher_model": teacher_model,
-            "job_name": job_name,
-            "no_reward": no_reward,
-        }
-        return _submit(state, "submit", workspace, target, base_url, confirmation_token, config, sets, None,
-                       fresh, **overrides)  # fmt: skip
+@tool_errors
+def submit(
+    workspace: WorkspaceArg = ".",
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    config: ConfigArg = "config.yaml",
+    model: Annotated[
+        str | None,
+        Field(
+            description="student model id; to continue training: "
+            "opd-local/<job_id>, a checkpoint or an exported model"
+        ),
+    ] = None,  # fmt: skip
+    teacher_model: Annotated[str | None, Field(description="teacher model id (overrides config)")] = None,
+    job_name: Annotated[str | None, Field(description="job name (the service appends -<8 hex>)")] = None,
+    no_reward: Annotated[bool, Field(description="submit without reward functions")] = False,
+    sets: SetsArg = None,
+    fresh: Annotated[bool, Field(description="register the functions again even if unchanged")] = False,
+    confirmation_token: TokenArg = None,
+) -> Paid[Submitted]:
+    """Check the workspace, then submit its job (`opd submit`); also continued training (set `model`).
+    On Bailian the first call sends nothing and returns the summary, warnings, estimate and request
+    body with a confirmation_token; show them, and on the user's yes call again with the token."""
+    overrides = {
+        "model": model,
+        "teacher_model": teacher_model,
+        "job_name": job_name,
+        "no_reward": no_reward,
+    }
+    return _submit(STATE, "submit", workspace, target, base_url, confirmation_token, config, sets, None,
+                   fresh, **overrides)  # fmt: skip
 
-    @app.tool()
-    @tool_errors
-    def smoke(
-        workspace: WorkspaceArg = ".",
-        rows: Annotated[int, Field(ge=0, description="training rows (0: two steps' worth)")] = 0,
-        target: TargetArg = None,
-        base_url: BaseUrlArg = None,
-        config: ConfigArg = "config.yaml",
-        confirmation_token: TokenArg = None,
-    ) -> Paid[Submitted]:
-        """A small first run (`opd submit --smoke`): sampled rows, one epoch, a few validation rows, job
-        name +-smoke; data/ is not edited. Paid on Bailian: two calls, as `submit`."""
-        return _submit(state, "smoke", workspace, target, base_url, confirmation_token, config, None, rows,
-                       False)  # fmt: skip
 
-    @app.tool()
-    @tool_errors
-    def sweep(
-        params: Annotated[list[str], Field(description="NAME=V1,V2,... e.g. learning_rate=5e-7,1e-6")],
-        workspace: WorkspaceArg = ".",
-        grid: Annotated[bool, Field(description="several params: one job per combination")] = False,
-        target: TargetArg = None,
-        base_url: BaseUrlArg = None,
-        config: ConfigArg = "config.yaml",
-        fresh: bool = False,
-        confirmation_token: TokenArg = None,
-    ) -> Paid[SweepResult]:
-        """One job per value of one hyper-parameter (`opd sweep`); the first registers the functions.
-        Paid on Bailian (one job per value): two calls, as `submit`."""
-        from opd_nb.experiments import run_sweep
+@tool_errors
+def smoke(
+    workspace: WorkspaceArg = ".",
+    rows: Annotated[int, Field(ge=0, description="training rows (0: two steps' worth)")] = 0,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    config: ConfigArg = "config.yaml",
+    confirmation_token: TokenArg = None,
+) -> Paid[Submitted]:
+    """A small first run (`opd submit --smoke`): sampled rows, one epoch, a few validation rows, job
+    name +-smoke; data/ is not edited. Paid on Bailian: two calls, as `submit`."""
+    return _submit(STATE, "smoke", workspace, target, base_url, confirmation_token, config, None, rows,
+                   False)  # fmt: skip
 
-        client = client_for(target, base_url, workspace)
 
-        def start(yes: bool) -> SweepResult:
-            return run_sweep(  # type: ignore[return-value]
-                workspace, params, client.target, grid=grid, yes=yes, fresh=fresh, config=config
-            )
+@tool_errors
+def sweep(
+    params: Annotated[list[str], Field(description="NAME=V1,V2,... e.g. learning_rate=5e-7,1e-6")],
+    workspace: WorkspaceArg = ".",
+    grid: Annotated[bool, Field(description="several params: one job per combination")] = False,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    config: ConfigArg = "config.yaml",
+    fresh: bool = False,
+    confirmation_token: TokenArg = None,
+) -> Paid[SweepResult]:
+    """One job per value of one hyper-parameter (`opd sweep`); the first registers the functions.
+    Paid on Bailian (one job per value): two calls, as `submit`."""
+    from opd_nb.experiments import run_sweep
 
-        arguments = {"params": params, "grid": grid, "config": config, "fresh": fresh}
-        return paid(state, "sweep", client, arguments, workspace, start, confirmation_token)
+    client = client_for(target, base_url, workspace)
 
-    @app.tool()
-    @tool_errors
-    def list_jobs(
-        target: TargetArg = None,
-        base_url: BaseUrlArg = None,
-        page: Annotated[int, Field(ge=1)] = 1,
-        size: Annotated[int, Field(ge=1, le=100)] = 20,
-    ) -> JobListInfo:
-        """Jobs, newest first (`opd jobs`)."""
-        listing = client_for(target, base_url).list(page=page, size=size)
-        return JobListInfo(jobs=[JobInfo.of(j) for j in listing.jobs], total=listing.total)
+    def start(yes: bool) -> SweepResult:
+        return run_sweep(  # type: ignore[return-value]
+            workspace, params, client.target, grid=grid, yes=yes, fresh=fresh, config=config
+        )
 
-    @app.tool()
-    @tool_errors
-    def job_status(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
-        """One job: status, progress, model, output (`opd status`)."""
-        return JobInfo.of(client_for(target, base_url).get(job_id))
+    arguments = {"params": params, "grid": grid, "config": config, "fresh": fresh}
+    return paid(STATE, "sweep", client, arguments, workspace, start, confirmation_token)
 
-    @app.tool()
-    @tool_errors
-    def wait_job(
-        job_id: str,
-        timeout_s: Annotated[
-            float, Field(gt=0, le=MAX_WAIT_S, description="return by then at the latest")
-        ] = 60.0,
-        guard: Annotated[
-            bool,
-            Field(
-                description="cancel the job when an error health rule fires "
-                "(`opd watch --guard`, default thresholds)"
-            ),
-        ] = False,  # fmt: skip
-        target: TargetArg = None,
-        base_url: BaseUrlArg = None,
-    ) -> WaitResult:
-        """Wait, bounded, until the job ends, changes status or raises a new health alert (alerts
-        already returned by an earlier wait are not repeated)."""
-        return wait(state, client_for(target, base_url), job_id, timeout_s, guard)
 
-    @app.tool()
-    @tool_errors
-    def cancel_job(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
-        """Cancel a job (`opd cancel`); a running local job stops within a few seconds."""
-        return JobInfo.of(client_for(target, base_url).cancel(job_id))
+@tool_errors
+def list_jobs(
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    page: Annotated[int, Field(ge=1)] = 1,
+    size: Annotated[int, Field(ge=1, le=100)] = 20,
+) -> JobListInfo:
+    """Jobs, newest first (`opd jobs`)."""
+    listing = client_for(target, base_url).list(page=page, size=size)
+    return JobListInfo(jobs=[JobInfo.of(j) for j in listing.jobs], total=listing.total)
+
+
+@tool_errors
+def job_status(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
+    """One job: status, progress, model, output (`opd status`)."""
+    return JobInfo.of(client_for(target, base_url).get(job_id))
+
+
+@tool_errors
+def wait_job(
+    job_id: str,
+    timeout_s: Annotated[
+        float, Field(gt=0, le=MAX_WAIT_S, description="return by then at the latest")
+    ] = 60.0,
+    guard: Annotated[
+        bool,
+        Field(
+            description="cancel the job when an error health rule fires "
+            "(`opd watch --guard`, default thresholds)"
+        ),
+    ] = False,  # fmt: skip
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+) -> WaitResult:
+    """Wait, bounded, until the job ends, changes status or raises a new health alert (alerts
+    already returned by an earlier wait are not repeated)."""
+    return wait(STATE, client_for(target, base_url), job_id, timeout_s, guard)
+
+
+@tool_errors
+def cancel_job(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
+    """Cancel a job (`opd cancel`); a running local job stops within a few seconds."""
+    return JobInfo.of(client_for(target, base_url).cancel(job_id))
+
+
+TOOLS = (
+    submit,
+    smoke,
+    sweep,
+    list_jobs,
+    job_status,
+    wait_job,
+    cancel_job,
+)  # registered by opd_nb.agent.server, in this order
 
 
 def wait(state: AgentState, client: Any, job_id: str, timeout_s: float, guard: bool) -> WaitResult:
