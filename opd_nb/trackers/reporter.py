@@ -249,8 +249,8 @@ def report_job(
     """Backfill: write a job (finished or not) to the trackers `to`, in one pass."""
     from opd_nb.health import eval_steps_of, job_alerts
 
+    reporter = Reporter(client, job_id, to, project=project)  # a missing tracker: refused before any request
     job = client.get(job_id)
-    reporter = Reporter(client, job_id, to, project=project)
     reporter.open(job)
     rows = client.metrics(job_id)
     alerts = (
