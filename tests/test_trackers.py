@@ -267,3 +267,41 @@ def test_an_unknown_or_missing_tracker_is_one_line_before_any_request(monkeypatc
 def test_metric_values_keep_every_finite_number_but_the_step():
     row = {"step": 3, "epoch": 1.0, "a/b": 0.5, "flag": True, "note": "x", "bad": math.nan, "none": None}
     assert metric_values(row) == {"epoch": 1.0, "a/b": 0.5}
+
+
+def test_the_monitor_reports_to_trackers_from_its_polling_thread_without_printing(
+    local_server, finished_job, tmp_path, monkeypatch, capfd
+):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from opd_nb.notebook.monitor import JobMonitor
+
+    for key, value in tracker_env(tmp_path).items():
+        if key.startswith(("MLFLOW_", "OPD_")):
+            monkeypatch.setenv(key, value)
+    job = finished_job("reward").job_id
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    monitor = JobMonitor(job, client, poll_s=0.2, report_to="tensorboard,mlflow").start()
+    monitor.wait(timeout_s=120)
+    assert monitor.done
+    out, err = capfd.readouterr()
+    assert out == "" and "mlflow" not in err.lower(), (out, err)  # the thread sets state only
+    notes = monitor.state["notes"]
+    assert any(n.startswith("report-to tensorboard: event files in") for n in notes), notes
+    assert any(n.startswith("report-to mlflow: run ") for n in notes), notes
+    acc = EventAccumulator(str(tmp_path / "runs" / job))
+    acc.Reload()
+    found: dict[int, dict[str, float]] = {}
+    for tag in acc.Tags()["scalars"]:
+        for event in acc.Scalars(tag):
+            found.setdefault(event.step, {})[tag] = event.value
+    want = expected(client.metrics(job), 0)
+    assert set(found) == set(want) and all(set(found[s]) == set(want[s]) for s in want)
+
+
+def test_the_monitor_refuses_an_unknown_tracker_at_once():
+    from opd_nb.notebook.monitor import JobMonitor
+
+    with pytest.raises(OpdError) as refused:
+        JobMonitor("ft-202601010000-abcdef", JobClient(resolve_target("local")), report_to="tensorbored")
+    assert "unknown tracker 'tensorbored'" in str(refused.value)
