@@ -99,6 +99,7 @@ def _check_job(
             assert same, f"{tracker} {job} step {step} {name}: {got[name]} != {value}"
 
 
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_where_each_run_went_is_said(reported):
     printed = reported["printed"]
     for tracker in ALL.split(","):
@@ -106,6 +107,7 @@ def test_where_each_run_went_is_said(reported):
     assert "wandb sync" in printed and "tensorboard --logdir" in printed and "mlflow ui" in printed
 
 
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_trackio_holds_the_metrics_config_samples_and_end(reported):
     code = (
         "import json, trackio\nfrom trackio.sqlite_storage import SQLiteStorage\n"
@@ -150,6 +152,7 @@ def _wandb_runs(reported: dict) -> dict[str, list[dict]]:
     return runs
 
 
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_the_wandb_offline_run_holds_the_metrics_config_samples_and_end(reported):
     runs = _wandb_runs(reported)
     for job in (reported["parent"], reported["child"]):
@@ -174,6 +177,7 @@ def test_the_wandb_offline_run_holds_the_metrics_config_samples_and_end(reported
     assert runs[reported["child"]][1]["run"]["config"]["update"]["parent_job_id"] == reported["parent"]
 
 
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_tensorboard_event_files_hold_the_metrics_at_global_steps(reported):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -190,6 +194,7 @@ def test_tensorboard_event_files_hold_the_metrics_at_global_steps(reported):
             "opd/config", "opd/final_status", "rollouts/samples"} <= texts, texts  # fmt: skip
 
 
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_mlflow_holds_the_metrics_params_samples_and_end(reported):
     from mlflow import MlflowClient
 
@@ -216,6 +221,7 @@ def test_mlflow_holds_the_metrics_params_samples_and_end(reported):
 
 
 # ---------------------------------------------------------------- Bailian, and mistakes
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_on_bailian_the_report_says_what_it_cannot_see_and_writes_the_end(
     local_server, finished_job, tmp_path, monkeypatch
 ):
@@ -269,6 +275,7 @@ def test_metric_values_keep_every_finite_number_but_the_step():
     assert metric_values(row) == {"epoch": 1.0, "a/b": 0.5}
 
 
+@pytest.mark.slow  # trains a job (the shared one, then a continued one)
 def test_the_monitor_reports_to_trackers_from_its_polling_thread_without_printing(
     local_server, finished_job, tmp_path, monkeypatch, capfd
 ):
