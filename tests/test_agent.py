@@ -217,3 +217,54 @@ def test_mcp_config_names_the_agents_it_knows(capsys):
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert "unknown agent 'vim'" in err and "claude-code" in err and "Traceback" not in err
+
+
+def test_every_paid_tool_first_answers_a_confirmation_and_sends_nothing(tmp_path, monkeypatch):
+    """Submit, smoke, sweep, deploy and a cloud evaluation, on Bailian's counting stand-in (whose
+    upstream answers nothing: a request that got through would show, and fail)."""
+    from bailian_standin import CountingProxy
+    from conftest import tiny_workspace
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-standin-0000000000")
+    ws = str(tiny_workspace("reward", tmp_path / "ws", train_rows=24))
+    proxy = CountingProxy("http://127.0.0.1:9")
+    cloud = {"target": "cloud", "base_url": proxy.api_base}
+    calls = {
+        "submit": {"workspace": ws},
+        "smoke": {"workspace": ws},
+        "sweep": {"workspace": ws, "params": ["learning_rate=1e-6,2e-6"]},
+        "deploy": {"model": "qwen3.5-9b"},
+        "evaluate": {"workspace": ws, "models": ["qwen3.5-9b"], "rows": 3},
+    }
+
+    async def go() -> dict[str, dict]:
+        async with Client(build()) as client:
+            out = {}
+            for tool, args in calls.items():
+                result = await client.call_tool(tool, {**args, **cloud})
+                assert not result.is_error, f"{tool}: {result.content[0].text}"
+                out[tool] = result.structured_content
+            return out
+
+    try:
+        answers = anyio.run(go)
+    finally:
+        proxy.close()
+    assert proxy.requests == []
+    for tool, answer in answers.items():
+        confirmation = answer["confirmation"]
+        assert answer["status"] == "needs_confirmation" and answer["result"] is None, tool
+        assert confirmation["summary"].startswith("nothing sent: Bailian bills this"), tool
+        assert (
+            confirmation["confirmation_token"].startswith("opd-confirm-")
+            and "confirmation_token" in confirmation["fix"]
+        )
+    assert "3 calls" in answers["evaluate"]["confirmation"]["summary"]
+    assert "2 paid job(s)" in answers["sweep"]["confirmation"]["summary"]
+    assert len(answers["sweep"]["confirmation"]["request"]["jobs"]) == 2
+    assert answers["smoke"]["confirmation"]["estimate"]["smoke"] is True
+    assert answers["submit"]["confirmation"]["estimate"]["steps"] == 3
+    assert answers["submit"]["confirmation"]["request"]["training_type"]

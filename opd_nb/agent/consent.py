@@ -84,7 +84,6 @@ class Refusal:
     """The first call's answer: what would start (the CLI's line without --yes) and the token."""
 
     summary: str
-    fix: str
     token: str
     expires_in_s: float
 
@@ -150,7 +149,7 @@ class ConsentBook:
                 if exc.code != NEEDS_CONFIRMATION:
                     raise
                 issued = self._issue(action, fingerprint())
-                return Outcome(refusal=Refusal(exc.message, exc.fix or "", issued, self.ttl_s))
+                return Outcome(refusal=Refusal(exc.message, issued, self.ttl_s))
         grant = self._grant(token, fingerprint())
         with grant.lock:  # a second confirmed call waits for the first, then answers what it started
             if grant.started is not None:

@@ -81,7 +81,7 @@ class Confirmation(BaseModel):
     yes, call the same tool again with the same arguments and `confirmation_token`."""
 
     summary: str  # the one line `opd` prints without --yes
-    fix: str
+    fix: str  # what to do next
     warnings: list[str] = Field(default_factory=list)
     estimate: dict[str, Any] | None = None  # `opd estimate --json`, for a job
     request: dict[str, Any] | None = None  # the effective job (`opd submit --dry-run`), for a job

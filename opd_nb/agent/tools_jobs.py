@@ -27,6 +27,10 @@ from opd_nb.experiments.sweep import SweepResult
 
 T = TypeVar("T")
 MAX_WAIT_S = 600.0
+CONFIRM_FIX = (
+    "nothing was sent: show the user the summary, warnings and estimate; only on their yes, call this tool "
+    "again with the same arguments and confirmation_token"
+)
 SetsArg = Annotated[
     dict[str, Any] | None,
     Field(
@@ -55,7 +59,11 @@ def paid(
         return Paid(
             status="needs_confirmation",
             confirmation=Confirmation(
-                summary=r.summary, fix=r.fix, confirmation_token=r.token, expires_in_s=r.expires_in_s, **extra
+                summary=r.summary,
+                fix=CONFIRM_FIX,
+                confirmation_token=r.token,
+                expires_in_s=r.expires_in_s,
+                **extra,
             ),  # fmt: skip
         )
     notes = ["this token already started it: nothing new was sent"] if outcome.repeated else []
@@ -65,7 +73,14 @@ def paid(
 
 
 def job_preview(
-    ws: str, target: Any, config: str, sets: dict | None, smoke: int | None, **overrides: Any
+    ws: str,
+    target: Any,
+    config: str,
+    sets: dict | None,
+    smoke: int | None,
+    *,
+    body: bool = True,
+    **overrides: Any,
 ) -> dict:
     """What the consent step shows besides the line: every warning, the estimate, the request body."""
     from opd_nb.checks import check
@@ -78,7 +93,8 @@ def job_preview(
         ws, config=config, sets=dict(sets or {}), smoke=smoke, **overrides
     ).to_payload()
     try:
-        out["request"] = dry_run(ws, target, config=config, sets=sets, smoke=smoke, **overrides).job
+        if body:
+            out["request"] = dry_run(ws, target, config=config, sets=sets, smoke=smoke, **overrides).job
     except OpdError as exc:
         out["warnings"].append(f"no request body to show: {exc}")
     return out
@@ -172,8 +188,15 @@ def sweep(
             workspace, params, client.target, grid=grid, yes=yes, fresh=fresh, config=config
         )
 
+    def preview() -> dict[str, Any]:  # every point's effective job, checked; nothing sent
+        plan = run_sweep(
+            workspace, params, client.target, grid=grid, dry_run=True, fresh=fresh, config=config
+        )
+        shown = job_preview(workspace, client.target, config, None, None, body=False)
+        return {**shown, "request": plan.to_payload()}
+
     arguments = {"params": params, "grid": grid, "config": config, "fresh": fresh}
-    return paid(STATE, "sweep", client, arguments, workspace, start, confirmation_token)
+    return paid(STATE, "sweep", client, arguments, workspace, start, confirmation_token, preview)
 
 
 @tool_errors
