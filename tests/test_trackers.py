@@ -312,3 +312,33 @@ def test_the_monitor_refuses_an_unknown_tracker_at_once():
     with pytest.raises(OpdError) as refused:
         JobMonitor("ft-202601010000-abcdef", JobClient(resolve_target("local")), report_to="tensorbored")
     assert "unknown tracker 'tensorbored'" in str(refused.value)
+
+
+@pytest.mark.slow  # runs a job (it fails at once)
+def test_on_bailian_a_failed_jobs_log_errors_become_alerts(local_server, tmp_path, monkeypatch):
+    from bailian_standin import CountingProxy
+    from mlflow import MlflowClient
+
+    from opd_nb.trackers import report_job
+
+    for key, value in tracker_env(tmp_path).items():
+        if key.startswith(("MLFLOW_", "OPD_")):
+            monkeypatch.setenv(key, value)
+    ws = tiny_workspace("reward", tmp_path / "ws")
+    reward = ws / "functions" / "reward" / "reward.py"
+    reward.write_text('raise RuntimeError("the reward module cannot load")\n' + reward.read_text())
+    local = JobClient(resolve_target("local", base_url=local_server.api_base))
+    job = submit(ws, local.target, no_check=True).job_id
+    wait_status(local, job, {"FAILED"}, timeout=300)
+    proxy = CountingProxy(local_server.base_url)
+    try:
+        cloud = JobClient(Target(kind="cloud", base_url=proxy.api_base, api_key=SecretStr("sk-standin-0000")))
+        result = report_job(cloud, job, ["mlflow"], project=PROJECT)
+    finally:
+        proxy.close()
+    assert result.status == "FAILED" and result.alerts >= 2
+    client = MlflowClient()
+    run = client.search_runs([client.get_experiment_by_name(PROJECT).experiment_id])[0]
+    assert run.info.status == "FAILED"
+    assert "the job FAILED" in run.data.tags["opd.alert.failed"]
+    assert "error line in the job's log" in run.data.tags["opd.alert.log_error"]
