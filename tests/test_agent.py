@@ -219,6 +219,7 @@ def test_mcp_config_names_the_agents_it_knows(capsys):
     assert "unknown agent 'vim'" in err and "claude-code" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # five previews, two of them run submit_job.py --dry-run (several seconds)
 def test_every_paid_tool_first_answers_a_confirmation_and_sends_nothing(tmp_path, monkeypatch):
     """Submit, smoke, sweep, deploy and a cloud evaluation, on Bailian's counting stand-in (whose
     upstream answers nothing: a request that got through would show, and fail)."""
