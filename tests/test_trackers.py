@@ -65,12 +65,12 @@ def reported(local_server, finished_job, tmp_path_factory) -> Iterator[dict[str,
     parent = finished_job("reward").job_id
     opd = [sys.executable, "-m", "opd_nb"]
     backfill = subprocess.run([*opd, "report", parent, "--to", ALL, "--project", PROJECT, "--local", api],
-                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+                              env=env, cwd=root, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert backfill.returncode == 0, backfill.stderr[-3000:]
     ws = tiny_workspace("reward", root / "ws")
     child = submit(ws, client.target, model=f"opd-local/{parent}").job_id
     watch = subprocess.run([*opd, "watch", child, "--report-to", ALL, "--local", api, "--json"],
-                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+                           env=env, cwd=root, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert watch.returncode == 0, watch.stderr[-3000:]
     wait_status(client, child, {"SUCCEEDED"}, timeout=10)
     rows = {parent: client.metrics(parent), child: client.metrics(child)}
@@ -233,6 +233,7 @@ def test_on_bailian_the_report_says_what_it_cannot_see_and_writes_the_end(
     for key, value in tracker_env(tmp_path).items():
         if key.startswith(("MLFLOW_", "OPD_")):
             monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)  # MLflow keeps a new experiment's artifacts under ./mlruns
     proxy = CountingProxy(local_server.base_url)
     try:
         cloud = JobClient(Target(kind="cloud", base_url=proxy.api_base, api_key=SecretStr("sk-standin-0000")))
@@ -286,6 +287,7 @@ def test_the_monitor_reports_to_trackers_from_its_polling_thread_without_printin
     for key, value in tracker_env(tmp_path).items():
         if key.startswith(("MLFLOW_", "OPD_")):
             monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)  # MLflow keeps a new experiment's artifacts under ./mlruns
     job = finished_job("reward").job_id
     client = JobClient(resolve_target("local", base_url=local_server.api_base))
     monitor = JobMonitor(job, client, poll_s=0.2, report_to="tensorboard,mlflow").start()
@@ -324,6 +326,7 @@ def test_on_bailian_a_failed_jobs_log_errors_become_alerts(local_server, tmp_pat
     for key, value in tracker_env(tmp_path).items():
         if key.startswith(("MLFLOW_", "OPD_")):
             monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)  # MLflow keeps a new experiment's artifacts under ./mlruns
     ws = tiny_workspace("reward", tmp_path / "ws")
     reward = ws / "functions" / "reward" / "reward.py"
     reward.write_text('raise RuntimeError("the reward module cannot load")\n' + reward.read_text())
