@@ -330,6 +330,28 @@ def calls_needed(workspace: str | Path, models: Sequence[str], rows: int | None 
     return len(load_rows(workspace, rows)) * len(models)
 
 
+def cloud_notice(n_calls: int, models: list[str]) -> str:
+    return (
+        f"this evaluation makes {n_calls} calls to Bailian's chat API, which cost money "
+        f"({n_calls // max(1, len(models))} rows x {len(models)} model(s)). A fine-tuned model answers only "
+        "once deployed: `opd deploy MODEL --cloud --yes` (paid), then pass its deployed_model name to --model"
+    )
+
+
+def require_eval_consent(
+    target_kind: str, workspace: str | Path, models: Sequence[str], rows: int | None, yes: bool
+) -> str | None:
+    """On Bailian every row is a paid call: without `yes` an OpdError (code needs-confirmation) says how
+    many, and nothing is sent; with it, the notice to show. None on a local target (nothing billed)."""
+    from opd_nb.spend import is_paid, require_consent
+
+    if not is_paid(target_kind):
+        return None
+    notice = cloud_notice(calls_needed(workspace, models, rows), list(models))
+    require_consent(target_kind, yes, notice, fix="rerun with --yes to make these calls")
+    return notice
+
+
 def deploy_fix(model: str, cloud: bool) -> str:
     where = " --cloud" if cloud else ""
     return (

@@ -24,6 +24,15 @@ LOG_ERROR = re.compile(r"\bERROR\b|Traceback \(most recent call last\)|\b(?:CUDA
 LOG_PAGE = 500
 
 
+def log_error_alert(line: str, job_id: str) -> HealthAlert | None:
+    """The alert an error line of a job's log raises (None for any other line): what a watcher sees on
+    a control plane without metrics."""
+    if not LOG_ERROR.search(line):
+        return None
+    return HealthAlert("log_error", "error", f"error line in the job's log: {line.strip()[:200]}",
+                       f"read the log (opd logs {job_id})")  # fmt: skip
+
+
 @dataclass
 class Guard:
     """Polls with the watcher; the first error alert cancels the job. `tripped` holds that alert."""
@@ -59,11 +68,7 @@ class Guard:
     def _log_alert(self) -> HealthAlert | None:
         page = self.client.logs(self.job_id, offset=self._log_offset, lines=LOG_PAGE)
         self._log_offset = page.next_offset
-        for line in page.lines:
-            if LOG_ERROR.search(line):
-                return HealthAlert("log_error", "error", f"error line in the job's log: {line.strip()[:200]}",
-                                   f"read the log (opd logs {self.job_id})")  # fmt: skip
-        return None
+        return next((a for line in page.lines if (a := log_error_alert(line, self.job_id))), None)
 
     def _cancel(self, job: Any, alert: HealthAlert, rows: list[dict[str, Any]] | None) -> str:
         self.tripped = alert

@@ -11,14 +11,13 @@ import json
 import math
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from bailian_standin import CountingProxy
 from conftest import tiny_workspace
 from pydantic import SecretStr
 
@@ -29,51 +28,6 @@ from opd_nb.estimate import SMOKE_STEPS, SMOKE_SUFFIX, SMOKE_VALIDATION_ROWS, bi
 from opd_nb.spend import NEEDS_CONFIRMATION, PREFLIGHT_FAILED
 
 KEY = "sk-standin-0000000000000000"
-
-
-class CountingProxy:
-    """Bailian's stand-in: counts requests, forwards each to `upstream` (the local control plane)."""
-
-    def __init__(self, upstream: str):
-        self.upstream = upstream.rstrip("/")
-        self.requests: list[tuple[str, str]] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _forward(self) -> None:
-                proxy.requests.append((self.command, self.path))
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {
-                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
-                }
-                reply = httpx.request(
-                    self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=120
-                )
-                self.send_response(reply.status_code)
-                for k, v in reply.headers.items():
-                    if k.lower() not in (
-                        "content-length",
-                        "transfer-encoding",
-                        "content-encoding",
-                        "connection",
-                    ):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(reply.content)))
-                self.end_headers()
-                self.wfile.write(reply.content)
-
-            do_GET = do_POST = do_DELETE = do_PUT = _forward
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def api_base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/api/v1"
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 # Each module registers its commands on `app`; they import heavy libraries only inside commands.
+from opd_nb.cli import agent as _agent  # noqa: F401
 from opd_nb.cli import check as _check  # noqa: F401
 from opd_nb.cli import checkpoints as _checkpoints  # noqa: F401
 from opd_nb.cli import data as _data  # noqa: F401
@@ -18,6 +19,7 @@ from opd_nb.cli import experiments as _experiments  # noqa: F401
 from opd_nb.cli import jobs as _jobs  # noqa: F401
 from opd_nb.cli import new as _new  # noqa: F401
 from opd_nb.cli import notebook_only as _notebook_only  # noqa: F401
+from opd_nb.cli import report as _report  # noqa: F401
 from opd_nb.cli import rollouts as _rollouts  # noqa: F401
 from opd_nb.cli import serve as _serve  # noqa: F401
 from opd_nb.cli import session as _session  # noqa: F401

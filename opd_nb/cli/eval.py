@@ -20,14 +20,6 @@ from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import EvalRequest
 
 
-def cloud_notice(n_calls: int, models: list[str]) -> str:
-    return (
-        f"this evaluation makes {n_calls} calls to Bailian's chat API, which cost money "
-        f"({n_calls // max(1, len(models))} rows x {len(models)} model(s)). A fine-tuned model answers only "
-        "once deployed: `opd deploy MODEL --cloud --yes` (paid), then pass its deployed_model name to --model"
-    )
-
-
 @app.command("eval")
 def eval_cmd(
     workspace: Annotated[Path, typer.Argument(help="workspace folder (its validation rows and reward)")],
@@ -49,13 +41,11 @@ def eval_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Answer the workspace's validation rows with each model and score them; rows that differ first."""
-    from opd_nb.evaluation import calls_needed, evaluate
-    from opd_nb.spend import require_consent
+    from opd_nb.evaluation import evaluate, require_eval_consent
 
     client = _client(local, cloud, workspace)
-    if client.target.kind == "cloud":
-        notice = cloud_notice(calls_needed(workspace, model, rows), model)
-        require_consent(client.target.kind, yes, notice, fix="rerun with --yes to make these calls")
+    notice = require_eval_consent(client.target.kind, workspace, model, rows, yes)
+    if notice:
         echo(f"note: {notice}", err=True)
     if in_magic():
         return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens)

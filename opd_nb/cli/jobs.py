@@ -65,6 +65,15 @@ NoCheckOpt = Annotated[
     bool, typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit")
 ]
 
+ReportToOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--report-to",
+        metavar="TRACKERS",
+        help="also write the job to trackio, wandb, tensorboard and/or mlflow (comma-separated) as it runs",
+    ),
+]
+
 SmokeOpt = Annotated[
     int | None,
     typer.Option(
@@ -230,6 +239,7 @@ def watch_cmd(
     notify: NotifyOpt = None,
     notify_format: NotifyFormatOpt = None,
     price: PriceOpt = None,
+    report_to: ReportToOpt = None,
     detach: Annotated[bool, typer.Option("--detach", help="keep watching in a background process")] = False,
     list_: Annotated[bool, typer.Option("--list", help="list the detached watchers")] = False,
     stop: Annotated[bool, typer.Option("--stop", help="stop the detached watcher of JOB")] = False,
@@ -251,12 +261,21 @@ def watch_cmd(
     client = _client(local, cloud)
     thresholds = GuardThresholds(vtr_steps, reward_failures, loss_factor, zero_variance_evals)
     hooks = _hooks(client, job_id, thresholds if guard else None, notify, notify_format, price)
+    if report_to:
+        from opd_nb.trackers import Reporter, parse_report_to
+
+        hooks.reporter = Reporter(client, job_id, parse_report_to(report_to))
     if detach:
         return emit(_detach(client, job_id, hooks, notify), as_json=as_json)
     if in_magic():  # the notebook opens the job monitor on it, its guard switch on with --guard
         if hooks.notifier is not None:
             raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
-        return WatchRequest(job_ids=(job_id,), target=client.target, guard=thresholds if guard else None)
+        return WatchRequest(
+            job_ids=(job_id,),
+            target=client.target,
+            guard=thresholds if guard else None,
+            report_to=tuple(hooks.reporter.names) if hooks.reporter else (),
+        )
     with client:  # one connection pool for every poll, closed when the watch ends
         if as_json:
             poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
@@ -307,6 +326,9 @@ def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None) -> Any:
                  "--guard-reward-failures", str(t.reward_failure_rate), "--guard-loss-factor", str(t.loss_divergence),
                  "--guard-zero-variance-evals", str(t.zero_variance_evals)]  # fmt: skip
         options.append("guard")
+    if hooks.reporter is not None:
+        argv += ["--report-to", ",".join(hooks.reporter.names)]
+        options.append(f"report-to {','.join(hooks.reporter.names)}")
     env = {k: v for k, v in os.environ.items() if k != URL_VAR}
     env.update(target.env())
     if hooks.notifier is not None and notify:

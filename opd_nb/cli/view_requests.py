@@ -27,6 +27,7 @@ class WatchRequest(ResultMixin):
     target: Target
     submitted: SubmitResult | None = None
     guard: GuardThresholds | None = None  # the monitor starts with its guard switch on, at these
+    report_to: tuple[str, ...] = ()  # trackers the monitor writes the jobs to (`--report-to`)
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -36,6 +37,7 @@ class WatchRequest(ResultMixin):
             "base_url": self.target.base_url,
             "submitted": self.submitted.to_payload() if self.submitted is not None else None,
             "guard": self.guard is not None,
+            "report_to": list(self.report_to),
         }
 
     def __str__(self) -> str:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from opd_nb.guard import Guard
     from opd_nb.meter import Meter
     from opd_nb.notify import Notifier
+    from opd_nb.trackers import Reporter
 
 SHOWN_METRICS = (
     LOSS,
@@ -101,6 +102,7 @@ class Hooks:
     guard: Guard | None = None
     notifier: Notifier | None = None
     meter: Meter | None = None
+    reporter: Reporter | None = None  # --report-to: the job into the user's trackers (opd_nb.trackers)
 
     def after_poll(
         self, job: Any, rows: Sequence[Mapping[str, Any]] | None, fresh: list[HealthAlert]
@@ -114,6 +116,9 @@ class Hooks:
             if self.notifier is not None and said and self.guard.tripped is not None:
                 cancel = HealthAlert("guard_cancel", "error", said[-1], f"opd logs {job.job_id}")
                 lines += [line for line in [self.notifier.alert(job.job_id, cancel)] if line]
+        if self.reporter is not None:
+            self.reporter.poll(job, rows, fresh)
+            lines += self.reporter.take_lines()
         return lines
 
     def at_end(self, job: Any) -> list[str]:
@@ -122,6 +127,9 @@ class Hooks:
             tripped = self.guard.tripped if self.guard is not None else None
             extra = f"the guard cancelled it: rule {tripped.rule}" if tripped else ""
             lines += [line for line in [self.notifier.final(job, extra)] if line]
+        if self.reporter is not None:
+            self.reporter.end(job)
+            lines += [*self.reporter.take_lines(), *self.reporter.where_lines()]
         return lines
 
 

@@ -78,7 +78,8 @@ def resolve_target(
     """Build a Target from arguments, the environment and the workspace's (or CWD's) `.env`.
 
     Precedence: explicit `base_url` > ``DASHSCOPE_HTTP_BASE_URL`` in the environment > `.env` >
-    default for the kind. `kind` None means local when the URL is loopback, else cloud.
+    default for the kind. `kind` None means local when the URL is loopback, else cloud; a `kind` named
+    together with a `base_url` is kept (a local server on another host, Bailian behind a local proxy).
     """
     if kind not in (None, "local", "cloud"):
         raise OpdError(f"unknown target {kind!r}", fix="use 'local' or 'cloud'")
@@ -102,6 +103,8 @@ def resolve_target(
     resolved_kind: Literal["local", "cloud"] = "local" if is_loopback(url) else "cloud"
     if kind == "local" and resolved_kind != "local":
         resolved_kind = "local"  # a user-named local server on another host (e.g. a Binder peer)
+    if kind == "cloud" and base_url and resolved_kind != "cloud":
+        resolved_kind = "cloud"  # Bailian behind a URL the user named (a local proxy): still the paid plane
     key = get(API_KEY_VAR)
     if not key and resolved_kind == "local":
         key = LOCAL_API_KEY  # the local server accepts any non-empty key

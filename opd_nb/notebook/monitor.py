@@ -33,8 +33,22 @@ from opd_nb.notebook.job_state import JobState, job_view
 from opd_nb.notebook.monitor_guard import MonitorGuard
 from opd_nb.notebook.monitor_html import CLOUD_NOTE
 from opd_nb.notebook.monitor_polling import JobPolling
+from opd_nb.notebook.monitor_report import MonitorReport
 
 __all__ = ["JobMonitor", "CLOUD_NOTE"]
+
+
+def _trackers(report_to: str | Sequence[str]) -> list[str]:
+    """The backends of ``report_to=`` (checked now: an unknown or uninstalled one is an OpdError)."""
+    if not report_to:
+        return []
+    from opd_nb.trackers import parse_report_to
+    from opd_nb.trackers.backends import require
+
+    names = parse_report_to(report_to)
+    for name in names:
+        require(name)
+    return names
 
 
 class JobMonitor(JobPolling, LiveView):
@@ -49,11 +63,13 @@ class JobMonitor(JobPolling, LiveView):
         log_tail: int = 15,
         guard: bool | GuardThresholds = False,
         notes: Sequence[str] = (),
+        report_to: str | Sequence[str] = (),
     ):
         """`guard`: start with the guard switch on (cancel a job when an error rule fires, as
         ``opd watch --guard`` does; thresholds, or True for the defaults). The monitor's toggle flips
         it, and so does ``monitor.guard.on``. `notes`: lines shown above the jobs (``%opd submit``'s,
-        the same the terminal prints); what the guard does is added to them."""
+        the same the terminal prints); what the guard does is added to them. `report_to`: trackers to
+        write each job to as it runs (``"trackio,wandb"``, as ``opd watch --report-to``)."""
         ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
         ids = list(dict.fromkeys(i for i in ids if i))
         if not ids:
@@ -77,6 +93,7 @@ class JobMonitor(JobPolling, LiveView):
         self.notes: list[str] = list(notes)
         limits = guard if isinstance(guard, GuardThresholds) else GuardThresholds()
         self.guard = MonitorGuard(on=bool(guard), thresholds=limits)
+        self.report = MonitorReport(to=_trackers(report_to))
 
     # ------------------------------------------------------------ snapshot
     @property

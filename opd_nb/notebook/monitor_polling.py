@@ -15,6 +15,7 @@ from typing import Any, Self
 from opd_nb.errors import OpdError
 from opd_nb.notebook.job_state import NOT_FOUND, JobState
 from opd_nb.notebook.monitor_guard import MonitorGuard
+from opd_nb.notebook.monitor_report import MonitorReport
 
 _NO_ANSWER = object()  # what `_call` returns when the request raised (the error is on the job state)
 
@@ -27,6 +28,7 @@ class JobPolling:
     polls: int
     notes: list[str]
     guard: MonitorGuard
+    report: MonitorReport
     _client: Any
     _jobs: dict[str, JobState]
     _lock: threading.RLock
@@ -111,7 +113,7 @@ class JobPolling:
         ckpts = self._call(st, self.client.checkpoints, st.job_id)
         if ckpts is not _NO_ANSWER:
             st.checkpoints = list(ckpts or [])
-        for line in self.guard.check(self.client, st):
+        for line in [*self.guard.check(self.client, st), *self.report.check(self.client, st)]:
             with self._lock:  # `state` copies the notes from the main thread
                 self.notes.append(line)
             if self._widgets is not None:

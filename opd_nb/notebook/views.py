@@ -33,7 +33,13 @@ def _monitor(request: WatchRequest) -> Any:
     submitted = request.submitted
     client = submitted.client if submitted is not None else None
     notes = [submitted.headline(), *submitted.note_lines()] if submitted is not None else []
-    monitor = JobMonitor(list(request.job_ids), client or JobClient(request.target), guard=guard, notes=notes)
+    monitor = JobMonitor(
+        list(request.job_ids),
+        client or JobClient(request.target),
+        guard=guard,
+        notes=notes,
+        report_to=request.report_to,
+    )
     return monitor.start()
 
 

@@ -1,0 +1,74 @@
+"""The two control planes as the tools see them: the same target rules as `opd --local/--cloud`, and the
+server's state (the consent book, one guard and one alert tracker per watched job).
+
+Every tool takes ``target`` (local: an `opd serve`; cloud: Bailian) and ``base_url``; the key comes
+from the environment or the workspace's ``.env``, as for `opd`, and never appears in an argument, a
+result or a log line.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+
+from pydantic import Field
+
+from opd_nb.agent.consent import ConsentBook
+from opd_nb.errors import OpdError
+
+TargetArg = Annotated[
+    Literal["local", "cloud"] | None,
+    Field(
+        description="local: an `opd serve` (free); cloud: Bailian (paid); default: as `opd` (the environment)"
+    ),
+]
+BaseUrlArg = Annotated[
+    str | None,
+    Field(
+        description="the control plane's URL (default: http://127.0.0.1:8765 for local, Bailian for cloud)"
+    ),
+]
+TokenArg = Annotated[
+    str | None,
+    Field(description="the confirmation_token of this action's first call, once the user said yes"),
+]
+WorkspaceArg = Annotated[str, Field(description="the workspace folder (config.yaml, data/, functions)")]
+ConfigArg = Annotated[str, Field(description="the job YAML inside the workspace")]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def client_for(target: str | None, base_url: str | None, workspace: str | None = None) -> Any:
+    """A JobClient for the plane the tool names (a loopback URL is local unless `target` says cloud)."""
+    from opd_nb.client import JobClient, resolve_target
+
+    return JobClient(resolve_target(target, base_url=base_url, workspace=workspace))
+
+
+def tool_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """An OpdError becomes the tool error an agent reads: the CLI's one line, with its fix."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except OpdError as exc:
+            raise ToolError(str(exc)) from None
+
+    return wrapper
+
+
+@dataclass
+class AgentState:
+    """What one `opd mcp` process remembers between calls."""
+
+    consent: ConsentBook = field(default_factory=ConsentBook)
+    guards: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.guard.Guard
+    alerts: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.health.AlertTracker
+
+
+STATE = AgentState()  # this process's: one `opd mcp` serves one agent

@@ -1,0 +1,218 @@
+"""Tools before and after a job: create a workspace, check, estimate; export, deploy, undeploy, chat,
+evaluate (deploy and a cloud evaluation are paid: two calls), report to trackers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from opd_nb.agent.models import ExportResult, Paid
+from opd_nb.agent.planes import (
+    STATE,
+    BaseUrlArg,
+    ConfigArg,
+    TargetArg,
+    TokenArg,
+    WorkspaceArg,
+    client_for,
+    tool_errors,
+)
+from opd_nb.agent.tools_jobs import paid
+from opd_nb.checks.report import Finding
+from opd_nb.client.deploy_results import ChatReply, Deployment
+from opd_nb.estimate import Estimate
+from opd_nb.evaluation import EvalResult
+from opd_nb.trackers.records import ReportResult
+from opd_nb.workspace import Workspace
+
+Tracker = Literal["trackio", "wandb", "tensorboard", "mlflow"]
+
+
+class CheckResult(BaseModel):
+    """`opd check`: ok when no finding is an error; each finding has its rule, where, and fix."""
+
+    ok: bool
+    errors: int
+    warnings: int
+    findings: list[Finding]
+
+
+@tool_errors
+def new_workspace(
+    mode: Annotated[Literal["pure-distill", "reward", "agentic"], Field(description="the OPD mode")],
+    dest: Annotated[str, Field(description="folder to create (must not exist, or be empty)")],
+    name: str | None = None,
+    student: Annotated[str | None, Field(description="student model id")] = None,
+    teacher: Annotated[str | None, Field(description="teacher model id")] = None,
+    with_reward: Annotated[bool | None, Field(description="agentic only: add a reward function")] = None,
+) -> Workspace:
+    """Create a workspace (`opd new`): config.yaml, data, submit_job.py, tests, the mode's functions."""
+    from opd_nb.workspace import create
+
+    return create(mode, dest, name=name, student=student, teacher=teacher, with_reward=with_reward)
+
+
+@tool_errors
+def check(
+    workspace: WorkspaceArg = ".",
+    target: Annotated[
+        Literal["cloud", "local"], Field(description="whose rules: cloud (Bailian) or local")
+    ] = "cloud",
+    base_url: BaseUrlArg = None,
+    config: ConfigArg = "config.yaml",
+) -> CheckResult:
+    """Every preflight rule over config, data, functions and environment (`opd check`); read-only.
+    The preflight-rules resource lists every rule with its fix."""
+    from opd_nb.checks import check as run_check
+
+    report = run_check(workspace, target, base_url=base_url, config=config)
+    return CheckResult(ok=report.ok, errors=len(report.errors), warnings=len(report.warnings),
+                       findings=report.findings)  # fmt: skip
+
+
+@tool_errors
+def estimate(
+    workspace: WorkspaceArg = ".",
+    config: ConfigArg = "config.yaml",
+    smoke: Annotated[int | None, Field(ge=0, description="size the smoke run of N rows (0: default)")] = None,
+    sets: Annotated[dict[str, Any] | None, Field(description="as submit's sets")] = None,
+    price: Annotated[float | None, Field(gt=0, description="money per training unit per hour")] = None,
+) -> Estimate:
+    """Size the job before it starts (`opd estimate`): steps, rollouts, evaluations, token bounds,
+    reward calls, units held per hour, money with a price. Never guesses wall-clock time."""
+    from opd_nb.estimate import estimate as size
+
+    return size(workspace, config=config, price=price, smoke=smoke, sets=dict(sets or {}))
+
+
+@tool_errors
+def export_checkpoint(
+    job_id: str,
+    checkpoint: Annotated[str, Field(description="checkpoint-N, JOB:checkpoint-N or the step number")],
+    model_name: Annotated[str | None, Field(description="a display name")] = None,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+) -> ExportResult:
+    """Export a checkpoint as a deployable model (`opd export`); deploy it by its model_name."""
+    cp = client_for(target, base_url).export_checkpoint(job_id, checkpoint, model_name=model_name)
+    return ExportResult(checkpoint=cp.name, model_name=cp.model_name,
+                        next_step=f"deploy(model={cp.model_name!r})")  # fmt: skip
+
+
+@tool_errors
+def deploy(
+    model: Annotated[
+        str, Field(description="opd-local/<job_id>, an exported model_name, a checkpoint, a base model")
+    ],
+    capacity: Annotated[int, Field(ge=1)] = 1,
+    suffix: str | None = None,
+    plan: Annotated[
+        Literal["lora", "ptu", "mu"] | None, Field(description="Bailian's plan (default lora)")
+    ] = None,
+    deploy_spec: Annotated[
+        dict[str, Any] | None, Field(description='ptu: {"input_tpm": N, "output_tpm": N}')
+    ] = None,
+    billing_method: Annotated[Literal["POST_PAY", "PRE_PAY"] | None, Field(description="mu only")] = None,
+    wait: Annotated[bool, Field(description="return at RUNNING (else at once, PENDING)")] = True,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    confirmation_token: TokenArg = None,
+) -> Paid[Deployment]:
+    """Deploy a model (`opd deploy`). A Bailian deployment costs money while it runs: the first call
+    sends nothing and returns the summary and a confirmation_token; stop it with `undeploy`."""
+    from opd_nb.deploy_plans import check_plan, require_consent
+
+    client = client_for(target, base_url)
+    check_plan(plan, deploy_spec, billing_method)  # before anything is sent, and before consent
+
+    def start(yes: bool) -> Deployment:
+        require_consent(client.target.kind, plan, capacity, yes)
+        dep = client.deploy(model, capacity=capacity, suffix=suffix, plan=plan, deploy_spec=deploy_spec,
+                            billing_method=billing_method)  # fmt: skip
+        return client.wait_deployed(dep.deployed_model) if wait else dep
+
+    arguments = {"model": model, "capacity": capacity, "suffix": suffix, "plan": plan,
+                 "deploy_spec": deploy_spec, "billing_method": billing_method}  # fmt: skip
+    return paid(STATE, "deploy", client, arguments, None, start, confirmation_token)
+
+
+@tool_errors
+def undeploy(name: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> Deployment:
+    """Stop a deployment (`opd undeploy`): on Bailian its billing stops."""
+    return client_for(target, base_url).undeploy(name)
+
+
+@tool_errors
+def chat(
+    model: Annotated[str, Field(description="a deployed_model name, or a base model id")],
+    message: str,
+    system: str | None = None,
+    max_tokens: Annotated[int | None, Field(ge=1)] = None,
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+) -> ChatReply:
+    """One message to a model through the chat API (`opd chat`); on Bailian each call is billed."""
+    messages = [
+        *([{"role": "system", "content": system}] if system else []),
+        {"role": "user", "content": message},
+    ]
+    return client_for(target, base_url).chat(model, messages, max_tokens=max_tokens, temperature=temperature)
+
+
+@tool_errors
+def evaluate(
+    workspace: WorkspaceArg,
+    models: Annotated[list[str], Field(min_length=1, description="models to compare, e.g. trained and base")],
+    rows: Annotated[int | None, Field(ge=1, description="only the first N validation rows")] = None,
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 8,
+    max_tokens: Annotated[int | None, Field(ge=1)] = None,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    confirmation_token: TokenArg = None,
+) -> Paid[EvalResult]:
+    """Answer the workspace's validation rows with each model and score them with its reward (`opd
+    eval`). On Bailian every row is a paid call: two calls, as `submit`."""
+    from opd_nb.evaluation import evaluate as run_eval
+    from opd_nb.evaluation import require_eval_consent
+
+    client = client_for(target, base_url, workspace)
+
+    def start(yes: bool) -> EvalResult:
+        require_eval_consent(client.target.kind, workspace, models, rows, yes)
+        return run_eval(
+            workspace, models, client=client, rows=rows, concurrency=concurrency, max_tokens=max_tokens
+        )
+
+    arguments = {"models": models, "rows": rows, "concurrency": concurrency, "max_tokens": max_tokens}
+    return paid(STATE, "evaluate", client, arguments, workspace, start, confirmation_token)
+
+
+@tool_errors
+def report(
+    job_id: str,
+    to: Annotated[list[Tracker], Field(min_length=1, description="the trackers to write the job to")],
+    project: Annotated[str | None, Field(description="trackio/W&B project, MLflow experiment")] = None,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+) -> ReportResult:
+    """Write a job to experiment trackers (`opd report --to`): every metric at the job's global step,
+    its config, sample tables, alerts and final status. Local and offline by default."""
+    from opd_nb.trackers import DEFAULT_PROJECT, parse_report_to, report_job
+
+    with client_for(target, base_url) as client:
+        return report_job(client, job_id, parse_report_to(list(to)), project=project or DEFAULT_PROJECT)
+
+
+TOOLS = (
+    new_workspace,
+    check,
+    estimate,
+    export_checkpoint,
+    deploy,
+    undeploy,
+    chat,
+    evaluate,
+    report,
+)  # registered by opd_nb.agent.server, in this order

@@ -1,0 +1,147 @@
+"""Agent-sized views of what the core returns: series summaries, alerts with the best checkpoint, and a
+step's best and worst sample with the teacher's token log-probs summarised.
+
+Pure functions over the client's records; the rules they apply are the core's (``health`` for alerts
+and the best checkpoint, ``rollout_results`` for ranking and log-ratios, ``plots`` for reading a
+series), so an agent sees what the monitor and `opd watch` show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opd_nb.agent.models import (
+    AlertInfo,
+    AlertsResult,
+    BestCheckpointInfo,
+    MetricsResult,
+    SampleInfo,
+    SamplesResult,
+    SeriesSummary,
+    TokenInfo,
+)
+from opd_nb.client.rollout_results import (
+    CLOUD_NOTE,
+    best_and_worst,
+    log_ratio,
+    mean_log_ratio,
+    prompt_text,
+    reward_of,
+)
+from opd_nb.health import best_checkpoint, best_checkpoint_line, eval_steps_of, job_alerts
+from opd_nb.plots import metric_series
+
+NO_METRICS = "this control plane (Bailian) has no metrics API; read the job in the console"
+DISAGREEING_TOKENS = 5
+
+
+def _names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.update(
+            (k, None)
+            for k, v in row.items()
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool)
+        )
+    return list(seen)
+
+
+def metrics_view(
+    job_id: str, rows: Sequence[Mapping[str, Any]] | None, names: Sequence[str] | None, last: int
+) -> MetricsResult:
+    """Each metric's summary (points, first/last step and value, min, max, mean) and the last `last` rows."""
+    if rows is None:
+        return MetricsResult(job_id=job_id, available=False, note=NO_METRICS)
+    series = []
+    for name in names or _names(rows):
+        steps, values = metric_series(rows, name)
+        if values:
+            series.append(SeriesSummary(
+                name=name, points=len(values), first_step=steps[0], last_step=steps[-1], first=values[0],
+                last=values[-1], min=min(values), max=max(values), mean=sum(values) / len(values),
+            ))  # fmt: skip
+    wanted = set(names or []) | {"step"}
+    tail = (
+        [dict(r) if not names else {k: v for k, v in r.items() if k in wanted} for r in rows[-last:]]
+        if last
+        else []
+    )
+    note = "" if series or not names else f"none of {', '.join(names)} in this job's metrics"
+    return MetricsResult(job_id=job_id, available=True, note=note, series=series, last_rows=tail)
+
+
+def alerts_view(
+    job: Any,
+    rows: Sequence[Mapping[str, Any]] | None,
+    checkpoints: Sequence[Any] | None,
+    records: Sequence[Mapping[str, Any]] | None = None,
+) -> AlertsResult:
+    """The health alerts the monitor shows and the best checkpoint by the docs' rule."""
+    alerts = job_alerts(rows or [], status=job.status, job_id=job.job_id,
+                        eval_steps=eval_steps_of(job.hyper_parameters), records=records)  # fmt: skip
+    best = best_checkpoint(checkpoints, rows) if checkpoints and rows else None
+    info = None
+    if best is not None:
+        cp = best.checkpoint
+        info = BestCheckpointInfo(name=cp.name, step=cp.step, reason=best.reason,
+                                  deploy_or_continue_from=cp.model_name or cp.path or cp.name)  # fmt: skip
+    return AlertsResult(
+        job_id=job.job_id,
+        status=job.status,
+        alerts=[AlertInfo.of(a) for a in alerts],
+        best_checkpoint=info,
+        best_checkpoint_line=best_checkpoint_line(checkpoints, rows) if job.terminal else "",
+    )
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def sample_view(index: int, record: Mapping[str, Any]) -> SampleInfo:
+    """One sample: text, reward, and its tokens' log-probs summarised (the most disagreeing first)."""
+    tokens = [t for t in record.get("tokens") or () if isinstance(t, Mapping)]
+    scored = [t for t in tokens if log_ratio(t) is not None]
+    worst = sorted(scored, key=lambda t: log_ratio(t))[:DISAGREEING_TOKENS]  # type: ignore[arg-type, return-value]
+    return SampleInfo(
+        index=index,
+        kind=record.get("kind"),
+        group=record.get("group"),
+        prompt=prompt_text(record),
+        completion=str(record.get("completion") or ""),
+        reward=reward_of(record),
+        truncated=bool(record.get("truncated")),
+        tokens=len(tokens),
+        scored_tokens=len(scored),
+        mean_teacher_logprob=_mean([float(t["teacher_logprob"]) for t in scored]),
+        mean_student_logprob=_mean([float(t["student_logprob"]) for t in scored]),
+        mean_log_ratio=mean_log_ratio(record),
+        most_disagreeing=[
+            TokenInfo(
+                text=str(t.get("text") or ""),
+                teacher_logprob=t.get("teacher_logprob"),
+                student_logprob=t.get("student_logprob"),
+                log_ratio=log_ratio(t),
+            )  # fmt: skip
+            for t in worst
+        ],
+    )
+
+
+def samples_view(job_id: str, page: Any) -> SamplesResult:
+    """A step's best and worst sample (by reward, then by the teacher's agreement), or why there are none."""
+    if page is None:
+        return SamplesResult(job_id=job_id, note=CLOUD_NOTE)
+    records = page.rollouts
+    pair = best_and_worst(records)
+    return SamplesResult(
+        job_id=job_id,
+        step=page.step,
+        kind=page.kind,
+        recorded_steps=list(page.steps),
+        samples=len(records),
+        best=sample_view(pair[0], records[pair[0]]) if pair else None,
+        worst=sample_view(pair[1], records[pair[1]]) if pair else None,
+        note="" if pair else "no samples recorded at this step yet",
+    )

@@ -1,0 +1,264 @@
+"""One job into the user's trackers: metrics at global steps, config, samples, alerts, the end.
+
+What `opd watch --report-to`, `opd report --to` and the monitor's ``report_to=`` share. A watcher
+hands each poll to :meth:`Reporter.poll` (the job, its metric rows, the alerts that just appeared)
+and the end to :meth:`Reporter.end`; `report_job` backfills a job in one pass through the same
+calls. Rows are the job's ``/metrics`` as they are, so the trackers hold what the control plane
+holds. On Bailian, which has no metrics API, a reporter writes what a watcher can see there: the
+status, the error lines of the log as alerts, and the final checkpoint list, and it says so.
+
+A backend that fails while a job is watched is dropped with one line; the watch goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from opd_nb.chart_data import MAX_PARENTS, client_offsets, parent_of
+from opd_nb.client.rollout_results import summary as sample_summary
+from opd_nb.errors import OpdError
+from opd_nb.guard import LOG_PAGE, log_error_alert
+from opd_nb.health import HealthAlert, best_checkpoint_line
+from opd_nb.trackers.backends import SAMPLE_COLUMNS, Backend, open_backend, require
+from opd_nb.trackers.quiet import muted
+from opd_nb.trackers.records import DEFAULT_PROJECT, STEP, ReportResult, RunInfo, job_config
+
+NO_METRICS_NOTE = (
+    "this control plane (Bailian) has no metrics API: reported the status, error lines of the log as "
+    "alerts and the final checkpoint list, no metric curves or samples"
+)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def metric_values(row: Mapping[str, Any]) -> dict[str, float]:
+    """A metric row's values under the docs' names (every finite number but the step)."""
+    return {k: v for k, v in ((k, _number(v)) for k, v in row.items() if k != STEP) if v is not None}
+
+
+def _root(client: Any, job: Any) -> tuple[str | None, str]:
+    """(the job this one continues, the first job of its chain)."""
+    parent, _ = parent_of(job.model)
+    root, model, seen = job.job_id, job.model, {job.job_id}
+    for _ in range(MAX_PARENTS):
+        up, _ = parent_of(model)
+        if up is None or up in seen:
+            break
+        seen.add(up)
+        root = up
+        try:
+            model = client.get(up).model
+        except OpdError:  # deleted, or another region: the chain is known up to here
+            break
+    return parent, root
+
+
+def run_info(client: Any, job: Any, project: str = DEFAULT_PROJECT) -> RunInfo:
+    """The tracker run of `job`: named by its id, grouped by its chain, its steps after its parent's."""
+    parent, root = _root(client, job)
+    offset = client_offsets(client, {job.job_id: job.model})[job.job_id] if parent else 0.0
+    kind = client.target.kind
+    return RunInfo(
+        job_id=job.job_id,
+        project=project,
+        name=job.job_id,
+        group=root,
+        parent_job_id=parent,
+        step_offset=int(offset),
+        config={**job_config(job, kind), "parent_job_id": parent, "step_offset": int(offset)},
+        target=kind,
+    )
+
+
+class Reporter:
+    """Writes one job to every named backend; :meth:`take_lines` is what a watcher should show."""
+
+    def __init__(
+        self,
+        client: Any,
+        job_id: str,
+        backends: Sequence[str],
+        *,
+        project: str = DEFAULT_PROJECT,
+    ):
+        for name in backends:  # a missing library is refused before anything is watched or written
+            require(name)
+        self.client, self.job_id, self.project = client, job_id, project
+        self.names = list(backends)
+        self._pending: list[str] = []
+        self.run: RunInfo | None = None
+        self.result = ReportResult(job_id=job_id, backends=self.names, status="")
+        self._backends: list[Backend] = []
+        self._rows_seen = 0
+        self._sample_steps: set[int] = set()
+        self._samples_asked_at: int | None = None  # the last step samples were asked for
+        self._alert_rules: set[str] = set()
+        self._log_offset = 1
+        self._ended = False
+
+    # ---------------------------------------------------------------- plumbing
+    def _each(self, what: str, call: Callable[[Backend], None]) -> None:
+        """`call` on every live backend, muted; one that raises is dropped with a line saying why."""
+        for backend in list(self._backends):
+            try:
+                with muted():
+                    call(backend)
+            except Exception as exc:  # a tracker's own failure: the watch (or the other trackers) go on
+                self._backends.remove(backend)
+                line = f"report-to {backend.name}: {what} failed ({type(exc).__name__}: {exc}); not reporting to it"
+                self.result.notes.append(line)
+                self._pending.append(line)
+
+    def open(self, job: Any) -> None:
+        """Start a run in each backend (its library imported now: a missing one is an OpdError)."""
+        self.run = run_info(self.client, job, self.project)
+        with muted():  # importing a tracker sets up its loggers: they must not print for us either
+            self._backends = [open_backend(name) for name in self.names]
+        self._each("start", lambda b: b.start(self.run))  # type: ignore[arg-type]
+
+    # ---------------------------------------------------------------- what a poll brings
+    def poll(
+        self, job: Any, rows: Sequence[Mapping[str, Any]] | None, alerts: Iterable[HealthAlert] = ()
+    ) -> None:
+        """One watcher poll: new metric rows, new recorded samples, new alerts (log errors on Bailian)."""
+        if self.run is None:
+            self.open(job)
+        if rows is None:
+            try:
+                alerts = [*alerts, *self._log_alerts()]
+            except OpdError:  # the log could not be read this time: the next poll reads on from here
+                pass
+        else:
+            self._write(rows)
+        for alert in alerts:
+            self._alert(alert, rows)
+
+    def _write(self, rows: Sequence[Mapping[str, Any]], *, every: bool = False) -> None:
+        """The rows not written yet and the samples of steps not written yet, in step order (W&B
+        drops anything logged at a step below one it has seen)."""
+        if len(rows) < self._rows_seen:  # a shorter list is not the same history: start over
+            self._rows_seen = 0
+        run = self.run
+        assert run is not None
+        events: list[tuple[int, int, Any]] = []
+        for row in rows[self._rows_seen :]:
+            step, values = run.global_step(row.get(STEP)), metric_values(row)
+            if step is not None and values:
+                events.append((step, 0, values))
+        self._rows_seen = len(rows)
+        try:
+            tables = self._new_samples(rows, every)
+        except OpdError:  # a poll that could not read the samples: the next one catches up
+            tables = {}
+        events += [(step, 1, table) for step, table in tables.items()]
+        for step, kind, payload in sorted(events, key=lambda e: (e[0], e[1])):
+            if kind == 0:
+                self._each("metrics", lambda b, s=step, v=payload: b.log_metrics(s, v))
+                self.result.metric_rows += 1
+                self.result.steps = [self.result.steps[0] if self.result.steps else step, step]
+            else:
+                self._each("samples", lambda b, s=step, t=payload: b.log_samples(s, t))
+                self.result.sample_tables += 1
+
+    def _new_samples(self, rows: Sequence[Mapping[str, Any]], every: bool) -> dict[int, list[list[Any]]]:
+        """Each recorded step not written yet, as a table (asked only when a new step has metrics, or
+        `every`); a control plane without recorded samples answers none."""
+        run = self.run
+        assert run is not None
+        last = run.global_step(rows[-1].get(STEP)) if rows else None
+        if not every and (last is None or last == self._samples_asked_at):
+            return {}
+        self._samples_asked_at = last
+        page = self.client.rollouts(self.job_id)
+        tables: dict[int, list[list[Any]]] = {}
+        for step in [] if page is None else page.steps:
+            at = run.global_step(step)
+            if at is None or at in self._sample_steps:
+                continue
+            records = (
+                page.rollouts if step == page.step else self.client.rollouts(self.job_id, step=step).rollouts
+            )
+            self._sample_steps.add(at)
+            if records:
+                tables[at] = [[sample_summary(r).get(c) for c in SAMPLE_COLUMNS] for r in records]
+        return tables
+
+    def _log_alerts(self) -> list[HealthAlert]:
+        page = self.client.logs(self.job_id, offset=self._log_offset, lines=LOG_PAGE)
+        self._log_offset = page.next_offset
+        return [a for line in page.lines if (a := log_error_alert(line, self.job_id)) is not None]
+
+    def _alert(self, alert: HealthAlert, rows: Sequence[Mapping[str, Any]] | None) -> None:
+        key = alert.rule if alert.rule != "log_error" else alert.message
+        if key in self._alert_rules:
+            return
+        self._alert_rules.add(key)
+        step = self.run.global_step(rows[-1].get(STEP)) if rows else None  # type: ignore[union-attr]
+        self._each("alert", lambda b: b.log_alert(step, alert))
+        self.result.alerts += 1
+
+    # ---------------------------------------------------------------- the end
+    def end(self, job: Any) -> ReportResult:
+        """The final status, the checkpoint list and the best one by the docs' rule; closes every run."""
+        if self._ended:
+            return self.result
+        self._ended = True
+        if self.run is None:
+            self.open(job)
+        rows = self.client.metrics(self.job_id)
+        if rows is None:
+            self.result.notes.append(NO_METRICS_NOTE)
+            self._pending.append(NO_METRICS_NOTE)
+        else:
+            self._write(rows, every=True)
+        checkpoints = self.client.checkpoints(self.job_id)
+        summary = {
+            "last_step": self.result.steps[-1] if self.result.steps else None,
+            "checkpoints": ", ".join(c.name for c in checkpoints or []) or "none listed",
+            "best_checkpoint": best_checkpoint_line(checkpoints, rows),
+        }
+        self._each("finish", lambda b: b.finish(job.status, summary))
+        self.result.status = job.status
+        for backend in self._backends:
+            self.result.where[backend.name] = backend.where()
+        return self.result
+
+    def take_lines(self) -> list[str]:
+        """The lines not shown yet (a tracker that failed and was dropped)."""
+        lines, self._pending = self._pending, []
+        return lines
+
+    def where_lines(self) -> list[str]:
+        """What a watcher prints once the job ended: where each run is."""
+        return [f"report-to {name}: {where}" for name, where in self.result.where.items()]
+
+
+def report_job(
+    client: Any,
+    job_id: str,
+    to: Sequence[str],
+    *,
+    project: str = DEFAULT_PROJECT,
+) -> ReportResult:
+    """Backfill: write a job (finished or not) to the trackers `to`, in one pass."""
+    from opd_nb.health import eval_steps_of, job_alerts
+
+    reporter = Reporter(client, job_id, to, project=project)  # a missing tracker: refused before any request
+    job = client.get(job_id)
+    reporter.open(job)
+    rows = client.metrics(job_id)  # None on Bailian: then only the status rule (and the log's errors)
+    alerts = job_alerts(
+        rows or [], status=job.status, job_id=job_id, eval_steps=eval_steps_of(job.hyper_parameters)
+    )
+    reporter.poll(job, rows, alerts)
+    result = reporter.end(job)
+    if not job.terminal:
+        result.notes.append(f"{job_id} is still {job.status}: reported what is there so far; "
+                            f"`opd watch {job_id} --report-to {','.join(to)}` follows it to the end")  # fmt: skip
+    return result

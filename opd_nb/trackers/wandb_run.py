@@ -1,0 +1,88 @@
+"""Weights & Biases: offline unless the user is logged in, so nothing is sent by surprise.
+
+Offline runs are W&B's own transaction log under ``./wandb`` (or ``$WANDB_DIR``); `wandb sync DIR`
+uploads one later, and the line that says so is what `where()` returns. A `WANDB_MODE` the user set
+wins. Whether the user is logged in is read from the environment and W&B's netrc entry, never asked
+of the network; the console is not captured and no login prompt can appear.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from opd_nb.health import HealthAlert
+from opd_nb.trackers.backends import SAMPLE_COLUMNS
+from opd_nb.trackers.records import RunInfo
+
+SAMPLES_KEY = "rollouts/samples"
+DEFAULT_HOST = "https://api.wandb.ai"
+
+
+def logged_in() -> bool:
+    """True when W&B has credentials on this machine (an API key in the environment or in its netrc)."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        from wandb.sdk.lib.wbauth.wbnetrc import read_netrc_auth
+
+        return bool(read_netrc_auth(host=os.environ.get("WANDB_BASE_URL") or DEFAULT_HOST))
+    except Exception:  # W&B moved its netrc reader: treat as not logged in (offline, the safe side)
+        return False
+
+
+def mode() -> str:
+    """The W&B mode to run in: the user's WANDB_MODE, else online when logged in, else offline."""
+    return os.environ.get("WANDB_MODE") or ("online" if logged_in() else "offline")
+
+
+class Run:
+    name = "wandb"
+
+    def __init__(self) -> None:
+        import wandb
+
+        self._wandb = wandb
+        self._run: Any = None
+        self._where = "no run"
+
+    def start(self, run: RunInfo) -> None:
+        wandb = self._wandb
+        settings = wandb.Settings(
+            silent=True, console="off", save_code=False, disable_git=True, x_disable_stats=True
+        )
+        self._run = wandb.init(
+            project=run.project,
+            name=run.name,
+            group=run.group,
+            job_type="opd",
+            config=run.config,
+            mode=mode(),
+            reinit="create_new",
+            settings=settings,
+        )
+        sync_dir = self._run.settings.sync_dir
+        self._where = (
+            f"offline run in {sync_dir}: upload it with `wandb sync {sync_dir}`"
+            if self._run.offline
+            else str(self._run.url)
+        )
+
+    def log_metrics(self, step: int, values: dict[str, float]) -> None:
+        self._run.log(values, step=step)
+
+    def log_samples(self, step: int, rows: Sequence[Sequence[Any]]) -> None:
+        table = self._wandb.Table(columns=list(SAMPLE_COLUMNS), data=[list(r) for r in rows])
+        self._run.log({SAMPLES_KEY: table}, step=step)
+
+    def log_alert(self, step: int | None, alert: HealthAlert) -> None:
+        # wandb.alert() is an online notification; a run's record of alerts is its summary
+        self._run.summary[f"opd/alerts/{alert.rule}"] = str(alert)
+
+    def finish(self, status: str, summary: dict[str, Any]) -> None:
+        self._run.summary.update({"final_status": status, **summary})
+        self._run.finish(exit_code=0 if status == "SUCCEEDED" else 1)
+
+    def where(self) -> str:
+        return self._where
