@@ -8,7 +8,6 @@ with real processes and signals and checks what a user would see (status, reason
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -16,13 +15,12 @@ import socket
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from server_http import H, job_logs, job_view, wait_until
+from server_http import H, job_logs, job_view, register_reward, wait_until
 
 from opd_nb.engine.task import make_rows
 from opd_nb.server import start
@@ -114,34 +112,13 @@ def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(local
 
 
 # ---- leftovers after kill -9 ------------------------------------------------------------------------
-def _register_reward(api: str, tmp_path: Path, extra: str = "", func: str = "RewardProcessor") -> str:
-    """The template's reward (plus ``extra`` as ``functions/reward/extra.py``, whose class is ``func``),
-    zipped, PUT to its signed URL and registered over plain HTTP."""
-    from opd_nb.workspace import create
-
-    ws = Path(create("reward", tmp_path / "ws").path)
-    if extra:
-        (ws / "functions" / "reward" / "extra.py").write_text(extra)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for path in (ws / "functions").rglob("*.py"):
-            zf.write(path, path.relative_to(ws).as_posix())
-    url = httpx.post(api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "rw"})
-    assert httpx.put(url.json()["output"]["url"], content=buf.getvalue()).status_code == 200
-    name = "functions/reward/extra.py" if extra else "functions/reward/reward.py"
-    body = {"name": name, "unique_key": "rw", "func": func}
-    out = httpx.post(api + "/fine-tunes/create/reward", headers=H, json=body)
-    assert out.status_code == 200, out.text
-    return out.json()["output"]["reward_id"]
-
-
 def test_kill_9_leaves_no_instance_running_and_the_next_start_reaps_partial_files(tmp_path: Path) -> None:
     import psutil
 
     data = tmp_path / "data"
     server = start(port=0, data_dir=data)
     api = server.api_base
-    reward_id = _register_reward(api, tmp_path)
+    reward_id = register_reward(api, tmp_path)
     loaded = httpx.post(f"{api}/fine-tunes/online/faas/t1/{reward_id}", headers=H, json={}, timeout=120)
     assert loaded.status_code == 200, loaded.text
     port = int(loaded.json()["output"]["trigger_url"].rsplit(":", 1)[1])
@@ -249,7 +226,7 @@ def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_
     the worker notices the kill. Before the fix it wrote FAILED, and the next server did not resume it."""
     data = tmp_path / "data"
     server = start(port=0, data_dir=data)
-    reward_id = _register_reward(server.api_base, tmp_path, KILLS_ITS_SERVER, "KillsItsServer")
+    reward_id = register_reward(server.api_base, tmp_path, KILLS_ITS_SERVER, "KillsItsServer")
     job_id = _submit(server.api_base, reward_id=reward_id, n_epochs=2)
     server.process.wait(120)  # the reward kills it at step 4
     assert server.process.returncode == -signal.SIGKILL
@@ -357,7 +334,7 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
         before = (_metrics(api, earlier), _checkpoints(api, earlier))
         assert before[0] and before[1]
 
-        reward_id = _register_reward(api, tmp_path, FILLS_THE_DISK, "FillsTheDisk")
+        reward_id = register_reward(api, tmp_path, FILLS_THE_DISK, "FillsTheDisk")
         chatty = _submit(api, rows=8, reward_id=reward_id, n_epochs=20, save_steps=100)
         job = _ended(api, chatty, timeout=180)
         logs = job_logs(api, chatty)
