@@ -88,13 +88,8 @@ def test_at_the_edges_of_their_ranges_the_pickers_are_greedy_never_nan():
     """A temperature or top-p below the floor is argmax in both pickers (subnormal ones made softmax
     NaN, or float32 flushed top-p to an empty nucleus: torch's multinomial raised); at the maximum
     temperature a pick is a real token; a row with NaN logits is its argmax, never handed to multinomial."""
-    from opd_nb.engine.sampling import (
-        GREEDY_BELOW,
-        MAX_TEMPERATURE,
-        inverse_cdf_pick,
-        is_greedy,
-        multinomial_pick,
-    )
+    from opd_nb.engine.sampling import GREEDY_BELOW, inverse_cdf_pick, is_greedy, multinomial_pick
+    from opd_nb.server.bodies import MAX_TEMPERATURE
 
     torch.manual_seed(0)
     logits = torch.randn(64, 300) * 8

@@ -15,8 +15,6 @@ import time
 import uuid
 from typing import Any
 
-from opd_nb.engine.sampling import MAX_TEMPERATURE
-
 MAX_WHOLE = 2**63 - 1  # the largest whole number a request may carry (a torch seed, a token budget)
 MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's range)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -68,8 +66,8 @@ def _real(body: dict, key: str, default: float, low: float, high: float, *, open
         return default
     fits = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if not fits or not (low < value if open_low else low <= value) or value > high:
-        shown = f"{'(' if open_low else '['}{low:g}, {high:g}]"
-        raise ChatRequestError(f"{key} must be a number in {shown}, got {value!r}")
+        shown = f"in {'(' if open_low else '['}{low:g}, {high:g}]" if high < math.inf else f">= {low:g}"
+        raise ChatRequestError(f"{key} must be a finite number {shown}, got {value!r}")
     return float(value)
 
 
@@ -77,15 +75,17 @@ def chat_inputs(
     tokenizer: Any, body: Any, max_total: int, *, temperature: float = 1.0, top_p: float = 1.0
 ) -> tuple[list[int], float, float, int]:
     """(prompt ids, temperature, top_p, max_tokens) of an OpenAI chat request; `temperature`/`top_p`
-    are the defaults for a request without them. The ranges are OpenAI's (temperature in [0, 2], top_p
-    in (0, 1], max_tokens >= 1); what the sampler does at their edges is :mod:`opd_nb.engine.sampling`'s.
-    Raises :class:`ChatRequestError`."""
+    are the defaults for a request without them. Each is of its type (a bool or a string is no number)
+    and in the range a vLLM endpoint takes (temperature finite and >= 0, top_p in (0, 1], max_tokens
+    >= 1): a rollout function's request to the agentic endpoint is not held to a tighter range than the
+    cloud's student endpoint, and the control plane holds public calls to the documented ones. What the
+    sampler does at their edges is :mod:`opd_nb.engine.sampling`'s. Raises :class:`ChatRequestError`."""
     from opd_nb.engine.data import template_ids
 
     msgs = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(msgs, list) or not msgs:
         raise ChatRequestError("'messages' must be a non-empty list")
-    temperature = _real(body, "temperature", temperature, 0.0, MAX_TEMPERATURE)
+    temperature = _real(body, "temperature", temperature, 0.0, math.inf)
     top_p = _real(body, "top_p", top_p, 0.0, 1.0, open_low=True)
     wanted = whole(body, "max_tokens", 1, MAX_WHOLE) or whole(body, "max_completion_tokens", 1, MAX_WHOLE)
     try:

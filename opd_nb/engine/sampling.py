@@ -26,7 +26,6 @@ from typing import Any
 
 Pick = Callable[[Any], Any]  # logits [B, V] -> next token ids [B]
 GREEDY_BELOW = 1e-5  # a temperature or top-p under this is greedy decoding
-MAX_TEMPERATURE = 2.0  # the documented maximum (OpenAI's and Bailian's compatible mode: [0, 2])
 
 
 def is_greedy(temperature: float, top_p: float) -> bool:

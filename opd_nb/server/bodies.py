@@ -29,7 +29,6 @@ from opd_nb.deploy_plans import plan_problems
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.hparams import resolve as resolve_hparams
 from opd_nb.engine.openai_wire import MAX_TOP_LOGPROBS
-from opd_nb.engine.sampling import MAX_TEMPERATURE
 from opd_nb.server.limits import MAX_ENV_BYTES, MAX_REQUIREMENTS_CHARS
 from opd_nb.server.responses import shown
 from opd_nb.spec.hyperparams import submitted_problems
@@ -359,6 +358,7 @@ def _text_content(msg: dict[str, Any], where: str) -> dict[str, Any]:
     return {**msg, "content": "\n".join(texts)}
 
 
+MAX_TEMPERATURE = 2.0  # the documented maximum (compatible mode: [0, 2]; DashScope: [0, 2))
 MAX_N = 4  # choices per request (each one is a decode on the local model)
 MAX_STOP = 4  # stop strings, as OpenAI and Bailian allow
 # Options a caller may send that the local models cannot honour, with the value that means "off":
