@@ -5,8 +5,11 @@ what a job shows must not depend on the client's retries."""
 
 from __future__ import annotations
 
+import io
 import time
+import zipfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -33,3 +36,26 @@ def job_view(api: str, job_id: str) -> dict:
 def job_logs(api: str, job_id: str) -> list[str]:
     out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
     return out["output"]["logs"]
+
+
+def register_reward(
+    api: str, tmp_path: Path, extra: str = "", func: str = "RewardProcessor", key: str = "rw"
+) -> str:
+    """The template's reward (plus ``extra`` as ``functions/reward/extra.py``, whose class is ``func``),
+    zipped, PUT to its signed URL under upload key ``key`` and registered over plain HTTP."""
+    from opd_nb.workspace import create
+
+    ws = Path(create("reward", tmp_path / "ws").path)
+    if extra:
+        (ws / "functions" / "reward" / "extra.py").write_text(extra)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path in (ws / "functions").rglob("*.py"):
+            zf.write(path, path.relative_to(ws).as_posix())
+    url = httpx.post(api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": key})
+    assert httpx.put(url.json()["output"]["url"], content=buf.getvalue()).status_code == 200
+    name = "functions/reward/extra.py" if extra else "functions/reward/reward.py"
+    body = {"name": name, "unique_key": key, "func": func}
+    out = httpx.post(api + "/fine-tunes/create/reward", headers=H, json=body)
+    assert out.status_code == 200, out.text
+    return out.json()["output"]["reward_id"]

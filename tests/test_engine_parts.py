@@ -80,6 +80,72 @@ def test_the_nucleus_keeps_the_likeliest_tokens_and_sampling_follows_the_distrib
     assert abs(float(freq[0]) - 0.5 / 0.8) < 0.02  # the nucleus renormalised by the draw
 
 
+EDGE_TEMPERATURES = [0.0, 2**-1074, 2.2250738585072014e-308, 1e-45, 1e-6]  # each below the greedy floor
+EDGE_TOP_PS = [2**-1074, 1e-45, 1.1754943508222875e-38, 1e-6]
+
+
+def test_at_the_edges_of_their_ranges_the_pickers_are_greedy_never_nan():
+    """A temperature or top-p below the floor is argmax in both pickers (subnormal ones made softmax
+    NaN, or float32 flushed top-p to an empty nucleus: torch's multinomial raised); at the maximum
+    temperature a pick is a real token; a row with NaN logits is its argmax, never handed to multinomial."""
+    from opd_nb.engine.sampling import GREEDY_BELOW, inverse_cdf_pick, is_greedy, multinomial_pick
+    from opd_nb.server.bodies import MAX_TEMPERATURE
+
+    torch.manual_seed(0)
+    logits = torch.randn(64, 300) * 8
+    argmax = logits.argmax(-1)
+    edges = [(t, 1.0) for t in EDGE_TEMPERATURES] + [(1.0, p) for p in EDGE_TOP_PS]
+    for temperature, top_p in edges:
+        assert is_greedy(temperature, top_p), (temperature, top_p)
+        drawn = multinomial_pick(torch, temperature, top_p, torch.Generator().manual_seed(1))(logits)
+        assert torch.equal(drawn, argmax), (temperature, top_p)
+        draws = torch.rand(64, 1)
+        assert torch.equal(inverse_cdf_pick(torch, temperature, top_p, True, None, draws, 1)(logits), argmax)
+    assert not is_greedy(GREEDY_BELOW, 1.0) and not is_greedy(1.0, GREEDY_BELOW)
+    for temperature, top_p in [
+        (GREEDY_BELOW, 1.0),
+        (MAX_TEMPERATURE, 1.0),
+        (1.0, GREEDY_BELOW),
+        (MAX_TEMPERATURE, 1e-5),
+    ]:
+        drawn = multinomial_pick(torch, temperature, top_p, torch.Generator().manual_seed(2))(logits)
+        assert drawn.shape == (64,) and bool(((drawn >= 0) & (drawn < 300)).all())
+    assert not torch.equal(multinomial_pick(torch, MAX_TEMPERATURE, 1.0, None)(logits), argmax)  # it samples
+    broken = logits.clone()
+    broken[3] = float("nan")
+    broken[5, 7] = float("nan")
+    drawn = multinomial_pick(torch, 1.0, 0.9, torch.Generator().manual_seed(3))(broken)
+    assert int(drawn[5]) == int(broken[5].nan_to_num(-float("inf")).argmax())
+
+
+def test_a_decode_at_a_subnormal_temperature_is_the_greedy_decode(trainer):
+    """The agentic endpoint's and a deployment's decodes (``generate_ids``, ``Generator.decode``) at the
+    edges answer the greedy tokens instead of raising or sampling garbage from NaN."""
+    from opd_nb.engine import serving
+
+    prompts = [r.prompt_ids for r in trainer.data.validation[:3]]
+    greedy = trainer.sampler.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=8, seeds=[1, 2, 3])
+    for temperature, top_p in [(2**-1074, 1.0), (1e-45, 0.8), (1.0, 2**-1074)]:
+        got = trainer.sampler.generate_ids(
+            prompts, temperature=temperature, top_p=top_p, max_new=8, seeds=[1, 2, 3]
+        )
+        assert got == greedy, (temperature, top_p)
+    student, _ = default_pair()
+    gen = serving.Generator(str(student), "cpu")
+    served: list[list[int]] = []
+
+    def on_step(nxt: list[int], logits) -> bool:
+        served.append(nxt)
+        return len(served) >= 6
+
+    for temperature, top_p in [(0.0, 1.0), (2**-1074, 1.0), (1.0, 1e-45)]:
+        served.clear()
+        gen.decode([prompts[0]], temperature=temperature, top_p=top_p, seed=7, max_new=6, on_step=on_step)
+        if temperature == 0.0:
+            want = list(served)
+        assert served == want, (temperature, top_p)
+
+
 def test_row_draws_make_each_row_independent_of_its_batch():
     from opd_nb.engine.sampling import row_draws
 

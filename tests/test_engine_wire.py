@@ -47,7 +47,21 @@ def test_a_chat_request_becomes_the_templated_prompt_and_its_budget(tok) -> None
     [
         ({"messages": []}, "'messages' must be a non-empty list"),
         ([1, 2], "'messages' must be a non-empty list"),
-        ({"messages": MESSAGES, "temperature": "hot"}, "must be numbers"),
+        ({"messages": MESSAGES, "temperature": "hot"}, "temperature must be a finite number >= 0, got 'hot'"),
+        # the documented ranges, strictly typed (a rollout function's request reaches the sampler too)
+        ({"messages": MESSAGES, "temperature": True}, "temperature must be a finite number >= 0"),
+        ({"messages": MESSAGES, "temperature": float("nan")}, "temperature must be a finite number >= 0"),
+        ({"messages": MESSAGES, "temperature": float("inf")}, "temperature must be a finite number >= 0"),
+        ({"messages": MESSAGES, "temperature": -(2**-1074)}, "temperature must be a finite number >= 0"),
+        ({"messages": MESSAGES, "top_p": 0}, "top_p must be a finite number in (0, 1]"),
+        ({"messages": MESSAGES, "top_p": 1.0000000000000002}, "top_p must be a finite number in (0, 1]"),
+        ({"messages": MESSAGES, "top_p": float("inf")}, "top_p must be a finite number in (0, 1]"),
+        ({"messages": MESSAGES, "max_tokens": "5"}, "max_tokens must be a whole number"),
+        ({"messages": MESSAGES, "max_tokens": 0}, "max_tokens must be a whole number"),
+        (
+            {"messages": MESSAGES, "max_completion_tokens": 2.5},
+            "max_completion_tokens must be a whole number",
+        ),
         ({"messages": [{"role": "user", "content": "x" * 400}]}, "the context limit (max_length) is 32"),
     ],
 )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_http import register_reward
 
 pytestmark = pytest.mark.slow
 JSON = {"Content-Type": "application/json"}
@@ -296,3 +297,63 @@ def test_opd_test_and_the_playground_flag_non_float_reward_metrics(tmp_path):
     scored = score_one(ws, "<think>x</think>123", prompt="321", ground_truth="123")
     assert scored.reward_score == 1.0 and scored.reward_metrics["tag"] == "x"
     assert any("'flag' is a bool" in w for w in scored.metric_warnings) and "warning:" in str(scored)
+
+
+# ---- environment maps (issue 37) ------------------------------------------------------------------
+BAD_ENVS = {
+    "a NUL byte in a value": ({"MY_FLAG": "on\x00off"}, "NUL byte"),
+    "a NUL byte in a name": ({"MY\x00FLAG": "1"}, "is not allowed"),
+    "an '=' in a name": ({"MY=FLAG": "1"}, "is not allowed"),
+    "an empty name": ({"": "1"}, "is not allowed"),
+    "an object as a value": ({"MY_FLAG": {"on": True}}, "string, number or boolean"),
+    "null as a value": ({"MY_FLAG": None}, "string, number or boolean"),
+    "more than an exec can carry": ({f"V{i}": "x" * 4096 for i in range(20)}, "at most 65536"),
+    "not a map": (["MY_FLAG=1"], "NAME: value"),
+}
+
+
+@pytest.mark.parametrize("env, needle", list(BAD_ENVS.values()), ids=list(BAD_ENVS))
+def test_env_maps_no_process_can_carry_are_a_400_where_they_enter(local_server, api, reward_id, env, needle):
+    """Where an env map enters, loading an instance and submitting a job, it is a Bailian-shaped 400
+    naming ``env``: before, a NUL byte reached ``os.execve`` and the load answered 500."""
+    load = api.post(f"/fine-tunes/online/faas/t1/{reward_id}", json={"env": env}, timeout=120)
+    message = _error(load, 400)["message"]
+    assert "env" in message and needle in message, message
+    job = {
+        "model": "qwen3-8b",
+        "training_type": "pg_opd",
+        "teacher_model": "qwen3-max",
+        "training_datasets": [{"type": "training", "file_id": "file-ft-none"}],
+        "rewards": [{"reward_id": reward_id, "name": "r", "env": env}],
+    }
+    message = _error(api.post("/fine-tunes", json=job), 400)["message"]
+    assert "rewards[0].env" in message and needle in message, message
+    job["rollout"], job["rewards"] = {"rollout_id": "ro-x", "env": env}, []
+    assert "rollout.env" in _error(api.post("/fine-tunes", json=job), 400)["message"]
+
+
+def test_a_good_env_map_still_reaches_the_function(api, reward_id):
+    """Strings, numbers and booleans (as the SDK sends them) load, and booleans arrive as true/false."""
+    env = {"MY_FLAG": True, "MY_COUNT": 3, "MY_TEXT": "a=b c", "MY_EMPTY": ""}
+    load = api.post(f"/fine-tunes/online/faas/t1/{reward_id}", json={"env": env}, timeout=120)
+    assert load.status_code == 200, load.text
+    out = load.json()["output"]
+    try:
+        import psutil
+
+        port = int(out["trigger_url"].rsplit(":", 1)[1])
+        pid = next(c.pid for c in psutil.net_connections("tcp") if c.laddr.port == port and c.pid)
+        seen = psutil.Process(pid).environ()
+        assert {k: seen.get(k) for k in env} == {
+            "MY_FLAG": "true",
+            "MY_COUNT": "3",
+            "MY_TEXT": "a=b c",
+            "MY_EMPTY": "",
+        }
+    finally:
+        api.post(f"/fine-tunes/delete/faas/{out['instanceId']}", json={})
+
+
+@pytest.fixture(scope="module")
+def reward_id(local_server, tmp_path_factory):
+    return register_reward(local_server.api_base, tmp_path_factory.mktemp("env"), key="rw-env-maps")

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_http import H, job_logs, job_view, wait_until
+from server_http import H, job_logs, job_view, register_reward, wait_until
 
 from opd_nb.engine.task import make_rows
 from opd_nb.server import start
@@ -114,60 +115,104 @@ def test_deleting_a_job_removes_its_files_but_keeps_an_exported_checkpoint(local
 
 
 # ---- leftovers after kill -9 ------------------------------------------------------------------------
-def _register_reward(api: str, tmp_path: Path, extra: str = "", func: str = "RewardProcessor") -> str:
-    """The template's reward (plus ``extra`` as ``functions/reward/extra.py``, whose class is ``func``),
-    zipped, PUT to its signed URL and registered over plain HTTP."""
-    from opd_nb.workspace import create
-
-    ws = Path(create("reward", tmp_path / "ws").path)
-    if extra:
-        (ws / "functions" / "reward" / "extra.py").write_text(extra)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for path in (ws / "functions").rglob("*.py"):
-            zf.write(path, path.relative_to(ws).as_posix())
-    url = httpx.post(api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "rw"})
-    assert httpx.put(url.json()["output"]["url"], content=buf.getvalue()).status_code == 200
-    name = "functions/reward/extra.py" if extra else "functions/reward/reward.py"
-    body = {"name": name, "unique_key": "rw", "func": func}
-    out = httpx.post(api + "/fine-tunes/create/reward", headers=H, json=body)
-    assert out.status_code == 200, out.text
-    return out.json()["output"]["reward_id"]
+def _slow_zip() -> Iterator[bytes]:
+    """A zip upload's body that never finishes (the server is killed while it streams)."""
+    yield b"PK\x03\x04" + b"\0" * 2**16
+    for _ in range(600):
+        time.sleep(0.1)
+        yield b"\0" * 2**16
 
 
-def test_kill_9_leaves_no_instance_running_and_the_next_start_reaps_partial_files(tmp_path: Path) -> None:
+def test_kill_9_leaves_no_instance_running_and_the_next_start_reaps_only_what_the_database_names(
+    tmp_path: Path,
+) -> None:
+    """A kill -9 mid-upload leaves a ``.part-`` file its journal entry names; the next start removes it
+    and the other journaled leftovers, and nothing else: before issue 37 it removed every function
+    directory the database did not know and every file named like a temporary, a user's too."""
+    import threading
+
     import psutil
 
     data = tmp_path / "data"
     server = start(port=0, data_dir=data)
     api = server.api_base
-    reward_id = _register_reward(api, tmp_path)
+    reward_id = register_reward(api, tmp_path)
     loaded = httpx.post(f"{api}/fine-tunes/online/faas/t1/{reward_id}", headers=H, json={}, timeout=120)
     assert loaded.status_code == 200, loaded.text
     port = int(loaded.json()["output"]["trigger_url"].rsplit(":", 1)[1])
     listener = next(c.pid for c in psutil.net_connections("tcp") if c.laddr.port == port and c.pid)
+    url = httpx.post(api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "cut"})
+    put_url = url.json()["output"]["url"]
+
+    def cut_off_put() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.put(put_url, content=_slow_zip(), timeout=120)
+
+    threading.Thread(target=cut_off_put, daemon=True).start()
+    cut = wait_until(lambda: list((data / "uploads").glob("cut.part-*")), 30, "the upload to start")[0]
     server.kill()
     wait_until(
         lambda: not psutil.pid_exists(listener) or psutil.Process(listener).status() == "zombie",
         10,
         "the instance to exit",
     )
-
-    partial = [data / "uploads" / "big.zip.part-1a2b3c4d", data / "files" / ".tmp-file-x-1a2b"]
-    for path in partial:
+    # cut off as their write paths journal them: a registration mid-unpack, a dataset mid-copy
+    journal = Store(data)
+    registration = data / "functions" / "rw-cut0000000"
+    dataset_tmp, dataset = data / "files" / ".tmp-file-ft-cut-1a2b", data / "files" / "file-ft-cut"
+    journal.begin_write(registration)
+    journal.begin_write(dataset_tmp, dataset)
+    (registration / "code.tmp" / "functions").mkdir(parents=True)
+    dataset_tmp.mkdir(parents=True)
+    (dataset_tmp / "t.jsonl").write_bytes(b"\0" * 2**20)
+    # what no journal entry names stays, whatever its name
+    kept = [
+        data / "uploads" / "mine.zip.part-1a2b3c4d",
+        data / "files" / ".tmp-mine" / "notes.jsonl",
+        data / "functions" / "my-notes" / "README.txt",
+        data / "functions" / "rw-registered-elsewhere" / "code" / "r.py",
+        data / "notes.txt",
+    ]
+    for path in kept:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"\0" * 2**20)
-    (data / "functions" / reward_id / "code.tmp" / "functions").mkdir(parents=True)
-    (data / "functions" / "rw-never-registered" / "code").mkdir(parents=True)
+        path.write_text("mine")
     with start(port=0, data_dir=data):
-        for path in [
-            *partial,
-            data / "functions" / reward_id / "code.tmp",
-            data / "functions" / "rw-never-registered",
-        ]:
+        for path in (cut, registration, dataset_tmp):
             assert not path.exists(), path
+        for path in kept:
+            assert path.read_text() == "mine", path
         assert (data / "functions" / reward_id / "code" / "functions" / "reward" / "reward.py").is_file()
         assert list((data / "uploads").glob("rw*")), "the finished upload stays"
+        assert Store(data).unfinished_writes() == []
+    log = (data / "server.log").read_text()
+    removed = [line for line in log.splitlines() if line.startswith("opd serve: removed")]
+    assert sorted(removed) == sorted(
+        f"opd serve: removed {p}, left by an interrupted write of an earlier run"
+        for p in (cut, registration, dataset_tmp)
+    ), removed
+
+
+def test_refused_and_finished_writes_leave_no_journal_entry(local_server) -> None:
+    """A refused zip, a refused dataset and a refused registration strike their journal entries off,
+    and so do finished ones: a start after them removes nothing."""
+    api = local_server.api_base
+    url = httpx.post(
+        api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "journal-bad"}
+    )
+    assert httpx.put(url.json()["output"]["url"], content=b"not a zip").status_code == 400
+    bad = httpx.post(api + "/files", headers=H, files={"files": ("bad.jsonl", b"{not json\n")})
+    assert bad.json()["data"]["failed_uploads"], bad.text
+    _upload(api, make_rows(2, seed=5))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("r.py", "class R:\n    pass\n")
+    url = httpx.post(
+        api + "/fine-tunes/generate/faas/upload/url", headers=H, json={"unique_key": "journal-ok"}
+    )
+    assert httpx.put(url.json()["output"]["url"], content=buf.getvalue()).status_code == 200
+    missing = {"name": "nope.py", "unique_key": "journal-ok", "func": "R"}
+    assert httpx.post(api + "/fine-tunes/create/reward", headers=H, json=missing).status_code == 400
+    assert Store(local_server.data_dir).unfinished_writes() == []
 
 
 # ---- a damaged database -----------------------------------------------------------------------------
@@ -215,6 +260,101 @@ def test_a_damaged_database_is_refused_and_a_rotated_backup_restores_it(tmp_path
     assert len(backups(data)) == KEEP_BACKUPS
 
 
+# ---- a missing database (issue 37) ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def used_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data dir a real server left after a real job: jobs, a registered function, datasets, a zip, backups."""
+    root = tmp_path_factory.mktemp("used")
+    data = root / "data"
+    with start(port=0, data_dir=data) as server:
+        register_reward(server.api_base, root)
+        job_id = _submit(server.api_base, rows=8)
+        assert _ended(server.api_base, job_id)["status"] == "SUCCEEDED"
+    for folder in ("jobs", "functions", "files", "uploads", "backups"):
+        assert any((data / folder).iterdir()), folder
+    return data
+
+
+def _files(data: Path) -> dict[str, int]:
+    """Every file under the data dir and its size, but the server's own logs and lock."""
+    skip = {"server.log", "forkserver.log", "server.lock", "server.json"}
+    return {
+        str(p.relative_to(data)): p.stat().st_size
+        for p in data.rglob("*")
+        if p.is_file() and p.name not in skip
+    }
+
+
+def _copy_without_database(used: Path, dest: Path, keep: tuple[str, ...]) -> Path:
+    """A copy of ``used`` without its database and owner record, keeping only the folders in ``keep``."""
+    shutil.copytree(used, dest)
+    for path in [*dest.glob("opd.sqlite3*"), dest / "server.json"]:
+        path.unlink(missing_ok=True)
+    for folder in ("jobs", "functions", "files", "uploads", "backups"):
+        if folder not in keep:
+            shutil.rmtree(dest / folder)
+    return dest
+
+
+@pytest.mark.parametrize(
+    "keep, names",
+    [
+        (("jobs", "functions", "files", "uploads", "backups"), ["job director", "backup"]),
+        (("jobs",), ["1 job directory"]),
+        (("functions",), ["1 function directory"]),
+        (("files", "uploads"), ["uploaded dataset", "1 function zip"]),
+        (("backups",), ["backup"]),
+    ],
+    ids=["everything", "job dirs only", "function dirs only", "datasets and zips only", "backups only"],
+)
+def test_a_missing_database_beside_data_is_refused_and_nothing_is_removed(
+    used_data_dir, tmp_path, keep, names
+):
+    """Before: the start took the data dir for a new one, removed its function directories as leftovers
+    and answered an empty job list. Now: exit 2, one line with the restore line, every file untouched."""
+    data = _copy_without_database(used_data_dir, tmp_path / "copy", keep)
+    before = _files(data)
+    refused = _serve_once(data)
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and len(line.splitlines()) == 1, refused.stderr
+    assert f"the database {data / 'opd.sqlite3'} cannot be used: it is missing but" in line, line
+    assert all(name in line for name in names) and "Traceback" not in line, line
+    assert _files(data) == before and not (data / "opd.sqlite3").exists()
+    if "backups" not in keep:
+        assert "no backup exists" in line and "nothing here is removed" in line, line
+        return
+    restore = line.split("restore the newest backup: ", 1)[1].split(" (older ones", 1)[0]
+    subprocess.run(["bash", "-c", restore], check=True)
+    with start(port=0, data_dir=data) as server:
+        jobs = httpx.get(server.api_base + "/fine-tunes", headers=H).json()["output"]["jobs"]
+        assert [j["status"] for j in jobs] == ["SUCCEEDED"], jobs
+    assert all(path in _files(data) for path in before), "the restored server removed nothing"
+
+
+def test_a_data_dir_with_only_a_users_file_starts_and_keeps_it(tmp_path):
+    """Nothing a database accounts for: a new data dir (a user's own file beside it is left alone)."""
+    data = tmp_path / "data"
+    (data / "notes").mkdir(parents=True)
+    (data / "notes" / "plan.txt").write_text("mine")
+    (data / "README.md").write_text("mine")
+    with start(port=0, data_dir=data) as server:
+        assert httpx.get(server.api_base + "/fine-tunes", headers=H).json()["output"]["jobs"] == []
+    assert (data / "notes" / "plan.txt").read_text() == "mine" and (data / "README.md").read_text() == "mine"
+
+
+def test_an_empty_database_beside_function_directories_is_refused(used_data_dir, tmp_path):
+    """An emptied database with no job directory but functions, datasets or zips: refused too (it was
+    refused only beside job directories)."""
+    data = _copy_without_database(
+        used_data_dir, tmp_path / "copy", ("functions", "files", "uploads", "backups")
+    )
+    (data / "opd.sqlite3").write_bytes(b"")
+    refused = _serve_once(data)
+    line = refused.stderr.strip()
+    assert refused.returncode == 2 and "it is empty but 1 function directory" in line, line
+    assert "restore the newest backup" in line
+
+
 # ---- a resumed job that failed: the old worker wrote FAILED after its server's kill -9 ----------------
 KILLS_ITS_SERVER = """
 import os
@@ -249,7 +389,7 @@ def test_a_job_whose_server_is_killed_mid_step_resumes_even_if_its_worker_fails_
     the worker notices the kill. Before the fix it wrote FAILED, and the next server did not resume it."""
     data = tmp_path / "data"
     server = start(port=0, data_dir=data)
-    reward_id = _register_reward(server.api_base, tmp_path, KILLS_ITS_SERVER, "KillsItsServer")
+    reward_id = register_reward(server.api_base, tmp_path, KILLS_ITS_SERVER, "KillsItsServer")
     job_id = _submit(server.api_base, reward_id=reward_id, n_epochs=2)
     server.process.wait(120)  # the reward kills it at step 4
     assert server.process.returncode == -signal.SIGKILL
@@ -357,7 +497,7 @@ def test_a_full_disk_fails_the_job_with_the_reason_and_keeps_earlier_jobs(
         before = (_metrics(api, earlier), _checkpoints(api, earlier))
         assert before[0] and before[1]
 
-        reward_id = _register_reward(api, tmp_path, FILLS_THE_DISK, "FillsTheDisk")
+        reward_id = register_reward(api, tmp_path, FILLS_THE_DISK, "FillsTheDisk")
         chatty = _submit(api, rows=8, reward_id=reward_id, n_epochs=20, save_steps=100)
         job = _ended(api, chatty, timeout=180)
         logs = job_logs(api, chatty)

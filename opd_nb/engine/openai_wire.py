@@ -9,11 +9,14 @@ sees the same API in training as from a deployed model.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
 from typing import Any
 
+MAX_WHOLE = 2**63 - 1  # the largest whole number a request may carry (a torch seed, a token budget)
+MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's range)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
@@ -45,30 +48,53 @@ class ChatRequestError(ValueError):
     """A chat request the endpoint cannot serve; the message is the 400 answer's text."""
 
 
+def whole(body: dict, key: str, low: int, high: int) -> int | None:
+    """``body[key]`` as a whole number in [low, high] (None when absent); a bool, a float or a string
+    is refused, not coerced. Raises :class:`ChatRequestError`."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ChatRequestError(f"{key} must be a whole number in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _real(body: dict, key: str, default: float, low: float, high: float, *, open_low: bool = False) -> float:
+    """``body[key]`` as a finite number in its range (`default` when absent), never coerced from text."""
+    value = body.get(key)
+    if value is None:
+        return default
+    fits = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not fits or not (low < value if open_low else low <= value) or value > high:
+        shown = f"in {'(' if open_low else '['}{low:g}, {high:g}]" if high < math.inf else f">= {low:g}"
+        raise ChatRequestError(f"{key} must be a finite number {shown}, got {value!r}")
+    return float(value)
+
+
 def chat_inputs(
     tokenizer: Any, body: Any, max_total: int, *, temperature: float = 1.0, top_p: float = 1.0
 ) -> tuple[list[int], float, float, int]:
     """(prompt ids, temperature, top_p, max_tokens) of an OpenAI chat request; `temperature`/`top_p`
-    are the defaults for a request without them. Raises :class:`ChatRequestError`."""
+    are the defaults for a request without them. Each is of its type (a bool or a string is no number)
+    and in the range a vLLM endpoint takes (temperature finite and >= 0, top_p in (0, 1], max_tokens
+    >= 1): a rollout function's request to the agentic endpoint is not held to a tighter range than the
+    cloud's student endpoint, and the control plane holds public calls to the documented ones. What the
+    sampler does at their edges is :mod:`opd_nb.engine.sampling`'s. Raises :class:`ChatRequestError`."""
     from opd_nb.engine.data import template_ids
 
     msgs = body.get("messages") if isinstance(body, dict) else None
     if not isinstance(msgs, list) or not msgs:
         raise ChatRequestError("'messages' must be a non-empty list")
+    temperature = _real(body, "temperature", temperature, 0.0, math.inf)
+    top_p = _real(body, "top_p", top_p, 0.0, 1.0, open_low=True)
+    wanted = whole(body, "max_tokens", 1, MAX_WHOLE) or whole(body, "max_completion_tokens", 1, MAX_WHOLE)
     try:
         ids = template_ids(tokenizer, msgs, tools=body.get("tools"), add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - the caller sent messages the template cannot render
         raise ChatRequestError(f"the chat template failed on these messages: {exc}") from None
     if len(ids) >= max_total:
         raise ChatRequestError(f"prompt is {len(ids)} tokens; the context limit (max_length) is {max_total}")
-    try:
-        temperature = float(body["temperature"] if body.get("temperature") is not None else temperature)
-        top_p = float(body["top_p"] if body.get("top_p") is not None else top_p)
-        mt = body.get("max_tokens") or body.get("max_completion_tokens") or max_total
-        max_tokens = max(1, min(int(mt), max_total - len(ids)))
-    except (TypeError, ValueError):
-        raise ChatRequestError("temperature, top_p and max_tokens must be numbers") from None
-    return ids, temperature, top_p, max_tokens
+    return ids, temperature, top_p, max(1, min(wanted or max_total, max_total - len(ids)))
 
 
 def completion_body(model_name: str, n_prompt: int, n_completion: int, text: str, finish: str) -> dict:

@@ -10,6 +10,13 @@ Draws: training samples by inverse CDF from the job's global RNG (the same distr
 ``torch.multinomial`` at a sixth of its cost here), or from one seeded stream per row
 (:func:`row_draws`: what a request samples does not depend on which others shared its batch);
 a deployment draws with ``torch.multinomial`` from the request's own seeded generator.
+
+At the edges of the documented ranges (a temperature in [0, 2], a top-p in (0, 1]) the picks are
+defined, never NaN: a temperature below :data:`GREEDY_BELOW` (a subnormal one too, whose logits/T
+overflow to inf - inf) and a top-p below it (which float32 flushes to 0, an empty nucleus) are
+greedy decoding, as vLLM treats a temperature under 1e-5; and a row whose filtered distribution is
+still not a distribution (no finite positive mass) is picked by argmax rather than handed to
+``torch.multinomial``.
 """
 
 from __future__ import annotations
@@ -18,6 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 Pick = Callable[[Any], Any]  # logits [B, V] -> next token ids [B]
+GREEDY_BELOW = 1e-5  # a temperature or top-p under this is greedy decoding
+
+
+def is_greedy(temperature: float, top_p: float) -> bool:
+    """Whether (temperature, top_p) means argmax: either below :data:`GREEDY_BELOW` (0 included)."""
+    return not (temperature >= GREEDY_BELOW and top_p >= GREEDY_BELOW)
 
 
 def pad_prompts(torch: Any, prompt_ids: list[list[int]], pad: int, device: Any) -> tuple[Any, Any]:
@@ -68,12 +81,17 @@ def inverse_cdf_pick(
 
 
 def multinomial_pick(torch: Any, temperature: float, top_p: float, generator: Any) -> Pick:
-    """A deployment's picker: argmax at temperature 0, else ``torch.multinomial`` from `generator`."""
+    """A deployment's picker: argmax when greedy (:func:`is_greedy`), else ``torch.multinomial`` from
+    `generator`; a row with no finite positive mass (NaN logits) is picked by argmax instead."""
+    if is_greedy(temperature, top_p):
+        return lambda logits: logits.argmax(-1)
 
     def pick(logits: Any) -> Any:
-        if temperature <= 0:
-            return logits.argmax(-1)
         probs = filtered_probs(torch, logits, temperature, top_p)
+        sane = torch.isfinite(probs).all(-1) & (probs.sum(-1) > 0)
+        if not bool(sane.all()):
+            top = torch.nn.functional.one_hot(logits.nan_to_num(-torch.inf).argmax(-1), probs.shape[-1])
+            probs = torch.where(sane[:, None], probs.nan_to_num(0.0), top.to(probs.dtype))
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
     return pick
@@ -183,7 +201,7 @@ class Sampler:
         torch = self.torch
         ids, att = self.pad(prompt_ids)
         P = ids.shape[1]
-        greedy = temperature <= 0
+        greedy = is_greedy(temperature, top_p)
         was_training = self.model.training
         self.model.eval()
         n_new = decode_steps or max(1, min(max_new, self.max_total - P))
@@ -243,7 +261,7 @@ class Sampler:
         from opd_nb.engine.batch import SeqBatch
 
         torch = self.torch
-        lps: list | None = [] if temperature <= 0 and logprobs else None
+        lps: list | None = [] if is_greedy(temperature, 1.0) and logprobs else None
         out, att, P, before, has_eos = self.complete(
             prompt_ids, temperature=temperature, top_p=1.0, max_new=self.max_total, lps=lps
         )

@@ -34,7 +34,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body
+from opd_nb.engine.openai_wire import (
+    MAX_TOP_LOGPROBS,
+    MAX_WHOLE,
+    ChatRequestError,
+    chat_inputs,
+    completion_body,
+    whole,
+)
+from opd_nb.engine.sampling import is_greedy
 
 TOKEN_ENV = "OPD_SERVING_TOKEN"
 DEFAULT_TEMPERATURE = 0.7  # Bailian's defaults for Qwen chat models
@@ -143,8 +151,12 @@ class Engine:
                 except queue.Empty:
                     break
             groups: dict[tuple, list[_Request]] = {}
-            for r in batch:
-                key = (r.temperature if r.temperature > 0 else 0.0, r.top_p, r.seed)
+            for r in batch:  # greedy requests decode alike whatever their temperature and top-p
+                key = (
+                    (0.0, 1.0, r.seed)
+                    if is_greedy(r.temperature, r.top_p)
+                    else (r.temperature, r.top_p, r.seed)
+                )
                 groups.setdefault(key, []).append(r)
             for (temperature, top_p, seed), reqs in groups.items():
                 self._run(reqs, temperature, top_p, seed)
@@ -292,22 +304,21 @@ def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict:
     return out
 
 
-def _options(body: dict) -> tuple[int, tuple[str, ...], int | None]:
-    """(n, stop strings, top_logprobs or None) of a request; the control plane checked their ranges."""
-    try:
-        n = int(body.get("n") or 1)
-        stop = body.get("stop") or ()
-        stop = (stop,) if isinstance(stop, str) else tuple(str(x) for x in stop)
-        top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else None
-    except (TypeError, ValueError):
-        raise ChatRequestError(
-            "n and top_logprobs must be integers, stop a string or a list of strings"
-        ) from None
-    if n < 1 or (top is not None and not 0 <= top <= 20):
-        raise ChatRequestError("n must be >= 1 and top_logprobs 0..20")
+def _options(body: dict) -> tuple[int | None, int, tuple[str, ...], int | None]:
+    """(seed, n, stop strings, top_logprobs or None) of a request, each of the right type, never coerced
+    (the control plane checked their documented ranges; these are what this process can take)."""
+    seed = whole(body, "seed", 0, MAX_WHOLE - 64)  # a choice i draws with seed + i
+    n = whole(body, "n", 1, 64) or 1
+    if not isinstance(body.get("logprobs", False), bool):
+        raise ChatRequestError(f"logprobs must be true or false, got {body['logprobs']!r}")
+    top = (whole(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0) if body.get("logprobs") else None
+    stop = body.get("stop") or ()
+    stop = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stop, list | tuple) or not all(isinstance(x, str) for x in stop):
+        raise ChatRequestError("stop must be a string or a list of strings")
     if body.get("stream") and (n > 1 or top is not None or stop):
         raise ChatRequestError("n > 1, logprobs and stop are not supported with stream on this server")
-    return n, tuple(x for x in stop if x), top
+    return seed, n, tuple(x for x in stop if x), top
 
 
 def _bad(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -340,13 +351,7 @@ def create_app(engine: Engine, name: str, token: str) -> FastAPI:
             ids, temperature, top_p, max_tokens = chat_inputs(
                 gen.tok, body, gen.max_total, temperature=DEFAULT_TEMPERATURE, top_p=DEFAULT_TOP_P
             )
-            seed = int(body["seed"]) if body.get("seed") is not None else None
-        except ChatRequestError as exc:
-            return _bad(400, str(exc))
-        except (TypeError, ValueError):
-            return _bad(400, "seed must be an integer")
-        try:
-            n, stop, top = _options(body)
+            seed, n, stop, top = _options(body)
         except ChatRequestError as exc:
             return _bad(400, str(exc))
         model = str(body.get("model") or name)

@@ -90,10 +90,12 @@ def build_services(options: ServeOptions) -> Services:
 
 
 def _reap_partial_files(services: Services) -> None:
-    """What a killed run's interrupted writes left (see :mod:`opd_nb.server.leftovers`), with one line each."""
-    registered = services.store.function
-    for path in reap_partial_files(services.data_dir, lambda entity_id: registered(entity_id) is not None):
+    """What a killed run's interrupted writes left, as the database's journal names them (see
+    :mod:`opd_nb.server.leftovers`), with one line each; then the journal is empty."""
+    unfinished = services.store.unfinished_writes()
+    for path in reap_partial_files(services.data_dir, unfinished):
         print(f"opd serve: removed {path}, left by an interrupted write of an earlier run", file=sys.stderr)
+    services.store.clear_writes()
 
 
 def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:

@@ -48,15 +48,30 @@ class BearerAuth:
                 "missing or empty API key: send 'Authorization: Bearer <key>' "
                 f"({how}; set DASHSCOPE_API_KEY before importing dashscope)"
             )
-        if self._key is not None and not hmac.compare_digest(token.encode("utf-8", "replace"), self._key):
+        if self._key is not None and not _same(token, self._key):
+            if _same(token.strip(), self._key):
+                return "the API key has a tab or a no-break space beside it: send exactly the key after 'Bearer '"
             return "the API key is not this server's key: set DASHSCOPE_API_KEY to the key `opd serve` was started with"
         return None
 
 
+def _same(token: str, key: bytes) -> bool:
+    return hmac.compare_digest(token.encode("utf-8", "replace"), key)
+
+
 def _bearer(scope: dict) -> str:
+    """The token of ``Authorization: Bearer <token>``, exactly: RFC 6750's ``"Bearer" 1*SP token``.
+
+    The scheme in any case, one or more ASCII spaces, then the token as sent (HTTP already trims a
+    field value's outer spaces and tabs). Nothing else is trimmed: a no-break space or a tab next to the
+    key makes another key (401), as it would on a server that compares bytes. A token of only such
+    characters counts as no key."""
     auth = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
     scheme, _, token = auth.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
+    if scheme.lower() != "bearer":
+        return ""
+    token = token.lstrip(" ")
+    return token if token.strip() else ""
 
 
 class UploadSigner:

@@ -18,15 +18,19 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from opd_nb.deploy_plans import plan_problems
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.hparams import resolve as resolve_hparams
-from opd_nb.server.limits import MAX_REQUIREMENTS_CHARS
+from opd_nb.engine.openai_wire import MAX_TOP_LOGPROBS
+from opd_nb.server.limits import MAX_ENV_BYTES, MAX_REQUIREMENTS_CHARS
+from opd_nb.server.responses import shown
 from opd_nb.spec.hyperparams import submitted_problems
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -106,12 +110,55 @@ class RegisterBody(Body):
         return value
 
 
+def _env(value: Any) -> Any:
+    """A function's environment map: each name and value must be one an ``exec`` can carry.
+
+    A NUL byte (in a name or a value), an ``=`` in a name or an empty name cannot become an
+    environment variable (``os.execve`` raised ``ValueError: embedded null byte``: a 500), and a map
+    over :data:`MAX_ENV_BYTES` would not fit the exec (E2BIG)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise PydanticCustomError("env", 'must be an object of NAME: value pairs, e.g. {"MY_FLAG": "1"}')
+    size = 0
+    for name, item in value.items():
+        if not name or "=" in name or "\x00" in name:
+            raise PydanticCustomError(
+                "env",
+                "variable name {name} is not allowed: a name is non-empty, without '=' or NUL bytes",
+                {"name": shown(name, 60)},
+            )
+        if item is None or isinstance(item, dict | list):
+            raise PydanticCustomError(
+                "env",
+                "{name} must be a string, number or boolean, got {kind}",
+                {"name": shown(name, 60), "kind": type(item).__name__},
+            )
+        if "\x00" in str(item):
+            raise PydanticCustomError(
+                "env",
+                "the value of {name} has a NUL byte, which no environment variable can hold",
+                {"name": shown(name, 60)},
+            )
+        size += len(f"{name}={item}".encode("utf-8", "surrogatepass")) + 1
+    if size > MAX_ENV_BYTES:
+        raise PydanticCustomError(
+            "env",
+            "the variables take {size} bytes; at most {cap} fit a function's environment",
+            {"size": size, "cap": MAX_ENV_BYTES},
+        )
+    return value
+
+
+EnvMap = Annotated[dict[str, Any] | None, BeforeValidator(_env)]
+
+
 class FunctionRuntime(Body):
     """The runtime the SDK's ``load`` sends; only ``env`` matters locally."""
 
     model_config = ConfigDict(extra="allow")
 
-    env: dict[str, Any] | None = None
+    env: EnvMap = None
 
 
 class NoParameters(Body):
@@ -150,7 +197,7 @@ class FunctionRef(Body):
     weight: float | None = None
     timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
-    env: dict[str, Any] | None = None
+    env: EnvMap = None
     reward_metric_weight: dict[str, float] | None = None
 
 
@@ -279,9 +326,39 @@ def check_messages(value: Any, where: str = "messages") -> list[dict[str, Any]]:
             raise ValueError(f"{where}[{i}] ({role}) has no content; give it a string, {_MESSAGES_EXAMPLE}")
         if content is not None and not isinstance(content, str | list):
             raise ValueError(f"{where}[{i}].content must be a string (or a list of text parts)")
-    return value
+    return [_text_content(msg, f"{where}[{i}]") for i, msg in enumerate(value)]
 
 
+def _part_type(part: Any) -> str | None:
+    """A content part's type: OpenAI's ``type``, else DashScope's one key (``{"text": ...}``, ``{"image": ...}``)."""
+    if not isinstance(part, dict):
+        return None
+    return part.get("type") or ("text" if "text" in part else next(iter(part), None))
+
+
+def _text_content(msg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The message with a list of text parts joined into one string (by newlines, as vLLM joins them);
+    any other part (``image_url``, ``input_audio``, DashScope's ``{"image": ...}``) is a 400 that names
+    it: the local models read text only, and a part dropped without a word would answer another question."""
+    parts = msg.get("content")
+    if not isinstance(parts, list):
+        return msg
+    texts = []
+    for j, part in enumerate(parts):
+        kind = _part_type(part)
+        if kind != "text":
+            what = f"a part of type {shown(kind, 40)}" if kind else f"not a text part ({type(part).__name__})"
+            raise ValueError(
+                f"{where}.content[{j}] is {what}; the local models read text only: send "
+                '{"type": "text", "text": "..."} parts (or a string), or run against Bailian'
+            )
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f"{where}.content[{j}].text must be a string")
+        texts.append(part["text"])
+    return {**msg, "content": "\n".join(texts)}
+
+
+MAX_TEMPERATURE = 2.0  # the documented maximum (compatible mode: [0, 2]; DashScope: [0, 2))
 MAX_N = 4  # choices per request (each one is a decode on the local model)
 MAX_STOP = 4  # stop strings, as OpenAI and Bailian allow
 # Options a caller may send that the local models cannot honour, with the value that means "off":
@@ -296,6 +373,16 @@ UNSUPPORTED = {
     "enable_search": False,
     "enable_thinking": False,
 }
+
+
+def _is_off(value: Any, off: Any) -> bool:
+    """Whether an unsupported option's value means "off": absent, null, or ``off`` of its own type
+    (``false`` is no ``presence_penalty`` of 0, nor ``0`` an ``enable_thinking`` of false)."""
+    if value is None:
+        return True
+    if isinstance(off, bool) or isinstance(value, bool):
+        return value is off
+    return isinstance(value, int | float) and isinstance(off, int | float) and value == off
 
 
 def _stop(value: Any) -> Any:
@@ -314,16 +401,16 @@ class Sampling(Body):
 
     model_config = ConfigDict(extra="allow")
 
-    n: int = Field(1, ge=1, le=MAX_N)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    n: int = Field(1, ge=1, le=MAX_N, strict=True)
+    logprobs: StrictBool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     stop: Stop = None
 
     @model_validator(mode="after")
     def _supported(self) -> Sampling:
         extra = self.model_extra or {}
         for key, off in UNSUPPORTED.items():
-            if extra.get(key, off) not in (off, None):
+            if not _is_off(extra.get(key), off):
                 raise ValueError(
                     f"{key} is not supported by the local models (got {extra[key]!r}); leave it out "
                     "locally, or run against Bailian"
@@ -423,12 +510,12 @@ class GenerationParameters(Sampling):
     """DashScope text generation's ``parameters`` (the unsupported ones are a 400, see ``UNSUPPORTED``)."""
 
     result_format: Literal["text", "message"] = "text"
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, lt=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    incremental_output: bool = False
-    stream: bool | None = None
+    max_tokens: int | None = Field(None, ge=1, strict=True)
+    temperature: float | None = Field(None, ge=0, lt=MAX_TEMPERATURE, strict=True)  # DashScope's [0, 2)
+    top_p: float | None = Field(None, gt=0, le=1, strict=True)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    incremental_output: StrictBool = False
+    stream: StrictBool | None = None
     tools: list[dict[str, Any]] | None = None
 
     @model_validator(mode="after")
@@ -460,12 +547,12 @@ class ChatBody(Sampling):
 
     model: str
     messages: list[dict[str, Any]]
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    stream: bool = False
+    max_tokens: int | None = Field(None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(None, ge=1, strict=True)
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE, strict=True)  # OpenAI's [0, 2]
+    top_p: float | None = Field(None, gt=0, le=1, strict=True)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
 

@@ -203,6 +203,7 @@ def register_function(store: Store, data_dir: Path, kind: str, name: str, func: 
     rel, processor = processor_path(name, func)
     entity_id = new_id(KIND_PREFIX[kind])
     code_dir = data_dir / "functions" / entity_id / "code"
+    store.begin_write(code_dir.parent)  # a kill -9 from here on leaves a directory the next start removes
     code_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
         unpack(Path(upload), code_dir)
@@ -210,8 +211,11 @@ def register_function(store: Store, data_dir: Path, kind: str, name: str, func: 
             raise ApiError(400, "InvalidParameter", f"function file {shown(rel)} is not in the uploaded zip")
     except BaseException:
         shutil.rmtree(code_dir.parent, ignore_errors=True)  # a refused registration leaves nothing behind
+        store.end_write(code_dir.parent)
         raise
-    store.add_function(entity_id, kind, name, func, processor, unique_key, str(code_dir))
+    store.add_function(
+        entity_id, kind, name, func, processor, unique_key, str(code_dir), finishes=(code_dir.parent,)
+    )
     return entity_id
 
 

@@ -25,6 +25,7 @@ MAX_FORM_BYTES = 512 * 2**20  # a multipart dataset upload (POST /files)
 MAX_CONCURRENT_UPLOADS = 4  # multipart uploads in flight at once (each spools to disk); more: 429
 UPLOAD_RETRY_AFTER_S = 2
 MAX_REQUIREMENTS_CHARS = 2**20  # a layer's requirements_content
+MAX_ENV_BYTES = 64 * 1024  # a function's environment map ("NAME=value\0" each), far below exec's limit
 MAX_FILE_NAME_CHARS = 200  # an uploaded dataset's file name
 MAX_ZIP_ENTRIES = 10_000  # entries of a function zip
 MAX_ZIP_DIRECTORY_BYTES = MAX_ZIP_ENTRIES * 512  # its central directory, read before the entries

@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS deployments (
     capacity INTEGER NOT NULL, status TEXT NOT NULL, kind TEXT NOT NULL, path TEXT NOT NULL,
     pid INTEGER, port INTEGER, token TEXT NOT NULL, message TEXT, is_base INTEGER DEFAULT 0,
     deleted INTEGER DEFAULT 0, gmt_create TEXT NOT NULL, gmt_modified TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS writes (
+    path TEXT PRIMARY KEY, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS exports (
     model_name TEXT PRIMARY KEY, job_id TEXT NOT NULL, step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
     display_name TEXT, path TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (job_id, checkpoint));

@@ -1,30 +1,73 @@
-"""Uploaded things: dataset files, function code (uploads, layers, registered functions) and instances."""
+"""Uploaded things: dataset files, function code (uploads, layers, registered functions) and instances,
+and the journal of the writes that put them on disk."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from opd_nb.server.store_db import Database, now_text
 
 
-class FileRows(Database):
+class WriteRows(Database):
+    """The journal of unfinished writes: the one list the start-up sweep removes files from.
+
+    A write path names what it is about to create (relative to the data dir) before creating it, and
+    strikes it off in the same transaction that records the finished thing (``finishes=``); so after a
+    ``kill -9`` the journal names exactly the partial files, and a file it does not name (a user's, or
+    anything a record holds) is never removed at start (:mod:`opd_nb.server.leftovers`)."""
+
+    def begin_write(self, *paths: Path) -> None:
+        for path in paths:
+            self._run(
+                "INSERT OR REPLACE INTO writes(path, created_at) VALUES (?,?)",
+                self._relative(path),
+                now_text(),
+            )
+
+    def end_write(self, *paths: Path) -> None:
+        for path in paths:
+            self._run("DELETE FROM writes WHERE path = ?", self._relative(path))
+
+    def unfinished_writes(self) -> list[str]:
+        return [r["path"] for r in self._all("SELECT path FROM writes ORDER BY path")]
+
+    def clear_writes(self) -> None:
+        """At start, once the sweep removed what they left: no write is under way."""
+        self._run("DELETE FROM writes")
+
+    def _relative(self, path: Path) -> str:
+        return Path(path).relative_to(self.data_dir).as_posix()
+
+
+class FileRows(WriteRows):
     """Dataset files uploaded with ``POST /files``."""
 
     def add_file(
-        self, file_id: str, name: str, path: str, size: int, lines: int, purpose: str, description: str | None
+        self,
+        file_id: str,
+        name: str,
+        path: str,
+        size: int,
+        lines: int,
+        purpose: str,
+        description: str | None,
+        finishes: tuple[Path, ...] = (),
     ) -> None:
-        self._run(
-            "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
-            file_id,
-            name,
-            path,
-            size,
-            lines,
-            purpose,
-            description,
-            now_text(),
-        )
+        with self.tx():
+            self._run(
+                "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
+                file_id,
+                name,
+                path,
+                size,
+                lines,
+                purpose,
+                description,
+                now_text(),
+            )
+            self.end_write(*finishes)
 
     def file(self, file_id: str) -> dict | None:
         row = self._one("SELECT * FROM files WHERE file_id = ?", file_id)
@@ -41,17 +84,19 @@ class FileRows(Database):
         self._run("DELETE FROM files WHERE file_id = ?", file_id)
 
 
-class FunctionRows(Database):
+class FunctionRows(WriteRows):
     """Function code: zip uploads, dependency layers, registered functions and their instances."""
 
-    def put_upload(self, key: str, path: str, size: int) -> None:
-        self._run(
-            "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
-            key,
-            path,
-            size,
-            now_text(),
-        )
+    def put_upload(self, key: str, path: str, size: int, finishes: tuple[Path, ...] = ()) -> None:
+        with self.tx():
+            self._run(
+                "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
+                key,
+                path,
+                size,
+                now_text(),
+            )
+            self.end_write(*finishes)
 
     def upload_path(self, key: str) -> str | None:
         row = self._one("SELECT path FROM uploads WHERE key = ?", key)
@@ -64,19 +109,29 @@ class FunctionRows(Database):
         return self._one("SELECT 1 FROM layers WHERE layer_code = ?", layer_code) is not None
 
     def add_function(
-        self, entity_id: str, kind: str, name: str, func: str, processor: str, unique_key: str, code_dir: str
+        self,
+        entity_id: str,
+        kind: str,
+        name: str,
+        func: str,
+        processor: str,
+        unique_key: str,
+        code_dir: str,
+        finishes: tuple[Path, ...] = (),
     ) -> None:
-        self._run(
-            "INSERT INTO functions VALUES (?,?,?,?,?,?,?,?)",
-            entity_id,
-            kind,
-            name,
-            func,
-            processor,
-            unique_key,
-            code_dir,
-            now_text(),
-        )
+        with self.tx():
+            self._run(
+                "INSERT INTO functions VALUES (?,?,?,?,?,?,?,?)",
+                entity_id,
+                kind,
+                name,
+                func,
+                processor,
+                unique_key,
+                code_dir,
+                now_text(),
+            )
+            self.end_write(*finishes)
 
     def function(self, entity_id: str) -> dict | None:
         row = self._one("SELECT * FROM functions WHERE entity_id = ?", entity_id)

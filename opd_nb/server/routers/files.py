@@ -90,18 +90,26 @@ def _store_dataset(
     file_id = new_id("file-ft")
     folder = data_dir / "files" / file_id
     tmp = data_dir / "files" / f".tmp-{file_id}-{secrets.token_hex(4)}"
+    store.begin_write(tmp, folder)  # what a kill -9 from here on leaves, the next start removes
     try:
         tmp.mkdir(parents=True)
         with open(tmp / name, "wb") as out:
             shutil.copyfileobj(upload.file, out, COPY_CHUNK_BYTES)
         problem, lines = check_jsonl_file(tmp / name)
         if problem:
+            store.end_write(tmp, folder)
             return {"name": name, "reason": problem}
         size = (tmp / name).stat().st_size
         tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        store.end_write(tmp, folder)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    store.add_file(file_id, name, str(folder / name), size, lines, purpose, description)
+    store.add_file(
+        file_id, name, str(folder / name), size, lines, purpose, description, finishes=(tmp, folder)
+    )
     return {"file_id": file_id, "name": name, "bytes": size, "lines": lines}
 
 

@@ -40,6 +40,7 @@ from opd_nb.server.function_registry import (
     register_function,
 )
 from opd_nb.server.responses import ok, request_id, shown
+from opd_nb.server.store import Store
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])
 
@@ -67,7 +68,7 @@ async def oss_put(
             "this upload URL has no valid token; PUT to the exact URL /fine-tunes/generate/faas/upload/url returned",
         )
     dest = services.data_dir / "uploads" / name
-    size = await _receive_zip(request, dest, services.max_zip_bytes)
+    size = await _receive_zip(request, dest, services.max_zip_bytes, services.store)
     await run_in_threadpool(services.store.put_upload, key, str(dest), size)
     return JSONResponse({"request_id": request_id(), "output": {"key": key, "bytes": size}})
 
@@ -97,10 +98,12 @@ def _publish_once(tmp: Path, dest: Path) -> None:
             ) from None
 
 
-async def _receive_zip(request: Request, dest: Path, max_bytes: int) -> int:
-    """Write the body to ``dest`` (via a temporary file, off the event loop); returns its size."""
+async def _receive_zip(request: Request, dest: Path, max_bytes: int, store: Store) -> int:
+    """Write the body to ``dest`` (via a temporary file, off the event loop, named in the store's journal of
+    unfinished writes while it exists); returns its size."""
     await anyio.to_thread.run_sync(lambda: dest.parent.mkdir(parents=True, exist_ok=True))
     tmp = dest.with_suffix(f".part-{secrets.token_hex(4)}")
+    await run_in_threadpool(store.begin_write, tmp)
     size = 0
     try:
         async with await anyio.open_file(tmp, "wb") as fh:
@@ -118,6 +121,7 @@ async def _receive_zip(request: Request, dest: Path, max_bytes: int) -> int:
         await run_in_threadpool(_publish_once, tmp, dest)
     finally:
         await anyio.to_thread.run_sync(lambda: tmp.unlink(missing_ok=True))
+        await run_in_threadpool(store.end_write, tmp)
     return size
 
 
