@@ -24,8 +24,10 @@ entity the control plane no longer knows is registered again once, automatically
 and hashes only (no secrets); it is git-ignored and left out of the function zip.
 
 Needs only the standard library and requirements.txt (dashscope>=2.0.2, PyYAML, python-dotenv), so
-the workspace works without opd-nb; a Python without them gets one line saying what to install. The API key comes from DASHSCOPE_API_KEY or a .env file next to the config; it is never
-printed. Exit codes: 0 submitted (with --wait: SUCCEEDED), 1 rejected or failed, 2 usage/config error.
+the workspace works without opd-nb; a Python without them gets one line saying what to install. The API
+key comes from DASHSCOPE_API_KEY or a .env file next to the config (read by python-dotenv, as opd-nb
+reads it); it is never printed. Exit codes: 0 submitted (with --wait: SUCCEEDED), 1 rejected or failed,
+2 usage/config error.
 """
 
 from __future__ import annotations
