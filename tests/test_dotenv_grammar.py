@@ -161,33 +161,18 @@ def test_a_keyed_server_accepts_the_dotenv_key_from_opd_and_from_submit_job(tmp_
     (ws / ".env").write_text(f"DASHSCOPE_API_KEY='{key}' # my key\r\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_SERVE_API_KEY"))}
     env["NO_PROXY"] = "127.0.0.1,localhost"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, *args], cwd=ws, env=env, capture_output=True, text=True, timeout=300
+        )
+
     with start(port=0, data_dir=tmp_path / "data", api_key=key) as server:
         url = server.api_base
-        sub = subprocess.run(
-            [sys.executable, "submit_job.py", "--local", url, "--json"],
-            cwd=ws,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        sub = run("submit_job.py", "--local", url, "--json")
         assert sub.returncode == 0, sub.stderr[-2000:]
         job_id = json.loads(sub.stdout.strip().splitlines()[-1])["job_id"]
-        jobs = subprocess.run(
-            [sys.executable, "-m", "opd_nb", "jobs", "--local", url, "--json"],
-            cwd=ws,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        jobs = run("-m", "opd_nb", "jobs", "--local", url, "--json")
         assert jobs.returncode == 0, jobs.stderr[-2000:]
         assert job_id in jobs.stdout and key not in sub.stdout + sub.stderr + jobs.stdout + jobs.stderr
-        subprocess.run(
-            [sys.executable, "-m", "opd_nb", "cancel", job_id, "--local", url],
-            cwd=ws,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run("-m", "opd_nb", "cancel", job_id, "--local", url)
