@@ -267,3 +267,41 @@ def test_inline_commands_exist_with_the_options_they_name(shell: Shell, tmp_path
             )
     for command in (c for c in inline if c.startswith("python -c ")):
         assert len(shell.ok(command, tmp_path).strip()) >= 40
+
+
+# The generated workspace's own README (what a user of `opd new` reads next), in a fresh shell too.
+WORKSPACE_NOT_RUN = {
+    "pip install -r requirements.txt pytest": "installs from the package index: the activated environment has "
+    "them all (a Python without them gets one line: test_template)",
+    "python submit_job.py --smoke --yes": "starts a paid job on Bailian",
+    "python submit_job.py --yes --wait": "starts a paid job on Bailian",
+}
+
+
+def _workspace_blocks(ws: Path) -> list[str]:
+    text = (ws / "README.md").read_text(encoding="utf-8")
+    return [
+        c
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+        for c in map(_command, block.splitlines())
+        if c
+    ]
+
+
+def test_the_workspace_readme_in_a_fresh_shell(shell: Shell, server: int, tmp_path: Path):
+    """`opd new`'s README: its tests, `.env` from the example, a dry run, and a local job to the end. Its
+    `opd serve` is this module's (on a free port, named by DASHSCOPE_HTTP_BASE_URL, which --local follows)."""
+    fresh = Shell(shell.home)
+    fresh.ok("opd new reward ws", tmp_path)
+    ws = shrink_workspace(tmp_path / "ws", "reward", train_rows=16)
+    commands = _workspace_blocks(ws)
+    assert set(WORKSPACE_NOT_RUN) <= set(commands), "excused, but no longer in the workspace README"
+    for command in (c for c in commands if c not in WORKSPACE_NOT_RUN):
+        if command == "python submit_job.py --local --wait":  # "`opd serve` in another terminal": this one
+            fresh.exports.append(f"export DASHSCOPE_HTTP_BASE_URL=http://127.0.0.1:{server}/api/v1")
+        out = fresh.ok(command, ws)
+        if command == "python submit_job.py --dry-run":
+            assert json.loads(out)["api_key"] == "not set"  # .env.example holds no key
+        if command == "python submit_job.py --local --wait":
+            assert "final status: SUCCEEDED" in out
+    assert {"pytest", "cp .env.example .env", "python submit_job.py --local --wait"} <= set(commands)
