@@ -170,6 +170,7 @@ def test_every_readme_command_is_run_or_excused():
     assert not stale, f"excused or filled, but no longer in the README: {stale}"
 
 
+@pytest.mark.timeout(1200)  # two jobs, two deployments and an eval, command by command in fresh shells
 def test_the_readme_tour_in_a_fresh_shell(shell: Shell, server: int, tmp_path: Path):
     """Every ```bash block in order, as a user types them after `source .venv/bin/activate`, from the
     folder that holds my-ws (the exports of one command stay for the next, as in one terminal)."""
