@@ -1,4 +1,5 @@
-"""`opd checkpoints JOB`: a job's checkpoints with their metrics, the best one, expiry and export names.
+"""`opd checkpoints JOB`: a job's checkpoints with their metrics, the best one, expiry and export names
+(the deploy name, and the display name an export was given).
 
 Why a module of its own: the CLI and the notebook monitor show the same table, and the facts come
 from three places (the checkpoint list, the metric rows, the docs' best-checkpoint rule in
@@ -19,7 +20,19 @@ from opd_nb.constants import LOSS, REWARD_MEAN
 from opd_nb.health import best_checkpoint
 from opd_nb.results import ResultMixin
 
-HEADERS = ("checkpoint", "step", "status", "reward mean@1", "loss", "best", "expires", "exported as")
+# "deploy name": the model_name an export gives (what `opd deploy` takes); "display name": the label the
+# export was given with --model-name (Bailian's model_display_name), which nothing deploys by.
+HEADERS = (
+    "checkpoint",
+    "step",
+    "status",
+    "reward mean@1",
+    "loss",
+    "best",
+    "expires",
+    "deploy name",
+    "display name",
+)
 
 
 class CheckpointRow(BaseModel):
@@ -31,6 +44,7 @@ class CheckpointRow(BaseModel):
     expire_time: str | None
     expires_in_days: float | None  # negative: expired
     model_name: str | None  # the exported name (what to deploy); None until exported
+    display_name: str | None  # the label `opd export --model-name` gave it (not deployable); None if none
     best: bool
     metrics: dict[str, Any]
 
@@ -54,6 +68,7 @@ class CheckpointTable(ResultMixin, BaseModel):
                 "best" if c.best else "",
                 expires_text(c.expires_in_days),
                 c.model_name or "-",
+                c.display_name or "-",
             )
             for c in self.checkpoints
         ]
@@ -84,7 +99,10 @@ def expires_text(days: float | None) -> str:
 
 
 def export_hint(job_id: str) -> str:
-    return f"export one to deploy it: opd export {job_id} CHECKPOINT [--model-name NAME]"
+    return (
+        f"export one to deploy it: opd export {job_id} CHECKPOINT [--model-name LABEL]; "
+        "deploy by its deploy name (`opd deploy NAME`), not by its display name"
+    )
 
 
 def checkpoint_table(
@@ -103,6 +121,7 @@ def checkpoint_table(
             expire_time=c.expire_time,
             expires_in_days=_rounded(c.expires_in_days(now)),
             model_name=c.model_name,
+            display_name=c.display_name if c.display_name != c.model_name else None,
             best=best is not None and best.checkpoint is c,
             metrics=c.metrics,
         )

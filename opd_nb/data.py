@@ -335,12 +335,16 @@ class DataStats(ResultMixin):
     def to_payload(self) -> dict[str, Any]:
         return self.to_dict()
 
+    def headline(self) -> str:
+        """'FILE: N rows, M with rollout_extra.solution[, K invalid]' (the text, the table's title, the HTML)."""
+        invalid = f", {self.problems} invalid" if self.problems else ""
+        return f"{self.source}: {self.rows} rows, {self.with_solution} with rollout_extra.solution{invalid}"
+
     def _lines(self) -> list[str]:
         kind = "exact" if self.tokens_exact else "estimated, chars/3.5"
         t, c = self.prompt_tokens, self.prompt_chars
         out = [
-            f"{self.source}: {self.rows} rows, {self.with_solution} with rollout_extra.solution"
-            + (f", {self.problems} invalid" if self.problems else ""),
+            self.headline(),
             f"prompt tokens ({kind}): min {t['min']}  p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}  "
             f"max {t['max']}  mean {t['mean']}",
             f"prompt chars: min {c['min']}  p50 {c['p50']}  max {c['max']}",
@@ -356,7 +360,7 @@ class DataStats(ResultMixin):
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=Text(f"{self.source}: {self.rows} rows"), show_header=True)
+        table = Table(title=Text(self.headline()), show_header=True)
         table.add_column("measure")
         for col in ("min", "p50", "p90", "p99", "max", "mean"):
             table.add_column(col, justify="right")

@@ -5,13 +5,16 @@ OPD row is a *prompt* (`messages` ending with the user turn) plus the ground tru
 `rollout_extra.solution`. Each record's prompt is the conversation up to its last user turn; the answer
 after it (ShareGPT's last `gpt` turn, Alpaca's `output`, the last assistant message, `completion`)
 becomes the solution, or `--solution-field` names the record's field that holds it. A record that
-cannot give a prompt is dropped and counted under its reason, with its line; the output is then
-scanned with the same rules as `opd check`.
+cannot give a prompt is dropped and counted under its reason, with its line (the file line where the
+record starts, in a pretty-printed JSON array too); a row kept without an answer is listed the same
+way. The output is then scanned with the same rules as `opd check`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -51,7 +54,8 @@ OPENAI_ROLES = {
 
 
 class Dropped(BaseModel):
-    """Records left out for one reason: how many, and the first lines (1-based in the input)."""
+    """Records of one kind (left out for one reason, or kept without a solution): how many, and the
+    first lines (1-based lines of the input file, where each record starts)."""
 
     count: int = 0
     lines: list[int] = Field(default_factory=list)
@@ -71,6 +75,7 @@ class Conversion(ResultMixin, BaseModel):
     read: int = 0
     written: int = 0
     with_solution: int = 0
+    without_solution: Dropped = Field(default_factory=Dropped)  # rows kept with no answer to use as solution
     dropped: dict[str, Dropped] = Field(default_factory=dict)
     output_problems: list[str] = Field(default_factory=list)  # findings of the scan of the written file
 
@@ -87,20 +92,33 @@ class Conversion(ResultMixin, BaseModel):
             f"{self.with_solution} with rollout_extra.solution"
         ]
         for reason, d in sorted(self.dropped.items(), key=lambda kv: -kv[1].count):
-            more = ", ..." if d.count > len(d.lines) else ""
-            lines.append(f"  dropped {d.count}: {reason} (lines {', '.join(map(str, d.lines))}{more})")
+            lines.append(f"  dropped {d.count}: {reason} ({_lines_text(d)})")
+        if self.without_solution.count:
+            lines.append(
+                f"  kept {self.without_solution.count} without a solution (empty or missing answer; "
+                f"{_lines_text(self.without_solution)}): a reward that reads rollout_extra.solution gets none"
+            )
         lines += [f"  output problem: {p}" for p in self.output_problems]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        rows = [(reason, d.count, ", ".join(map(str, d.lines))) for reason, d in self.dropped.items()]
+        rows = [(f"dropped: {reason}", d.count, _lines_text(d)) for reason, d in self.dropped.items()]
+        if self.without_solution.count:
+            ns = self.without_solution
+            rows.append(("kept without a solution (empty or missing answer)", ns.count, _lines_text(ns)))
         head = (
             f"<div><b>{render.esc(self.source)}</b> ({render.esc(self.format)}) -> <code>{render.esc(self.output)}"
             f"</code>: {self.written} of {self.read} record(s) written, {self.with_solution} with a solution</div>"
         )
         problems = "".join(f'<div class="bad">{render.esc(p)}</div>' for p in self.output_problems)
-        dropped = render.table(["dropped because", "records", "first lines"], rows) if rows else ""
+        dropped = render.table(["records", "count", "where"], rows) if rows else ""
         return render.box(head + dropped + problems)
+
+
+def _lines_text(d: Dropped) -> str:
+    """'line 8' or 'lines 13, 19, ...' (the first ten)."""
+    more = ", ..." if d.count > len(d.lines) else ""
+    return f"line{'s' if d.count > 1 else ''} {', '.join(map(str, d.lines))}{more}"
 
 
 class _Skip(Exception):
@@ -121,7 +139,9 @@ def _prompt_and_answer(messages: list[dict[str, str]]) -> tuple[list[dict[str, s
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
     if last_user is None:
         raise _Skip("no user turn")
-    answers = [m["content"] for m in messages[last_user + 1 :] if m["role"] == "assistant" and m["content"]]
+    answers = [
+        m["content"] for m in messages[last_user + 1 :] if m["role"] == "assistant" and m["content"].strip()
+    ]
     return messages[: last_user + 1], (answers[-1] if answers else None)
 
 
@@ -189,21 +209,16 @@ READERS: dict[str, Callable[[dict[str, Any]], tuple[list[dict[str, str]], str | 
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line, record) of a JSONL file, or (index + 1, record) of a JSON array file; bad JSON as a _Skip."""
+    """(line, record) of a JSONL file or of a JSON array file (the line where each record starts, as an
+    editor numbers it); a JSONL line that is not JSON comes back as a _Skip."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not data
     except (OSError, UnicodeDecodeError) as exc:
         raise OpdError(
             f"cannot read {path}: {exc}", where=str(path), fix="pass a UTF-8 JSON or JSONL file"
         ) from None
     if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise OpdError(
-                f"{path} is not a JSON array: {exc}", where=str(path), fix="fix the JSON"
-            ) from None
-        yield from enumerate(data, start=1)
+        yield from _array_records(text, path)
         return
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -212,6 +227,46 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
             yield number, json.loads(line)
         except ValueError:
             yield number, _Skip("not valid JSON")
+
+
+_SPACE = re.compile(r"\s*")
+_JSON_FIX = "correct the JSON there (a trailing comma, a missing comma or quote?); nothing was written"
+
+
+def _array_records(text: str, path: Path) -> Iterator[tuple[int, Any]]:
+    """The elements of a JSON array, each with the file line it starts on (a pretty-printed array
+    spreads one record over many lines, so its index is not a line)."""
+    decoder = json.JSONDecoder()
+    pos, line, seen = _SPACE.match(text).end() + 1, 1, 0  # type: ignore[union-attr]
+
+    def advance(to: int) -> None:
+        nonlocal pos, line, seen
+        line += text.count("\n", seen, to)
+        pos = seen = to
+
+    advance(_SPACE.match(text, pos).end())  # type: ignore[union-attr]
+    if text.startswith("]", pos):
+        return
+    while True:
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise OpdError(
+                f"not a JSON array: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                where=f"{path}:{exc.lineno}",
+                fix=_JSON_FIX,
+            ) from None
+        yield line, value
+        advance(_SPACE.match(text, end).end())  # type: ignore[union-attr]
+        if text.startswith(",", pos):
+            advance(_SPACE.match(text, pos + 1).end())  # type: ignore[union-attr]
+            continue
+        if text.startswith("]", pos) and not text[pos + 1 :].strip():
+            return
+        advance(pos)
+        raise OpdError(
+            f"not a JSON array: expected ',' or ']' (line {line})", where=f"{path}:{line}", fix=_JSON_FIX
+        )
 
 
 def _field(rec: dict[str, Any], dotted: str) -> Any:
@@ -240,6 +295,24 @@ def _row(rec: Any, fmt: str, system: str | None, solution_field: str | None) -> 
     return row
 
 
+def _write_rows(
+    src: Path, fh: Any, result: Conversion, system: str | None, solution_field: str | None
+) -> None:
+    for line, rec in _records(src):
+        result.read += 1
+        try:
+            row = _row(rec, result.format, system, solution_field)
+        except _Skip as why:
+            result.drop(str(why), line)
+            continue
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        result.written += 1
+        if "rollout_extra" in row:
+            result.with_solution += 1
+        else:
+            result.without_solution.add(line)
+
+
 def convert(
     source: str | Path,
     output: str | Path,
@@ -260,17 +333,13 @@ def convert(
         raise OpdError("the output would overwrite the input", where=str(dst), fix="write to another file")
     result = Conversion(source=str(src), output=str(dst), format=source_format)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(dst, "w", encoding="utf-8") as fh:
-        for line, rec in _records(src):
-            result.read += 1
-            try:
-                row = _row(rec, source_format, system, solution_field)
-            except _Skip as why:
-                result.drop(str(why), line)
-                continue
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            result.written += 1
-            result.with_solution += "rollout_extra" in row
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}")  # the output appears whole or not at all
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            _write_rows(src, fh, result, system, solution_field)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
     scan = scan_jsonl(dst)
     result.output_problems = [
         f"{rule}: {i.count} row(s), lines {i.lines_text()}" for rule, i in scan.issues.items()

@@ -32,6 +32,10 @@ class OpdError(Exception):
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.message}" if self.where else self.message
-        if self.fix:
+        if (
+            self.fix and "\n" in text
+        ):  # a list (of findings, each with its own fix): this fix on a line of its own
+            text += f"\nfix: {self.fix}"
+        elif self.fix:
             text += f" (fix: {self.fix})"
         return text

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.terminal_table import WholeNamesTable
 
 DEFAULT_CONCURRENCY = 8
 EXACT_MATCH = "exact_match"
@@ -217,24 +218,28 @@ class EvalResult(ResultMixin, BaseModel):
         from rich.table import Table
         from rich.text import Text
 
-        top = Table(title=f"eval of {self.workspace} ({self.scorer})")
-        for col in ("model", "n", "reward_mean", "metrics", "failed"):
-            top.add_column(col)
+        summary = []
         for m in self.models:  # cells are Text: model names and answers are never rich markup
             metrics = ", ".join(f"{k}={render.fmt(v)}" for k, v in m.metrics.items())
-            top.add_row(
-                Text(m.model),
-                Text(str(m.n)),
-                Text(render.fmt(m.reward_mean)),
-                Text(metrics),
-                Text(str(m.failed)),
+            summary.append(
+                [
+                    Text(m.model),
+                    Text(str(m.n)),
+                    Text(render.fmt(m.reward_mean)),
+                    Text(metrics),
+                    Text(str(m.failed)),
+                ]
             )
+        # a model's name is what `opd chat`/`opd deploy` take: never cut (terminal_table)
+        top = WholeNamesTable(
+            ("model", "n", "reward_mean", "metrics", "failed"),
+            summary,
+            whole=(0,),
+            title=f"eval of {self.workspace} ({self.scorer})",
+        )
         rows = Table(title="rows (where the models differ first)")
-        rows.add_column("#")
-        rows.add_column("prompt")
-        rows.add_column("solution")
-        for m in self.models:
-            rows.add_column(m.model)
+        for name in ("#", "prompt", "solution", *(m.model for m in self.models)):
+            rows.add_column(name, overflow="fold")  # a narrow terminal wraps a model's name, never cuts it
         for r in self.ordered_rows():
             cells = [
                 Text(str(r.index)),
@@ -491,6 +496,8 @@ def _run_calls(
         if error:
             out.errors[model] = error
 
+    if progress is not None:
+        progress(0, total)  # the calls start now (the reward's function server is up)
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="opd-eval") as pool:
         futures = [pool.submit(one, m, i) for m in models for i in range(len(data))]
         try:

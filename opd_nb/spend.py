@@ -43,7 +43,7 @@ def gate(
         shown = "\n".join(f"  {f}" for f in report.errors)
         raise OpdError(
             f"preflight found {len(report.errors)} error(s); nothing was sent:\n{shown}",
-            fix=f"fix them (`opd check {workspace}`), or pass --no-check to skip the gate",
+            fix=f"correct them (`opd check {workspace}` shows them again), or pass --no-check to skip the gate",
             code=PREFLIGHT_FAILED,
             exit_code=2,
         )

@@ -214,11 +214,17 @@ TINY_HP = {
 
 def tiny_workspace(mode: str, dest: Path, *, train_rows: int = 16, val_rows: int = 8, **hp: object) -> Path:
     """A template workspace shrunk to a job that trains in seconds on a CPU (config stays SDK-valid)."""
-    import yaml
-
     from opd_nb.workspace import create
 
-    path = Path(create(mode, dest).path)
+    return shrink_workspace(
+        Path(create(mode, dest).path), mode, train_rows=train_rows, val_rows=val_rows, **hp
+    )
+
+
+def shrink_workspace(path: Path, mode: str, *, train_rows: int = 16, val_rows: int = 8, **hp: object) -> Path:
+    """Keep the first rows of the workspace's data and set TINY_HP (plus `hp`) in its config.yaml."""
+    import yaml
+
     for name, n in (("train.jsonl", train_rows), ("validation.jsonl", val_rows)):
         data = path / "data" / name
         data.write_text("".join(data.read_text().splitlines(keepends=True)[:n]))

@@ -63,6 +63,17 @@ def test_export_prints_the_name_to_deploy(job_id, local_server):
     assert "exported checkpoint-2" in proc.stdout and "opd deploy " in proc.stdout
     out = json.loads(opd("export", job_id, "2", "--local", url, "--json").stdout)
     assert out["name"] == "checkpoint-2" and out["model_name"] and out["expire_time"]
+    # the display name is shown where checkpoints are listed, beside the deploy name (test_after_job may have
+    # exported checkpoint-2 first, under its own display name: an export is idempotent)
+    listed = json.loads(opd("checkpoints", job_id, "--local", url, "--json").stdout)["checkpoints"]
+    entry = next(c for c in listed if c["checkpoint"] == "checkpoint-2")
+    display, deploy = entry["display_name"], entry["model_name"]
+    assert display in ("early", "my early step") and deploy != display and out["display_name"] == display
+    assert f"{display!r} is its display name" in proc.stdout and f"opd deploy {deploy}`" in proc.stdout
+    table = opd("checkpoints", job_id, "--local", url, COLUMNS="80").stdout
+    row = next(line for line in table.splitlines() if line.startswith("checkpoint-2 "))
+    assert row.split()[-len(display.split()) - 1 :] == [deploy, *display.split()]  # deploy name, display name
+    assert "deploy name" in table and "display name" in table and "not by its display name" in table
     missing = opd("export", job_id, "checkpoint-999", "--local", url)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "404" in missing.stderr and f"opd checkpoints {job_id}" in missing.stderr

@@ -6,11 +6,16 @@ in a key path would silently vanish from the terminal output.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from rich.console import Console
 
 from opd_nb.checks.report import CheckReport
+from opd_nb.cli._output import console as cli_console
 from opd_nb.cli._output import print_result
 from opd_nb.client.jobs import Job, JobList
+from opd_nb.errors import OpdError
 
 BRACKETS = "[exp-1][bold]"
 
@@ -67,3 +72,104 @@ def test_check_report_keeps_key_paths_and_messages(capsys):
     assert "functions[reward].name" in text and "unknown name [abc]" in text and "use [x]" in text
     print_result(report)  # the CLI path
     assert "functions[reward].name" in capsys.readouterr().out
+
+
+# ---- names a user copies are never cut; fixes never nest (issue 36) --------------------------------
+LONG_DEPLOYED = "qwen3.5-9b-ft-202612042210-e275cb-ckpt-2-longersuffix"
+
+
+def _deployments():
+    from opd_nb.client.deploy_results import Deployment, DeploymentList
+
+    deps = [
+        Deployment(
+            deployed_model=LONG_DEPLOYED,
+            status="RUNNING",
+            model_name="qwen3.5-9b-ft-202612042210-e275cb-ckpt-2",
+            capacity=1,
+            gmt_create="2026-12-04 22:10:58",
+        ),
+        Deployment(deployed_model="opd-local-ft-202612042210-e275cb-v1", status="PENDING", capacity=1),
+    ]
+    return DeploymentList(deployments=deps, total=2)
+
+
+def _eval_result():
+    from opd_nb.evaluation import EvalResult, ModelScore, RowResult
+
+    models = [LONG_DEPLOYED, "qwen3.5-9b"]
+    scores = [ModelScore(model=m, n=1, reward_mean=0.5, metrics={"contains_answer": 0.75}) for m in models]
+    row = RowResult(
+        index=0,
+        prompt="9141",
+        solution="1149",
+        answers={m: "1149" for m in models},
+        scores={m: 1.0 for m in models},
+    )
+    return EvalResult(workspace="my-ws", target="local", scorer="exact_match", models=scores, rows=[row])
+
+
+def test_names_print_whole_at_any_terminal_width():
+    """`opd deployments`, `opd jobs` and `opd eval` in 160, 80 and 50 columns: every deployed model, job id,
+    output and model name can be copied whole (rich cut them to "qwen3.5-9b-ft-2…" at 80)."""
+    jobs = JobList(
+        jobs=[
+            Job(
+                job_id="ft-202612042210-e275cb",
+                status="SUCCEEDED",
+                model="qwen3.5-9b",
+                create_time="2026-12-04 22:10:27",
+                finetuned_output="opd-local/ft-202612042210-e275cb",
+            )
+        ],
+        total=1,
+    )
+    for width in (160, 80, 50):
+        for result, names in (
+            (_deployments(), [LONG_DEPLOYED, "opd-local-ft-202612042210-e275cb-v1"]),
+            (jobs, ["ft-202612042210-e275cb", "opd-local/ft-202612042210-e275cb"]),
+            (_eval_result(), [LONG_DEPLOYED, "qwen3.5-9b"]),
+        ):
+            out = cli_console(width=width, record=True, color_system=None, soft_wrap=True)  # as print_result
+            out.print(result)
+            text = out.export_text()
+            assert all(name in text for name in names), (width, text)
+            assert "…" not in text.split("rows (where")[0], (width, text)
+            assert max(len(line) for line in text.splitlines()) <= max(width, *(len(n) + 2 for n in names)), (
+                text
+            )
+
+
+def test_a_fix_never_nests_in_another():
+    """An error listing findings (each with its own "fix:") puts its own fix on a line of its own."""
+    one = OpdError("a bad value", where="config.yaml:4", fix="use 1")
+    assert str(one) == "config.yaml:4: a bad value (fix: use 1)"
+    listed = OpdError("2 error(s):\n  x\n        fix: a\n  y\n        fix: b", fix="correct them")
+    assert str(listed).splitlines()[-1] == "fix: correct them" and "(fix:" not in str(listed)
+
+
+def test_the_gate_prints_each_fix_once_per_line(tmp_path):
+    """`opd submit WS --cloud --yes` with a planted error, in an 80-column terminal: the refusal lists the
+    finding with its fix, then the gate's own fix on its own line (was `fix: … (fix: …)`)."""
+    import os
+    import subprocess
+    import sys
+
+    from opd_nb.workspace import create
+
+    ws = Path(create("reward", tmp_path / "ws").path)
+    cfg = ws / "config.yaml"
+    cfg.write_text(re.sub(r"learning_rate: \S+", "learning_rate: -1.0e-6", cfg.read_text()), encoding="utf-8")
+    env = {**os.environ, "COLUMNS": "80", "DASHSCOPE_API_KEY": "sk-" + "test0not0sent"}
+    env.pop("DASHSCOPE_HTTP_BASE_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "submit", str(ws), "--cloud", "--yes"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert all(line.count("fix:") <= 1 for line in lines), proc.stderr
+    assert "config.bad-value" in proc.stderr and lines[-1].startswith("fix: correct them (`opd check")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,7 +96,7 @@ def _workspace_with(tmp_path: Path, rows: list[dict]) -> Path:
             sharegpt_file,
             {"no user turn": [4], "unknown role 'narrator'": [6], "not valid JSON": [N + 3]},
         ),
-        ("alpaca", alpaca_file, {"empty instruction and input": [N + 1]}),
+        ("alpaca", alpaca_file, {"empty instruction and input": [2 + N * 5]}),  # a file line (indent=1)
         ("openai-chat", openai_file, {"no conversation list": [N + 1]}),
     ],
 )
@@ -116,7 +119,7 @@ def test_round_trip_into_data_opd_check_accepts(tmp_path, fmt, make, dropped):
     report = check(_workspace_with(tmp_path / "ws", rows))
     assert report.ok and report.findings == [], str(report)
     for reason, lines in dropped.items():
-        assert f"dropped 1: {reason} (lines {lines[0]})" in str(result)
+        assert f"dropped 1: {reason} (line {lines[0]})" in str(result)
         assert html.escape(reason) in result._repr_html_()
 
 
@@ -155,6 +158,60 @@ def test_rows_without_an_answer_are_kept_for_pure_distillation(tmp_path):
         and result.with_solution == 0
         and "rollout_extra" not in read_jsonl(result.output)[0]
     )
+
+
+def _opd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The real CLI in an 80-column terminal."""
+    env = {**os.environ, "COLUMNS": "80"}
+    return subprocess.run(
+        [sys.executable, "-m", "opd_nb", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_pretty_printed_array_reports_file_lines_and_rows_kept_without_a_solution(tmp_path):
+    """A ShareGPT export as people save it (a pretty-printed JSON array, a byte-order mark): each dropped
+    record, and each row kept without an answer, is named by the file line where the record starts."""
+    records = [
+        {"conversations": [{"from": "human", "value": "2+2?"}, {"from": "gpt", "value": "4"}]},
+        {"conversations": [{"from": "gpt", "value": "no question"}]},  # dropped: no user turn
+        {"conversations": [{"from": "human", "value": "Say hi"}, {"from": "gpt", "value": "  "}]},  # empty
+        {"conversations": [{"from": "human", "value": "A question only"}]},  # no answer at all
+        {"conversations": [{"from": "human", "value": "3+3?"}, {"from": "gpt", "value": "6"}]},
+    ]
+    text = json.dumps(records, indent=2)
+    starts = [i for i, line in enumerate(text.splitlines(), start=1) if line == "  {"]
+    (tmp_path / "chats.json").write_text("\ufeff" + text, encoding="utf-8")
+    proc = _opd("data", "convert", "chats.json", "all.jsonl", "--from", "sharegpt", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 of 5 record(s) written, 2 with rollout_extra.solution" in proc.stdout
+    assert f"dropped 1: no user turn (line {starts[1]})" in proc.stdout
+    assert (
+        f"kept 2 without a solution (empty or missing answer; lines {starts[2]}, {starts[3]})" in proc.stdout
+    )
+    out = json.loads(
+        _opd(
+            "data", "convert", "chats.json", "all.jsonl", "--from", "sharegpt", "--json", cwd=tmp_path
+        ).stdout
+    )
+    assert out["without_solution"] == {"count": 2, "lines": starts[2:4]}
+    assert out["dropped"]["no user turn"]["lines"] == [starts[1]]
+    (tmp_path / "broken.json").write_text(text.replace('"6"', '"6",'), encoding="utf-8")  # a trailing comma
+    (tmp_path / "b.jsonl").write_text("yesterday's rows\n", encoding="utf-8")
+    broken = _opd("data", "convert", "broken.json", "b.jsonl", "--from", "sharegpt", cwd=tmp_path)
+    assert broken.returncode == 2 and "Traceback" not in broken.stderr
+    assert f"broken.json:{len(text.splitlines()) - 3}:" in broken.stderr, (
+        broken.stderr
+    )  # the line of the comma's close
+
+
+def test_stats_table_shows_the_solutions_count(tmp_path):
+    """`opd data stats` in a terminal: the table's title has the solutions count the README promises."""
+    rows = [dict(r) for r in TASK[:5]] + [{"messages": TASK[5]["messages"]}]  # the last row has no solution
+    (tmp_path / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    proc = _opd("data", "stats", "all.jsonl", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "all.jsonl: 6 rows, 5 with rollout_extra.solution" in proc.stdout
+    assert "prompt tokens" in proc.stdout and "┃" in proc.stdout  # the rich table, not the plain text
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):

@@ -70,6 +70,55 @@ def test_eval_measures_what_training_measured(trained, client, local_server):
     assert out["scorer"].startswith("reward ")
 
 
+def _in_a_terminal(args: list[str], columns: int = 80, timeout: float = 600) -> str:
+    """Run the real CLI on a pseudo-terminal `columns` wide (stdout and stderr), as a user sees it."""
+    import fcntl
+    import pty
+    import re
+    import select
+    import struct
+    import termios
+    import time
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm-256color"}
+    proc = subprocess.Popen([sys.executable, "-m", "opd_nb", *args], stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([master], [], [], 0.5)[0]:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=60)
+    os.close(master)
+    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    text = b"".join(chunks).decode("utf-8", errors="replace")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
+
+
+def test_eval_in_an_80_column_terminal(trained, local_server):
+    """The progress is rich's bar (the declared library, no tqdm), from the first call on, and nothing
+    prints before it ("eval: 0call [00:00, ?call/s]" did); the models' names are whole in the table."""
+    ws, _, name = trained
+    screen = _in_a_terminal(
+        ["eval", str(ws), "--model", name, "--model", BASE, "--rows", "4", "--local", local_server.base_url]
+    )
+    assert "call/s" not in screen and "0call" not in screen and "it/s" not in screen
+    assert "/8 calls" in screen  # 4 rows x 2 models, counted by the bar
+    first = next(line for line in screen.splitlines() if line.strip())
+    assert first.startswith("eval"), screen[:500]
+    assert name in screen, screen  # whole: an 80-column table cut it to "opd-local-ft-2026120422…"
+    assert f"{BASE}" in screen and "rows (where the models differ first)" in screen
+
+
 def test_eval_of_an_undeployed_output_says_how_to_deploy(trained, local_server):
     ws, job, _ = trained
     proc = _opd("eval", str(ws), "--model", job.finetuned_output, "--local", local_server.base_url)

@@ -384,3 +384,29 @@ def deployed(http):
 @pytest.mark.parametrize("path", ["compatible", "dashscope-message-stream", "dashscope-text"])
 def test_a_deployment_takes_the_same_edges(http, deployed, path):
     _check_edges(http, deployed, path)
+
+
+@pytest.mark.parametrize("call", ["completions", "embeddings", "audio"])
+def test_what_compatible_mode_does_not_serve_is_a_404_naming_what_it_does(local_server, call):
+    """The official OpenAI client's legacy completions and embeddings (not served, as the README says):
+    a 404 in the compatible mode's error shape that names the endpoints it serves, not a bare 404."""
+    import openai
+
+    client = openai.OpenAI(
+        base_url=f"{local_server.base_url}/compatible-mode/v1", api_key="local", max_retries=0
+    )
+    calls = {
+        "completions": lambda: client.completions.create(model="qwen3-8b", prompt="93418", max_tokens=4),
+        "embeddings": lambda: client.embeddings.create(model="text-embedding-v4", input="93418"),
+        "audio": lambda: client.audio.speech.create(model="qwen-tts", voice="alloy", input="hi"),
+    }
+    with pytest.raises(openai.NotFoundError) as refused:
+        calls[call]()
+    body = refused.value.body if isinstance(refused.value.body, dict) else {}
+    assert body.get("code") == "NotFound", refused.value
+    served = "POST /compatible-mode/v1/chat/completions, GET /compatible-mode/v1/models"
+    assert served in str(refused.value) and "is not served" in str(refused.value)
+    wrong_method = httpx.get(
+        f"{local_server.base_url}/compatible-mode/v1/chat/completions", headers={"Authorization": "Bearer x"}
+    )
+    assert wrong_method.status_code == 405 and served in wrong_method.json()["error"]["message"]

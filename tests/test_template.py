@@ -223,6 +223,32 @@ def test_submit_without_a_key_is_a_clear_error(baked: dict, tmp_path: Path) -> N
     assert DOTENV_KEY not in dotenv.stdout + dotenv.stderr
 
 
+def test_a_python_without_the_requirements_gets_one_line(baked: dict, tmp_path: Path) -> None:
+    """`python3 submit_job.py --dry-run` with a Python that lacks dashscope (a fresh venv, as a user's
+    system Python): one line naming what to install and how, exit 2, no ModuleNotFoundError traceback."""
+    import venv
+
+    venv.create(tmp_path / "bare", with_pip=False)
+    bare = tmp_path / "bare" / "bin" / "python"
+    path = baked["reward-reward"][0]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    proc = subprocess.run(
+        [str(bare), "submit_job.py", "--dry-run"],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "lacks dashscope, PyYAML, python-dotenv" in lines[0]
+    assert f"{bare} -m pip install -r requirements.txt" in lines[0] and "opd submit ." in lines[0]
+    requirements = (path / "requirements.txt").read_text(encoding="utf-8")
+    assert all(name in requirements for name in ("dashscope", "PyYAML", "python-dotenv"))
+
+
 @pytest.mark.slow
 def test_broken_config_is_reported_with_the_sdk_code(baked: dict, tmp_path: Path) -> None:
     path = baked["pure-distill-noreward"][0]

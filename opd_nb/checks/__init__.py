@@ -96,7 +96,7 @@ RULES: dict[str, str] = {
     "env.dashscope-missing": "dashscope not installed",
     "env.dashscope-too-old": "dashscope older than 2.0.2",
     "env.no-api-key": "no API key for the cloud",
-    "env.dotenv-malformed": "a .env line that is not KEY=VALUE (submit_job.py refuses it)",
+    "env.dotenv-malformed": "a .env line python-dotenv cannot read, or a name with no `=` (submit_job.py refuses it)",
     "env.fc-pypi-lib": "FC_PYPI_LIB absolute, missing, or left out of the function zip",
     "env.fc-layer-used": "FC_LAYER_USED neither true nor false",
     "env.cloud-target-local-url": "cloud target while DASHSCOPE_HTTP_BASE_URL is local",

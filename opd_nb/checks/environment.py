@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from opd_nb.checks.context import CheckContext
+from opd_nb.dotenv_file import DotenvFile, read_dotenv
 
 MIN_DASHSCOPE = (2, 0, 2)  # 1.27.5 silently drops teacher_model and submits plain RL
 CLOUD_BASE = "https://dashscope.aliyuncs.com/api/v1"
@@ -28,74 +29,38 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def _dotenv_key(ctx: CheckContext) -> bool:
-    from dotenv import dotenv_values
-
-    for path in (ctx.workspace / ".env", os.path.join(os.getcwd(), ".env")):
-        if os.path.isfile(path):
-            values = dotenv_values(path)
-            if values.get("DASHSCOPE_API_KEY") or values.get("FC_API_KEY"):
-                return True
+    """A key in the workspace's or the CWD's .env, read as the client reads it."""
+    for path in (ctx.workspace / ".env", Path.cwd() / ".env"):
+        values = read_dotenv(path).values
+        if values.get("DASHSCOPE_API_KEY") or values.get("FC_API_KEY"):
+            return True
     return False
 
 
-def read_dotenv(path: Path) -> tuple[dict[str, str], list[int]]:
-    """(values, malformed line numbers) of a .env, parsed by the same rules as the workspace's submit_job.py."""
-    values: dict[str, str] = {}
-    bad: list[int] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return values, [1] if path.is_file() else []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key.replace("_", "").isalnum():
-            bad.append(number)
-            continue
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        values[key] = value
-    return values, bad
-
-
-def _dotenv(ctx: CheckContext) -> dict[str, str]:
-    """The workspace's .env (what submit_job.py loads); a malformed line is a finding (its text is not shown)."""
+def _dotenv(ctx: CheckContext) -> DotenvFile:
+    """The workspace's .env (what submit_job.py loads); each line it would refuse is a finding (text not shown)."""
     path = ctx.workspace / ".env"
-    if not path.is_file():
-        return {}
-    values, bad = read_dotenv(path)
-    if bad:
+    dotenv = read_dotenv(path)
+    for problem in dotenv.problems:
         ctx.report.add(
             "env.dotenv-malformed",
             "error",
-            f"{ctx.rel(path)}:{bad[0]}",
-            f"{len(bad)} line(s) of .env are not KEY=VALUE (lines {', '.join(map(str, bad[:5]))}); "
-            "submit_job.py refuses the file (the lines are not shown: they may hold a key)",
-            "write one KEY=VALUE per line (`export KEY=VALUE` and # comments are fine), e.g. DASHSCOPE_API_KEY=sk-...",
+            f"{ctx.rel(path)}:{problem.line}",
+            f"{problem.reason}; submit_job.py refuses the file (the line is not shown: it may hold a key)",
+            "write one KEY=VALUE per line (`export KEY=VALUE`, quotes and # comments are fine), "
+            "e.g. DASHSCOPE_API_KEY=sk-...",
         )
-    return values
+    return dotenv
 
 
-def _where_set(ctx: CheckContext, name: str) -> str:
+def _where_set(ctx: CheckContext, name: str, dotenv: DotenvFile) -> str:
     """Where a variable comes from: the environment (its name), else the .env line that sets it."""
-    path = ctx.workspace / ".env"
-    if name in os.environ or not path.is_file():
+    if os.environ.get(name) or name not in dotenv.lines:
         return name
-    for number, raw in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        line = raw.strip().removeprefix("export ").lstrip()
-        if line.partition("=")[0].strip() == name:
-            return f"{ctx.rel(path)}:{number}"
-    return name
+    return f"{ctx.rel(ctx.workspace / '.env')}:{dotenv.lines[name]}"
 
 
-def _function_runtime(ctx: CheckContext, dotenv: dict[str, str]) -> None:
+def _function_runtime(ctx: CheckContext, dotenv: DotenvFile) -> None:
     """FC_PYPI_LIB and FC_LAYER_USED, which the SDK bakes into every registered function (start.sh)."""
     from opd_nb.checks.function_code import exclude_patterns, excluded_by
 
@@ -108,9 +73,9 @@ def _function_runtime(ctx: CheckContext, dotenv: dict[str, str]) -> None:
     )
     if not zipdirs:
         return  # pure distillation (or every function reused): no function runtime is built
-    lib = os.environ.get("FC_PYPI_LIB", dotenv.get("FC_PYPI_LIB", "")).strip()
+    lib = (os.environ.get("FC_PYPI_LIB") or dotenv.values.get("FC_PYPI_LIB", "")).strip()
     if lib and (lib.endswith(".whl") or "/" in lib or "\\" in lib):
-        rule, where = "env.fc-pypi-lib", _where_set(ctx, "FC_PYPI_LIB")
+        rule, where = "env.fc-pypi-lib", _where_set(ctx, "FC_PYPI_LIB", dotenv)
         fix = "copy the wheel into the workspace (zipdir) and set FC_PYPI_LIB=./<wheel file name>"
         if os.path.isabs(lib) or lib.startswith("~"):
             msg = f"FC_PYPI_LIB is the absolute path {lib}: the function runtime resolves it remotely, where it does not exist"
@@ -124,12 +89,12 @@ def _function_runtime(ctx: CheckContext, dotenv: dict[str, str]) -> None:
             elif excluded_by(os.path.relpath(wheel, zipdir).replace("\\", "/"), exclude_patterns()):
                 msg = f"FC_PYPI_LIB {lib} is left out of the function zip (FC_ZIP_EXCLUDE_PATTERNS), so it never reaches the runtime"
                 ctx.report.add(rule, "error", where, msg, "keep the wheel at the zipdir's root")
-    layer = os.environ.get("FC_LAYER_USED", dotenv.get("FC_LAYER_USED", "")).strip()
+    layer = (os.environ.get("FC_LAYER_USED") or dotenv.values.get("FC_LAYER_USED", "")).strip()
     if layer and layer.lower() not in _TRUE + _FALSE:
         ctx.report.add(
             "env.fc-layer-used",
             "warning",
-            _where_set(ctx, "FC_LAYER_USED"),
+            _where_set(ctx, "FC_LAYER_USED", dotenv),
             f"FC_LAYER_USED={layer!r} is neither true nor false: the SDK reads anything but true/1/yes as false, "
             "so requirements.txt is installed at every cold start instead of once as a layer",
             "set FC_LAYER_USED=true (the default: a layer from requirements.txt) or false",

@@ -34,7 +34,10 @@ def export_cmd(
     checkpoint: Annotated[str, typer.Argument(help="checkpoint-N, JOB:checkpoint-N or the step number")],
     model_name: Annotated[
         str | None,
-        typer.Option("--model-name", help="a display name (the deployable name is the platform's)"),
+        typer.Option(
+            "--model-name",
+            help="a display name, shown by `opd checkpoints` (you deploy by the model_name the platform gives)",
+        ),
     ] = None,
     local: TargetOpt = None,
     cloud: CloudOpt = False,
@@ -44,6 +47,12 @@ def export_cmd(
     cp = _client(local, cloud).export_checkpoint(job_id, checkpoint, model_name=model_name)
     if as_json:
         return emit(cp, as_json=True)
+    label = (
+        f"; {cp.display_name!r} is its display name, a label: deploy by the model_name"
+        if cp.display_name and cp.display_name != cp.model_name
+        else ""
+    )
     return emit(
-        f"exported {cp.name} of {job_id} as {cp.model_name}; deploy it with `opd deploy {cp.model_name}`"
+        f"exported {cp.name} of {job_id} as model_name {cp.model_name}; deploy it with "
+        f"`opd deploy {cp.model_name}`{label}"
     )

@@ -1,7 +1,7 @@
 """`opd eval WS --model M [--model M2 ...]`: the workspace's validation rows, answered and scored per model.
 
 Scoring is the workspace's own reward function (as in training), else exact match against
-``rollout_extra.solution`` (pure distillation). In a terminal a progress bar runs on stderr and the
+``rollout_extra.solution`` (pure distillation). In a terminal a progress bar (rich) runs on stderr and the
 result is a table (``--json``: ``{"models": [...], "rows": [...]}``); under ``%opd`` the eval view
 opens and runs it in the background. On Bailian every row costs a paid call: ``--cloud`` says how
 many and needs ``--yes``.
@@ -9,15 +9,46 @@ many and needs ``--yes``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._output import console, echo, emit, in_magic
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.view_requests import EvalRequest
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr from the first call on (calls done of all calls), gone when the table prints;
+    nothing at all when stderr is not a terminal (a log, a pipe)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("eval"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("calls"),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+        transient=True,
+    )
+    task: list[TaskID] = []
+
+    def tick(done: int, total: int) -> None:
+        if not task:
+            task.append(bar.add_task("eval", total=total))
+        bar.update(task[0], completed=done, total=total)
+
+    with bar:
+        yield tick
 
 
 @app.command("eval")
@@ -49,14 +80,7 @@ def eval_cmd(
         echo(f"note: {notice}", err=True)
     if in_magic():
         return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens)
-    from tqdm import tqdm
-
-    with tqdm(total=0, desc="eval", unit="call", file=typer.get_text_stream("stderr"), leave=False) as bar:
-
-        def tick(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
-
+    with _progress() as tick:
         result = evaluate(
             workspace,
             model,

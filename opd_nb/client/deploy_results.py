@@ -15,7 +15,9 @@ from pydantic import BaseModel, Field
 
 from opd_nb.constants import RUNNING, UNKNOWN
 from opd_nb.results import ResultMixin
+from opd_nb.terminal_table import WholeNamesTable
 
+_HEAD = ("deployment", "status", "model", "capacity", "created")
 _COLOR = {"RUNNING": "green", "FAILED": "red", "PENDING": "yellow", "DELETED": "white"}
 
 
@@ -96,19 +98,20 @@ class DeploymentList(ResultMixin, BaseModel):
     def _repr_html_(self) -> str:
         from opd_nb import render
 
-        head = ["deployment", "status", "model", "capacity", "created"]
-        return render.box(render.table(head, self._rows()) + f"<small>{self.total} deployment(s)</small>")
+        return render.box(
+            render.table(list(_HEAD), self._rows()) + f"<small>{self.total} deployment(s)</small>"
+        )
 
     def __rich__(self) -> Any:
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=f"{len(self.deployments)} of {self.total} deployments")
-        for col in ("deployment", "status", "model", "capacity", "created"):
-            table.add_column(col)
-        for row in self._rows():  # cells are Text: user strings are not read as rich markup
-            table.add_row(*(Text(c, style=_COLOR.get(c, "") if i == 1 else "") for i, c in enumerate(row)))
-        return table
+        rows = [  # cells are Text: user strings are not read as rich markup
+            [Text(c, style=_COLOR.get(c, "") if i == 1 else "") for i, c in enumerate(row)]
+            for row in self._rows()
+        ]
+        title = f"{len(self.deployments)} of {self.total} deployments"
+        # the deployed_model is what `opd chat`, `opd eval` and `opd undeploy` take: never cut
+        return WholeNamesTable(_HEAD, rows, whole=(0,), title=title)
 
 
 class ChatReply(ResultMixin, BaseModel):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.results import ResultMixin
+from opd_nb.terminal_table import WholeNamesTable
 
 _STATUS_COLOR = {
     SUCCEEDED: "green",
@@ -134,22 +135,23 @@ class JobList(ResultMixin, BaseModel):
         return f"<table>{head}{rows}</table><small>{len(self.jobs)} of {self.total} jobs</small>"
 
     def __rich__(self) -> Any:
-        from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=f"{len(self.jobs)} of {self.total} jobs")
-        for col in ("job", "status", "model", "created", "output"):
-            # ids and statuses stay on one line, whole, so they can be copied; the other columns wrap
-            table.add_column(col, no_wrap=col in ("job", "status"))
-        for j in self.jobs:  # cells are Text: user strings are not read as rich markup
-            table.add_row(
+        rows = [  # cells are Text: user strings are not read as rich markup
+            [
                 Text(j.job_id),
                 Text(j.status, style=_STATUS_COLOR.get(j.status, "")),
                 Text(j.model or ""),
                 Text(j.create_time or ""),
                 Text(j.finetuned_output or ""),
-            )
-        return table
+            ]
+            for j in self.jobs
+        ]
+        # the job id and its output (what to deploy or continue from) print whole, to be copied
+        title = f"{len(self.jobs)} of {self.total} jobs"
+        return WholeNamesTable(
+            ("job", "status", "model", "created", "output"), rows, whole=(0, 4), title=title
+        )
 
     def __str__(self) -> str:
         return "\n".join(j.summary() for j in self.jobs) or "no jobs"
@@ -212,6 +214,8 @@ class Checkpoint(ResultMixin, BaseModel):
     job_id: str | None = None
     status: str | None = None
     model_name: str | None = None  # the id to deploy it by, once exported (or continue training from)
+    # the export's `--model-name` (Bailian's model_display_name): a label, never what to deploy
+    display_name: str | None = None
     expire_time: str | None = None  # Bailian deletes a checkpoint then (about 15 days after create_time)
 
     def expires_in_days(self, now: float | None = None) -> float | None:
@@ -240,6 +244,7 @@ class Checkpoint(ResultMixin, BaseModel):
             job_id=entry.get("job_id"),
             status=entry.get("status"),
             model_name=entry.get("model_name"),
+            display_name=entry.get("model_display_name"),
             expire_time=entry.get("expire_time"),
         )
 

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, SecretStr
 
 from opd_nb.constants import API_PATH, DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
+from opd_nb.dotenv_file import read_dotenv
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
@@ -52,12 +53,10 @@ def is_loopback(url: str) -> bool:
 
 
 def _dotenv(paths: list[Path]) -> dict[str, str]:
-    from dotenv import dotenv_values
-
+    """The values of each `.env` (python-dotenv's grammar, as submit_job.py reads it), later files winning."""
     merged: dict[str, str] = {}
     for path in paths:
-        if path.is_file():
-            merged.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+        merged.update(read_dotenv(path).values)
     return merged
 
 

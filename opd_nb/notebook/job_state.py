@@ -125,6 +125,7 @@ def _checkpoint_view(c: Checkpoint) -> dict[str, Any]:
         "expire_time": c.expire_time,
         "expires_in_days": None if expires is None else round(expires, 2),
         "model_name": c.model_name,
+        "display_name": c.display_name if c.display_name != c.model_name else None,
     }
 
 

@@ -133,6 +133,7 @@ def _checkpoint_rows(v: dict[str, Any]) -> list[tuple[Any, ...]]:
                 render.fmt(c["metrics"].get(REWARD_MEAN)),
                 render.fmt(c["metrics"].get(LOSS)),
                 c.get("model_name") or "",
+                c.get("display_name") or "",
                 expires_text(c.get("expires_in_days")),
                 mark,
             )
@@ -142,16 +143,25 @@ def _checkpoint_rows(v: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 def checkpoints_html(state: dict[str, Any]) -> str:
     """Each job's checkpoints: the best one (by the docs' rule) marked with its reason, the name each was
-    exported as, how long it has before it expires, and the line that exports one."""
+    exported as (the deploy name) and the display name an export was given, how long it has before it expires, and the line that exports one."""
     parts = []
     for jid, v in state["jobs"].items():
         if v["checkpoints"]:
             parts.append(
                 f"<b>checkpoints of {render.esc(jid)}</b>"
                 + render.table(
-                    ["checkpoint", "step", "reward mean@1", "loss", "exported as", "expires", ""],
+                    [
+                        "checkpoint",
+                        "step",
+                        "reward mean@1",
+                        "loss",
+                        "deploy name",
+                        "display name",
+                        "expires",
+                        "",
+                    ],
                     _checkpoint_rows(v),
-                    raw_cols=(0, 6),
+                    raw_cols=(0, 7),
                 )
                 + f"<div><code>{render.esc(export_hint(jid))}</code></div>"
             )

@@ -128,9 +128,10 @@ def checkpoint_listing(
 
     Each entry has Bailian's fields (``checkpoint_id``, ``checkpoint``, ``full_name``, ``job_id``,
     ``step``, ``status``, ``create_time``, ``expire_time``, and ``model_name`` once exported: the job's
-    ``finetuned_output`` for the published checkpoint, the export's name for an exported one). An
-    expired checkpoint reads ``EXPIRED`` (nothing is deleted locally). The local extras (``path``,
-    ``metrics``, ``published``, the ``display_name`` an export was given) are under ``local``.
+    ``finetuned_output`` for the published checkpoint, the export's name for an exported one, which is
+    the name to deploy; ``model_display_name`` is the display name the export was given). An expired
+    checkpoint reads ``EXPIRED`` (nothing is deleted locally). The local extras (``path``, ``metrics``,
+    ``published``) are under ``local``.
     """
     ttl = checkpoint_ttl_days() if ttl_days is None else ttl_days
     exports = exports or {}
@@ -151,12 +152,8 @@ def checkpoint_listing(
                 "create_time": cp["created_at"],
                 "expire_time": expires,
                 "model_name": name,
-                "local": {
-                    "path": cp["path"],
-                    "metrics": cp["metrics"],
-                    "published": cp["published"],
-                    "display_name": export["display_name"] if export else None,
-                },
+                "model_display_name": export["display_name"] if export else None,
+                "local": {"path": cp["path"], "metrics": cp["metrics"], "published": cp["published"]},
             }
         )
     return out

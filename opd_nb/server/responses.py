@@ -20,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from opd_nb.constants import COMPATIBLE_PATH
 from opd_nb.server.db_safety import DB_FILE
 from opd_nb.server.disk_space import DISK_FULL, DISK_FULL_STATUS, full_disk_reason, is_disk_full
 from opd_nb.server.errors import ApiError
@@ -119,10 +120,41 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "NotFound", 405: "MethodNotAllowed", 413: "RequestTooLarge"}.get(
+            exc.status_code, "BadRequest"
+        )
+        path = request.url.path
+        if exc.status_code in (404, 405) and path.startswith(f"{COMPATIBLE_PATH}/"):
+            return openai_error(exc.status_code, code, _not_served(request), request_id())
         if exc.status_code == 404:
-            return err(404, "NotFound", f"no such endpoint: {request.method} {request.url.path}")
-        code = {405: "MethodNotAllowed", 413: "RequestTooLarge"}.get(exc.status_code, "BadRequest")
+            return err(404, "NotFound", f"no such endpoint: {request.method} {path}")
         return err(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+def _not_served(request: Request) -> str:
+    """What the compatible mode serves, for a call to what it does not (legacy completions, embeddings)."""
+    paths = request.app.openapi()["paths"]  # the routes as served (built once, then cached by FastAPI)
+    served = [
+        f"{method.upper()} {path}"
+        for path in sorted(paths)
+        if path.startswith(COMPATIBLE_PATH)
+        for method in paths[path]
+    ]
+    return (
+        f"{request.method} {shown(request.url.path)} is not served by the local control plane; its "
+        f"OpenAI-compatible API serves {', '.join(served)} (no legacy completions, no embeddings)"
+    )
+
+
+def openai_error(status: int, code: str, message: str, rid: str) -> JSONResponse:
+    """OpenAI's error object (with ``request_id``), as Bailian answers under ``/compatible-mode/v1``."""
+    kind = "authentication_error" if status == 401 else "invalid_request_error"
+    if status >= 500:
+        kind = "server_error"
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}, "request_id": rid},
+        status_code=status,
+    )
 
 
 ERROR_SCHEMA = {

@@ -23,9 +23,11 @@ submit passes the function's entity_id (rw-.../ro-...) and nothing is zipped or 
 entity the control plane no longer knows is registered again once, automatically. The file holds ids
 and hashes only (no secrets); it is git-ignored and left out of the function zip.
 
-Needs only the standard library, PyYAML and dashscope>=2.0.2, so the workspace works without
-opd-nb. The API key comes from DASHSCOPE_API_KEY or a .env file next to the config; it is never
-printed. Exit codes: 0 submitted (with --wait: SUCCEEDED), 1 rejected or failed, 2 usage/config error.
+Needs only the standard library and requirements.txt (dashscope>=2.0.2, PyYAML, python-dotenv), so
+the workspace works without opd-nb; a Python without them gets one line saying what to install. The API
+key comes from DASHSCOPE_API_KEY or a .env file next to the config (read by python-dotenv, as opd-nb
+reads it); it is never printed. Exit codes: 0 submitted (with --wait: SUCCEEDED), 1 rejected or failed,
+2 usage/config error.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ SMOKE_VALIDATION_ROWS = 4
 SMOKE_SUFFIX = "-smoke"
 SMOKE_SEED = 0
 SMOKE_DIR = "smoke"  # under STATE_DIR
+REQUIRED = (("dashscope", "dashscope"), ("yaml", "PyYAML"), ("dotenv", "python-dotenv"))  # requirements.txt
 DEFAULTS = {"batch_size": 128, "n_epochs": 1, "n_rollouts": 8}  # the service's, when the config leaves them out
 
 
@@ -92,8 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "training.hyper_parameters.learning_rate=2e-6 (VALUE is JSON, else text; repeatable)")
     parser.add_argument("--fresh", action="store_true",
                         help="register every function again, even if its code is unchanged")
-    parser.add_argument("--local", nargs="?", const=LOCAL_URL, metavar="URL",
-                        help=f"target a local control plane (default URL {LOCAL_URL})")
+    parser.add_argument("--local", nargs="?", const="", metavar="URL",
+                        help="target a local control plane (default: DASHSCOPE_HTTP_BASE_URL when it is on this "
+                             f"machine, else {LOCAL_URL})")
     parser.add_argument("--dry-run", action="store_true", help="print the effective job and send nothing")
     parser.add_argument("--yes", action="store_true", help="start a paid job on Bailian (needed without --local)")
     parser.add_argument("--no-check", action="store_true", help="skip opd-nb's preflight rules before a cloud submit")
@@ -111,6 +115,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def require_packages() -> None:
+    """One line, not a traceback, when this Python lacks what the script imports (checked, not imported:
+    dashscope reads its base URL and key at import, so it is imported only after configure_env)."""
+    from importlib.util import find_spec
+
+    missing = [name for module, name in REQUIRED if find_spec(module) is None]
+    if missing:
+        raise UsageError(f"this Python ({sys.executable}) lacks {', '.join(missing)}: install the workspace's "
+                         f"requirements with `{sys.executable} -m pip install -r requirements.txt`, or run the "
+                         "script with the Python that has opd-nb (`opd submit .` does)")
+
+
 def find_config(value: str) -> Path:
     """The config path as given (relative to the CWD), else relative to this script's directory."""
     for candidate in (Path(value), Path(__file__).resolve().parent / value):
@@ -120,36 +136,52 @@ def find_config(value: str) -> Path:
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """KEY=VALUE lines of a .env file (comments, blank lines and `export ` prefixes allowed)."""
-    values: dict[str, str] = {}
+    """The .env next to the config, read by python-dotenv's grammar, exactly as opd-nb reads it
+    (opd_nb.dotenv_file; a shared test keeps both equal): quotes, `export`, # comments, CRLF.
+
+    A line python-dotenv cannot read, or a name with no `=`, is refused with its line number (never
+    its text: it may hold a key), since what it was meant to set would be lost without a word."""
     if not path.is_file():
-        return values
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):].lstrip()
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key.replace("_", "").isalnum():
-            raise UsageError(f"{path}:{number}: expected KEY=VALUE (the value is not shown)")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        values[key] = value
-    return values
+        return {}
+    from dotenv.main import resolve_variables
+    from dotenv.parser import parse_stream
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            bindings = list(parse_stream(stream))
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}:1: not UTF-8 text (save it as UTF-8)") from None
+    for b in bindings:
+        if b.error or (b.key is not None and b.value is None):
+            raise UsageError(f"{path}:{b.original.line}: expected KEY=VALUE (the line is not shown; "
+                             "`export KEY=VALUE`, quotes and # comments are fine)")
+    pairs = ((b.key, b.value) for b in bindings if b.key is not None)
+    return {k: v for k, v in resolve_variables(pairs, override=True).items() if v is not None}
+
+
+def is_loopback(url: str) -> bool:
+    """True for a URL on this machine (localhost, 127.0.0.0/8, ::1), as opd-nb's client decides it."""
+    import ipaddress
+    from urllib.parse import urlparse
+
+    host = urlparse(url.strip()).hostname or ""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def configure_env(args: argparse.Namespace, workspace: Path) -> str:
     """Set the environment the SDK reads at import time; returns where the API key came from."""
     source = "environment" if os.environ.get("DASHSCOPE_API_KEY") else None
     for key, value in read_dotenv(workspace / ".env").items():
-        if key not in os.environ:
+        if not os.environ.get(key):  # the environment wins, unless it is empty (as opd-nb's client reads it)
             os.environ[key] = value
             if key == "DASHSCOPE_API_KEY" and value:
                 source = ".env"
+    if args.local == "":  # --local without a URL: the local server the environment names, else the default
+        named = os.environ.get("DASHSCOPE_HTTP_BASE_URL", "")
+        args.local = named if is_loopback(named) else LOCAL_URL
     if args.local:
         os.environ["DASHSCOPE_HTTP_BASE_URL"] = args.local
         no_proxy = os.environ.get("NO_PROXY", "")
@@ -701,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     result_file = Path(args.result_file).resolve() if args.result_file else None  # before the chdir below
     try:
+        require_packages()
         config = find_config(args.config)
         workspace = config.parent
         os.chdir(workspace)  # the SDK resolves zipdir, classpath and file_name against the CWD

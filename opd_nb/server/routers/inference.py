@@ -31,16 +31,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 
+from opd_nb.constants import COMPATIBLE_PATH
 from opd_nb.server.bodies import ChatBody, GenerationBody
 from opd_nb.server.deployment_endpoints import Endpoint
 from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
-from opd_nb.server.responses import INVALID, describe_validation, request_id
+from opd_nb.server.responses import INVALID, describe_validation, openai_error, request_id
 from opd_nb.spec.models import BAILIAN_MODEL_IDS
 
 router = APIRouter(tags=["inference"])
 GENERATION_PATH = "/api/v1/services/aigc/text-generation/generation"
-COMPATIBLE_BASE = "/compatible-mode/v1"
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
@@ -225,16 +225,6 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
 
 
 # ---- OpenAI-compatible chat ---------------------------------------------------------------------
-def openai_error(status: int, code: str, message: str, rid: str) -> JSONResponse:
-    kind = "authentication_error" if status == 401 else "invalid_request_error"
-    if status >= 500:
-        kind = "server_error"
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": code}, "request_id": rid},
-        status_code=status,
-    )
-
-
 async def _compatible_chunks(
     http: httpx.AsyncClient, resp: httpx.Response, model: str, include_usage: bool, rid: str
 ) -> AsyncIterator[str]:
@@ -257,7 +247,7 @@ async def _compatible_chunks(
     yield "data: [DONE]\n\n"
 
 
-@router.post(f"{COMPATIBLE_BASE}/chat/completions")
+@router.post(f"{COMPATIBLE_PATH}/chat/completions")
 async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
     """OpenAI's chat completions, beside /api/v1 as on Bailian."""
     rid = request_id()
@@ -295,7 +285,7 @@ async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
     return JSONResponse({**out, "model": body.model})
 
 
-@router.get(f"{COMPATIBLE_BASE}/models")
+@router.get(f"{COMPATIBLE_PATH}/models")
 def compatible_models(manager: DeploymentsDep) -> JSONResponse:
     """OpenAI's model list: every id that answers here (the bundled and mapped models, the Bailian ids
     that run on the stand-in, the deployments); an exported name answers only through its deployment."""
