@@ -268,7 +268,7 @@ def _watch(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_a_malformed_webhook_url_is_one_line_at_start_without_the_url(case, capsys, monkeypatch, tmp_path):
     from opd_nb.cli import main
 
-    monkeypatch.setenv("OPD_WATCH_DIR", str(tmp_path))  # were the URL let through, no watcher outlives the test
+    monkeypatch.setenv("OPD_WATCH_DIR", str(tmp_path))  # a URL let through starts no lasting watcher
     url, said = BAD_URLS[case]
     monkeypatch.delenv("OPD_NOTIFY_URL", raising=False)
     monkeypatch.delenv("OPD_NOTIFY_SECRET", raising=False)
