@@ -28,7 +28,6 @@ from opd_nb.errors import OpdError
 from opd_nb.webhook_services import (
     FORMATS,
     KEYWORD,
-    NAMES,
     SIGNED_FORMATS,
     Delivery,
     detect_format,
@@ -44,6 +43,7 @@ URL_VAR = "OPD_NOTIFY_URL"  # how a detached watcher receives the URL (never on 
 SECRET_VAR = "OPD_NOTIFY_SECRET"  # and the robot's signing secret
 ATTEMPTS = 4  # one post and up to three retries
 MAX_WAIT_S = 60.0  # a Retry-After longer than this is not waited for: the message is reported failed
+UNSIGNED = {"wecom": "WeCom robots", "slack": "Slack incoming webhooks", "json": "plain JSON webhooks"}
 _TOKEN_CHARS = 12  # a path segment this long is a token (robot tokens are 20-64 characters; "webhook" is not)
 
 __all__ = ["FORMATS", "SECRET_VAR", "URL_VAR", "Notifier", "detect_format", "masked", "payload"]
@@ -94,9 +94,9 @@ class Notifier:
         secret = (secret or "").strip() or None
         if secret is not None and fmt not in SIGNED_FORMATS:
             raise OpdError(
-                f"a signing secret was given, but {NAMES[fmt]} robots have no signature setting",
+                f"a signing secret was given, but {UNSIGNED[fmt]} have no signature setting",
                 where="--notify-secret (or OPD_NOTIFY_SECRET)",
-                fix="drop it (or unset OPD_NOTIFY_SECRET); only DingTalk and Feishu/Lark sign messages",
+                fix="drop --notify-secret or unset OPD_NOTIFY_SECRET: only DingTalk and Feishu/Lark robots sign messages",
             )
         return cls(SecretStr(url), fmt, SecretStr(secret) if secret else None)
 

@@ -105,7 +105,7 @@ class Contact:
             raise OpdError(
                 f"no contact with {self.where} for {patience}; {self.job_id} was last seen "
                 f"{self.last_status or 'before any answer'}",
-                fix=f"once it is back: opd watch {self.job_id} (--reconnect-minutes sets how long to wait)",
+                fix=f"once it is back: opd watch {self.job_id}; --reconnect-minutes sets how long a watch waits",
             )
 
     def _back(self) -> None:

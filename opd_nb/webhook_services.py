@@ -48,15 +48,15 @@ _HOSTS = {
 MAX_PROBLEM_CHARS = 240
 
 KEYWORD_FIX = (
-    f'add the custom keyword "{KEYWORD}" in the robot\'s security settings (every message carries it)'
+    f'add the custom keyword "{KEYWORD}" in the robot\'s security settings: every message carries it'
 )
 SIGN_FIX = (
-    "the robot has the signature setting: pass its secret with --notify-secret or OPD_NOTIFY_SECRET "
-    "(a wrong secret, or a clock more than an hour off, fails the same way)"
+    "the robot has the signature setting: pass its secret with --notify-secret or OPD_NOTIFY_SECRET; "
+    "a wrong secret, or a clock more than an hour off, fails the same way"
 )
 IP_FIX = "add this machine's public IP to the robot's IP allowlist, or use the keyword or signature setting"
 URL_FIX = "the robot or its token is gone: copy its webhook URL again"
-RATE_FIX = "the robot's rate limit (about 20 messages a minute): fewer watchers on one robot"
+RATE_FIX = "the service limits the rate, about 20 messages a minute per robot: fewer watchers per robot"
 BODY_FIX = "a message opd-nb sent was refused as malformed: report it"
 # The documented codes (DingTalk and WeCom errcode, Feishu/Lark code): what to change, and which are limits.
 _CODE_FIXES: dict[str, dict[int, str]] = {

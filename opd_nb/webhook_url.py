@@ -44,7 +44,7 @@ def _char_problem(url: str) -> OpdError | None:
     for i, ch in enumerate(url, 1):
         if unicodedata.category(ch)[0] in "CZ":  # controls, format characters, every kind of space
             name = _CHAR_NAMES.get(ch, f"the character U+{ord(ch):04X}")
-            return _bad(f"has {name} at character {i}", "remove it (a URL holds no spaces or line breaks)")
+            return _bad(f"has {name} at character {i}", "remove it: a URL holds no spaces or line breaks")
     return None
 
 
