@@ -286,3 +286,43 @@ def test_in_a_fresh_shell_a_bad_url_or_secret_from_the_environment_is_refused_th
     assert "line break" in proc.stderr
     proc = _watch("--notify", "https://hooks.slack.com/services/T0/B0/T0000-x", OPD_NOTIFY_SECRET=SIGNING)
     assert proc.returncode == 2 and "no signature setting" in proc.stderr and SIGNING not in proc.stderr
+
+
+@pytest.mark.slow  # three `opd` processes
+def test_a_refusal_reaches_the_watchers_output_and_a_detached_watchers_log(tmp_path):
+    """The user who relies on the robot learns it refused, in the terminal and in the watcher's log."""
+    from loopback import Loopback
+    from server_http import wait_until
+
+    job = {"job_id": "ft-202612020000-d0e5", "status": "SUCCEEDED", "hyper_parameters": {}}
+    plane = Loopback({f"/api/v1/fine-tunes/{job['job_id']}": {"request_id": "r", "output": job}})
+    watch_dir = tmp_path / "watchers"
+    try:
+        with robot("dingtalk", keyword="alarm") as box:
+            hook = box.url(PATHS["dingtalk"] + QUERIES["dingtalk"])
+            args = (
+                "watch",
+                job["job_id"],
+                "--local",
+                plane.url,
+                "--notify",
+                hook,
+                "--notify-format",
+                "dingtalk",
+            )
+            clean = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_NOTIFY"))}
+            env = {**clean, "OPD_WATCH_DIR": str(watch_dir)}
+            run = lambda *more: subprocess.run([sys.executable, "-m", "opd_nb", *args, *more],  # noqa: E731
+                                               capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+            shown = run("--json")
+            assert shown.returncode == 0, shown.stderr  # the job SUCCEEDED; the refusal is said, not fatal
+            refusal = "failed: DingTalk refused it: errcode 310000: keywords not in content"
+            assert refusal in shown.stderr and 'custom keyword "opd"' in shown.stderr
+            assert run("--detach").returncode == 0
+            log = watch_dir / f"{job['job_id']}.log"
+            wait_until(
+                lambda: log.exists() and refusal in log.read_text(), 60, "the refusal in the watcher's log"
+            )
+            assert TOKEN not in shown.stderr + log.read_text() and len(box.posts) == 2
+    finally:
+        plane.server.shutdown()
