@@ -27,6 +27,9 @@ COMPATIBLE_PATH = "/compatible-mode/v1"  # the OpenAI-compatible API, beside API
 DEFAULT_LOCAL_API = f"http://{LOCAL_HOST}:{LOCAL_PORT}{API_PATH}"
 DEFAULT_CLOUD_API = "https://dashscope.aliyuncs.com/api/v1"
 LOCAL_API_KEY = "local"  # the placeholder key a local control plane without a server key accepts
+CANCEL_REASON_MAX_CHARS = (
+    1000  # who cancelled a local job and why (the cancel body's `reason`, opd serve only)
+)
 LOCAL_OUTPUT_PREFIX = "opd-local/"  # + job id: a finished local job's finetuned_output (continues training)
 
 # Metric names (Bailian's, plus the local engine's extras).

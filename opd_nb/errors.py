@@ -8,6 +8,8 @@ service's error code, or a preflight rule id), never on the message text or the 
 
 from __future__ import annotations
 
+UNREACHABLE = "Unreachable"  # the code of an OpdError raised when no control plane answered at all
+
 
 class OpdError(Exception):
     """A user mistake or an unmet precondition, explained for a person."""

@@ -4,7 +4,9 @@
 control plane has metrics (`opd serve`), the rules of :func:`opd_nb.health.guard_alerts` decide; on
 Bailian, which has no metrics API, the guard acts on the job's status and on error lines in its log,
 and says up front which rules it cannot see. A cancel is logged (logger ``opd_nb.guard``) and shown
-with the rule, its values and the step; it happens once.
+with the rule, its values and the step; it happens once. The cancel carries that as its reason, which
+`opd serve` records in the job's message and log; Bailian's cancel takes no body, so there the
+watcher's own output, log and webhook are the record.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ class Guard:
     client: Any
     job_id: str
     thresholds: GuardThresholds = field(default_factory=GuardThresholds)
+    who: str = "the guard of `opd watch --guard`"  # named in the cancel's reason (the job's message and log)
     tripped: HealthAlert | None = None
     step: Any = None
     _log_offset: int = 1
     _blind_said: bool = False
+    _pending: HealthAlert | None = None  # an alert whose cancel did not go through yet
 
     def poll(self, job: Any, rows: list[dict[str, Any]] | None) -> list[str]:
         """Lines to show after one poll (a cancel, or once on a plane without metrics what is unseen)."""
@@ -56,7 +60,7 @@ class Guard:
                 f"guard: {self.job_id}: no metrics on this control plane, so these rules are not seen: "
                 f"{', '.join(UNSEEN_WITHOUT_METRICS)}; acting on status and error lines in the log"
             )
-        alert = self._log_alert() if rows is None else self._metric_alert(job, rows)
+        alert = self._pending or (self._log_alert() if rows is None else self._metric_alert(job, rows))
         if alert is not None:
             lines.append(self._cancel(job, alert, rows))
         return lines
@@ -71,9 +75,13 @@ class Guard:
         return next((a for line in page.lines if (a := log_error_alert(line, self.job_id))), None)
 
     def _cancel(self, job: Any, alert: HealthAlert, rows: list[dict[str, Any]] | None) -> str:
-        self.tripped = alert
-        self.step = (rows[-1].get("step") if rows else None) or (job.progress or {}).get("step")
-        self.client.cancel(self.job_id)
-        line = f"guard: cancelled {self.job_id} at step {self.step}: rule {alert.rule}: {alert.message}"
+        """Cancel with the reason recorded (by `opd serve`; Bailian's cancel takes none), then say so.
+        Tripped only once the cancel went through: a lost answer is tried again at the next poll."""
+        step = (rows[-1].get("step") if rows else None) or (job.progress or {}).get("step")
+        why = f"at step {step}: rule {alert.rule}: {alert.message}"
+        self._pending = alert
+        self.client.cancel(self.job_id, reason=f"by {self.who} {why}")
+        self.tripped, self.step, self._pending = alert, step, None
+        line = f"guard: cancelled {self.job_id} {why}"
         log.info(line)
         return line

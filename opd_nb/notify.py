@@ -1,108 +1,180 @@
-"""Tell someone when a job needs them: each alert and the final status, posted to a webhook.
+"""Tell someone when a job needs them: each alert, lost and regained contact, and the final status, posted to a webhook.
 
-The payload is the one each service expects (DingTalk, Feishu/Lark, WeCom, Slack), else plain JSON.
-The service is read from the URL's host or set with `--notify-format`. A webhook URL carries its own
-credential, so it is handled like the API key: kept in a ``SecretStr``, shown only as its host, never
-logged, and a failed post reports the host and the error kind, not the URL.
+The payload is the one each service expects (:mod:`opd_nb.webhook_services`: DingTalk, Feishu/Lark,
+WeCom, Slack), else plain JSON; the service is read from the URL's host or set with
+`--notify-format`. A post counts as delivered only when the service says so: a robot that answers
+HTTP 200 with an error code in the body refused the message, and the watcher shows that refusal in
+the service's own words. A rate limit, a 5xx or a timeout is tried again (:data:`ATTEMPTS` tries,
+exponential backoff with jitter, a ``Retry-After`` honoured up to :data:`MAX_WAIT_S`).
+
+The URL carries its own credential and a signing secret is one, so both are handled like the API
+key: kept in a ``SecretStr``, never printed or logged; the URL is shown only as its host, and a
+service's reply is shown with any part of either blanked out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
-from typing import Any, Literal
-from urllib.parse import urlparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import SecretStr
 
 from opd_nb.errors import OpdError
+from opd_nb.webhook_services import (
+    FORMATS,
+    KEYWORD,
+    SIGNED_FORMATS,
+    Delivery,
+    detect_format,
+    payload,
+    read_reply,
+    sign,
+)
+from opd_nb.webhook_url import check_url, masked
 
 log = logging.getLogger("opd_nb.notify")
 
-Format = Literal["dingtalk", "feishu", "wecom", "slack", "json"]
-FORMATS: tuple[str, ...] = ("dingtalk", "feishu", "wecom", "slack", "json")
 URL_VAR = "OPD_NOTIFY_URL"  # how a detached watcher receives the URL (never on a command line)
-_HOSTS = {
-    "oapi.dingtalk.com": "dingtalk",
-    "open.feishu.cn": "feishu",
-    "open.larksuite.com": "feishu",
-    "qyapi.weixin.qq.com": "wecom",
-    "hooks.slack.com": "slack",
-}
+SECRET_VAR = "OPD_NOTIFY_SECRET"  # and the robot's signing secret
+ATTEMPTS = 4  # one post and up to three retries
+MAX_WAIT_S = 60.0  # a Retry-After longer than this is not waited for: the message is reported failed
+UNSIGNED = {"wecom": "WeCom robots", "slack": "Slack incoming webhooks", "json": "plain JSON webhooks"}
+_TOKEN_CHARS = 12  # a path segment this long is a token (robot tokens are 20-64 characters; "webhook" is not)
+
+__all__ = ["FORMATS", "SECRET_VAR", "URL_VAR", "Notifier", "detect_format", "masked", "payload"]
 
 
-def masked(url: str) -> str:
-    """A webhook URL as it may be shown: scheme and host, the rest hidden."""
-    parsed = urlparse(url)
-    return f"{parsed.scheme}://{parsed.hostname or '?'}/***"
+def _retrying(sleep: Callable[[float], None]) -> Any:
+    """tenacity's loop for one message: retry what `Delivery.retryable` says, waiting what the service
+    asked (``Retry-After``) or else 1-2 s, 2-3 s, 4-5 s (exponential backoff with jitter)."""
+    from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential, wait_random
 
+    backoff = wait_exponential(multiplier=1, max=30) + wait_random(0, 1)
 
-def detect_format(url: str) -> str:
-    """The service a webhook URL belongs to, from its host; plain JSON for any other."""
-    return _HOSTS.get((urlparse(url).hostname or "").lower(), "json")
+    def asked(state: Any) -> float | None:
+        return state.outcome.result().retry_after if state.outcome else None
 
+    def give_up(state: Any) -> bool:  # after the last try, or when asked to wait longer than a watcher can
+        wait = asked(state)
+        return stop_after_attempt(ATTEMPTS)(state) or (wait is not None and wait > MAX_WAIT_S)
 
-def payload(fmt: str, text: str, event: dict[str, Any]) -> dict[str, Any]:
-    """The body each service's incoming webhook accepts, for one message."""
-    if fmt in ("dingtalk", "wecom"):
-        return {"msgtype": "text", "text": {"content": text}}
-    if fmt == "feishu":
-        return {"msg_type": "text", "content": {"text": text}}
-    if fmt == "slack":
-        return {"text": text}
-    return {**event, "text": text}
+    return Retrying(
+        sleep=sleep,
+        stop=give_up,
+        wait=lambda state: w if (w := asked(state)) is not None else backoff(state),
+        retry=retry_if_result(lambda delivery: delivery.retryable),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+    )
 
 
 @dataclass
 class Notifier:
-    """Posts alerts and the final status of the jobs a watcher follows (each alert once)."""
+    """Posts a watcher's messages to one webhook; `send` returns a line to show when a post failed."""
 
     url: SecretStr
     fmt: str
+    secret: SecretStr | None = None
     timeout_s: float = 10.0
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)  # between tries
 
     @classmethod
-    def create(cls, url: str, fmt: str | None = None) -> Notifier:
-        parsed = urlparse(url.strip())
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise OpdError(
-                "the webhook is not an http(s) URL", where="--notify", fix="pass the webhook's full URL"
-            )
+    def create(cls, url: str, fmt: str | None = None, secret: str | None = None) -> Notifier:
+        """Check everything before a watcher starts: the URL (whole), the format, the secret's use."""
+        url = check_url(url)
         if fmt is not None and fmt not in FORMATS:
             raise OpdError(
                 f"unknown format {fmt!r}", where="--notify-format", fix=f"use one of {', '.join(FORMATS)}"
             )
-        return cls(SecretStr(url.strip()), fmt or detect_format(url))
+        fmt = fmt or detect_format(url)
+        secret = (secret or "").strip() or None
+        if secret is not None and fmt not in SIGNED_FORMATS:
+            raise OpdError(
+                f"a signing secret was given, but {UNSIGNED[fmt]} have no signature setting",
+                where="--notify-secret (or OPD_NOTIFY_SECRET)",
+                fix="drop --notify-secret or unset OPD_NOTIFY_SECRET: only DingTalk and Feishu/Lark robots sign messages",
+            )
+        return cls(SecretStr(url), fmt, SecretStr(secret) if secret else None)
 
     def __repr__(self) -> str:
-        return f"Notifier({masked(self.url.get_secret_value())}, {self.fmt})"
+        signed = ", signed" if self.secret is not None else ""
+        return f"Notifier({masked(self.url.get_secret_value())}, {self.fmt}{signed})"
 
+    # ---- posting ----------------------------------------------------------------------------------
     def send(self, event: dict[str, Any], text: str) -> str | None:
-        """Post one message; returns a line to show when the post failed (no URL in it), else None."""
-        import httpx
-
-        url = self.url.get_secret_value()
-        body = json.dumps(payload(self.fmt, text, event), ensure_ascii=False).encode("utf-8")
-        try:
-            reply = httpx.post(
-                url, content=body, headers={"Content-Type": "application/json"}, timeout=self.timeout_s
-            )
-        except httpx.HTTPError as exc:
-            problem = type(exc).__name__
-        else:
-            if reply.status_code < 400:
-                return None
-            problem = f"HTTP {reply.status_code}"
-        line = f"notify: the post to {masked(url)} failed ({problem})"
-        log.info(line)
+        """Post one message (tried again on limits and outages); None when the service took it, else
+        a line to show: the service's own words, with no part of the URL or the secret."""
+        body = payload(self.fmt, text, event)
+        tries = _retrying(self.sleep)
+        delivery: Delivery = tries(self._post, body)
+        if delivery.ok:
+            return None
+        n = tries.statistics.get("attempt_number", 1)
+        line = f"notify: the post to {masked(self._url())} failed" + (f" after {n} tries" if n > 1 else "")
+        line += f": {self._blanked(delivery.problem)}" + (f" (fix: {delivery.fix})" if delivery.fix else "")
+        log.warning(line)
         return line
 
+    def _url(self) -> str:
+        return self.url.get_secret_value()
+
+    def _post(self, body: dict[str, Any]) -> Delivery:
+        import httpx
+
+        params: dict[str, str] = {}
+        if self.secret is not None:
+            params, body = sign(self.fmt, self.secret.get_secret_value(), body)
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            reply = httpx.post(
+                httpx.URL(self._url()).copy_merge_params(params),
+                content=data,
+                headers={"Content-Type": "application/json; charset=utf-8"},
+                timeout=self.timeout_s,
+            )
+        except httpx.TransportError as exc:  # refused, reset, timed out: worth another try
+            return Delivery(False, f"no answer ({type(exc).__name__})", retryable=True)
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:
+            return Delivery(False, f"cannot post ({type(exc).__name__})")
+        return read_reply(self.fmt, reply.status_code, reply.headers, reply.text)
+
+    def _blanked(self, text: str) -> str:
+        """`text` with the secret and the URL's credentials (query values, token-long path segments, a
+        password) blanked out."""
+        parts = urlsplit(self._url())
+        pieces = [seg for seg in parts.path.split("/") if len(seg) >= _TOKEN_CHARS]
+        pieces += [value for _, value in parse_qsl(parts.query)] + [parts.password or ""]
+        pieces += [self.secret.get_secret_value()] if self.secret is not None else []
+        for piece in sorted(pieces, key=len, reverse=True):
+            if len(piece) >= 4:
+                text = text.replace(piece, "***")
+        return text
+
+    # ---- the messages -----------------------------------------------------------------------------
+    def _say(self, job_id: str, kind: str, text: str, **event: Any) -> str | None:
+        return self.send({"event": kind, "job_id": job_id, **event}, f"[{KEYWORD}] {job_id} {text}")
+
     def alert(self, job_id: str, alert: Any) -> str | None:
-        event = {"event": "alert", "job_id": job_id, "rule": alert.rule, "severity": alert.severity}
-        return self.send({**event, "message": alert.message}, f"[opd] {job_id} {alert.severity}: {alert}")
+        return self._say(job_id, "alert", f"{alert.severity}: {alert}", rule=alert.rule,
+                         severity=alert.severity, message=alert.message)  # fmt: skip
 
     def final(self, job: Any, extra: str = "") -> str | None:
-        event = {"event": "final", "job_id": job.job_id, "status": job.status, "message": job.message}
-        text = f"[opd] {job.job_id} ended {job.status}" + (f": {job.message}" if job.message else "")
-        return self.send(event, text + (f" ({extra})" if extra else ""))
+        text = f"ended {job.status}" + (f": {job.message}" if job.message else "")
+        text += f" ({extra})" if extra else ""
+        return self._say(job.job_id, "final", text, status=job.status, message=job.message)
+
+    def contact_lost(self, job_id: str, where: str, problem: str, patience: str) -> str | None:
+        text = f"lost contact with {where} ({problem}); the watcher keeps trying for up to {patience}"
+        return self._say(job_id, "contact_lost", text, problem=problem)
+
+    def contact_back(self, job_id: str, where: str, down: str, status: str) -> str | None:
+        text = f"contact with {where} is back after {down}; the job is {status}"
+        return self._say(job_id, "contact_back", text, status=status)
+
+    def gave_up(self, job_id: str, where: str, patience: str, status: str | None) -> str | None:
+        text = f"the watcher gave up: no contact with {where} for {patience}; last seen {status or 'unknown'}"
+        return self._say(job_id, "gave_up", text, status=status)

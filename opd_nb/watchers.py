@@ -40,12 +40,16 @@ class Watcher(ResultMixin, BaseModel):
     started: str
     log: str
     alive: bool = True
+    ended: str | None = None  # when it ended, as far as known: stopped now, else its log's last write
     options: list[str] = []  # what it does (guard, notify format), never a URL
 
     def __str__(self) -> str:
-        state = "watching" if self.alive else "ended"
+        if self.alive:
+            state = f"watching since {self.started}"
+        else:
+            state = f"started {self.started}, ended" + (f" {self.ended}" if self.ended else "")
         extra = f" ({', '.join(self.options)})" if self.options else ""
-        return f"{self.job_id}: pid {self.pid}, {state} since {self.started}{extra}; log {self.log}"
+        return f"{self.job_id}: pid {self.pid}, {state}{extra}; log {self.log}"
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(str(self))}</pre>"
@@ -75,6 +79,10 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _stamp(seconds: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seconds))
+
+
 def _pid_file(job_id: str) -> Path:
     return watch_dir() / f"{job_id}.json"
 
@@ -101,7 +109,7 @@ def start(job_id: str, argv: Sequence[str], env: Mapping[str, str], options: Seq
     info = Watcher(
         job_id=job_id,
         pid=proc.pid,
-        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        started=_stamp(),
         log=str(log),
         options=list(options),
     )
@@ -115,6 +123,11 @@ def _read(path: Path) -> Watcher | None:
     except (OSError, ValueError):
         return None
     info.alive = _alive(info.pid)
+    if not info.alive:  # a watcher writes its log up to its last line: that write is when it ended
+        try:
+            info.ended = f"by {_stamp(Path(info.log).stat().st_mtime)} (its log's last write)"
+        except OSError:
+            info.ended = None
     return info
 
 
@@ -144,6 +157,7 @@ def stop(job_id: str, timeout_s: float = 10.0) -> Watcher:
             time.sleep(0.1)
         if _alive(info.pid):
             os.kill(info.pid, signal.SIGKILL)
+        info.ended = f"{_stamp()} (stopped now)"
     path.unlink(missing_ok=True)
     info.alive = False
     return info

@@ -12,59 +12,19 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback import Loopback
 
 from opd_nb.constants import VALID_TOKEN_RATE
 from opd_nb.health import FULL_VALID_TOKEN_RATE, GuardThresholds, guard_alerts
 from opd_nb.notify import Notifier, detect_format, masked, payload
 
 SECRET = "T0000-SECRET-b1c2d3"  # the part of a webhook URL that is a credential
-
-
-class Loopback:
-    """A loopback HTTP server: records POSTed JSON bodies, answers GETs from `answers` (path -> JSON)."""
-
-    def __init__(self, answers: dict[str, dict] | None = None):
-        self.posts: list[tuple[str, dict]] = []
-        self.gets: list[str] = []
-        self.answers = answers or {}
-        box = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                box.posts.append((self.path, json.loads(body) if body else {}))
-                self._reply(200, {"request_id": "r", "output": {"status": "success"}})
-
-            def do_GET(self) -> None:
-                box.gets.append(self.path)
-                found = box.answers.get(self.path.split("?")[0])
-                self._reply(200 if found else 404, found or {"code": "NotFound", "message": "Not Found!"})
-
-            def _reply(self, status: int, data: dict) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
 @pytest.fixture()
@@ -143,10 +103,14 @@ def test_webhook_formats_and_the_url_never_shows(receiver):
     assert SECRET not in repr(notifier) and SECRET not in masked(url)
     assert notifier.send({"event": "final", "job_id": "ft-1"}, "done") is None
     assert receiver.posts == [(f"/hook/{SECRET}", {"event": "final", "job_id": "ft-1", "text": "done"})]
-    failed = Notifier.create(f"http://127.0.0.1:9/{SECRET}", "slack").send(
-        {}, "x"
-    )  # nothing listens on port 9
-    assert failed is not None and "failed" in failed and SECRET not in failed
+    nobody = Notifier.create(f"http://127.0.0.1:9/{SECRET}", "slack")  # nothing listens on port 9
+    nobody.sleep = lambda s: None  # its retries (a refused connection is tried again) wait for nothing
+    failed = nobody.send({}, "x")
+    assert (
+        failed is not None
+        and "failed after 4 tries: no answer (ConnectError)" in failed
+        and SECRET not in failed
+    )
 
 
 @pytest.mark.slow
@@ -173,6 +137,14 @@ def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
     assert code == 1 and json.loads(stdout)["status"] == "CANCELED", out
     (line,) = [ln for ln in stderr.splitlines() if ln.startswith(f"guard: cancelled {job_id}")]
     assert "rule valid_token_rate" in line and "consecutive step(s)" in line
+    # Who and why, in the job itself: its message and its log (found as a user searches it).
+    why = line.removeprefix(f"guard: cancelled {job_id} ")
+    assert json.loads(stdout)["message"] == f"canceled: by the guard of `opd watch --guard` {why}"
+    found = _opd("logs", job_id, "--local", local_server.api_base, "--search", "guard", cwd=ws)
+    assert (
+        found.returncode == 0
+        and f"cancel requested: by the guard of `opd watch --guard` {why}" in found.stdout
+    )
     rows = client.metrics(job_id)
     low = [r["step"] for r in rows if r.get(VALID_TOKEN_RATE, 1) < FULL_VALID_TOKEN_RATE]
     tripped_at = int(re.search(r"at step (\d+)", line).group(1))
@@ -199,19 +171,21 @@ def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
 
 @pytest.mark.slow  # four `opd` processes
 def test_a_detached_watcher_outlives_its_parent_and_stops(tmp_path):
+
     job = {"job_id": "ft-202612020000-abcd", "job_name": "x", "status": "RUNNING", "hyper_parameters": {}}
+    done = {**job, "job_id": "ft-202612020000-d0e1", "status": "SUCCEEDED"}
     plane = Loopback(
         {
-            f"/api/v1/fine-tunes/{job['job_id']}": {"request_id": "r", "output": job},
+            **{f"/api/v1/fine-tunes/{j['job_id']}": {"request_id": "r", "output": j} for j in (job, done)},
             f"/api/v1/fine-tunes/{job['job_id']}/metrics": {"request_id": "r", "output": {"metrics": []}},
         }
     )
     env = {"OPD_WATCH_DIR": str(tmp_path / "watchers")}
+    signing = "SEC-signing-secret-0a1b2c3d"
     try:
         hook = f"{plane.url}/hook/{SECRET}"
-        parent = _opd(
-            "watch", job["job_id"], "--local", plane.url, "--detach", "--notify", hook, cwd=tmp_path, **env
-        )
+        parent = _opd("watch", job["job_id"], "--local", plane.url, "--detach", "--notify", hook, "--notify-format",
+                      "dingtalk", cwd=tmp_path, OPD_NOTIFY_SECRET=signing, **env)  # fmt: skip
         assert parent.returncode == 0, parent.stderr  # the parent is gone now
         (record,) = (tmp_path / "watchers").glob("*.json")
         pid = json.loads(record.read_text())["pid"]
@@ -219,16 +193,41 @@ def test_a_detached_watcher_outlives_its_parent_and_stops(tmp_path):
         time.sleep(3)
         assert len(plane.gets) > seen  # still polling after its parent exited
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        assert SECRET not in cmdline + record.read_text() + parent.stdout + parent.stderr
+        shown = cmdline + record.read_text() + parent.stdout + parent.stderr
+        assert SECRET not in shown and signing not in shown and "notify dingtalk signed" in parent.stdout
+        assert signing in Path(f"/proc/{pid}/environ").read_bytes().decode(
+            errors="replace"
+        )  # its only way in
+        started = json.loads(record.read_text())["started"]
         listed = _opd("watch", "--list", "--json", cwd=tmp_path, **env)
         assert [w["pid"] for w in json.loads(listed.stdout)["watchers"] if w["alive"]] == [pid]
+        assert f"watching since {started}" in _opd("watch", "--list", cwd=tmp_path, **env).stdout
         stopped = _opd("watch", job["job_id"], "--stop", cwd=tmp_path, **env)
         assert stopped.returncode == 0, stopped.stderr
+        assert f"started {started}, ended 20" in stopped.stdout and "(stopped now)" in stopped.stdout
+        assert "since" not in stopped.stdout, stopped.stdout  # issue 36: "ended since <its start>"
         assert (
             not Path(f"/proc/{pid}").exists()
             or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
         )
         assert not record.exists()
+
+        # A watcher whose job ends on its own: --list says it ended, and by when (its log's last write).
+        assert (
+            _opd("watch", done["job_id"], "--local", plane.url, "--detach", cwd=tmp_path, **env).returncode
+            == 0
+        )
+        (record,) = (tmp_path / "watchers").glob("*.json")
+        info = json.loads(record.read_text())
+        for _ in range(100):
+            if (
+                not Path(f"/proc/{info['pid']}").exists()
+                or "Z" in Path(f"/proc/{info['pid']}/stat").read_text()
+            ):
+                break
+            time.sleep(0.2)
+        listed = _opd("watch", "--list", cwd=tmp_path, **env).stdout
+        assert f"started {info['started']}, ended by 20" in listed and "since" not in listed, listed
     finally:
         plane.server.shutdown()
 
@@ -252,7 +251,7 @@ def test_without_metrics_the_guard_reads_the_log_and_says_what_it_cannot_see():
         assert all(rule in lines[0] for rule in UNSEEN_WITHOUT_METRICS)
         assert lines[1].startswith(f"guard: cancelled {job['job_id']}") and "rule log_error" in lines[1]
         assert "reward function timed out" in lines[1]
-        assert [p for p, _ in plane.posts] == [f"{path}/cancel"]
+        assert plane.posts == [(f"{path}/cancel", {})]  # Bailian's cancel takes no body: no reason sent
         assert guard.poll(seen, None) == [] and len(plane.posts) == 1  # once
     finally:
         plane.server.shutdown()
@@ -322,7 +321,11 @@ def test_the_monitors_guard_switch_cancels_on_an_error_rule_once():
         assert monitor.guard.on
         monitor.poll_once()
         monitor.poll_once()
-        assert [p for p, _ in plane.posts if p.endswith("/cancel")] == [f"/api/v1/fine-tunes/{job_id}/cancel"]
+        ((path, body),) = [(p, b) for p, b in plane.posts if p.endswith("/cancel")]
+        assert path == f"/api/v1/fine-tunes/{job_id}/cancel"
+        assert body["reason"].startswith(
+            "by the guard switch of the notebook's job monitor at step 3: rule valid"
+        )
         (line,) = monitor.guard.lines
         assert line.startswith(f"guard: cancelled {job_id} at step 3") and "rule valid_token_rate" in line
         assert "rule valid_token_rate" in widgets["message"].value and line in monitor.notes
@@ -339,3 +342,165 @@ def test_opd_watch_guard_in_a_notebook_opens_the_monitor_with_its_switch_on():
                       "--guard-valid-token-steps", "5"])  # fmt: skip
     assert isinstance(request, WatchRequest) and request.guard == GuardThresholds(valid_token_steps=5)
     assert request.to_payload()["guard"] is True
+
+
+def test_a_cancel_with_a_reason_is_in_the_jobs_message_and_log_and_a_bad_one_is_a_400(local_server, tmp_path):
+    """`opd serve` records who cancelled and why; the SDK's bodiless cancel still reads "canceled by user"."""
+    import httpx
+    from conftest import tiny_workspace, wait_status
+
+    from opd_nb.client import JobClient, resolve_target, submit
+
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", n_epochs=20)
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    why = "by the guard of `opd watch --guard` at step 2: rule loss_not_finite: loss is NaN at step 2"
+    ids = [submit(ws, client.target, no_check=True).job_id for _ in range(2)]
+    client.cancel(ids[0], reason=why + "\n\x1b[2Jforged line")  # folded to one escaped line before sending
+    client.cancel(ids[1])
+    first, second = (wait_status(client, job_id, {"CANCELED"}, timeout=120) for job_id in ids)
+    shown = why + " \\x1b[2Jforged line"
+    assert first.message == f"canceled: {shown}" and second.message == "canceled by user"
+    found = _opd("logs", ids[0], "--local", local_server.api_base, "--search", "GUARD", cwd=tmp_path)
+    assert found.returncode == 0 and f"cancel requested: {shown}" in found.stdout, found.stdout
+
+    url = f"{local_server.api_base}/fine-tunes/{ids[1]}/cancel"
+    for bad in ({"reason": "two\nlines"}, {"reason": "\x1b[31mred"}, {"reason": "x" * 1001}, {"reason": 3}):
+        reply = httpx.post(url, json=bad, headers={"Authorization": "Bearer local"})
+        assert reply.status_code == 400 and reply.json()["code"] == "InvalidParameter", reply.text
+    reply = httpx.post(url, json={"reason": "too late"}, headers={"Authorization": "Bearer local"})
+    assert reply.status_code == 200 and reply.json()["output"]["status"] == "CANCELED"  # a valid body passes
+    assert client.get(ids[1]).message == "canceled by user"  # and an ended job's record is not rewritten
+
+
+def _events(receiver: Loopback) -> list[str]:
+    return [body.get("event", "") for path, body in receiver.posts if path.startswith("/hook/")]
+
+
+def _connected(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a connection to `port` (its client's pool, once it has polled)."""
+    import psutil
+
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(c.raddr and c.raddr.port == port for c in conns)
+
+
+@pytest.mark.slow  # a server of its own, killed with SIGKILL and started again
+def test_a_detached_watcher_outlives_a_killed_server_and_delivers_the_end(tmp_path, receiver):
+    """`kill -9` of the server: the webhook hears "contact lost" once, "contact back" once after the
+    restart (same data dir, same port), then the job's final status.
+
+    The watched job waits (PENDING) behind a long one on the server's single slot, so the kill lands
+    before it could end however fast or loaded the machine is; the long one is cancelled after the
+    restart, and the watched one then runs its two steps."""
+    from conftest import tiny_workspace
+    from server_http import wait_until
+
+    from opd_nb.client import JobClient, resolve_target, submit
+    from opd_nb.server import start
+
+    data_dir, watch_dir = tmp_path / "data", tmp_path / "watchers"
+    server = start(port=0, data_dir=data_dir)
+    port, api = server.port, server.api_base
+    again = None
+    try:
+        target = resolve_target("local", base_url=api)
+        blocker = submit(
+            tiny_workspace("pure-distill", tmp_path / "long", n_epochs=100), target, no_check=True
+        )
+        job_id = submit(tiny_workspace("pure-distill", tmp_path / "ws"), target, no_check=True).job_id
+        hook = f"{receiver.url}/hook/{SECRET}"
+        parent = _opd("watch", job_id, "--local", api, "--detach", "--notify", hook, "--notify-format", "json",
+                      cwd=tmp_path, OPD_WATCH_DIR=str(watch_dir))  # fmt: skip
+        assert parent.returncode == 0, parent.stderr
+        pid = json.loads(next(watch_dir.glob("*.json")).read_text())["pid"]
+        wait_until(lambda: _connected(pid, port), 60, "the watcher's first poll")
+        assert JobClient(target).get(job_id).status == "PENDING"
+
+        server.kill()  # SIGKILL: no shutdown of any kind
+        wait_until(
+            lambda: "contact_lost" in _events(receiver), 60, "the webhook to hear that contact is lost"
+        )
+        again = start(port=port, data_dir=data_dir)
+        JobClient(target).cancel(blocker.job_id)
+        wait_until(lambda: "final" in _events(receiver), 300, "the job's final status")
+    finally:
+        server.kill()
+        if again is not None:
+            again.stop()
+    assert [e for e in _events(receiver) if e != "alert"] == ["contact_lost", "contact_back", "final"], (
+        receiver.posts
+    )
+    bodies = {body["event"]: body for _, body in receiver.posts}
+    assert (
+        bodies["final"]["status"] == "SUCCEEDED"
+        and "lost contact with the local control plane" in (bodies["contact_lost"]["text"])
+    )
+    assert "is back after" in bodies["contact_back"]["text"]
+    wait_until(lambda: not _alive_pid(pid), 30, "the watcher to end with its job")
+    log = (watch_dir / f"{job_id}.log").read_text()
+    assert "watch: lost contact" in log and "watch: contact with" in log and "Traceback" not in log, log
+    assert SECRET not in log + parent.stdout + parent.stderr
+
+
+def _alive_pid(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def test_contact_is_lost_only_when_nothing_answers_and_is_said_once_each_way(receiver):
+    """A gateway's 502/503/504 or no answer at all is lost contact (said once, then once when back); an
+    answer that refuses (404, 401, 500) ends the watch at once, as does a loss before any contact."""
+    from opd_nb.client import JobClient, resolve_target
+    from opd_nb.errors import OpdError
+    from opd_nb.watch_contact import Contact
+
+    job = {"job_id": "ft-202612020000-c0de", "status": "RUNNING", "hyper_parameters": {}}
+    plane = Loopback({f"/api/v1/fine-tunes/{job['job_id']}": {"request_id": "r", "output": job}})
+    said: list[str] = []
+    notifier = Notifier.create(f"{receiver.url}/hook/{SECRET}", "json")
+    try:
+        client = JobClient(resolve_target("local", base_url=plane.url), retries=0)
+        contact = Contact(job["job_id"], "the plane", 3600, said.append, notifier)
+        read = lambda: client.get(job["job_id"])  # noqa: E731
+        status = lambda j: j.status  # noqa: E731
+        assert contact.poll(read, status).status == "RUNNING"
+        for gateway in (502, 503, 504):
+            plane.status = gateway
+            assert contact.poll(read, status) is None and contact.pause_s(1.0) >= 1.5  # backing off
+        plane.status = None
+        assert contact.poll(read, status).status == "RUNNING" and contact.pause_s(1.0) == 1.0
+        assert [line.split(" (")[0].split(" is back")[0] for line in said] == [
+            "watch: lost contact with the plane",
+            "watch: contact with the plane",
+        ]
+        assert [b["event"] for _, b in receiver.posts] == ["contact_lost", "contact_back"]
+        assert "HTTP 502" in receiver.posts[0][1]["text"] and "RUNNING" in receiver.posts[1][1]["text"]
+        for refusal in (404, 401, 500):
+            plane.status = refusal
+            with pytest.raises(OpdError) as err:
+                contact.poll(read, status)
+            assert err.value.status == refusal
+        plane.status = None
+
+        short = Contact(job["job_id"], "the plane", 0.3, said.append, notifier)
+        assert short.poll(read, status) is not None
+        plane.server.shutdown()
+        plane.server.server_close()  # nothing listens: no answer at all
+        assert short.poll(read, status) is None and "ConnectError" in said[-1]
+        time.sleep(0.4)
+        with pytest.raises(OpdError, match="no contact with the plane for 0 s; .* last seen RUNNING"):
+            short.poll(read, status)
+        assert receiver.posts[-1][1]["event"] == "gave_up" and SECRET not in "".join(said)
+
+        never = Contact(job["job_id"], "the plane", 3600, said.append, notifier)
+        with pytest.raises(OpdError, match="cannot reach"):  # no contact was ever made: a wrong URL
+            never.poll(read, status)
+    finally:
+        plane.server.shutdown()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,78 @@ def test_a_too_small_max_length_raises_the_truncation_alert(local_server, tmp_pa
     assert f"! {job_id}: {truncated['message']} (fix: {truncated['fix']})" in lines  # the same words
     page = JobClient(resolve_target("local", base_url=local_server.api_base)).rollouts(job_id, kind="train")
     assert page.rollouts and all(r["truncated"] for r in page.rollouts)  # the samples agree
+
+
+# ---- what the terminal shows (issue 36): piped, and in a real terminal of a given width ---------------
+ENDED = {"job_id": "ft-202612020000-e0d1", "job_name": "x", "status": "SUCCEEDED", "hyper_parameters": {},
+         "progress": {"step": 12, "total_steps": 12}}  # fmt: skip
+FAILED_AT_1 = {**ENDED, "job_id": "ft-202612020000-fa11", "status": "FAILED", "message": "worker died",
+               "progress": {"step": 1}}  # fmt: skip
+FAILED_AT_0 = {**FAILED_AT_1, "job_id": "ft-202612020000-fa00", "progress": None}
+ROWS = [{"step": 12, "actor/distillation/loss": 0.5, "trace/distillation/valid_token_rate": 1.0,
+         "completions/truncated_fraction": 0.0}]  # fmt: skip
+
+
+@pytest.fixture()
+def plane():
+    from loopback import Loopback
+
+    box = Loopback(
+        {
+            **{f"/api/v1/fine-tunes/{j['job_id']}": {"request_id": "r", "output": j}
+               for j in (ENDED, FAILED_AT_1, FAILED_AT_0)},
+            **{f"/api/v1/fine-tunes/{j['job_id']}/metrics": {"request_id": "r", "output": {"metrics": ROWS}}
+               for j in (ENDED, FAILED_AT_1)},
+        }
+    )  # fmt: skip
+    yield box
+    box.server.shutdown()
+
+
+def test_piped_watch_output_ends_its_table_and_folds_long_names(plane, tmp_path) -> None:
+    env = {**_env(), "COLUMNS": "40"}
+    proc = subprocess.run([PY, "-m", "opd_nb", "watch", ENDED["job_id"], "--local", plane.url],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    bottoms = [line for line in lines if line.startswith("└")]
+    assert bottoms and all(line.rstrip().endswith("┘") for line in bottoms), proc.stdout  # nothing runs on
+    assert max(len(line) for line in lines if line[:1] in "┏┃┡│└") <= 40 and "…" not in proc.stdout
+    cells = "".join(line.split("│")[1].strip() for line in lines if line.startswith("│"))
+    assert "trace/distillation/valid_token_rate" in cells  # folded across rows, never cut
+    assert "12/12" in proc.stdout
+
+
+@pytest.mark.parametrize(("job", "shown"), [(FAILED_AT_1, "step 1"), (FAILED_AT_0, "no step yet")])
+def test_a_job_that_failed_before_a_total_shows_what_is_known(plane, tmp_path, job, shown) -> None:
+    proc = subprocess.run([PY, "-m", "opd_nb", "watch", job["job_id"], "--local", plane.url],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=_env())  # fmt: skip
+    assert proc.returncode == 1 and "FAILED" in proc.stdout, proc.stderr
+    assert shown in proc.stdout and "None" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a real terminal of a set width)")
+@pytest.mark.parametrize("job", [ENDED, FAILED_AT_1])
+def test_in_a_50_column_terminal_watch_shows_whole_lines(plane, tmp_path, job) -> None:
+    session = f"opd-watch-{os.getpid()}-{job['job_id'][-4:]}"
+    done = tmp_path / "done"
+    command = (f"cd {tmp_path} && {PY} -m opd_nb watch {job['job_id']} --local {plane.url}; "
+               f"touch {done}; sleep 60")  # fmt: skip
+    env = {k: v for k, v in _env().items() if k != "COLUMNS"}
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "50", "-y", "60", command], env=env,
+                   check=True)  # fmt: skip
+    try:
+        for _ in range(300):
+            if done.exists():
+                break
+            time.sleep(0.2)
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session, "-S", "-200"],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    lines = screen.splitlines()
+    assert done.exists() and all(len(line) <= 50 for line in lines), screen
+    bottoms = [line for line in lines if line.startswith("└")]
+    assert bottoms and all(line.rstrip().endswith("┘") for line in bottoms), screen
+    assert "None" not in screen and "…" not in screen, screen
+    assert ("12/12" if job is ENDED else "step 1") in screen, screen

@@ -241,7 +241,8 @@ def wait_job(
 @tool_errors
 def cancel_job(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
     """Cancel a job (`opd cancel`); a running local job stops within a few seconds."""
-    return JobInfo.of(client_for(target, base_url).cancel(job_id))
+    client = client_for(target, base_url)
+    return JobInfo.of(client.cancel(job_id, reason="by a coding agent (opd mcp cancel_job)"))
 
 
 TOOLS = (

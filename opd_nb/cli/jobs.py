@@ -16,7 +16,9 @@ from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_termina
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
 from opd_nb.health import GuardThresholds, best_checkpoint_line
+from opd_nb.notify import SECRET_VAR as NOTIFY_SECRET_VAR
 from opd_nb.notify import URL_VAR as NOTIFY_URL_VAR
+from opd_nb.watch_contact import RECONNECT_MINUTES
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
@@ -56,6 +58,26 @@ NotifyOpt = Annotated[
 NotifyFormatOpt = Annotated[
     str | None,
     typer.Option("--notify-format", help="dingtalk|feishu|wecom|slack|json (default: from the URL)"),
+]
+NotifySecretOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify-secret",
+        metavar="SECRET",
+        envvar=NOTIFY_SECRET_VAR,
+        show_envvar=False,
+        help="the signing secret of a DingTalk or Feishu/Lark robot with the signature setting (never printed; "
+        "or $OPD_NOTIFY_SECRET)",
+    ),
+]
+ReconnectOpt = Annotated[
+    float,
+    typer.Option(
+        "--reconnect-minutes",
+        min=0.0,
+        help="when the control plane stops answering, keep trying this long (saying so once, and once "
+        "when it is back) before giving up; 0: give up at once",
+    ),
 ]
 PriceOpt = Annotated[
     float | None,
@@ -158,7 +180,7 @@ def submit_cmd(
     if watch and not as_json:
         echo(str(result))
         with client:
-            job = watch_terminal(client, result.job_id, _hooks(client, result.job_id, None, None, None, None))
+            job = watch_terminal(client, result.job_id, _hooks(client, result.job_id))
         return emit(job, exit_code=_exit_code(job))
     return emit(result, as_json=as_json)
 
@@ -238,6 +260,8 @@ def watch_cmd(
     zero_variance_evals: ZeroVarianceOpt = GuardThresholds.zero_variance_evals,
     notify: NotifyOpt = None,
     notify_format: NotifyFormatOpt = None,
+    notify_secret: NotifySecretOpt = None,
+    reconnect_minutes: ReconnectOpt = RECONNECT_MINUTES,
     price: PriceOpt = None,
     report_to: ReportToOpt = None,
     detach: Annotated[bool, typer.Option("--detach", help="keep watching in a background process")] = False,
@@ -248,7 +272,8 @@ def watch_cmd(
     """Follow a job: progress, metrics and health alerts in a terminal, a live widget in a notebook.
 
     --guard cancels it when an error rule fires (thresholds below); --notify posts alerts and the end to
-    a webhook; --detach keeps watching after the terminal or notebook closes (--list, --stop).
+    a webhook; --detach keeps watching after the terminal or notebook closes (--list, --stop). A watcher
+    whose control plane stops answering keeps trying for --reconnect-minutes, and says so.
     """
     from opd_nb import watchers
 
@@ -260,13 +285,14 @@ def watch_cmd(
         return emit(watchers.stop(job_id), as_json=as_json)
     client = _client(local, cloud)
     thresholds = GuardThresholds(vtr_steps, reward_failures, loss_factor, zero_variance_evals)
-    hooks = _hooks(client, job_id, thresholds if guard else None, notify, notify_format, price)
+    notifier = _notifier(notify, notify_format, notify_secret)
+    hooks = _hooks(client, job_id, thresholds if guard else None, notifier, price, reconnect_minutes)
     if report_to:
         from opd_nb.trackers import Reporter, parse_report_to
 
         hooks.reporter = Reporter(client, job_id, parse_report_to(report_to))
     if detach:
-        return emit(_detach(client, job_id, hooks, notify), as_json=as_json)
+        return emit(_detach(client, job_id, hooks, notify, notify_secret), as_json=as_json)
     if in_magic():  # the notebook opens the job monitor on it, its guard switch on with --guard
         if hooks.notifier is not None:
             raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
@@ -287,31 +313,49 @@ def watch_cmd(
     return emit(job, exit_code=_exit_code(job), as_json=as_json)
 
 
+def _notifier(url: str | None, fmt: str | None, secret: str | None) -> Any:
+    """The webhook, checked whole before anything starts (one line, exit 2, no URL in it); None without one
+    (a secret alone, say an exported $OPD_NOTIFY_SECRET, is then unused)."""
+    from opd_nb.notify import Notifier
+
+    return Notifier.create(url, fmt, secret) if url else None
+
+
 def _hooks(
-    client: Any, job_id: str, thresholds: Any, notify: str | None, fmt: str | None, price: float | None
+    client: Any,
+    job_id: str,
+    thresholds: Any = None,
+    notifier: Any = None,
+    price: float | None = None,
+    reconnect_minutes: float = RECONNECT_MINUTES,
 ) -> Hooks:
     from opd_nb.estimate import price_from_env
     from opd_nb.guard import Guard
     from opd_nb.meter import Meter
-    from opd_nb.notify import Notifier
     from opd_nb.spend import is_paid
 
     paid = is_paid(client.target.kind)
     meter = Meter(paid=paid, price=price_from_env(price)) if paid else None
     return Hooks(
         guard=Guard(client, job_id, thresholds) if thresholds is not None else None,
-        notifier=Notifier.create(notify, fmt) if notify else None,
+        notifier=notifier,
         meter=meter,
+        reconnect_s=reconnect_minutes * 60,
     )
 
 
-def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None) -> Any:
-    """The same watch in a detached child; the webhook URL goes in its environment, not its argv."""
+def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None, secret: str | None) -> Any:
+    """The same watch in a detached child; the webhook URL and secret go in its environment, not its argv.
+
+    The job is read first, here: an unknown job or a control plane that is not there fails in the
+    user's terminal, not in a log nobody reads."""
     import os
 
     from opd_nb import watchers
-    from opd_nb.notify import URL_VAR
+    from opd_nb.notify import SECRET_VAR, URL_VAR
 
+    with client:
+        client.get(job_id)
     target = client.target
     argv = [
         "watch",
@@ -319,6 +363,7 @@ def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None) -> Any:
         "--json",
         *(["--local", target.base_url] if target.kind == "local" else ["--cloud"]),
     ]
+    argv += ["--reconnect-minutes", f"{hooks.reconnect_s / 60:g}"]
     options = []
     if hooks.guard is not None:
         t = hooks.guard.thresholds
@@ -329,12 +374,14 @@ def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None) -> Any:
     if hooks.reporter is not None:
         argv += ["--report-to", ",".join(hooks.reporter.names)]
         options.append(f"report-to {','.join(hooks.reporter.names)}")
-    env = {k: v for k, v in os.environ.items() if k != URL_VAR}
+    env = {k: v for k, v in os.environ.items() if k not in (URL_VAR, SECRET_VAR)}
     env.update(target.env())
     if hooks.notifier is not None and notify:
         env[URL_VAR] = notify
         argv += ["--notify-format", hooks.notifier.fmt]
-        options.append(f"notify {hooks.notifier.fmt}")
+        options.append(f"notify {hooks.notifier.fmt}" + (" signed" if secret else ""))
+        if secret:
+            env[SECRET_VAR] = secret
     return watchers.start(job_id, argv, env, options)
 
 
@@ -345,7 +392,7 @@ def cancel_cmd(
     """Cancel a job (a running local job stops within a few seconds); on Bailian, says what was billed so far."""
     client = _client(local, cloud)
     job = client.cancel(job_id)
-    hooks = _hooks(client, job_id, None, None, None, None)
+    hooks = _hooks(client, job_id)
     if hooks.meter is not None and not as_json and not in_magic():
         echo(hooks.meter.line(client.get(job_id)))
     return emit(job, as_json=as_json)

@@ -30,6 +30,7 @@ from opd_nb.constants import (
     ZERO_VARIANCE_GROUPS,
 )
 from opd_nb.health import AlertTracker, HealthAlert, eval_steps_of, job_alerts
+from opd_nb.watch_contact import RECONNECT_MINUTES, Contact
 
 if TYPE_CHECKING:
     from opd_nb.guard import Guard
@@ -97,12 +98,14 @@ def _fresh_alerts(
 
 @dataclass
 class Hooks:
-    """What a watcher does besides showing: guard (cancel on an error rule), notify (post to a webhook)."""
+    """What a watcher does besides showing: guard (cancel on an error rule), notify (post to a webhook),
+    meter (paid time); and how long it keeps trying when its control plane stops answering."""
 
     guard: Guard | None = None
     notifier: Notifier | None = None
     meter: Meter | None = None
     reporter: Reporter | None = None  # --report-to: the job into the user's trackers (opd_nb.trackers)
+    reconnect_s: float = RECONNECT_MINUTES * 60
 
     def after_poll(
         self, job: Any, rows: Sequence[Mapping[str, Any]] | None, fresh: list[HealthAlert]
@@ -133,13 +136,52 @@ class Hooks:
         return lines
 
 
+@dataclass
+class _Round:
+    """One poll: the job, its metrics, the alerts new this time, and what the hooks said."""
+
+    job: Any
+    rows: Sequence[Mapping[str, Any]] | None
+    fresh: list[HealthAlert]
+    lines: list[str]
+
+
+class _Polls:
+    """The polls both watch loops make, each through :class:`Contact` (which outlasts a lost server)."""
+
+    def __init__(self, client: Any, job_id: str, hooks: Hooks, report: Callable[[str], None]):
+        self.client, self.job_id, self.hooks = client, job_id, hooks
+        self.tracker = AlertTracker()
+        self.samples = _Samples(client, job_id)
+        where = f"the {client.target.kind} control plane at {client.target.base_url}"
+        self.contact = Contact(job_id, where, hooks.reconnect_s, report, hooks.notifier)
+
+    def _read(self) -> tuple[Any, Any, list[HealthAlert]]:
+        job = self.client.get(self.job_id)
+        rows = self.client.metrics(self.job_id)
+        return job, rows, _fresh_alerts(self.tracker, job, rows, self.samples.latest(rows))
+
+    def next(self) -> _Round | None:
+        """This poll's round; None while contact is lost (the hooks' calls, a guard's cancel, go in a
+        second read: the alerts already seen are shown even if that one finds the server gone)."""
+        seen = self.contact.poll(self._read, status_of=lambda read: str(read[0].status))
+        if seen is None:
+            return None
+        job, rows, fresh = seen
+        lines = self.contact.poll(lambda: self.hooks.after_poll(job, rows, fresh))
+        return _Round(job, rows, fresh, lines or [])
+
+    def pause(self, poll_s: float) -> None:
+        time.sleep(self.contact.pause_s(poll_s))
+
+
 def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="latest metrics", show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    table = Table(title="latest metrics", show_header=True, min_width=24)
+    table.add_column("metric", overflow="fold")  # a narrow terminal wraps a long name, never cuts it
+    table.add_column("value", justify="right", no_wrap=True)
     last: dict[str, Any] = {}
     for row in rows or []:
         last.update({k: v for k, v in row.items() if v is not None})
@@ -152,8 +194,20 @@ def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
     return table
 
 
+def _steps_text(progress: Mapping[str, Any] | None) -> str:
+    """The progress bar's count: step/total, or what is known of it (a job can fail before a total)."""
+    prog = progress or {}
+    step, total = prog.get("step"), prog.get("total_steps")
+    if total:
+        return f"{step or 0}/{total}"
+    return f"step {step}" if step else "no step yet"
+
+
 def watch_terminal(client: Any, job_id: str, hooks: Hooks | None = None) -> Any:
-    """Rich progress bar plus the latest metrics until the job ends; alerts printed as they appear."""
+    """Rich progress bar plus the latest metrics until the job ends; alerts printed as they appear.
+
+    The job id has a line of its own above the bar's (status, bar, step count, time left), so both fit
+    a 40-column terminal whole."""
     from rich.console import Group
     from rich.live import Live
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -163,59 +217,57 @@ def watch_terminal(client: Any, job_id: str, hooks: Hooks | None = None) -> Any:
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.fields[steps]}"),
         TimeRemainingColumn(),
         console=console,
     )
-    task = progress.add_task(job_id, total=None)
+    task = progress.add_task("", total=None, steps=_steps_text(None))
     hooks = hooks or Hooks()
-    tracker = AlertTracker()
-    samples = _Samples(client, job_id)
-    with Live(Group(progress, _metrics_table(None)), console=console, refresh_per_second=4) as live:
-        while True:
-            job = client.get(job_id)
-            rows = client.metrics(job_id)
-            prog = job.progress or {}
-            progress.update(
-                task,
-                description=f"{job_id} {job.status}",
-                total=prog.get("total_steps"),
-                completed=prog.get("step") or 0,
-            )
-            fresh = _fresh_alerts(tracker, job, rows, samples.latest(rows))
-            for alert in fresh:
-                style = "red" if alert.severity == "error" else "yellow"
-                live.console.print(Text(alert_line(job_id, alert), style=style), soft_wrap=True)
-            for line in hooks.after_poll(job, rows, fresh):
-                live.console.print(Text(line, style="bold red"), soft_wrap=True)
-            meter = (
-                [Text(hooks.meter.line(job))] if hooks.meter is not None and hooks.meter.applies(job) else []
-            )
-            live.update(Group(progress, *meter, _metrics_table(rows)))
-            if job.terminal:
-                for line in hooks.at_end(job):
-                    live.console.print(Text(line), soft_wrap=True)
-                return job
-            time.sleep(POLL_S)
+    head = Text(job_id, style="bold")
+    with Live(Group(head, progress, _metrics_table(None)), console=console, refresh_per_second=4) as live:
+
+        def say(line: str, style: str = "bold red") -> None:
+            live.console.print(Text(line, style=style), soft_wrap=True)
+
+        polls = _Polls(client, job_id, hooks, lambda line: say(line, "bold yellow"))
+        while (seen := polls.next()) is None or not seen.job.terminal:
+            if seen is not None:
+                _show(seen, progress, task, hooks, live, say)
+            polls.pause(POLL_S)
+        _show(seen, progress, task, hooks, live, say)
+        for line in hooks.at_end(seen.job):
+            say(line, "")
+    if not console.is_terminal:  # rich ends its last frame with a newline only on a terminal
+        console.line()
+    return seen.job
+
+
+def _show(seen: _Round, progress: Any, task: Any, hooks: Hooks, live: Any, say: Callable[..., None]) -> None:
+    from rich.console import Group
+    from rich.text import Text
+
+    job, prog = seen.job, seen.job.progress or {}
+    progress.update(task, description=str(job.status), total=prog.get("total_steps"),
+                    completed=prog.get("step") or 0, steps=_steps_text(prog))  # fmt: skip
+    for alert in seen.fresh:
+        say(alert_line(job.job_id, alert), "red" if alert.severity == "error" else "yellow")
+    for line in seen.lines:
+        say(line)
+    meter = [Text(hooks.meter.line(job))] if hooks.meter is not None and hooks.meter.applies(job) else []
+    live.update(Group(Text(job.job_id, style="bold"), progress, *meter, _metrics_table(seen.rows)))
 
 
 def wait_reporting_alerts(
     client: Any, job_id: str, report: Callable[[str], None], hooks: Hooks | None = None, poll_s: float = 2.0
 ) -> Any:
     """Wait for the job to end (no live view); each new alert, and what the hooks say, goes to `report`."""
-    tracker = AlertTracker()
-    samples = _Samples(client, job_id)
     hooks = hooks or Hooks()
-
-    def on_update(job: Any) -> None:
-        rows = client.metrics(job_id)
-        fresh = _fresh_alerts(tracker, job, rows, samples.latest(rows))
-        for alert in fresh:
-            report(alert_line(job_id, alert))
-        for line in hooks.after_poll(job, rows, fresh):
-            report(line)
-
-    job = client.wait(job_id, on_update=on_update, poll_s=poll_s)
-    for line in hooks.at_end(job):
+    polls = _Polls(client, job_id, hooks, report)
+    while (seen := polls.next()) is None or not seen.job.terminal:
+        if seen is not None:
+            for line in [alert_line(job_id, a) for a in seen.fresh] + seen.lines:
+                report(line)
+        polls.pause(poll_s)
+    for line in [alert_line(job_id, a) for a in seen.fresh] + seen.lines + hooks.at_end(seen.job):
         report(line)
-    return job
+    return seen.job

@@ -27,8 +27,9 @@ from opd_nb.client.deploy_results import ChatReply, Deployment, DeploymentList
 from opd_nb.client.job_results import Checkpoint, Job, JobList, LogPage
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.target import Target
-from opd_nb.constants import API_PATH, COMPATIBLE_PATH
-from opd_nb.errors import OpdError
+from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
+from opd_nb.errors import UNREACHABLE, OpdError
+from opd_nb.terminal_text import printable
 
 T = TypeVar("T")
 
@@ -111,8 +112,11 @@ def job_logs(job_id: str, offset: int, lines: int) -> Call[LogPage]:
     )
 
 
-def cancel_job(job_id: str) -> Call[None]:
-    return Call("POST", _job_path(job_id, "/cancel"), f"cancel {job_id}", _nothing)
+def cancel_job(job_id: str, reason: str | None = None) -> Call[None]:
+    """``reason`` (who cancelled and why) goes in the body; Bailian's cancel takes none, so pass it
+    only to `opd serve` (see :func:`cancel`)."""
+    body = {"reason": " ".join(printable(reason).split())[:CANCEL_REASON_MAX_CHARS]} if reason else None
+    return Call("POST", _job_path(job_id, "/cancel"), f"cancel {job_id}", _nothing, json=body)
 
 
 def delete_job(job_id: str) -> Call[None]:
@@ -339,7 +343,11 @@ def unreachable(target: Target, exc: BaseException | None) -> OpdError:
         else "check the network and DASHSCOPE_HTTP_BASE_URL"
     )
     reason = type(exc).__name__ if exc is not None else "no response"
-    return OpdError(f"cannot reach the {target.kind} control plane at {target.base_url}: {reason}", fix=fix)
+    return OpdError(
+        f"cannot reach the {target.kind} control plane at {target.base_url}: {reason}",
+        fix=fix,
+        code=UNREACHABLE,
+    )
 
 
 def _unexpected(call: Call[Any], target: Target, resp: httpx.Response, exc: Exception) -> OpdError:
@@ -413,9 +421,11 @@ def read_job(job_id: str, target: Target, retries: int) -> Plan[Job]:
     return cast(Job, job)  # not local-only, so never None
 
 
-def cancel(job_id: str, target: Target, retries: int) -> Plan[Job]:
-    """Bailian answers a cancel with a bare status, so the job is read back after it."""
-    yield from perform(cancel_job(job_id), target, retries)
+def cancel(job_id: str, target: Target, retries: int, reason: str | None = None) -> Plan[Job]:
+    """Bailian answers a cancel with a bare status, so the job is read back after it. Its cancel takes
+    no body (the SDK sends none), so a ``reason`` is recorded only by `opd serve`, in the job's
+    message and log; on Bailian the caller's own output is the record."""
+    yield from perform(cancel_job(job_id, reason if target.kind == "local" else None), target, retries)
     return (yield from read_job(job_id, target, retries))
 
 

@@ -181,8 +181,9 @@ class JobClient(_Base):
         except httpx.TransportError as exc:
             raise calls.unreachable(self.target, exc) from None
 
-    def cancel(self, job_id: str) -> Job:
-        return self._run(calls.cancel(job_id, self.target, self.retries))
+    def cancel(self, job_id: str, reason: str | None = None) -> Job:
+        """Cancel; ``reason`` (who and why) is recorded in the job's message and log by `opd serve`."""
+        return self._run(calls.cancel(job_id, self.target, self.retries, reason))
 
     def delete(self, job_id: str) -> None:
         self._run(self._plan(calls.delete_job(job_id)))
@@ -359,8 +360,8 @@ class AsyncJobClient(_Base):
         except httpx.TransportError as exc:
             raise calls.unreachable(self.target, exc) from None
 
-    async def cancel(self, job_id: str) -> Job:
-        return await self._run(calls.cancel(job_id, self.target, self.retries))
+    async def cancel(self, job_id: str, reason: str | None = None) -> Job:
+        return await self._run(calls.cancel(job_id, self.target, self.retries, reason))
 
     async def delete(self, job_id: str) -> None:
         await self._run(self._plan(calls.delete_job(job_id)))

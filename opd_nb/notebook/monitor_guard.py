@@ -16,6 +16,8 @@ from opd_nb.guard import Guard
 from opd_nb.health import GuardThresholds
 from opd_nb.notebook.job_state import JobState
 
+WHO = "the guard switch of the notebook's job monitor"  # named in the cancel's reason
+
 
 @dataclass
 class MonitorGuard:
@@ -30,7 +32,7 @@ class MonitorGuard:
         """After a poll of `st`: the lines its guard says (a cancel; on Bailian, what it cannot see)."""
         if not self.on or st.job is None or st.terminal:
             return []
-        guard = self._guards.setdefault(st.job_id, Guard(client, st.job_id, self.thresholds))
+        guard = self._guards.setdefault(st.job_id, Guard(client, st.job_id, self.thresholds, who=WHO))
         said = guard.poll(st.job, st.metrics if st.metrics_available else None)
         self.lines.extend(said)
         return said

@@ -11,6 +11,7 @@ each integer field has the range its consumer can take.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,6 +26,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from opd_nb.constants import CANCEL_REASON_MAX_CHARS
 from opd_nb.deploy_plans import plan_problems
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.hparams import resolve as resolve_hparams
@@ -165,6 +167,22 @@ class NoParameters(Body):
     """Endpoints the SDK calls with ``{}``: any JSON object is accepted and ignored."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class CancelBody(Body):
+    """A cancel's optional body (the SDK sends none): ``reason``, who cancelled and why, one line of text
+    that the job's message and log record (`opd watch --guard` sends its rule, values and step)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    reason: str | None = Field(None, max_length=CANCEL_REASON_MAX_CHARS)
+
+    @field_validator("reason")
+    @classmethod
+    def _one_printable_line(cls, value: str | None) -> str | None:
+        if value is not None and any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
+            raise ValueError("reason must be one line of printable text (no control characters)")
+        return (value.strip() or None) if value is not None else None
 
 
 class InstanceLogQuery(Body):

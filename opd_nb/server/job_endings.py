@@ -11,7 +11,7 @@ from pathlib import Path
 from opd_nb.constants import CANCELED, PENDING, RUNNING
 from opd_nb.server.disk_space import DISK_FULL
 from opd_nb.server.job_failures import fail_job, full_disk_failure
-from opd_nb.server.job_record import JobRecord
+from opd_nb.server.job_record import JobRecord, cancel_message
 from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir
 from opd_nb.server.store import Store, now_text
@@ -68,15 +68,18 @@ class JobEndings:
 
     def _finish_canceled(self, job_id: str, running: bool = False) -> None:
         statuses = (RUNNING, PENDING) if running else (PENDING,)
+        reason = job.meta.cancel_reason if (job := self.store.job(job_id)) is not None else None
         if self.store.set_job(
             job_id,
             only_if_status=statuses,
             status=CANCELED,
             end_time=now_text(),
-            message="canceled by user",
+            message=cancel_message(reason),
             worker_pid=None,
         ):
-            self.store.add_log(job_id, f"[server] {now_text()} job {CANCELED}")
+            self.store.add_log(
+                job_id, f"[server] {now_text()} job {CANCELED}" + (f": {reason}" if reason else "")
+            )
 
 
 def _tail(path: Path, n: int) -> list[str]:

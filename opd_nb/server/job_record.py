@@ -80,6 +80,7 @@ class JobMeta(BaseModel):
     parents: list[str] = Field(default_factory=list)  # the job it continued, that job's parent, ...
     resume: ResumeState = Field(default_factory=ResumeState)
     outcome: TrainingOutcome | None = None
+    cancel_reason: str | None = None  # who cancelled and why, as the cancel request said (the first one)
 
     @model_validator(mode="before")
     @classmethod
@@ -104,6 +105,11 @@ class JobMeta(BaseModel):
         return self.model_copy(
             update={"resume": ResumeState.model_validate({**self.resume.model_dump(), **changes})}
         )
+
+
+def cancel_message(reason: str | None) -> str:
+    """A canceled job's message: who cancelled it and why, when the cancel request said so."""
+    return f"canceled: {reason}" if reason else "canceled by user"
 
 
 class JobProgress(BaseModel):
@@ -140,6 +146,11 @@ class JobRecord(BaseModel):
     worker_pid: int | None = None
     progress: JobProgress | None = None
     deleted: bool = False
+
+    @property
+    def cancel_message(self) -> str:
+        """The message of the job once canceled (see :func:`cancel_message`)."""
+        return cancel_message(self.meta.cancel_reason)
 
     @property
     def base_model(self) -> str | None:

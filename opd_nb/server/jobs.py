@@ -35,7 +35,7 @@ from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES, UNKN
 from opd_nb.server import process_tree
 from opd_nb.server.disk_space import ensure_reserve
 from opd_nb.server.job_endings import JobEndings
-from opd_nb.server.job_record import JobRecord
+from opd_nb.server.job_record import JobRecord, cancel_message
 from opd_nb.server.launcher import ChildProcess, Launcher
 from opd_nb.server.records import MAX_INTERRUPTIONS
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
@@ -141,24 +141,28 @@ class JobManager(JobEndings):
         self._wake.set()
 
     # ---- operations ---------------------------------------------------------------------------
-    def cancel(self, job_id: str) -> str:
-        """Ask a job to stop; returns the status right after the request."""
+    def cancel(self, job_id: str, reason: str | None = None) -> str:
+        """Ask a job to stop; returns the status right after the request. ``reason`` (who and why) is kept
+        for the job's message and log; the first request's reason stays."""
         job = self.store.job(job_id)
         if job is None or job.status in TERMINAL_STATUSES:
             return job.status if job else UNKNOWN
+        if reason and not job.cancel_requested:  # before the flag: the worker reads both when it stops
+            self.store.update_meta(job_id, lambda meta: meta.model_copy(update={"cancel_reason": reason}))
         self.store.set_job(job_id, cancel_requested=1)
+        why = f": {reason}" if reason else ""
         if job.status == RUNNING and not self._has_worker(job_id):
-            return self._cancel_without_worker(job_id)
+            return self._cancel_without_worker(job_id, why)
         if job.status == PENDING and self.store.set_job(
             job_id,
             only_if_status=(PENDING,),
             status=CANCELED,
             end_time=now_text(),
-            message="canceled by user",
+            message=cancel_message(reason or job.meta.cancel_reason),
         ):
-            self.store.add_log(job_id, f"[server] {now_text()} job canceled before it started")
+            self.store.add_log(job_id, f"[server] {now_text()} job canceled before it started{why}")
             return CANCELED
-        self.store.add_log(job_id, f"[server] {now_text()} cancel requested; stopping the worker")
+        self.store.add_log(job_id, f"[server] {now_text()} cancel requested{why}; stopping the worker")
         self._cancel_at.setdefault(job_id, time.monotonic())
         self._wake.set()
         return self._status(job_id)
@@ -171,12 +175,14 @@ class JobManager(JobEndings):
         proc = self._procs.get(job_id)
         return proc is not None and proc.poll() is None
 
-    def _cancel_without_worker(self, job_id: str) -> str:
+    def _cancel_without_worker(self, job_id: str, why: str) -> str:
         """A RUNNING job with no live worker (it died unsettled, or waits to resume): canceled now."""
         with contextlib.suppress(ValueError):
             self._resume.remove(job_id)
         process_tree.end(self.data_dir, process_tree.job_owner(job_id), grace_s=1.0)
-        self.store.add_log(job_id, f"[server] {now_text()} cancel requested; the job has no running worker")
+        self.store.add_log(
+            job_id, f"[server] {now_text()} cancel requested{why}; the job has no running worker"
+        )
         self._finish_canceled(job_id, running=True)
         return self._status(job_id)
 

@@ -27,7 +27,7 @@ from opd_nb.errors import OpdError
 from opd_nb.log_cap import keep_own_log_under
 from opd_nb.server.disk_space import DISK_FULL
 from opd_nb.server.job_failures import fail_job, full_disk_failure
-from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome
+from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome, cancel_message
 from opd_nb.server.store import Store, now_text
 from opd_nb.server.worker_exits import EXIT_INTERRUPTED
 
@@ -359,12 +359,13 @@ def _publish(store: Store, events: StoreEvents, job_id: str, result: Any) -> Non
 
 
 def _mark_canceled(store: Store, job_id: str) -> None:
+    job = store.job(job_id)
     store.set_job(
         job_id,
         only_if_status=(RUNNING,),
         status=CANCELED,
         end_time=now_text(),
-        message="canceled by user",
+        message=job.cancel_message if job is not None else cancel_message(None),
         worker_pid=None,
     )
 

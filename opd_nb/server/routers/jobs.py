@@ -17,7 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from opd_nb.constants import DELETED, FAILED, SUCCEEDED, TERMINAL_STATUSES
-from opd_nb.server.bodies import JobBody
+from opd_nb.server.bodies import CancelBody, JobBody
 from opd_nb.server.deps import (
     JobDep,
     JobManagerDep,
@@ -83,11 +83,12 @@ def get_job(job: JobDep, store: StoreDep) -> JSONResponse:
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job: JobDep, manager: JobManagerDep) -> JSONResponse:
+def cancel_job(job: JobDep, manager: JobManagerDep, body: CancelBody | None = None) -> JSONResponse:
+    """Bailian's cancel takes no body; locally an optional ``reason`` is kept in the job's message and log."""
     job_id = job.job_id
     if job.status in (SUCCEEDED, FAILED):
         raise ApiError(400, "JobFinished", f"job {job_id} already finished ({job.status}); nothing to cancel")
-    return ok({"job_id": job_id, "status": manager.cancel(job_id)})
+    return ok({"job_id": job_id, "status": manager.cancel(job_id, body.reason if body else None)})
 
 
 @router.delete("/{job_id}")
