@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from opd_nb import render
 from opd_nb.constants import LOSS, REWARD_MEAN
-from opd_nb.health import best_checkpoint
+from opd_nb.health import pick_checkpoint
 from opd_nb.results import ResultMixin
 
 HEADERS = ("checkpoint", "step", "status", "reward mean@1", "loss", "best", "expires", "exported as")
@@ -32,6 +32,8 @@ class CheckpointRow(BaseModel):
     expires_in_days: float | None  # negative: expired
     model_name: str | None  # the exported name (what to deploy); None until exported
     best: bool
+    score: float | None = None  # the rule's metric measured at its own step (None: unscored or no metrics)
+    unscored: bool = False  # nothing measured at its step: never the best, never a neighbour's score
     metrics: dict[str, Any]
 
 
@@ -40,7 +42,7 @@ class CheckpointTable(ResultMixin, BaseModel):
 
     job_id: str
     checkpoints: list[CheckpointRow]
-    best_reason: str | None = None  # why the marked one is best (None: no metrics to apply the rule)
+    best_reason: str | None = None  # why the marked one is best, or why none is (None: no metrics)
     export_hint: str = ""
 
     def _rows(self) -> list[tuple[str, ...]]:
@@ -51,7 +53,7 @@ class CheckpointTable(ResultMixin, BaseModel):
                 c.status or "-",
                 render.fmt(c.metrics.get(REWARD_MEAN)),
                 render.fmt(c.metrics.get(LOSS)),
-                "best" if c.best else "",
+                "best" if c.best else "unscored" if c.unscored else "",
                 expires_text(c.expires_in_days),
                 c.model_name or "-",
             )
@@ -83,8 +85,10 @@ def expires_text(days: float | None) -> str:
     return f"expires in {int(days)} days" if days >= 1 else f"expires in {max(1, round(days * 24))} h"
 
 
-def export_hint(job_id: str) -> str:
-    return f"export one to deploy it: opd export {job_id} CHECKPOINT [--model-name NAME]"
+def export_hint(job_id: str, best: str | None = None) -> str:
+    """The export line; it names the best checkpoint when the docs' rule found one."""
+    line = f"export one to deploy it: opd export {job_id} CHECKPOINT [--model-name NAME]"
+    return f"{line} (the docs' rule picks {best})" if best else line
 
 
 def checkpoint_table(
@@ -92,7 +96,9 @@ def checkpoint_table(
 ) -> CheckpointTable:
     """The table from a client's checkpoints and metric rows (None: the plane reports no metrics)."""
     now = time.time() if now is None else now
-    best = best_checkpoint(checkpoints, metrics) if checkpoints and metrics else None
+    pick = pick_checkpoint(checkpoints, metrics) if checkpoints and metrics else None
+    best = pick.best if pick is not None else None
+    scores = pick.scores if pick is not None else {}
     rows = [
         CheckpointRow(
             checkpoint=c.name,
@@ -104,6 +110,8 @@ def checkpoint_table(
             expires_in_days=_rounded(c.expires_in_days(now)),
             model_name=c.model_name,
             best=best is not None and best.checkpoint is c,
+            score=scores.get(c.name),
+            unscored=c.name in scores and scores[c.name] is None,
             metrics=c.metrics,
         )
         for c in checkpoints
@@ -111,8 +119,8 @@ def checkpoint_table(
     return CheckpointTable(
         job_id=job_id,
         checkpoints=rows,
-        best_reason=best.reason if best else None,
-        export_hint=export_hint(job_id),
+        best_reason=(best.reason if best else pick.note) if pick is not None else None,
+        export_hint=export_hint(job_id, best.checkpoint.name if best else None),
     )
 
 
