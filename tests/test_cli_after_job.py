@@ -120,7 +120,7 @@ def misaligned_job(local_server, tmp_path_factory):
     )
     client = JobClient(resolve_target("local", base_url=local_server.api_base))
     job_id = submit(ws, client.target, no_check=True).job_id  # planted: preflight warns about exactly this
-    job = wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=400)
+    job = wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=540)
     assert job.status == "SUCCEEDED", job.message
     return job_id, ws, client
 
