@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from opd_nb import render
 from opd_nb.constants import LOSS, REWARD_MEAN
-from opd_nb.health import best_checkpoint
+from opd_nb.health import pick_checkpoint
 from opd_nb.results import ResultMixin
 
 # "deploy name": the model_name an export gives (what `opd deploy` takes); "display name": the label the
@@ -46,6 +46,8 @@ class CheckpointRow(BaseModel):
     model_name: str | None  # the exported name (what to deploy); None until exported
     display_name: str | None  # the label `opd export --model-name` gave it (not deployable); None if none
     best: bool
+    score: float | None = None  # the rule's metric measured at its own step (None: unscored or no metrics)
+    unscored: bool = False  # nothing measured at its step: never the best, never a neighbour's score
     metrics: dict[str, Any]
 
 
@@ -54,7 +56,7 @@ class CheckpointTable(ResultMixin, BaseModel):
 
     job_id: str
     checkpoints: list[CheckpointRow]
-    best_reason: str | None = None  # why the marked one is best (None: no metrics to apply the rule)
+    best_reason: str | None = None  # why the marked one is best, or why none is (None: no metrics)
     export_hint: str = ""
 
     def _rows(self) -> list[tuple[str, ...]]:
@@ -65,7 +67,7 @@ class CheckpointTable(ResultMixin, BaseModel):
                 c.status or "-",
                 render.fmt(c.metrics.get(REWARD_MEAN)),
                 render.fmt(c.metrics.get(LOSS)),
-                "best" if c.best else "",
+                "best" if c.best else "unscored" if c.unscored else "",
                 expires_text(c.expires_in_days),
                 c.model_name or "-",
                 c.display_name or "-",
@@ -98,11 +100,13 @@ def expires_text(days: float | None) -> str:
     return f"expires in {int(days)} days" if days >= 1 else f"expires in {max(1, round(days * 24))} h"
 
 
-def export_hint(job_id: str) -> str:
-    return (
+def export_hint(job_id: str, best: str | None = None) -> str:
+    """The export line; it names the best checkpoint when the docs' rule found one, and which name to deploy."""
+    line = (
         f"export one to deploy it: opd export {job_id} CHECKPOINT [--model-name LABEL]; "
         "deploy by its deploy name (`opd deploy NAME`), not by its display name"
     )
+    return f"{line} (the docs' rule picks {best})" if best else line
 
 
 def checkpoint_table(
@@ -110,7 +114,9 @@ def checkpoint_table(
 ) -> CheckpointTable:
     """The table from a client's checkpoints and metric rows (None: the plane reports no metrics)."""
     now = time.time() if now is None else now
-    best = best_checkpoint(checkpoints, metrics) if checkpoints and metrics else None
+    pick = pick_checkpoint(checkpoints, metrics) if checkpoints and metrics else None
+    best = pick.best if pick is not None else None
+    scores = pick.scores if pick is not None else {}
     rows = [
         CheckpointRow(
             checkpoint=c.name,
@@ -123,6 +129,8 @@ def checkpoint_table(
             model_name=c.model_name,
             display_name=c.display_name if c.display_name != c.model_name else None,
             best=best is not None and best.checkpoint is c,
+            score=scores.get(c.name),
+            unscored=c.name in scores and scores[c.name] is None,
             metrics=c.metrics,
         )
         for c in checkpoints
@@ -130,8 +138,8 @@ def checkpoint_table(
     return CheckpointTable(
         job_id=job_id,
         checkpoints=rows,
-        best_reason=best.reason if best else None,
-        export_hint=export_hint(job_id),
+        best_reason=(best.reason if best else pick.note) if pick is not None else None,
+        export_hint=export_hint(job_id, best.checkpoint.name if best else None),
     )
 
 

@@ -272,13 +272,40 @@ class AlertTracker:
         return out
 
 
-def _checkpoint_reward(checkpoint: Checkpoint, step: int, reward: list[tuple[float, float]]) -> float | None:
-    """The checkpoint's own reward mean@1, else the last one validated at or before its `step`."""
-    value = checkpoint.metrics.get(REWARD_MEAN)
+class CheckpointPick(NamedTuple):
+    """The docs' rule over one job's checkpoints: what it ranks by, each checkpoint's score measured at
+    its own step (None: nothing was measured there, so it is unscored), and the pick or why none."""
+
+    metric: str  # REWARD_MEAN with a reward, else LOSS
+    scores: dict[str, float | None]  # checkpoint name -> its own step's value
+    best: BestCheckpoint | None
+    note: str  # why no checkpoint is best ("" when one is)
+
+    def unscored(self) -> list[str]:
+        """The checkpoints with no score of their own (never credited with a neighbour's)."""
+        return [name for name, value in self.scores.items() if value is None]
+
+
+def rewarded(rows: Sequence[Mapping[str, Any]], checkpoints: Sequence[Checkpoint] = ()) -> bool:
+    """Whether the job reports a reward (pure distillation reports none): what the docs' rule ranks by."""
+    return any(REWARD_MEAN in r or TRAIN_REWARD_MEAN in r for r in rows) or any(
+        REWARD_MEAN in c.metrics for c in checkpoints
+    )
+
+
+def _measured_at(rows: Sequence[Mapping[str, Any]], name: str) -> dict[float, float]:
+    """step -> value of `name` in the row of that step (only rows that recorded it)."""
+    return dict(_points(rows, name))
+
+
+def _own_score(checkpoint: Checkpoint, at: dict[float, float], metric: str) -> float | None:
+    """The metric measured at the checkpoint's own step: its step's row, else the values it was saved with
+    (the local plane keeps its step's row); never a neighbour's."""
+    value = at.get(float(checkpoint.step)) if checkpoint.step is not None else None
     if value is None:
-        before = [v for s, v in reward if s <= step]
-        value = before[-1] if before else None
-    return None if value is None else float(value)
+        own = checkpoint.metrics.get(metric)
+        value = own if isinstance(own, int | float) and not isinstance(own, bool) else None
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def _loss_plateau_step(loss: list[tuple[float, float]]) -> float:
@@ -293,30 +320,59 @@ def _loss_plateau_step(loss: list[tuple[float, float]]) -> float:
     return next(s for s, v in smooth if v <= lo + tol)
 
 
+def _by_reward(scored: list[tuple[Checkpoint, float]]) -> BestCheckpoint:
+    top = max(v for _, v in scored)
+    chosen = next(c for c, v in scored if v == top)
+    return BestCheckpoint(chosen, f"highest {REWARD_MEAN} = {top:.4g}, measured at its step {chosen.step}")
+
+
+def _by_plateau(scored: list[tuple[Checkpoint, float]], loss: list[tuple[float, float]]) -> BestCheckpoint:
+    if len(loss) < 3:
+        return BestCheckpoint(scored[-1][0], "latest scored (too few loss points to find a plateau)")
+    plateau = _loss_plateau_step(loss)
+    after = [c for c, _ in scored if c.step is not None and c.step >= plateau]
+    why = f"loss plateau reached at step {plateau:g} (smoothed loss within 5% of its minimum)"
+    if after:
+        return BestCheckpoint(after[0], why)
+    return BestCheckpoint(scored[-1][0], f"{why}; no scored checkpoint at or after it, so the latest scored")
+
+
+def pick_checkpoint(
+    checkpoints: Sequence[Checkpoint], rows: Sequence[Mapping[str, Any]]
+) -> CheckpointPick | None:
+    """The docs' rule (seed 002): with a reward, the highest validation/data/reward/mean@1; without, the
+    first checkpoint where actor/distillation/loss has levelled off; not necessarily the last.
+
+    A checkpoint is a candidate only with a score measured at its own step; one saved between two
+    evaluations (or at a step with no loss row) is unscored and never credited with a neighbour's
+    score. None: no checkpoint carries a step number."""
+    stepped = sorted((c for c in checkpoints if c.step is not None), key=lambda c: c.step or 0)
+    if not stepped:
+        return None
+    metric = REWARD_MEAN if rewarded(rows, stepped) else LOSS
+    at = _measured_at(rows, metric)
+    scores = {c.name: _own_score(c, at, metric) for c in stepped}
+    scored = [(c, v) for c in stepped if (v := scores[c.name]) is not None]
+    if not scored:
+        steps = ", ".join(str(c.step) for c in stepped)
+        if metric == REWARD_MEAN:
+            note = (
+                f"none is scored: no checkpoint step ({steps}) was an evaluation step, so none has its own "
+                f"{metric} (next time make save_steps a multiple of eval_steps)"
+            )
+        else:
+            note = f"none is scored: no checkpoint step ({steps}) has a {metric} row"
+        return CheckpointPick(metric, scores, None, note)
+    best = _by_reward(scored) if metric == REWARD_MEAN else _by_plateau(scored, _points(rows, LOSS))
+    return CheckpointPick(metric, scores, best, "")
+
+
 def best_checkpoint(
     checkpoints: Sequence[Checkpoint], rows: Sequence[Mapping[str, Any]]
 ) -> BestCheckpoint | None:
-    """The docs' rule: with a reward, the highest validation/data/reward/mean@1; without, the
-    first checkpoint where actor/distillation/loss has levelled off. Not necessarily the last."""
-    stepped = sorted(((c.step, c) for c in checkpoints if c.step is not None), key=lambda sc: sc[0])
-    if not stepped:
-        return None
-    ckpts = [c for _, c in stepped]
-    reward = _points(rows, REWARD_MEAN)
-    scored = [(v, c) for s, c in stepped if (v := _checkpoint_reward(c, s, reward)) is not None]
-    if scored:
-        top = max(v for v, _ in scored)
-        chosen = next(c for v, c in scored if v == top)
-        return BestCheckpoint(chosen, f"highest {REWARD_MEAN} = {top:.4g}")
-    loss = _points(rows, LOSS)
-    if len(loss) < 3:
-        return BestCheckpoint(ckpts[-1], "latest (too few loss points to find a plateau)")
-    plateau = _loss_plateau_step(loss)
-    after = [c for s, c in stepped if s >= plateau]
-    return BestCheckpoint(
-        after[0] if after else ckpts[-1],
-        f"loss plateau reached at step {plateau:g} (smoothed loss within 5% of its minimum)",
-    )
+    """The checkpoint :func:`pick_checkpoint` picks (None: none has a step, or none is scored)."""
+    pick = pick_checkpoint(checkpoints, rows)
+    return pick.best if pick is not None else None
 
 
 def best_checkpoint_line(
@@ -330,12 +386,16 @@ def best_checkpoint_line(
         )
     if not checkpoints:
         return "best checkpoint: none kept (save_strategy no, or the job saved none)"
-    best = best_checkpoint(checkpoints, rows)
-    if best is None:
+    pick = pick_checkpoint(checkpoints, rows)
+    if pick is None:
         return "best checkpoint: none with a step number"
-    cp = best.checkpoint
+    unscored = pick.unscored()
+    tail = f" (unscored, nothing measured at their step: {', '.join(unscored)})" if unscored else ""
+    if pick.best is None:
+        return f"best checkpoint: {pick.note}"
+    cp = pick.best.checkpoint
     use = cp.model_name or cp.path or cp.name
-    return f"best checkpoint: {cp.name} (step {cp.step}), {best.reason}; deploy or continue from {use}"
+    return f"best checkpoint: {cp.name} (step {cp.step}), {pick.best.reason}; deploy or continue from {use}{tail}"
 
 
 # ---------------------------------------------------------------- guard rules (severity error)

@@ -32,7 +32,7 @@ datasets:
     n_rollouts: 8
     ppo_mini_batch_size: 32
     eval_steps: 2
-{extra_hp}  resources:
+{extra_hp}{teacher_hp}  resources:
     charge_type: mtu_postpaid
     mtu_spec_code: MTU4
     mtu_capacity: 24
@@ -65,14 +65,27 @@ class MyRewardProcessor(AbstractRewardProcessor):
 """
 
 
+# The docs' serving values for the >=30B teacher above (the table's large column), as the template writes
+# them: a clean config sets them, since the rule reads the value a job gets, set or default (issue 42).
+TEACHER_HP = {
+    "opd_teacher_max_model_len": "16384",
+    "opd_teacher_max_num_batched_tokens": "16384",
+    "opd_teacher_gpu_memory_utilization": "0.85",
+}
+
+
 def config_text(*, functions: str = "", extra_hp: str = "", replace: dict[str, str] | None = None) -> str:
     text = BASE_CONFIG.format(
-        functions=functions, extra_hp=textwrap.indent(extra_hp, "    ") if extra_hp else ""
+        functions=functions,
+        extra_hp=textwrap.indent(extra_hp, "    ") if extra_hp else "",
+        teacher_hp="{teacher_hp}",
     )
     for old, new in (replace or {}).items():
         assert old in text, old
         text = text.replace(old, new)
-    return text
+    planted = {line.strip().partition(":")[0] for line in text.splitlines()}  # a test's own value wins
+    block = "".join(f"    {k}: {v}\n" for k, v in TEACHER_HP.items() if k not in planted)
+    return text.replace("{teacher_hp}", block)
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
@@ -99,8 +112,9 @@ def make_workspace(
     if config is None:
         config = config_text(functions=REWARD_FUNCTIONS if reward else "")
     (ws / "config.yaml").write_text(config, encoding="utf-8")
-    if requirements:
-        (ws / "requirements.txt").write_text("", encoding="utf-8")
+    if requirements:  # the function runtime needs the SDK (issue 42), with the extra 2.1+ keeps the server in
+        sdk = "dashscope[agentic-rl]>=2.0.2\n" if reward else ""
+        (ws / "requirements.txt").write_text(sdk, encoding="utf-8")
     if reward:
         (ws / "functions" / "reward").mkdir(parents=True, exist_ok=True)
         (ws / "functions" / "__init__.py").write_text("", encoding="utf-8")

@@ -112,3 +112,92 @@ def test_deploy_plan_is_checked_before_sending_and_a_paid_one_needs_yes(local_se
         assert dep["charge_type"] == "ptu" and dep["raw"]["deploy_spec"]["input_tpm"] == 1000
     finally:
         assert opd("undeploy", dep["deployed_model"], "--local", url).returncode == 0
+
+
+# ---- issue 42: the best checkpoint is picked only from scores measured at its own step ----------------
+
+
+@pytest.fixture(scope="module")
+def misaligned_job(local_server, tmp_path_factory):
+    """A reward job evaluating every 2 steps and saving every 3 (the audit's eval 2 / save 5, shorter):
+    56 rows / batch 8 = 7 steps, so checkpoint-3 falls between two evaluations, checkpoint-6 and the final
+    (step 7, always evaluated) do not."""
+    from conftest import tiny_workspace, wait_status
+
+    from opd_nb.client import JobClient, resolve_target, submit
+
+    ws = tiny_workspace(
+        "reward", tmp_path_factory.mktemp("misaligned") / "ws", train_rows=56, eval_steps=2, save_steps=3
+    )
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    job_id = submit(ws, client.target, no_check=True).job_id  # planted: preflight warns about exactly this
+    job = wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=540)
+    assert job.status == "SUCCEEDED", job.message
+    return job_id, ws, client
+
+
+def _measured(client, job_id: str) -> dict[int, float]:
+    from opd_nb.constants import REWARD_MEAN
+
+    return {r["step"]: r[REWARD_MEAN] for r in client.metrics(job_id) if REWARD_MEAN in r}
+
+
+def test_preflight_warns_about_the_misaligned_save_steps_of_that_job(misaligned_job):
+    from opd_nb.checks import check
+
+    job_id, ws, client = misaligned_job  # (the first test of the job: it trains here)
+    measured = _measured(client, job_id)
+    assert 3 not in measured and 6 in measured and 7 in measured  # the job is the case we mean
+    (hit,) = check(ws, "local", base_url="http://127.0.0.1:9/api/v1").by_rule("config.save-steps-unscored")
+    assert "save_steps 3 is not a multiple of eval_steps 2" in hit.message and "set save_steps: 4" in hit.fix
+
+
+def test_opd_checkpoints_and_watch_name_the_best_scored_at_its_own_step(misaligned_job, local_server):
+    from opd_nb.constants import REWARD_MEAN
+
+    job_id, _, client = misaligned_job
+    measured = _measured(client, job_id)
+    # opd checkpoints --json: checkpoint-3 is unscored, never credited with step 2's reward
+    out = json.loads(opd("checkpoints", job_id, "--local", local_server.base_url, "--json").stdout)
+    three = {c["checkpoint"]: c for c in out["checkpoints"]}["checkpoint-3"]
+    assert three["unscored"] and not three["best"] and three["score"] is None
+    assert REWARD_MEAN not in three["metrics"]
+    (best,) = [c for c in out["checkpoints"] if c["best"]]
+    assert best["step"] in measured and best["score"] == pytest.approx(measured[best["step"]])
+    assert best["score"] == max(c["score"] for c in out["checkpoints"] if c["score"] is not None)
+    assert f"= {measured[best['step']]:.4g}, measured at its step {best['step']}" in out["best_reason"]
+    assert f"the docs' rule picks {best['checkpoint']}" in out["export_hint"]
+    # opd checkpoints (text): the same marks
+    text = opd("checkpoints", job_id, "--local", local_server.base_url).stdout
+    assert "unscored" in next(line for line in text.splitlines() if line.startswith("checkpoint-3 "))
+    assert f"best: {out['best_reason']}" in text
+    # opd watch: its last line names the same checkpoint and the unscored one
+    watch = opd("watch", job_id, "--local", local_server.base_url)
+    assert watch.returncode == 0, watch.stderr
+    line = (
+        "best checkpoint:" + watch.stdout.split("best checkpoint:", 1)[1].splitlines()[0]
+    )  # after Live's codes
+    assert line.startswith(f"best checkpoint: {best['checkpoint']} (step {best['step']})")
+    assert "checkpoint-3" in line.split("unscored", 1)[1]
+
+
+def test_the_monitor_and_compare_pick_the_same_checkpoint(misaligned_job, local_server, finished_job):
+    from opd_nb.checkpoint_table import checkpoint_table
+    from opd_nb.experiments.compare import compare_jobs
+    from opd_nb.notebook import monitor_html
+    from opd_nb.notebook.monitor import JobMonitor
+
+    job_id, _, client = misaligned_job
+    table = checkpoint_table(job_id, client.checkpoints(job_id), client.metrics(job_id))
+    (best,) = [c for c in table.checkpoints if c.best]
+    # the notebook's monitor (its view and its saved HTML)
+    view = JobMonitor(job_id, client).start().wait(timeout_s=60).state["jobs"][job_id]
+    assert (
+        view["best_checkpoint"]["name"] == best.checkpoint and "checkpoint-3" in view["unscored_checkpoints"]
+    )
+    html = monitor_html.checkpoints_html({"jobs": {job_id: view}})
+    assert "unscored" in html and f"picks {best.checkpoint}" in html
+    # opd compare judges a reward job at its best checkpoint's own score
+    judged = compare_jobs(client, [job_id, finished_job("pure-distill").job.job_id]).jobs[0]
+    assert judged.best_checkpoint["name"] == best.checkpoint
+    assert judged.checkpoint_reward == pytest.approx(_measured(client, job_id)[best.step])

@@ -132,8 +132,8 @@ def test_best_checkpoint_prefers_its_own_metrics_and_handles_little_data() -> No
     chosen = best_checkpoint(ckpts, rows)
     assert isinstance(chosen, BestCheckpoint)
     assert chosen.checkpoint.name == "checkpoint-1" and "0.9" in chosen.reason
-    few = best_checkpoint([Checkpoint(name="c-5", step=5), Checkpoint(name="c-3", step=3)], _rows([1.0, 0.9]))
-    assert few.checkpoint.name == "c-5" and "too few" in few.reason  # the latest, by step
+    few = best_checkpoint([Checkpoint(name="c-2", step=2), Checkpoint(name="c-1", step=1)], _rows([1.0, 0.9]))
+    assert few.checkpoint.name == "c-2" and "too few" in few.reason  # the latest scored, by step
     assert best_checkpoint([], rows) is None
     assert best_checkpoint([Checkpoint(name="no-step")], rows) is None
 
@@ -191,7 +191,8 @@ def test_best_checkpoint_line_names_the_docs_pick():
     ]
     rewarded = [{"step": s, "validation/data/reward/mean@1": r} for s, r in ((2, 0.2), (4, 0.7), (6, 0.5))]
     assert best_checkpoint_line(cps, rewarded) == (
-        "best checkpoint: checkpoint-4 (step 4), highest validation/data/reward/mean@1 = 0.7; deploy or continue from m-4"
+        "best checkpoint: checkpoint-4 (step 4), highest validation/data/reward/mean@1 = 0.7, measured at its "
+        "step 4; deploy or continue from m-4"
     )
     loss = [
         {"step": s, "actor/distillation/loss": v} for s, v in enumerate([5, 1, 1, 1, 1, 1, 1, 1, 1], start=1)
@@ -201,3 +202,64 @@ def test_best_checkpoint_line_names_the_docs_pick():
     assert line.startswith("best checkpoint: checkpoint-4 (step 4), loss plateau reached at step 4")
     assert "in the console" in best_checkpoint_line(None, None)  # Bailian: no metrics, no listing
     assert "none kept" in best_checkpoint_line([], loss)
+
+
+# ---- issue 42: a checkpoint is scored only by what was measured at its own step ----------------------
+def _issue_rows(n_steps: int, eval_steps: int, reward_at: dict[int, float]) -> list[dict]:
+    """Rows as the engine writes them: loss every step, the validation reward every eval_steps and at the end."""
+    rows = []
+    for step in range(1, n_steps + 1):
+        row = {"step": step, LOSS: 1.0 / step, TRAIN_REWARD_MEAN: 0.5}
+        if step % eval_steps == 0 or step == n_steps:
+            row[REWARD_MEAN] = reward_at.get(step, 0.5)
+        rows.append(row)
+    return rows
+
+
+def test_a_checkpoint_saved_between_evaluations_is_unscored_not_credited_with_a_neighbours_score():
+    """The audit's case: eval_steps=2, save_steps=5; step 24 measured 0.625, step 25 was never evaluated."""
+    from opd_nb.health import best_checkpoint_line, pick_checkpoint
+
+    rows = _issue_rows(26, 2, {10: 0.5, 20: 0.55, 24: 0.625, 26: 0.6})
+    cps = [Checkpoint(name=f"checkpoint-{s}", step=s, model_name=f"m-{s}") for s in (5, 10, 15, 20, 25)]
+    pick = pick_checkpoint(cps, rows)
+    assert pick.metric == REWARD_MEAN
+    assert pick.scores == {
+        "checkpoint-5": None,
+        "checkpoint-10": 0.5,
+        "checkpoint-15": None,
+        "checkpoint-20": 0.55,
+        "checkpoint-25": None,
+    }
+    assert pick.unscored() == ["checkpoint-5", "checkpoint-15", "checkpoint-25"]
+    assert (
+        pick.best.checkpoint.name == "checkpoint-20" and "= 0.55, measured at its step 20" in pick.best.reason
+    )
+    line = best_checkpoint_line(cps, rows)
+    assert line.startswith("best checkpoint: checkpoint-20 (step 20)") and "0.625" not in line
+    assert "unscored, nothing measured at their step: checkpoint-5, checkpoint-15, checkpoint-25" in line
+
+
+def test_no_checkpoint_at_an_evaluation_step_means_no_best_and_says_why():
+    from opd_nb.health import best_checkpoint_line, pick_checkpoint
+
+    rows = _issue_rows(26, 2, {24: 0.625})
+    cps = [Checkpoint(name=f"checkpoint-{s}", step=s) for s in (15, 25)]
+    pick = pick_checkpoint(cps, rows)
+    assert pick.best is None and best_checkpoint(cps, rows) is None
+    assert pick.unscored() == ["checkpoint-15", "checkpoint-25"]
+    assert "no checkpoint step (15, 25) was an evaluation step" in pick.note
+    assert "save_steps a multiple of eval_steps" in best_checkpoint_line(cps, rows)
+
+
+def test_without_a_reward_only_checkpoints_with_a_loss_row_of_their_own_count():
+    """Pure distillation ranks by where the loss levels off; a step with no loss row (a resumed run's gap)
+    gives its checkpoint no score, and the plateau pick skips it."""
+    from opd_nb.health import pick_checkpoint
+
+    plateau = _rows([1.0, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
+    del plateau[5][LOSS]  # step 6 recorded no loss
+    cps = [Checkpoint(name=f"checkpoint-{s}", step=s) for s in (3, 6, 9)]
+    pick = pick_checkpoint(cps, plateau)
+    assert pick.metric == LOSS and pick.unscored() == ["checkpoint-6"]
+    assert pick.best.checkpoint.name == "checkpoint-9" and "plateau" in pick.best.reason

@@ -30,7 +30,13 @@ RULES: dict[str, str] = {
     "config.no-teacher": "no teacher: the job would be plain RL",
     "config.teacher-not-bailian": "a teacher_model of another vendor (gpt-4o, claude-...) Bailian cannot serve",
     "config.teacher-smaller": "a teacher smaller than the student",
-    "config.continued-training": "model is an earlier job's output: same base, lower learning rate",
+    "config.continued-training": "model is an earlier job's output: same base, a rate below the parent's",
+    "config.model-placeholder": "a model id left as a placeholder (your-teacher-model-id, <teacher>)",
+    "config.teacher-undocumented": "a teacher Bailian does not document for OPD (cloud)",
+    "config.teacher-family": "a teacher of another model family than the student (tokenizers differ)",
+    "config.undocumented-value": "a resource value outside the documented set (charge_type, mtu_spec_code)",
+    "config.save-steps-unscored": "save_steps not a multiple of eval_steps: checkpoints without a score",
+    "config.save-total-limit": "save_total_limit outside the docs' 3-5",
     "config.model-id-not-cloud": "a Hugging Face repo or path as model id for the cloud",
     "config.model-not-servable": "the local control plane cannot serve a model id",
     "config.unknown-hyperparameter": "a hyper-parameter OPD does not know (silently ignored)",
@@ -89,6 +95,10 @@ RULES: dict[str, str] = {
     "functions.metric-not-float": "a reward metric written as text (the SDK's Reward refuses it)",
     "functions.unknown-task-status": "a TaskStatus member that does not exist (e.g. FAIL)",
     "functions.requirements-missing": "no requirements.txt where the SDK looks",
+    "functions.runtime-sdk": "the function runtime gets no SDK, or one that may lack the server's extra",
+    "functions.unresolved-import": "an import nothing the function runtime installs provides",
+    "functions.bad-requirement": "a requirements.txt line pip cannot read",
+    "functions.process-not-async": "process is a plain def (the docs' contract is async def)",
     "functions.zipdir-missing": "fcmodel.zipdir is not a directory",
     "functions.excluded-import": "code imported from a folder the zip leaves out",
     "functions.zip-too-large": "a function zip over 200 MiB",
@@ -109,10 +119,12 @@ RULES: dict[str, str] = {
 def _run(
     ws: Path, text: str, config_name: str, target: str, base_url: str | None, tokenizer_path: str | None
 ) -> CheckReport:
+    from opd_nb.checks.advice import check_advice
     from opd_nb.checks.config import check_config, check_config_with_data
     from opd_nb.checks.data import check_data
     from opd_nb.checks.environment import check_environment
     from opd_nb.checks.function_code import check_functions
+    from opd_nb.checks.function_runtime import check_runtime
 
     report = CheckReport(workspace=str(ws), target=target)
     ctx = CheckContext(
@@ -128,7 +140,9 @@ def _run(
     if ctx.raw:
         check_data(ctx)
         check_config_with_data(ctx)
+        check_advice(ctx)
         check_functions(ctx)
+        check_runtime(ctx)
     check_environment(ctx)
     return report.sort()
 

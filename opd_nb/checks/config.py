@@ -7,10 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
-from opd_nb.constants import DEFAULT_LOCAL_API, LOCAL_OUTPUT_PREFIX
 from opd_nb.estimate import training_steps
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, closest
-from opd_nb.spec.models import other_vendor, size_b, size_class
+from opd_nb.spec.models import (
+    OPD_TEACHER_IDS,
+    documented,
+    family,
+    other_vendor,
+    placeholder,
+    size_b,
+    size_class,
+)
 
 LR_START = 1e-6
 LR_FAR_ABOVE = 1e-5  # 10x the documented start
@@ -136,6 +143,8 @@ def _models(ctx: CheckContext) -> None:
         if not isinstance(ident, str) or not ident:
             continue
         role = "teacher_model" if path == ("teacher_model",) else "model.name"
+        if _placeholder_id(ctx, path, role, ident):
+            continue
         if ctx.target == "cloud":
             why = _looks_local(ident, ctx)
             if why:
@@ -149,14 +158,57 @@ def _models(ctx: CheckContext) -> None:
                 )
         else:
             _local_model(ctx, path, role, ident)
-    if isinstance(teacher, str) and teacher:
+    if isinstance(teacher, str) and teacher and not placeholder(teacher):
         _teacher_choice(ctx, student if isinstance(student, str) else "", teacher)
-    if isinstance(student, str) and student:
-        _continued_training(ctx, student)
+
+
+def _placeholder_id(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str) -> bool:
+    """A model id left as the docs' blank (seed 001's `your-teacher-model-id`): an error on every target,
+    since the local plane would train on its stand-in and hide it. True when reported."""
+    if not placeholder(ident):
+        return False
+    example = OPD_TEACHER_IDS[0] if role == "teacher_model" else "qwen3.5-9b"
+    ctx.report.add(
+        "config.model-placeholder",
+        "error",
+        ctx.where(path),
+        f"{role} {ident!r} is a placeholder to fill in, not a model id: Bailian refuses it (400 "
+        "InvalidParameter), and the local control plane would quietly train its stand-in instead",
+        f"write a Bailian model id, e.g. {role}: {example}",
+    )
+    return True
+
+
+def _teacher_documented(ctx: CheckContext, student: str, teacher: str) -> None:
+    """The docs' teacher constraints beyond the id's form: a documented OPD teacher, the student's family."""
+    where = ctx.where(("teacher_model",))
+    t_family, s_family = family(teacher), family(student)
+    if documented(student) and t_family and s_family and t_family != s_family:
+        ctx.report.add(
+            "config.teacher-family",
+            "warning",
+            where,
+            f"teacher_model {teacher!r} ({t_family}) and the student {student!r} ({s_family}) are different model "
+            "families: the docs require tokenizers that align token by token (e.g. both Qwen3.5), else the "
+            "teacher's per-token scores do not line up and distillation gives no signal",
+            f"pick a teacher of the student's family ({s_family}), e.g. {OPD_TEACHER_IDS[0]}",
+        )
+    if ctx.target == "cloud" and teacher.strip().lower() not in OPD_TEACHER_IDS:
+        ctx.report.add(
+            "config.teacher-undocumented",
+            "warning",
+            where,
+            f"teacher_model {teacher!r} is not a model Bailian documents as an OPD teacher "
+            f"(documented: {', '.join(OPD_TEACHER_IDS)}); the service may refuse it (400 InvalidParameter) "
+            "after the upload",
+            f"use a documented teacher ({', '.join(OPD_TEACHER_IDS)}), or confirm in the Bailian console that "
+            f"{teacher!r} is enabled for your account as a teacher",
+        )
 
 
 def _teacher_choice(ctx: CheckContext, student: str, teacher: str) -> None:
-    """A teacher Bailian cannot serve, or one smaller than the student it should teach."""
+    """A teacher Bailian cannot serve, one smaller than the student it should teach, or one the docs do not
+    document for OPD."""
     where = ctx.where(("teacher_model",))
     if other_vendor(teacher):
         local = ctx.target == "local"
@@ -180,32 +232,15 @@ def _teacher_choice(ctx: CheckContext, student: str, teacher: str) -> None:
             "the student is pulled towards a weaker model",
             "pick a teacher larger than the student (the teacher should be the task's upper limit)",
         )
-
-
-def _continued_training(ctx: CheckContext, student: str) -> None:
-    """`model` is an earlier job's output: the docs' rules for continuing (same base, lower rate)."""
-    if not (student.startswith(LOCAL_OUTPUT_PREFIX) or "checkpoint-" in student):
-        return
-    lr, _ = ctx.hp_value("learning_rate")
-    lower = f"{(lr or LR_START) / 2:.1e}"
-    ctx.report.add(
-        "config.continued-training",
-        "info",
-        ctx.where(("model", "name")),
-        f"model {student!r} continues an earlier job: keep the same base model (a checkpoint cannot "
-        f"continue on another base) and the learning rate is usually lowered"
-        + (f" (it is {lr:g})" if lr else ""),
-        f"set learning_rate: {lower} (half the last run's), and keep the same teacher and data format",
-    )
+    if not (ctx.target == "cloud" and _looks_local(teacher, ctx)):  # a repo id or path is an error already
+        _teacher_documented(ctx, student, teacher)
 
 
 def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str) -> None:
     """Ask the local control plane whether it can serve this id (GET {base}/models/{id})."""
-    import os
-
     import httpx
 
-    base = (ctx.base_url or _env_base() or DEFAULT_LOCAL_API).rstrip("/")
+    base = ctx.api_base()
     if ctx.local_models.get("__unreachable__"):
         return
     from urllib.parse import quote
@@ -216,7 +251,7 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
             timeout=5.0,
             trust_env=False,
             params={"role": "teacher" if role == "teacher_model" else "student"},
-            headers={"Authorization": f"Bearer {os.environ.get('DASHSCOPE_API_KEY') or 'local'}"},
+            headers={"Authorization": f"Bearer {ctx.api_key()}"},
         )
     except httpx.HTTPError as exc:
         ctx.local_models["__unreachable__"] = True
@@ -253,12 +288,6 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
         "verified",
         "check `opd serve status` and --base-url",
     )
-
-
-def _env_base() -> str | None:
-    import os
-
-    return os.environ.get("DASHSCOPE_HTTP_BASE_URL") or None
 
 
 def _numeric_string(ctx: CheckContext, section: str, key: str, value: Any) -> bool:
@@ -446,14 +475,15 @@ def _teacher_limits(ctx: CheckContext, t_len: float | None, t_set: bool) -> None
         "opd_teacher_gpu_memory_utilization",
     ):
         preset = PARAMS_BY_NAME[name].large
-        value, is_set = ctx.hp_value(name)
+        value, is_set = ctx.hp_value(name)  # one rule for the value the job gets, written out or the default
         risky = value is not None and (value > preset if "memory" in name else value < preset)
-        if is_set and risky:
+        if risky:
             rep.add(
                 "config.teacher-preset",
                 "warning",
-                ctx.where((*hp_path, name)),
-                f"{name} {value:g} is {'above' if 'memory' in name else 'below'} the docs' preset {preset:g} for "
+                ctx.where((*hp_path, name) if is_set else hp_path),
+                f"{name} {value:g}{'' if is_set else ' (not set: the default)'} is "
+                f"{'above' if 'memory' in name else 'below'} the docs' preset {preset:g} for "
                 f"a >=30B teacher ({teacher}): "
                 + (
                     "too little memory is left for its weights"
@@ -491,6 +521,29 @@ def _resources(ctx: CheckContext) -> None:
         if value is None:
             continue
         _check_value(rep, ctx, "resources", key, value, spec, path, f"allowed: {spec.range_text()}")
+        _documented_value(ctx, spec, value, path)
+
+
+def _documented_value(ctx: CheckContext, spec: Any, value: Any, path: tuple[str, ...]) -> None:
+    """A value outside the set the docs document: an error when it is not even of the documented kind
+    (`charge_type: free`, `mtu_spec_code: BOGUS`), a warning when it is of the kind but undocumented."""
+    if spec.documented is None or not isinstance(value, str) or value in spec.documented:
+        return
+    shown = ", ".join(map(str, spec.documented))
+    of_form = spec.form is not None and re.fullmatch(spec.form, value) is not None
+    why = (
+        "it has the documented form, but the docs do not list it: the service may refuse it"
+        if of_form
+        else f"it is not of the documented form ({spec.form}), so the service refuses the job"
+    )
+    ctx.report.add(
+        "config.undocumented-value",
+        "warning" if of_form else "error",
+        ctx.where(path),
+        f"{spec.name} {value!r} is not a documented value (the docs: {shown}): {why}",
+        f"write {spec.name}: {spec.documented[0]}"
+        + (" (or confirm yours in the Bailian console)" if of_form else ""),
+    )
 
 
 def _functions(ctx: CheckContext) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.report import CheckReport
+from opd_nb.constants import DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.job import JobConfig, KeyPath, ParsedConfig
 
@@ -83,6 +84,38 @@ class CheckContext:
             return str(path.resolve().relative_to(self.workspace.resolve()))
         except ValueError:
             return str(path)
+
+    def api_base(self) -> str:
+        """The control plane the target reads from: --base-url, else DASHSCOPE_HTTP_BASE_URL, else its default."""
+        import os
+
+        env = os.environ.get("DASHSCOPE_HTTP_BASE_URL") or None
+        default = DEFAULT_LOCAL_API if self.target == "local" else DEFAULT_CLOUD_API
+        return (self.base_url or env or default).rstrip("/")
+
+    def api_key(self) -> str:
+        """The key a read of the control plane sends: the environment's, else (for the cloud) the workspace
+        .env's; a local plane without a server key takes any."""
+        import os
+
+        key = os.environ.get("DASHSCOPE_API_KEY")
+        if not key and self.target == "cloud" and (self.workspace / ".env").is_file():
+            from dotenv import dotenv_values
+
+            key = dotenv_values(self.workspace / ".env").get("DASHSCOPE_API_KEY")
+        return key or LOCAL_API_KEY
+
+    def setting(self, name: str) -> str:
+        """A variable as submit_job.py sees it: the environment's, else the workspace .env's ('' when unset)."""
+        import os
+
+        if name in os.environ:
+            return os.environ[name].strip()
+        if (self.workspace / ".env").is_file():
+            from dotenv import dotenv_values
+
+            return (dotenv_values(self.workspace / ".env").get(name) or "").strip()
+        return ""
 
     def resolve(self, path_text: str) -> Path:
         """Relative paths in the config resolve against the workspace (submit runs the SDK there)."""

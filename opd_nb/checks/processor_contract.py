@@ -17,8 +17,16 @@ from opd_nb.checks.context import CheckContext
 OUTPUTS = {"reward": "RewardOutput", "group_reward": "GroupRewardOutput", "rollout": "RolloutOutput"}
 TASK_STATUSES = ("SUCCESS", "FAILED")  # dashscope's TaskStatus members (base_data_model.py:45-49)
 # Calls that build something other than the processor's output (the usual slip: returning the Reward).
-# (A dict is passed through by the server as it is, so a dict of the right shape works and is not flagged.)
 _NOT_OUTPUT_CALLS = {"Reward", "GroupReward", "AgentOutput", "float", "int", "list", "tuple", "str"}
+# A dict is sent on by the server as it is (server.py `_serialize_result`), so it must have the output
+# model's shape: (its required field, that field's required keys) per kind, from dashscope's pydantic
+# models (RewardOutput.reward: Reward(reward_score, ...); GroupRewardOutput.reward: GroupReward(rewards);
+# RolloutOutput.agent_output); tests/test_checks_contracts.py keeps them equal to the installed SDK's.
+DICT_SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "reward": ("reward", ("reward_score",)),
+    "group_reward": ("reward", ("rewards",)),
+    "rollout": ("agent_output", ()),
+}
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -42,64 +50,229 @@ def _decorated_with(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bo
 
 def _own_returns(fn: ast.AST) -> list[ast.Return]:
     """`return` statements of `fn` itself, not of functions or lambdas nested in it."""
-    out: list[ast.Return] = []
+    return [node for node in _own_nodes(fn) if isinstance(node, ast.Return)]
+
+
+class Flow:
+    """The assignments of one function (name -> (line, value) in order), to follow a variable to what it
+    was assigned before a given line; and the module's functions, to see what a helper returns."""
+
+    def __init__(self, fn: ast.AST, module: ast.Module | None = None):
+        self.assigned: dict[str, list[tuple[int, ast.expr]]] = {}
+        self.popped: set[str] = set()  # names `reward_score` is popped or deleted from
+        self.read: set[str] = set()  # names `reward_score` is read from or stored into
+        self.merged: dict[str, list[ast.expr]] = {}  # name -> what `name.update(...)` merged into it
+        for node in _own_nodes(fn):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        self.assigned.setdefault(t.id, []).append((node.lineno, node.value))
+            self._score_access(node)
+        self.helpers = {
+            n.name: n
+            for n in (module.body if module else [])
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+
+    def _score_access(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and _is_score(node.slice):
+            (self.popped if isinstance(node.ctx, ast.Del) else self.read).add(node.value.id)
+        method = node.func if isinstance(node, ast.Call) else None
+        if (
+            isinstance(method, ast.Attribute)
+            and method.attr == "update"
+            and isinstance(method.value, ast.Name)
+        ):
+            call: ast.Call = node  # type: ignore[assignment]
+            self.merged.setdefault(method.value.id, []).extend(
+                [*call.args, *(k.value for k in call.keywords)]
+            )
+            if any(k.arg == "reward_score" for k in call.keywords):
+                self.read.add(method.value.id)
+        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and node.args:  # type: ignore[union-attr]
+            if _is_score(node.args[0]):  # type: ignore[union-attr]
+                if method.attr == "pop":
+                    self.popped.add(method.value.id)
+                elif method.attr in ("get", "__getitem__"):
+                    self.read.add(method.value.id)
+
+    def value(self, expr: ast.expr | None, line: int) -> ast.expr | None:
+        """`expr`, or for a variable the value it was last assigned before `line` (followed a few hops)."""
+        for _ in range(5):
+            if not isinstance(expr, ast.Name) or expr.id not in self.assigned:
+                return expr
+            before = [v for ln, v in self.assigned[expr.id] if ln <= line]
+            if not before:
+                return expr
+            expr = before[-1]
+        return expr
+
+    def returns_score_dict(self, call: ast.expr) -> bool:
+        """A call of a module function whose returned dict has a `reward_score` key (the seed's
+        `your_scoring_function`)."""
+        name = _call_name(call)
+        helper = (
+            self.helpers.get(name or "")
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            else None
+        )
+        if helper is None:
+            return False
+        inner = Flow(helper)
+        return any(_dict_has_score(inner.value(r.value, r.lineno)) for r in _own_returns(helper))
+
+
+def _own_nodes(fn: ast.AST) -> list[ast.AST]:
+    """The nodes of `fn` itself, not of functions, lambdas or classes nested in it."""
+    out: list[ast.AST] = []
     stack = list(ast.iter_child_nodes(fn))
     while stack:
         node = stack.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue
-        if isinstance(node, ast.Return):
-            out.append(node)
+        out.append(node)
         stack.extend(ast.iter_child_nodes(node))
     return out
 
 
-def _wrong_return(value: ast.expr | None, kind: str) -> str | None:
-    """What a returned expression visibly is, when it cannot be the processor's output."""
+def _is_score(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "reward_score"
+
+
+def _dict_has_score(expr: ast.expr | None) -> bool:
+    return isinstance(expr, ast.Dict) and any(k is not None and _is_score(k) for k in expr.keys)
+
+
+def _dict_keys(expr: ast.expr | None) -> set[str] | None:
+    """The keys of a dict built in place (`{...}` or `dict(k=...)`), None when they cannot all be read."""
+    if isinstance(expr, ast.Dict):
+        if any(k is None or not isinstance(k, ast.Constant) for k in expr.keys):
+            return None
+        return {str(k.value) for k in expr.keys if isinstance(k, ast.Constant)}
+    if isinstance(expr, ast.Call) and _call_name(expr) == "dict" and not expr.args:
+        if any(kw.arg is None for kw in expr.keywords):
+            return None
+        return {str(kw.arg) for kw in expr.keywords}
+    return None
+
+
+def _dict_item(expr: ast.expr, key: str) -> ast.expr | None:
+    if isinstance(expr, ast.Dict):
+        return next(
+            (
+                v
+                for k, v in zip(expr.keys, expr.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == key
+            ),
+            None,
+        )
+    if isinstance(expr, ast.Call):
+        return next((kw.value for kw in expr.keywords if kw.arg == key), None)
+    return None
+
+
+def _wrong_dict(expr: ast.expr, kind: str, flow: Flow, line: int) -> str | None:
+    """What a returned dict lacks for the SDK's server, which sends a dict on as it is (its output
+    model's required fields: DICT_SHAPES)."""
+    keys = _dict_keys(expr)
+    if keys is None:
+        return None
+    top, inner = DICT_SHAPES[kind]
+    if top not in keys:
+        found = f" (it has {', '.join(sorted(keys))})" if keys else ""
+        return f"a dict without `{top}`{found}"
+    nested = flow.value(_dict_item(expr, top), line)
+    nested_keys = _dict_keys(nested)
+    missing = [k for k in inner if nested_keys is not None and k not in nested_keys]
+    return f"a dict whose `{top}` has no `{missing[0]}`" if missing else None
+
+
+def _wrong_return(value: ast.expr | None, kind: str, flow: Flow, line: int) -> str | None:
+    """What a returned expression visibly is (a variable followed to its value), when it cannot be the
+    processor's output."""
+    value = flow.value(value, line)
     if value is None or (isinstance(value, ast.Constant) and value.value is None):
         return "None"
     if isinstance(value, ast.Constant):
         return f"a {type(value.value).__name__}"
     if isinstance(value, ast.List | ast.Tuple | ast.JoinedStr):
         return f"a {type(value).__name__.lower().replace('joinedstr', 'string')}"
+    if isinstance(value, ast.Dict) or _call_name(value) == "dict":
+        return _wrong_dict(value, kind, flow, line)
     name = _call_name(value)
     if name in _NOT_OUTPUT_CALLS or (name and name.endswith("Output") and name != OUTPUTS[kind]):
         return f"a {name}"
     return None
 
 
-def _score_in_metrics(fn: ast.AST) -> int | None:
-    """Line of a `Reward(...)` whose reward_metrics still holds `reward_score`, else None."""
-    read_not_popped: set[str] = set()
-    popped: set[str] = set()
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-            key = node.slice
-            if isinstance(key, ast.Constant) and key.value == "reward_score":
-                (popped if isinstance(node.ctx, ast.Del) else read_not_popped).add(node.value.id)
-        if (
-            _call_name(node) == "pop"
-            and isinstance(node.func, ast.Attribute)  # type: ignore[union-attr]
-            and isinstance(node.func.value, ast.Name)  # type: ignore[union-attr]
-            and node.args  # type: ignore[union-attr]
-            and isinstance(node.args[0], ast.Constant)  # type: ignore[union-attr]
-            and node.args[0].value == "reward_score"  # type: ignore[union-attr]
+def _holds_score(expr: ast.expr | None, flow: Flow, line: int, depth: int = 0) -> bool:
+    """Whether a reward_metrics value still carries `reward_score`: written in it, unpacked or copied or
+    comprehended from a dict that has it (and it was not popped), or returned so by a helper."""
+    if expr is None or depth > 6:
+        return False
+    if isinstance(expr, ast.Name):
+        if expr.id in flow.popped:
+            return False
+        if expr.id in flow.read or any(
+            _holds_score(m, flow, line, depth + 1) for m in flow.merged.get(expr.id, [])
         ):
-            popped.add(node.func.value.id)  # type: ignore[union-attr]
-    for node in ast.walk(fn):
-        if _call_name(node) != "Reward":
-            continue
-        for kw in node.keywords:  # type: ignore[union-attr]
-            if kw.arg != "reward_metrics":
-                continue
-            v = kw.value
-            if isinstance(v, ast.Dict) and any(
-                isinstance(k, ast.Constant) and k.value == "reward_score" for k in v.keys
-            ):
-                return node.lineno
-            if isinstance(v, ast.Name) and v.id in read_not_popped and v.id not in popped:
-                return node.lineno
-    return None
+            return True
+        followed = flow.value(expr, line)
+        return followed is not expr and _holds_score(followed, flow, line, depth + 1)
+    if isinstance(expr, ast.Dict):
+        return _dict_has_score(expr) or any(
+            k is None and _holds_score(v, flow, line, depth + 1)
+            for k, v in zip(expr.keys, expr.values, strict=True)
+        )
+    if isinstance(expr, ast.DictComp):
+        gen = expr.generators[0]
+        if any(_is_score(n) for cond in gen.ifs for n in ast.walk(cond)):
+            return False  # filtered out: `if k != "reward_score"`
+        return _holds_score(_iterated(gen.iter), flow, line, depth + 1)
+    if isinstance(expr, ast.Call):
+        if _call_name(expr) in ("dict", "copy", "deepcopy"):
+            if any(kw.arg == "reward_score" for kw in expr.keywords):
+                return True
+            sources = [*expr.args, *(kw.value for kw in expr.keywords if kw.arg is None)]
+            return any(_holds_score(src, flow, line, depth + 1) for src in sources)
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "copy":
+            return _holds_score(expr.func.value, flow, line, depth + 1)
+        return flow.returns_score_dict(expr)
+    return False
+
+
+def _iterated(node: ast.expr) -> ast.expr:
+    """The dict a comprehension walks: `d` of `d.items()`, `d.keys()`, `d`."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("items", "keys")
+    ):
+        return node.func.value
+    return node
+
+
+def _metrics_values(fn: ast.AST) -> list[tuple[int, ast.expr]]:
+    """(line, value) of every reward_metrics given in `fn`: a keyword of a call, or a dict's key."""
+    out: list[tuple[int, ast.expr]] = []
+    for node in _own_nodes(fn):
+        if isinstance(node, ast.Call):
+            out += [(node.lineno, kw.value) for kw in node.keywords if kw.arg == "reward_metrics"]
+        elif isinstance(node, ast.Dict):
+            out += [
+                (node.lineno, v)
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == "reward_metrics"
+            ]
+    return out
+
+
+def _score_in_metrics(fn: ast.AST, module: ast.Module | None = None) -> int | None:
+    """Line of a reward_metrics that still holds `reward_score` (followed through the code's data flow)."""
+    flow = Flow(fn, module)
+    hits = [line for line, value in _metrics_values(fn) if _holds_score(value, flow, line)]
+    return min(hits) if hits else None
 
 
 def _text_metrics(fn: ast.AST) -> list[tuple[int, str]]:
@@ -142,7 +315,7 @@ def _signature_ok(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.ClassDef, kind: str) -> None:
     """Every rule of the contract on `cls.process` (and TaskStatus names anywhere in the file)."""
-    rep, shown, out = ctx.report, ctx.rel(file), OUTPUTS[kind]
+    rep, shown = ctx.report, ctx.rel(file)
     for line, attr in _bad_statuses(tree):
         rep.add(
             "functions.unknown-task-status",
@@ -156,27 +329,12 @@ def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.Clas
     fn = next((n for n in methods if n.name == "process"), None)
     if fn is None:
         return
-    where = f"{shown}:{fn.lineno}"
-    if not _signature_ok(fn):
-        params = ", ".join(a.arg for a in [*fn.args.posonlyargs, *fn.args.args])
-        rep.add(
-            "functions.process-signature",
-            "error",
-            where,
-            f"{cls.name}.process takes ({params}): the SDK's server calls process(input) with exactly one argument",
-            f"def process(self, input_data: {out.replace('Output', 'Input')}) -> {out} (async def works too)",
-        )
-    if not _decorated_with(fn, "observe_processor"):
-        rep.add(
-            "functions.no-observe-processor",
-            "info",
-            where,
-            f"{cls.name}.process has no @observe_processor: its calls do not show up in the job's tracing",
-            "decorate it: @observe_processor (from dashscope.finetune.reinforcement.component.observability)",
-        )
+    _process_shape(ctx, shown, cls.name, fn, kind)
+    flow = Flow(fn, tree)
     for ret in _own_returns(fn):
-        what = _wrong_return(ret.value, kind)
+        what = _wrong_return(ret.value, kind, flow, ret.lineno)
         if what:
+            out = OUTPUTS[kind]
             wrap = " wrapping reward=Reward(reward_score=..., reward_metrics=...)" if kind == "reward" else ""
             rep.add(
                 "functions.bad-return",
@@ -187,26 +345,63 @@ def check_process(ctx: CheckContext, file: Path, tree: ast.Module, cls: ast.Clas
                 f"return {out}(...){wrap}",
             )
     if kind == "reward":
-        _reward_metrics(ctx, shown, fn)
+        _reward_metrics(ctx, shown, methods, tree)
 
 
-def _reward_metrics(ctx: CheckContext, shown: str, fn: ast.AST) -> None:
-    """What a reward puts in reward_metrics: numbers only, and never the main score again."""
-    for line, key in _text_metrics(fn):
-        ctx.report.add(
-            "functions.metric-not-float",
+def _process_shape(
+    ctx: CheckContext, shown: str, cls: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, kind: str
+) -> None:
+    """The method itself: one input, `async def` (the docs' contract), traced."""
+    rep, out, where = ctx.report, OUTPUTS[kind], f"{shown}:{fn.lineno}"
+    signature = f"async def process(self, input_data: {out.replace('Output', 'Input')}) -> {out}"
+    if not _signature_ok(fn):
+        params = ", ".join(a.arg for a in [*fn.args.posonlyargs, *fn.args.args])
+        rep.add(
+            "functions.process-signature",
             "error",
-            f"{shown}:{line}",
-            f"reward metric {key!r} is not a number: the SDK's Reward refuses it, so every call fails",
-            f"return a float for {key!r} (e.g. 1.0 / 0.0), or leave it out of reward_metrics",
+            where,
+            f"{cls}.process takes ({params}): the SDK's server calls process(input) with exactly one argument",
+            signature,
         )
-    line = _score_in_metrics(fn)
-    if line is not None:
-        ctx.report.add(
-            "functions.reward-score-in-metrics",
+    if isinstance(fn, ast.FunctionDef):
+        rep.add(
+            "functions.process-not-async",
             "warning",
-            f"{shown}:{line}",
-            "reward_metrics still holds `reward_score`: the main score is reported twice and the console "
-            "may drop the metrics (the docs' FAQ)",
-            'take it out first: reward_score = metrics.pop("reward_score")',
+            where,
+            f"{cls}.process is a plain `def`: the docs' contract is `async def process` (seed 000), so a caller "
+            "that awaits it fails (the workspace's own tests: asyncio.run(...process(...)) raises 'a coroutine "
+            "was expected'); the SDK 2.0.2 server runs a plain def in a worker thread",
+            f"make it {signature} (await any I/O inside it)",
         )
+    if not _decorated_with(fn, "observe_processor"):
+        rep.add(
+            "functions.no-observe-processor",
+            "info",
+            where,
+            f"{cls}.process has no @observe_processor: its calls do not show up in the job's tracing",
+            "decorate it: @observe_processor (from dashscope.finetune.reinforcement.component.observability)",
+        )
+
+
+def _reward_metrics(ctx: CheckContext, shown: str, methods: list[ast.AST], tree: ast.Module) -> None:
+    """What a reward puts in reward_metrics, in any method of the class: numbers only, and never the main
+    score again (followed through the code's data flow, not one spelling)."""
+    for fn in methods:
+        for line, key in _text_metrics(fn):
+            ctx.report.add(
+                "functions.metric-not-float",
+                "error",
+                f"{shown}:{line}",
+                f"reward metric {key!r} is not a number: the SDK's Reward refuses it, so every call fails",
+                f"return a float for {key!r} (e.g. 1.0 / 0.0), or leave it out of reward_metrics",
+            )
+        line = _score_in_metrics(fn, tree)
+        if line is not None:
+            ctx.report.add(
+                "functions.reward-score-in-metrics",
+                "warning",
+                f"{shown}:{line}",
+                "reward_metrics still holds `reward_score`: the main score is reported twice and the console "
+                "may drop the metrics (the docs' FAQ)",
+                'take it out first: reward_score = metrics.pop("reward_score")',
+            )

@@ -29,7 +29,7 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
 )
 from opd_nb.errors import OpdError
-from opd_nb.health import DEFAULT_EVAL_STEPS, FULL_VALID_TOKEN_RATE, best_checkpoint, eval_steps_of
+from opd_nb.health import DEFAULT_EVAL_STEPS, FULL_VALID_TOKEN_RATE, eval_steps_of, pick_checkpoint
 from opd_nb.plots import metric_series
 from opd_nb.results import ResultMixin
 
@@ -229,22 +229,14 @@ def _metric_values(rows: Sequence[Mapping[str, Any]]) -> tuple[dict[str, float],
     return final, best
 
 
-def _checkpoint_reward(checkpoint: Checkpoint, rows: Sequence[Mapping[str, Any]]) -> float | None:
-    """The reward mean@1 a checkpoint was saved with, else the last one validated at or before it."""
-    value = checkpoint.metrics.get(REWARD_MEAN)
-    if value is None:
-        steps, values = metric_series(rows, REWARD_MEAN)
-        before = [v for s, v in zip(steps, values, strict=True) if s <= (checkpoint.step or 0)]
-        value = before[-1] if before else None
-    return None if value is None else float(value)
-
-
 def _compared_job(record: JobRecord, differing: list[str]) -> ComparedJob:
     job, rows = record.job, record.metrics or []
     values = _compared_values(record)
     final, best = _metric_values(rows)
-    best_cp = best_checkpoint(record.checkpoints, rows) if record.checkpoints else None
-    cp_reward = _checkpoint_reward(best_cp.checkpoint, rows) if best_cp is not None else None
+    pick = pick_checkpoint(record.checkpoints, rows) if record.checkpoints else None
+    best_cp = pick.best if pick is not None else None
+    # the reward measured at the best checkpoint's own step (the one rule: never a neighbour's score)
+    cp_reward = pick.scores[best_cp.checkpoint.name] if best_cp and pick.metric == REWARD_MEAN else None
     steps = int(rows[-1].get("step", len(rows))) if rows else (job.progress or {}).get("step")
     return ComparedJob(
         job_id=job.job_id,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from opd_nb.client.rollout_results import CLOUD_NOTE, best_and_worst
 from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
-from opd_nb.health import best_checkpoint, eval_steps_of, job_alerts
+from opd_nb.health import eval_steps_of, job_alerts, pick_checkpoint
 
 if TYPE_CHECKING:
     from opd_nb.client import Checkpoint, Job
@@ -129,12 +129,15 @@ def _checkpoint_view(c: Checkpoint) -> dict[str, Any]:
     }
 
 
-def _best_view(st: JobState) -> dict[str, Any] | None:
-    best = best_checkpoint(st.checkpoints, st.metrics) if st.checkpoints else None
-    if best is None:
-        return None
-    c = best.checkpoint
-    return {"name": c.name, "step": c.step, "path": c.path, "reason": best.reason}
+def _best_view(st: JobState) -> dict[str, Any]:
+    """The docs' pick (``health.pick_checkpoint``, the one rule `opd checkpoints` and `opd watch` use):
+    ``best_checkpoint`` (None when none is scored), why none is, and the checkpoints left unscored."""
+    pick = pick_checkpoint(st.checkpoints, st.metrics) if st.checkpoints and st.metrics else None
+    if pick is None:
+        return {"best_checkpoint": None, "best_note": None, "unscored_checkpoints": []}
+    c = pick.best.checkpoint if pick.best else None
+    best = None if c is None else {"name": c.name, "step": c.step, "path": c.path, "reason": pick.best.reason}
+    return {"best_checkpoint": best, "best_note": pick.note or None, "unscored_checkpoints": pick.unscored()}
 
 
 def samples_view(st: JobState) -> dict[str, Any] | None:
@@ -167,7 +170,7 @@ def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
         "last_metrics": dict(st.metrics[-1]) if st.metrics else {},
         "alerts": [a.to_payload() for a in alerts],
         "checkpoints": [_checkpoint_view(c) for c in st.checkpoints],
-        "best_checkpoint": _best_view(st),
+        **_best_view(st),
         "finetuned_output": job.finetuned_output if job is not None else None,
         "samples": samples_view(st),
         "functions": functions,

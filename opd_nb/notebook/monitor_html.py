@@ -124,6 +124,8 @@ def _checkpoint_rows(v: dict[str, Any]) -> list[tuple[Any, ...]]:
         mark = (
             f'<b class="ok">best</b> ({render.esc(best.get("reason"))})'
             if c["name"] == best.get("name")
+            else "unscored"
+            if c["name"] in v.get("unscored_checkpoints", ())
             else ""
         )
         rows.append(
@@ -163,7 +165,7 @@ def checkpoints_html(state: dict[str, Any]) -> str:
                     _checkpoint_rows(v),
                     raw_cols=(0, 7),
                 )
-                + f"<div><code>{render.esc(export_hint(jid))}</code></div>"
+                + f"<div><code>{render.esc(export_hint(jid, (v['best_checkpoint'] or {}).get('name')))}</code></div>"
             )
     return "".join(parts)
 
@@ -218,6 +220,8 @@ def snapshot_text(state: dict[str, Any]) -> str:
         if v["best_checkpoint"]:
             b = v["best_checkpoint"]
             lines.append(f"  best checkpoint: {b['name']} ({b['reason']})")
+        elif v.get("best_note"):
+            lines.append(f"  best checkpoint: {v['best_note']}")
         if v["metrics_available"] is False:
             lines.append(f"  {CLOUD_NOTE}")
         if v.get("meter"):

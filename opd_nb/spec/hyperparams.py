@@ -39,6 +39,8 @@ class ParamSpec(BaseModel):
     large: Any = None
     consumed_by_opd: bool = True
     group: str = ""  # algorithm | optimisation | throughput | evaluation | teacher | billing
+    documented: list[Any] | None = None  # the values the docs show (another value of `form` is a warning)
+    form: str | None = None  # a regex every value of this kind matches (a value that does not is an error)
 
     def problem(self, value: Any, *, local: bool = False) -> str | None:
         """Why `value` is not acceptable for this key (None when it is); `local`: on the local engine.
@@ -320,6 +322,10 @@ PARAMS: list[ParamSpec] = [
         "str",
         "Billing mode of the training units (mtu_postpaid: pay after use).",
         group="billing",
+        # seed 002: "charge_type: mtu_postpaid 表示按 MTU（百炼算力规格单位）后付费计费"; training is billed in
+        # MTUs, prepaid monthly or post-paid by the hour (the billing page names no prepaid id).
+        documented=["mtu_postpaid"],
+        form=r"mtu_[a-z]+",
         default="mtu_postpaid",
         small="mtu_postpaid",
         large="mtu_postpaid",
@@ -330,6 +336,10 @@ PARAMS: list[ParamSpec] = [
         "str",
         "Model training unit (MTU) spec.",
         group="billing",
+        documented=[
+            "MTU4"
+        ],  # seed 002: "mtu_spec_code 指定规格（如 MTU4）" (type-IV units, 24 for qwen3.5-9b)
+        form=r"MTU\d+",
         default="MTU4",
         small="MTU4",
         large="MTU4",

@@ -66,3 +66,29 @@ BAILIAN_MODEL_IDS = frozenset(
 def documented(model_id: str) -> bool:
     """True for a model id Bailian documents (see ``BAILIAN_MODEL_IDS``)."""
     return model_id.strip().lower() in BAILIAN_MODEL_IDS
+
+
+# The OPD teachers Bailian documents: the teacher of every example in the OPD pages (seed 002's run(),
+# YAML and CLI examples, its FAQ "改用百炼模型 ID（如 qwen3.5-397b-a17b）"). An id outside this list may
+# still work, but the docs do not promise it: the checks warn and show the list.
+OPD_TEACHER_IDS = ("qwen3.5-397b-a17b",)
+# Words that mark an id as a blank to fill in, never a model: seed 001's `your-teacher-model-id`, `<...>`.
+_PLACEHOLDER = re.compile(
+    r"(?i)^(?:.*\byour\b.*|.*<[^>]*>.*|.*\b(?:xxx+|placeholder|changeme|todo|tbd)\b.*|"
+    r"(?:teacher|student|base)?-?model(?:-id|-name)?|\.\.\.|\$\{?\w+\}?)$"
+)
+# The series a model belongs to: the docs' "teacher and student in the same model family" (their
+# tokenizers align token by token, "如同属 Qwen3.5 系列"): the name up to its first size or variant part.
+_FAMILY = re.compile(r"^([a-z]+(?:\d+(?:\.\d+)?)?)(?=$|[-_])")
+
+
+def placeholder(model_id: str) -> bool:
+    """True for an id that is a blank to fill in (`your-teacher-model-id`, `<teacher>`, `model-id`)."""
+    ident = model_id.strip().replace("_", "-")
+    return bool(_PLACEHOLDER.match(ident)) or ident.lower() in ("teacher", "student", "none", "null", "tbd")
+
+
+def family(model_id: str) -> str | None:
+    """The model series of a Bailian id (`qwen3.5-9b` -> `qwen3.5`, `qwen-plus` -> `qwen`), or None."""
+    m = _FAMILY.match(model_id.strip().lower())
+    return m.group(1) if m else None
