@@ -50,8 +50,10 @@ def eval_cmd(
 ) -> Any:
     """Answer the workspace's validation rows with each model and score them; rows that differ first."""
     from opd_nb.evaluation import calls_needed, evaluate
+    from opd_nb.spec.job import workspace_config
     from opd_nb.spend import require_consent
 
+    workspace = workspace_config(workspace)[0]  # the folder, or its config file
     client = _client(local, cloud, workspace)
     if client.target.kind == "cloud":
         notice = cloud_notice(calls_needed(workspace, model, rows), model)
