@@ -66,7 +66,7 @@ RULES: dict[str, str] = {
     "config.yaml-implicit-type": "a value or key YAML 1.1 reads as a boolean, number or date where text is meant",
     "config.yaml-number-form": "a number YAML 1.1 reads as another (010 octal, 1:30 base 60, 0o17 text)",
     "config.yaml-null-value": "an empty value (null): a dropped hyper-parameter or a block left empty",
-    "config.yaml-merge-override": "a key written before a `<<:` merge that brings the same key",
+    "config.yaml-merge-conflict": "a `<<: [*a, *b]` merge whose anchors bring one key twice (the first wins)",
     # cross-field constraints against the job's size (checks/schedule.py)
     "config.save-steps-beyond-total": "save_steps beyond the total number of steps (no checkpoint to choose)",
     "config.warmup-beyond-total": "lr_warmup_steps not below the total steps (the rate never peaks)",

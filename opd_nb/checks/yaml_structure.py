@@ -75,35 +75,43 @@ def _source(ctx: CheckContext, node: yaml.Node) -> str:
 
 
 def _mapping(ctx: CheckContext, node: yaml.MappingNode, path: KeyPath) -> None:
-    """Repeated keys (the last one wins without a word) and merges that do not override what they seem to."""
+    """Repeated keys (the last one wins without a word), and a `<<:` merge of several anchors that bring
+    the same key with different values (the first one listed wins: not what a later-wins reader expects)."""
     first: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-    merged: dict[str, yaml.Node] = {}
-    merge_line = 0
     for key_node, value_node in node.value:
         if key_node.tag == _TAG + "merge":
-            merge_line = key_node.start_mark.line + 1
-            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-            for src in sources:
-                if isinstance(src, yaml.MappingNode):
-                    merged.update({str(k.value): k for k, _ in src.value})
+            _merge_sources(ctx, path, key_node, value_node, set(first))
             continue
         key = str(key_node.value)
         if key in first:
             _duplicate(ctx, path, key, first[key], (key_node, value_node))
         else:
             first[key] = (key_node, value_node)
-    for key, (key_node, _) in first.items():
-        if key in merged and key_node.start_mark.line + 1 < merge_line:
-            ctx.report.add(
-                "config.yaml-merge-override",
-                "warning",
-                _at(ctx, key_node),
-                f"`{key_path_text((*path, key))}` is written before the `<<:` merge at line {merge_line}, which "
-                f"brings its own `{key}` (line {merged[key].start_mark.line + 1}): YAML keeps the key written in "
-                "the mapping wherever the merge stands, so the merged value is ignored",
-                f"if the merged `{key}` is meant, delete line {key_node.start_mark.line + 1}; else move it below "
-                "the `<<:` line so that it reads as the override it is",
-            )
+
+
+def _merge_sources(
+    ctx: CheckContext, path: KeyPath, key_node: yaml.Node, value_node: yaml.Node, written: set[str]
+) -> None:
+    if not isinstance(value_node, yaml.SequenceNode):
+        return
+    brought: dict[str, yaml.Node] = {}
+    for src in value_node.value:
+        if not isinstance(src, yaml.MappingNode):
+            continue
+        for k, v in src.value:
+            key = str(k.value)
+            if key in brought and key not in written and _source(ctx, brought[key]) != _source(ctx, v):
+                ctx.report.add(
+                    "config.yaml-merge-conflict",
+                    "warning",
+                    _at(ctx, key_node),
+                    f"the merge `{_source(ctx, key_node)}: {_source(ctx, value_node)}` brings "
+                    f"`{key_path_text((*path, key))}` twice (lines {brought[key].start_mark.line + 1} and "
+                    f"{v.start_mark.line + 1}): YAML keeps the anchor listed first ({_source(ctx, brought[key])}), "
+                    "not the later one",
+                    f"write `{key}:` in the mapping itself to choose, or list the anchor that should win first",
+                )
+            brought.setdefault(key, v)
 
 
 def _duplicate(
