@@ -90,8 +90,9 @@ ENTITY = {"    weight: 1.0\n": "    weight: 1.0\n    entity_id: {id}\n"}
         ("ro-2036cd4d54c7", "error", "is a rollout entity (ro-…), but this function is a reward"),
         ("rw-ins-5c2d1e", "error", "function instance id"),
         ("my-reward", "warning", "does not have an entity id's form"),
+        ("grw-5c2d1e0a", "warning", "has the group_reward prefix (grw-…), but this function is a reward"),
     ],
-    ids=["rollout-id-on-a-reward", "instance-id", "no-entity-form"],
+    ids=["rollout-id-on-a-reward", "instance-id", "no-entity-form", "group-reward-id-on-a-reward"],
 )
 def test_entity_id_of_another_function_kind(tmp_path, entity, severity, words):
     ws = make_workspace(tmp_path, reward=True)
@@ -116,3 +117,20 @@ def test_a_reward_entity_on_the_rollout_is_refused(tmp_path):
     )
     (f,) = check_config_text(config_text(functions=rollout), ws).by_rule("config.id-wrong-kind")
     assert "reward entity (rw-…), but this function is a rollout" in f.message and "ro-" in f.fix
+
+
+@pytest.mark.parametrize(
+    ("name", "noted"),
+    [("my-opd-job-6afe0698", True), (JOB, True), ("my-opd-job-20260105", False), ("my-opd-job", False)],
+)
+def test_a_name_copied_from_a_submitted_job_is_a_note(tmp_path, name, noted):
+    ws = make_workspace(tmp_path)
+    report = check_config_text(config_text(replace={"name: my-opd-job": f"name: {name}"}), ws)
+    found = report.by_rule("config.job-name-suffix")
+    assert bool(found) == noted, str(report)
+    if noted:
+        assert (
+            found[0].severity == "info"
+            and found[0].where == "config.yaml:1"
+            and "-<8 hex>" in found[0].message
+        )

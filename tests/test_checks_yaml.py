@@ -28,6 +28,7 @@ def line_of(text: str, needle: str, nth: int = 1) -> int:
     return hits[nth - 1]
 
 
+VALIDATION = "  - type: validation\n    data_source_type: file_id\n    file_name: data/validation.jsonl\n"
 # (case id, planted edits, rule, severity, (needle, nth) of the line it must point at, text the fix holds,
 #  fixed edits that must clear the rule)
 CASES = [
@@ -224,6 +225,76 @@ CASES = [
         {},
     ),
     (
+        "no-break-space-in-teacher-id",  # pasted from a web page: looks right, matches no model
+        {"teacher_model: qwen3.5-397b-a17b": "teacher_model: qwen3.5-397b-a17b\u00a0"},
+        "config.yaml-invisible-character",
+        "error",
+        ("teacher_model:", 1),
+        "retype it as 'qwen3.5-397b-a17b'",
+        {},
+    ),
+    (
+        "zero-width-space-in-key",
+        {"    batch_size: 16": "    batch\u200b_size: 16"},
+        "config.yaml-invisible-character",
+        "error",
+        ("_size: 16", 1),
+        "retype it as 'batch_size'",
+        {},
+    ),
+    (
+        "spaces-inside-quotes",
+        {"  name: qwen3.5-9b": '  name: " qwen3.5-9b"'},
+        "config.yaml-invisible-character",
+        "error",
+        ('name: " qwen3.5-9b', 1),
+        "retype it as 'qwen3.5-9b'",
+        {"  name: qwen3.5-9b": '  name: "qwen3.5-9b"'},
+    ),
+    (
+        "full-width-colon",
+        {"    batch_size: 16": "    batch_size\uff1a16"},
+        "config.yaml-syntax",
+        "error",
+        ("batch_size\uff1a16", 1),
+        "full-width colon",
+        {},
+    ),
+    (
+        "no-space-after-colon",
+        {"    batch_size: 16": "    batch_size:16"},
+        "config.yaml-syntax",
+        "error",
+        ("batch_size:16", 1),
+        "with a space after the colon",
+        {},
+    ),
+    (
+        "hyper-parameters-as-a-list",
+        {
+            "    learning_rate: 1.0e-6\n    lr_scheduler_type: cosine\n    n_epochs: 1\n    batch_size: 16\n"
+            "    n_rollouts: 8\n    ppo_mini_batch_size: 32\n    eval_steps: 2\n": "    - learning_rate: 1.0e-6\n"
+            "    - n_epochs: 1\n"
+        },
+        "config.yaml-block-shape",
+        "error",
+        ("- learning_rate", 1),
+        "remove the `- `",
+        {},
+    ),
+    (
+        "datasets-without-dashes",
+        {
+            "  - type: training\n    data_source_type: file_id\n    file_name: data/train.jsonl\n"
+            + VALIDATION: ("  type: training\n  data_source_type: file_id\n  file_name: data/train.jsonl\n")
+        },
+        "config.yaml-block-shape",
+        "error",
+        ("type: training", 1),
+        "with `- `",
+        {},
+    ),
+    (
         "exponent-without-sign",  # a dot but no sign: still text for YAML 1.1
         {"    eval_steps: 2\n": "    eval_steps: 2\n    kl_loss_coef: 1.0e3\n"},
         "config.numeric-string",
@@ -361,3 +432,12 @@ def test_every_yaml_rule_fix_loads_to_what_the_field_needs(tmp_path):
     (f,) = check_config_text(text, ws).by_rule("config.yaml-implicit-type")
     assert yaml.safe_load(f.fix.removeprefix("quote it: ")) == {"save_strategy": "off"}
     assert "false" in f.message
+
+
+def test_windows_line_endings_keep_the_lines(tmp_path):
+    text = config_text(replace={"ppo_mini_batch_size: 32": "ppo_mini_batch_size: 512"})
+    ws = make_workspace(tmp_path)
+    (ws / "config.yaml").write_bytes(text.replace("\n", "\r\n").encode())
+    report = check(ws)
+    assert [f.rule for f in report.findings] == ["config.mini-batch-too-large"], str(report)
+    assert report.findings[0].where == f"config.yaml:{line_of(text, 'ppo_mini_batch_size: 512')}"

@@ -178,7 +178,8 @@ def test_opd_submit_takes_set_and_dry_run(tmp_path, monkeypatch):
     assert plan.job["functions"] is None and plan.job["set"]["name"] == "exp-3"
     assert "nothing sent" in str(plan) and "fake0123456789" not in str(plan) + json.dumps(plan.to_payload())
     with pytest.raises(
-        OpdError, match=r"unknown key `n_epoch`.*did you mean --set n_epochs=\.\.\. \(training.hyper_parameters.n_epochs\)"
+        OpdError,
+        match=r"unknown key `n_epoch`.*did you mean --set n_epochs=\.\.\. \(training.hyper_parameters.n_epochs\)",
     ):
         invoke(["submit", str(ws), "--cloud", "--dry-run", "--set", "training.hyper_parameters.n_epoch=3"])
     assert "nothing sent" in plan._repr_html_()

@@ -66,6 +66,8 @@ RULES: dict[str, str] = {
     "config.yaml-implicit-type": "a value or key YAML 1.1 reads as a boolean, number or date where text is meant",
     "config.yaml-number-form": "a number YAML 1.1 reads as another (010 octal, 1:30 base 60, 0o17 text)",
     "config.yaml-null-value": "an empty value (null): a dropped hyper-parameter or a block left empty",
+    "config.yaml-block-shape": "a list written where a mapping belongs, or the reverse (`- ` added or missing)",
+    "config.yaml-invisible-character": "a no-break/zero-width space or a stray space in quotes in a key or a text",
     "config.yaml-merge-conflict": "a `<<: [*a, *b]` merge whose anchors bring one key twice (the first wins)",
     # cross-field constraints against the job's size (checks/schedule.py)
     "config.save-steps-beyond-total": "save_steps beyond the total number of steps (no checkpoint to choose)",
@@ -78,6 +80,7 @@ RULES: dict[str, str] = {
     "config.id-wrong-kind": "a job, checkpoint, file or function id where another kind belongs",
     "config.dataset-source-fields": "dataset fields of another data_source_type (ignored)",
     "config.finetuned-teacher": "a fine-tuned output as teacher_model (Bailian deploys only its own)",
+    "config.job-name-suffix": "a job name that already ends with the -<8 hex> the SDK appends",
     "data.file-missing": "a dataset file that does not exist",
     "data.empty-file": "an empty dataset file (silently skipped)",
     "data.file-too-large": "a dataset over the 1 GiB upload limit",

@@ -8,6 +8,7 @@ where the right id comes from.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from opd_nb.checks.context import CheckContext
@@ -34,6 +35,7 @@ _MODEL_FIX = {
 
 def check_identifiers(ctx: CheckContext) -> None:
     """Model ids, dataset sources and function entities, each against the id form its key takes."""
+    _job_name(ctx)
     model = ctx.raw.get("model")
     student = model.get("name") if isinstance(model, dict) else None
     for path, value in ((("model", "name"), student), (("teacher_model",), ctx.raw.get("teacher_model"))):
@@ -47,6 +49,24 @@ def check_identifiers(ctx: CheckContext) -> None:
         entity = f.get("entity_id")
         if isinstance(entity, str) and entity.strip():
             _entity(ctx, i, str(f.get("type", "rollout")), entity.strip())
+
+
+# What the SDK appends: job_name = f"{name}-{uuid4()[:8]}" (with a letter: "-20260105" is a date, not a suffix).
+_SUFFIX = re.compile(r"-(?=[0-9]*[a-f])[0-9a-f]{8}$")
+
+
+def _job_name(ctx: CheckContext) -> None:
+    """A name copied from a job list: it already ends with the suffix the SDK appends (so it gets two)."""
+    name = ctx.raw.get("name")
+    if isinstance(name, str) and (_SUFFIX.search(name) or id_kind(name) == "job"):
+        ctx.report.add(
+            "config.job-name-suffix",
+            "info",
+            ctx.where(("name",)),
+            f"name {name!r} looks like a submitted job's name or id: the SDK appends its own -<8 hex>, so the job "
+            f"is named {name}-<8 hex>",
+            f"write the base name ({_SUFFIX.sub('', name)!r}) to tell experiments apart by it",
+        )
 
 
 def _model_id(ctx: CheckContext, path: tuple[str, ...], value: str) -> None:
@@ -186,7 +206,17 @@ def _entity(ctx: CheckContext, i: int, ftype: str, entity: str) -> None:
             "copy the entity_id a registration returned (submit_job.py remembers them in .opd/entities.json)",
         )
         return
-    elif owner != ftype and not {owner, ftype} <= {"reward", "group_reward"}:
+    elif owner != ftype and {owner, ftype} == {"reward", "group_reward"}:
+        ctx.report.add(
+            "config.id-wrong-kind",
+            "warning",
+            where,
+            f"functions[{i}].entity_id {entity!r} has the {owner} prefix ({ENTITY_PREFIX[owner]}…), but this "
+            f"function is a {ftype}: `opd serve` tells the two apart by the prefix (the docs name only ro-/rw-)",
+            f"use the entity id registered for this {ftype}, or delete entity_id to register it again",
+        )
+        return
+    elif owner != ftype:
         problem = f"is a {owner} entity ({ENTITY_PREFIX[owner]}…), but this function is a {ftype}"
     else:
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+import unicodedata
 from typing import Any, Literal
 
 import yaml
@@ -44,6 +45,8 @@ def _walk(ctx: CheckContext, node: yaml.Node, path: KeyPath, seen: set[int]) -> 
     if id(node) in seen:  # an alias: its anchor was checked where it was written
         return
     seen.add(id(node))
+    if path and _shape(ctx, node, path):
+        return
     if isinstance(node, yaml.MappingNode):
         _mapping(ctx, node, path)
         for key_node, value_node in node.value:
@@ -64,6 +67,25 @@ def _walk(ctx: CheckContext, node: yaml.Node, path: KeyPath, seen: set[int]) -> 
                 _scalar(ctx, item, (*path, i), None)
             else:
                 _walk(ctx, item, (*path, i), seen)
+
+
+def _shape(ctx: CheckContext, node: yaml.Node, path: KeyPath) -> bool:
+    """A list written where a mapping belongs (`- ` before each key) or keys where a list belongs (no `- `)."""
+    kind, _ = expected_kind(path)
+    dotted = key_path_text(path)
+    if kind == "mapping" and isinstance(node, yaml.SequenceNode):
+        problem = f"`{dotted}` is written as a list (its lines start with `- `), but it is a mapping of keys"
+        fix = f"remove the `- ` before the keys under `{path[-1]}:`"
+    elif kind == "list" and isinstance(node, yaml.MappingNode):
+        problem = f"`{dotted}` is written as a mapping, but it is a list: each item starts with `- `"
+        fix = f"start each item under `{path[-1]}:` with `- ` (e.g. `- type: training`)"
+    else:
+        return False
+    ctx.report.add(
+        "config.yaml-block-shape", "error", _at(ctx, node), problem + " (the SDK refuses it, error 1002)", fix
+    )
+    ctx.explained.add(path)
+    return True
 
 
 def _at(ctx: CheckContext, node: yaml.Node) -> str:
@@ -136,8 +158,36 @@ def _duplicate(
     )
 
 
+_INVISIBLE = {"\u00a0": "a no-break space", "\u3000": "a full-width space", "\u200b": "a zero-width space",
+              "\ufeff": "a byte-order mark", "\u200e": "a left-to-right mark", "\u2060": "a word joiner"}  # fmt: skip
+
+
+def _invisible(ctx: CheckContext, node: yaml.ScalarNode, path: KeyPath, what: str) -> bool:
+    """Text that holds a character no one sees (pasted from a web page or a chat), or stray spaces in quotes:
+    a model id, a key or a path that looks right and matches nothing."""
+    text = str(node.value)
+    odd = next((c for c in text if c in _INVISIBLE or unicodedata.category(c) in ("Cf", "Zl", "Zp")), None)
+    padded = node.style in ("'", '"') and text != text.strip() and expected_kind(path)[0] == "text"
+    if odd is None and not padded:
+        return False
+    name = _INVISIBLE.get(odd or "", f"the invisible character U+{ord(odd):04X}" if odd else "")
+    problem = f"holds {name}" if odd else "has spaces inside its quotes"
+    clean = "".join(c for c in text if c != odd).strip()
+    ctx.report.add(
+        "config.yaml-invisible-character",
+        "error",
+        _at(ctx, node),
+        f"{what} {text!r} {problem}: it matches nothing the text without it would match",
+        f"retype it as {clean!r}",
+    )
+    ctx.explained.add(path)
+    return True
+
+
 def _key(ctx: CheckContext, key_node: yaml.Node, path: KeyPath) -> None:
-    """A key that YAML reads as something other than text (`on:` is true, `1:` is 1)."""
+    """A key that YAML reads as something other than text (`on:` is true, `1:` is 1), or holds an invisible character."""
+    if isinstance(key_node, yaml.ScalarNode) and _invisible(ctx, key_node, path, "the key"):
+        return
     if isinstance(key_node, yaml.ScalarNode) and key_node.style is None and key_node.tag != _TAG + "str":
         value = yaml.safe_load(key_node.value)
         ctx.report.add(
@@ -156,6 +206,8 @@ def _scalar(ctx: CheckContext, node: yaml.ScalarNode, path: KeyPath, parent: yam
     tag = node.tag.removeprefix(_TAG)
     if tag == "null" and node.style is None:
         _null(ctx, node, path, kind, nullable, parent)
+        return
+    if tag == "str" and _invisible(ctx, node, path, f"`{key_path_text(path)}`"):
         return
     if node.style is not None or tag == "str" and not _OCTAL_12.match(node.value):
         return  # quoted text, or plain text YAML did not reinterpret

@@ -224,6 +224,8 @@ TAB = "yaml-tab"
 def _syntax_error(exc: yaml.MarkedYAMLError, text: str, filename: str) -> OpdError:
     """A PyYAML error as file:line, what went wrong in words, and the fix."""
     mark = exc.problem_mark or exc.context_mark
+    if "could not find expected ':'" in str(exc.problem) and exc.context_mark is not None:
+        mark = exc.context_mark  # the key that lacks its `: `, not the line after it
     line_no = mark.line + 1 if mark else None
     where = f"{filename}:{line_no}" if line_no else filename
     problem = " ".join(x for x in (exc.context, exc.problem) if x)
@@ -246,7 +248,11 @@ def _syntax_error(exc: yaml.MarkedYAMLError, text: str, filename: str) -> OpdErr
         )
     fix = "fix the indentation or quoting on that line"
     hint = _indent_hint(lines, mark.line) if mark else None
-    if hint:
+    if "\uff1a" in line:
+        fix = "a full-width colon `：` (a Chinese input method's): YAML needs `:` followed by a space"
+    elif "could not find expected ':'" in problem:
+        fix = "a key without `: ` (write `key: value`, with a space after the colon), or an unclosed quote above"
+    elif hint:
         fix = hint
     elif "mapping values are not allowed" in problem:
         fix = "its value holds ': ' (quote the value), or the line is indented deeper than its siblings"
