@@ -24,6 +24,7 @@ from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.job import workspace_config
 
 PRICE_VAR = "OPD_PRICE_PER_UNIT_HOUR"  # money per training unit per hour, in the account's currency
 SMOKE_STEPS = 2  # a smoke run's default training rows: enough for this many steps
@@ -209,14 +210,17 @@ def estimate(
     job_name: str | None = None,
     no_reward: bool = False,
 ) -> Estimate:
-    """Size the job the workspace would submit (`smoke`: 0 for the default smoke size, N for N rows)."""
-    ws = Path(workspace).expanduser().resolve()
-    hp_sets = {
-        k.split(".", 2)[2]: v for k, v in (sets or {}).items() if k.startswith("training.hyper_parameters.")
-    }
-    eff = effective_job(ws, config=config, model=model, teacher_model=teacher_model, no_reward=no_reward)
+    """Size the job the workspace would submit (`smoke`: 0 for the default smoke size, N for N rows).
+
+    `workspace` is the folder or its config file; `sets` are `--set` changes (:mod:`opd_nb.spec.sets`).
+    """
+    ws, config = workspace_config(workspace, config)
+    ws = ws.resolve()
+    eff = effective_job(
+        ws, config=config, sets=sets, model=model, teacher_model=teacher_model, no_reward=no_reward
+    )
     cfg = eff.config
-    hp = {**(cfg.training.hyper_parameters or {}), **hp_sets}
+    hp = dict(cfg.training.hyper_parameters or {})
     shape = _shape(hp)
     rows, val_rows = _rows(ws, cfg.datasets, "training"), _rows(ws, cfg.datasets, "validation")
     if smoke is not None:

@@ -53,11 +53,12 @@ def clean_answer(text: str) -> str:
 
 def _config(workspace: Path) -> Any:
     from opd_nb.spec import parse_config_text
+    from opd_nb.spec.job import read_config_text
 
     path = workspace / "config.yaml"
     if not path.is_file():
         return None
-    return parse_config_text(path.read_text(encoding="utf-8"), str(path)).config
+    return parse_config_text(read_config_text(path), str(path)).config  # not UTF-8: one line, not a traceback
 
 
 def validation_file(workspace: str | Path) -> Path:

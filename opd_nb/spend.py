@@ -8,23 +8,32 @@ without it the error says in one line what would have started. Local targets nee
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
 from opd_nb.checks import CheckReport, check
 from opd_nb.errors import OpdError
 
 PAID_KIND = "cloud"  # the target kind that bills (Bailian); `opd serve` is free
 NEEDS_CONFIRMATION = "needs-confirmation"  # OpdError.code of a paid start refused for want of --yes
 PREFLIGHT_FAILED = "preflight-failed"  # OpdError.code of a start the gate refused
+DRY_RUN_NEEDS_NOT = ("env.no-api-key",)  # findings about what only sending needs
 
 
 def is_paid(target_kind: str) -> bool:
     return target_kind == PAID_KIND
 
 
-def require_consent(target_kind: str, yes: bool, what: str, *, fix: str = "") -> None:
-    """Refuse a paid start without `yes` (exit 1, nothing sent); `what` says in one line what would start."""
+def require_consent(
+    target_kind: str, yes: bool, what: str, *, fix: str = "", warnings: Sequence[str] = ()
+) -> None:
+    """Refuse a paid start without `yes` (exit 1, nothing sent); `what` says in one line what would start,
+    and `warnings` (the gate's, :func:`warning_lines`) follow it: the user consents knowing them."""
     if is_paid(target_kind) and not yes:
         raise OpdError(
-            f"nothing sent: Bailian bills this, so it needs --yes: {what}",
+            f"nothing sent: Bailian bills this, so it needs --yes: {what}"
+            + "".join(f"\n{w}" for w in warnings),
             fix=fix
             or "add --yes to start it (in a notebook too: %opd submit ... --yes), or --dry-run to see it",
             code=NEEDS_CONFIRMATION,
@@ -32,18 +41,42 @@ def require_consent(target_kind: str, yes: bool, what: str, *, fix: str = "") ->
         )
 
 
+def warning_lines(report: CheckReport) -> list[str]:
+    """The gate's warnings as the lines a start shows before it sends anything (errors never get here)."""
+    return [f"preflight {f}".replace("\n", "\n  ") for f in report.warnings]
+
+
 def gate(
-    workspace: str, target_kind: str, *, base_url: str | None = None, config: str = "config.yaml"
+    workspace: str | Path,
+    target_kind: str,
+    *,
+    base_url: str | None = None,
+    config: str = "config.yaml",
+    sets: Mapping[str, Any] | None = None,
+    run_args: Mapping[str, str | None] | None = None,
+    dry_run: bool = False,
 ) -> CheckReport:
-    """Run the preflight rules for the target; errors stop the start, with every finding in the message."""
+    """Run the preflight rules for the target on the config as it would be sent (`sets`: its `--set`
+    changes, `run_args`: its --model / --teacher-model / --job-name); errors stop the start, with every
+    error and warning in the message. The report comes back for its warnings, which a start shows before
+    sending (:func:`warning_lines`). A `dry_run` sends nothing, so it needs no API key: that finding is
+    left out."""
     report = check(
-        workspace, target_kind, base_url=base_url if target_kind == "local" else None, config=config
+        workspace,
+        target_kind,
+        base_url=base_url if target_kind == "local" else None,
+        config=config,
+        sets=sets,
+        run_args=run_args,
     )
+    if dry_run:
+        report.findings = [f for f in report.findings if f.rule not in DRY_RUN_NEEDS_NOT]
     if not report.ok:
-        shown = "\n".join(f"  {f}" for f in report.errors)
+        shown = "\n".join(f"  {f}" for f in [*report.errors, *report.warnings])
         raise OpdError(
-            f"preflight found {len(report.errors)} error(s); nothing was sent:\n{shown}",
-            fix=f"correct them (`opd check {workspace}` shows them again), or pass --no-check to skip the gate",
+            f"preflight found {len(report.errors)} error(s) and {len(report.warnings)} warning(s); "
+            f"nothing was sent:\n{shown}",
+            fix=f"fix the errors (`opd check {workspace}` shows them again), or pass --no-check to skip the gate",
             code=PREFLIGHT_FAILED,
             exit_code=2,
         )

@@ -114,7 +114,9 @@ def test_reuse_change_stale_fresh(local_server, tmp_path):
     from opd_nb.server.store import Store
 
     client = JobClient(resolve_target("local", base_url=local_server.api_base))
-    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=8)
+    ws = tiny_workspace(
+        "reward", tmp_path / "ws", train_rows=9
+    )  # more rows than batch_size: the preflight passes
     state_file = ws / ".opd" / "entities.json"
     assert ".opd/" in (ws / ".gitignore").read_text().splitlines()
 
@@ -187,7 +189,7 @@ def test_every_stale_entity_is_registered_again(local_server, tmp_path):
     from opd_nb.client import JobClient, resolve_target
 
     client = JobClient(resolve_target("local", base_url=local_server.api_base))
-    ws = tiny_workspace("agentic", tmp_path / "ws", train_rows=8)
+    ws = tiny_workspace("agentic", tmp_path / "ws", train_rows=9)
     out, _ = _submit(local_server, ws)
     client.cancel(out["job_id"])
     state_file = ws / ".opd" / "entities.json"

@@ -257,6 +257,29 @@ def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
     assert_usage_error(*run(ip, f"%opd form {workspace / 'nope'}", capsys), "not found")
 
 
+def test_magics_take_the_config_file_and_a_set_as_the_terminal_does(
+    ip, capsys, workspace, monkeypatch
+) -> None:
+    """`%opd check|estimate|config|form WS/config.yaml` and `--set NAME=VALUE`: the CLI's parser, the same result."""
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-" + "magicsets0123456789abcdef")
+    cfg = workspace / "config.yaml"
+    size = run(ip, f"%opd estimate {cfg} --set n_epochs=2 --set batch_size=8", capsys)[0].result
+    assert (size.n_epochs, size.batch_size) == (2, 8) and size.steps == -(-size.train_rows // 8) * 2
+    report = run(ip, f"%opd check {cfg} --set n_epochs=2", capsys)[0].result
+    assert report.ok and not report.by_rule("workspace.missing")
+    job = run(ip, f"%opd config {cfg} --set lr_scheduler_type=linear", capsys)[0].result
+    assert job.config.training.hyper_parameters["lr_scheduler_type"] == "linear"
+    form = run(ip, f"%opd form {cfg}", capsys)[0].result
+    assert type(form).__name__ == "ConfigForm"
+    assert_usage_error(
+        *run(ip, f"%opd estimate {workspace} --set n_epoch=2", capsys), "did you mean --set n_epochs"
+    )
+    assert_usage_error(
+        *run(ip, f"%opd submit {workspace} --dry-run --cloud --set learning_rate=-1", capsys),
+        "below the minimum",
+    )
+
+
 @pytest.mark.slow
 def test_json_flag_and_exit_code_in_cli_parity(tmp_path) -> None:
     (tmp_path / "tests").mkdir()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -191,3 +192,129 @@ def test_the_template_keeps_the_smoke_sizes_of_the_estimate():
     from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 
     assert module.DEFAULTS == {name: PARAMS_BY_NAME[name].default for name in module.DEFAULTS}
+
+
+# ---------------------------------------------------------------- checks that run where users meet them
+
+
+def _smaller_teacher(tmp_path: Path) -> Path:
+    """A clean workspace but for one warning: a teacher smaller than the student (config.teacher-smaller)."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=48)  # 6 steps: 3 evaluations
+    cfg = yaml.safe_load((ws / "config.yaml").read_text())
+    cfg["model"]["name"], cfg["teacher_model"] = "qwen3.5-27b", "qwen3.5-9b"
+    (ws / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return ws
+
+
+def test_a_dry_run_runs_the_preflight_and_fails_on_an_error(cloud_env, tmp_path, capsys):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24, learning_rate=-1.0e-6)
+    for args in (["--dry-run", "--cloud"], ["--dry-run", "--local", "http://127.0.0.1:9"]):
+        with pytest.raises(SystemExit) as exited:
+            main(["submit", str(ws), *args])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and "config.bad-value" in err and "learning_rate" in err, err
+        assert "nothing was sent" in err and "Traceback" not in err
+    with pytest.raises(OpdError) as refused:  # the notebook's %opd submit --dry-run: the same refusal
+        invoke(["submit", str(ws), "--dry-run", "--cloud"])
+    assert refused.value.code == PREFLIGHT_FAILED
+    with pytest.raises(SystemExit) as exited:  # a --set that makes it right is what the dry run checks
+        main(["submit", str(ws), "--dry-run", "--cloud", "--set", "learning_rate=-2", "--json"])
+    assert exited.value.code == 2 and "below the minimum" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # submit_job.py --dry-run imports the SDK
+def test_a_dry_run_shows_its_warnings_and_submit_job_py_does_the_same(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("DASHSCOPE_API_KEY", raising=False)  # a dry run needs no key, nor says it lacks one
+    monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL", raising=False)
+    ws = _smaller_teacher(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["submit", str(ws), "--dry-run", "--cloud"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0 and out.index("config.teacher-smaller") < out.index('"job_name"'), out
+    assert "env.no-api-key" not in out and "nothing sent" in out
+    with pytest.raises(SystemExit):
+        main(["submit", str(ws), "--dry-run", "--cloud", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert [f["rule"] for f in payload["preflight"]] == ["config.teacher-smaller"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    script = [sys.executable, "submit_job.py", "--dry-run"]
+    shown = subprocess.run(script, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "config.teacher-smaller" in shown.stderr, shown.stderr
+    cfg = yaml.safe_load((ws / "config.yaml").read_text())
+    cfg["training"]["hyper_parameters"]["learning_rate"] = -1.0e-6
+    (ws / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    refused = subprocess.run(script, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "config.bad-value" in refused.stderr and not refused.stdout
+
+
+def test_the_consent_shows_every_warning_before_the_user_says_yes(bailian, cloud_env, tmp_path, capsys):
+    ws = _smaller_teacher(tmp_path)
+    before = len(bailian.requests)
+    with pytest.raises(SystemExit) as exited:
+        main(["submit", str(ws), "--cloud"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 1 and "needs --yes" in err and "config.teacher-smaller" in err, err
+    assert len(bailian.requests) == before
+
+
+def test_the_gate_checks_the_config_as_it_would_be_sent(bailian, cloud_env, tmp_path):
+    """--set and the run() flags change what is sent, so the gate checks them (where: the flag)."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24)
+    before = len(bailian.requests)
+    with pytest.raises(OpdError) as too_big:
+        submit(ws, paid(bailian), yes=True, sets={"batch_size": 24})
+    assert too_big.value.code == PREFLIGHT_FAILED
+    assert "--set training.hyper_parameters.batch_size: 24 training row(s)" in too_big.value.message
+    with pytest.raises(OpdError) as vendor:
+        submit(ws, paid(bailian), yes=True, teacher_model="gpt-4o")
+    assert "config.teacher-not-bailian" in vendor.value.message and "--teacher-model:" in vendor.value.message
+    with pytest.raises(OpdError, match="below the minimum"):
+        submit(ws, paid(bailian), yes=True, sets={"learning_rate": -1e-6})
+    assert len(bailian.requests) == before
+
+
+@pytest.mark.slow  # a real submit through submit_job.py (the SDK)
+def test_a_paid_submit_shows_its_warnings_before_it_sends_and_says_where_the_gate_ran(
+    bailian, cloud_env, local_server, tmp_path
+):
+    ws = _smaller_teacher(tmp_path)
+    before = len(bailian.requests)
+    shown: list[tuple[str, int]] = []
+    result = submit(
+        ws, paid(bailian), yes=True, on_note=lambda line: shown.append((line, len(bailian.requests)))
+    )
+    local = JobClient(resolve_target("local", base_url=local_server.api_base))
+    try:
+        ((line, sent_then),) = shown
+        assert "config.teacher-smaller" in line and sent_then == before  # shown before any request
+        assert any(m == "POST" and "fine-tunes" in p for m, p in bailian.requests[before:])  # then sent
+        assert any("config.teacher-smaller" in note for note in result.notes)
+        script_said = "\n".join(result.log_tail)
+        assert "--no-check" not in script_said and "no preflight" not in script_said, script_said
+    finally:
+        local.cancel(result.job_id)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
+    env.update({"DASHSCOPE_HTTP_BASE_URL": bailian.api_base, "DASHSCOPE_API_KEY": KEY})
+    skipped = subprocess.run(
+        [sys.executable, "submit_job.py", "--no-check"],
+        cwd=ws,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert skipped.returncode == 1 and "note: preflight skipped (--no-check)" in skipped.stderr
+
+
+@pytest.mark.slow  # a local job through the CLI
+def test_the_terminal_prints_the_warnings_of_a_submit_before_its_job(
+    local_server, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL", raising=False)
+    ws = _smaller_teacher(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["submit", str(ws), "--local", local_server.api_base, "--json"])
+    captured = capsys.readouterr()
+    job_id = json.loads(captured.out)["job_id"]
+    JobClient(resolve_target("local", base_url=local_server.api_base)).cancel(job_id)
+    assert exited.value.code == 0 and "preflight warning config.teacher-smaller" in captured.err, captured.err

@@ -133,10 +133,10 @@ def test_submit_job_set_mistakes_are_one_line_naming_the_field(tmp_path):
     """Defect 10 and the unknown-key contract: `--set` refuses what the SDK or the service would mishandle."""
     ws = Path(create("reward", tmp_path / "ws").path)
     cases = {
-        "model=5": "`model` is a mapping in the config, not a single value; set one key inside it, e.g. --set model.name=",
-        "training.hyper_parameters=5": "`training.hyper_parameters` is a mapping in the config",
-        "training.hyper_parameters.n_epoch=1": "unknown key `n_epoch`; the service would ignore it without a word "
-        "(did you mean training.hyper_parameters.n_epochs?)",
+        "model=5": "`model` is a mapping in the config, not a value (set one key in it, e.g. --set model.name=",
+        "training.hyper_parameters=5": "`training.hyper_parameters` is a mapping",
+        "training.hyper_parameters.n_epoch=1": "unknown key `n_epoch`: the service would ignore it without a word "
+        "(did you mean --set n_epochs=... (training.hyper_parameters.n_epochs)?)",
         "training.resources.n_epochs=1": "`n_epochs` belongs under training.hyper_parameters",
         "model.name=7": "config.yaml with --set: model.name: Input should be a valid string (got 7); "
         "--set VALUE is JSON, so quote text: --set 'model.name=\"7\"'",
@@ -178,7 +178,8 @@ def test_opd_submit_takes_set_and_dry_run(tmp_path, monkeypatch):
     assert plan.job["functions"] is None and plan.job["set"]["name"] == "exp-3"
     assert "nothing sent" in str(plan) and "fake0123456789" not in str(plan) + json.dumps(plan.to_payload())
     with pytest.raises(
-        OpdError, match=r"unknown key `n_epoch`.*did you mean training.hyper_parameters.n_epochs"
+        OpdError,
+        match=r"unknown key `n_epoch`.*did you mean --set n_epochs=\.\.\. \(training.hyper_parameters.n_epochs\)",
     ):
         invoke(["submit", str(ws), "--cloud", "--dry-run", "--set", "training.hyper_parameters.n_epoch=3"])
     assert "nothing sent" in plan._repr_html_()

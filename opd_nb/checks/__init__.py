@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from opd_nb.checks.context import CheckContext
 from opd_nb.checks.report import CheckReport, Finding
 from opd_nb.errors import OpdError
-from opd_nb.spec.job import parse_config_text
+from opd_nb.spec.job import NOT_UTF8, parse_config_text, read_config_text, workspace_config
 
 __all__ = ["check", "check_config_text", "CheckReport", "Finding", "RULES"]
 
@@ -61,7 +63,30 @@ RULES: dict[str, str] = {
     "config.unregistered-code": "reward/rollout code in functions/ the config does not register",
     "config.no-training-data": "no training dataset",
     "config.testing-dataset": "a `testing` dataset (never submitted)",
-    "config.dataset-source-missing": "a dataset without file_name/file_id/url",
+    "config.dataset-source-missing": "a dataset without file_name/file_id/url (or an OSS mount without its parts)",
+    # what PyYAML (the SDK's loader) accepts but the author did not mean (checks/yaml_structure.py)
+    "config.yaml-encoding": "the config is not UTF-8 text (the SDK reads UTF-8)",
+    "config.yaml-tab": "a tab in the YAML (spaces only)",
+    "config.yaml-multiple-documents": "more than one YAML document in the file (`---`)",
+    "config.yaml-duplicate-key": "a key written twice in one mapping (the last one wins silently)",
+    "config.yaml-implicit-type": "a value or key YAML 1.1 reads as a boolean, number or date where text is meant",
+    "config.yaml-number-form": "a number YAML 1.1 reads as another (010 octal, 1:30 base 60, 0o17 text)",
+    "config.yaml-null-value": "an empty value (null): a dropped hyper-parameter or a block left empty",
+    "config.yaml-block-shape": "a list written where a mapping belongs, or the reverse (`- ` added or missing)",
+    "config.yaml-invisible-character": "a no-break/zero-width space or a stray space in quotes in a key or a text",
+    "config.yaml-merge-conflict": "a `<<: [*a, *b]` merge whose anchors bring one key twice (the first wins)",
+    # cross-field constraints against the job's size (checks/schedule.py)
+    "config.save-steps-beyond-total": "save_steps beyond the total number of steps (no checkpoint to choose)",
+    "config.warmup-beyond-total": "lr_warmup_steps not below the total steps (the rate never peaks)",
+    "config.save-field-unused": "save_steps / save_total_limit that save_strategy makes meaningless",
+    "config.warmup-unused": "a warm-up with a schedule that has none (constant), or the reverse",
+    "config.mini-batch-divides": "batch_size x n_rollouts not a multiple of ppo_mini_batch_size",
+    "config.algorithm-unused": "algorithm set in a job without a reward (pure distillation ignores it)",
+    # identifiers with a documented form (checks/identifiers.py)
+    "config.id-wrong-kind": "a job, checkpoint, file or function id where another kind belongs",
+    "config.dataset-source-fields": "dataset fields of another data_source_type (ignored)",
+    "config.finetuned-teacher": "a fine-tuned output as teacher_model (Bailian deploys only its own)",
+    "config.job-name-suffix": "a job name that already ends with the -<8 hex> the SDK appends",
     "data.file-missing": "a dataset file that does not exist",
     "data.empty-file": "an empty dataset file (silently skipped)",
     "data.file-too-large": "a dataset over the 1 GiB upload limit",
@@ -117,7 +142,14 @@ RULES: dict[str, str] = {
 
 
 def _run(
-    ws: Path, text: str, config_name: str, target: str, base_url: str | None, tokenizer_path: str | None
+    ws: Path,
+    text: str,
+    config_name: str,
+    target: str,
+    base_url: str | None,
+    tokenizer_path: str | None,
+    sets: Mapping[str, Any] | None = None,
+    run_args: Mapping[str, str | None] | None = None,
 ) -> CheckReport:
     from opd_nb.checks.advice import check_advice
     from opd_nb.checks.config import check_config, check_config_with_data
@@ -125,26 +157,50 @@ def _run(
     from opd_nb.checks.environment import check_environment
     from opd_nb.checks.function_code import check_functions
     from opd_nb.checks.function_runtime import check_runtime
+    from opd_nb.checks.identifiers import check_identifiers
+    from opd_nb.checks.schedule import check_schedule
+    from opd_nb.checks.yaml_structure import check_yaml_structure
 
     report = CheckReport(workspace=str(ws), target=target)
     ctx = CheckContext(
         workspace=ws,
         target=target,
         report=report,
-        parsed=parse_config_text(text, config_name),
+        parsed=parse_config_text(
+            text, config_name, sets={**(sets or {}), **_run_sets(run_args)}, labels=RUN_FLAGS
+        ),
         config_name=config_name,
         base_url=base_url,
         tokenizer_path=tokenizer_path,
+        text=text,
     )
+    check_yaml_structure(ctx)  # first: what the loader made of the file, before any field is read
     check_config(ctx)
     if ctx.raw:
+        check_identifiers(ctx)
         check_data(ctx)
         check_config_with_data(ctx)
         check_advice(ctx)
+        check_schedule(ctx)
         check_functions(ctx)
         check_runtime(ctx)
     check_environment(ctx)
     return report.sort()
+
+
+# The `run()` arguments a submit passes besides the YAML, as config keys, and the flag each comes from.
+RUN_KEYS = {"model": "model.name", "teacher_model": "teacher_model", "job_name": "name"}
+RUN_FLAGS = {"model.name": "--model", "teacher_model": "--teacher-model", "name": "--job-name"}
+
+
+def _run_sets(run_args: Mapping[str, str | None] | None) -> dict[str, str]:
+    """`run()` arguments as config changes (only truthy ones count, as in the SDK's `run()`)."""
+    unknown = set(run_args or {}) - set(RUN_KEYS)
+    if unknown:
+        raise OpdError(
+            f"unknown run() argument(s): {', '.join(sorted(unknown))}", fix=f"use {', '.join(RUN_KEYS)}"
+        )
+    return {RUN_KEYS[k]: v for k, v in (run_args or {}).items() if v}
 
 
 def _target(target: str) -> str:
@@ -160,12 +216,20 @@ def check(
     base_url: str | None = None,
     tokenizer_path: str | None = None,
     config: str = "config.yaml",
+    sets: Mapping[str, Any] | None = None,
+    run_args: Mapping[str, str | None] | None = None,
 ) -> CheckReport:
-    """Run every rule over the workspace's config, data, functions and environment."""
+    """Run every rule over the workspace's config, data, functions and environment.
+
+    `workspace` is the folder or its config file (`ws/config.yaml`). `sets` are `--set` changes
+    (:func:`opd_nb.spec.sets.parse_sets`) and `run_args` the `run()` arguments a submit passes (model,
+    teacher_model, job_name): the rules see the config as that submit would send it.
+    """
+    from opd_nb.spec.sets import normalize_sets
+
     target = _target(target)
-    ws = Path(workspace)
-    if ws.is_file() and ws.suffix in (".yaml", ".yml"):  # `opd check ws/config.yaml`: that config, its folder
-        ws, config = ws.parent, ws.name
+    ws, config = workspace_config(workspace, config)
+    sets = normalize_sets(sets)
     if not ws.is_dir():
         is_file = ws.is_file()
         report = CheckReport(workspace=str(ws), target=target)
@@ -202,14 +266,13 @@ def check(
         )
         return report.sort()
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
+        text = read_config_text(path)
+    except OpdError as exc:
         report = CheckReport(workspace=str(ws), target=target)
-        report.add(
-            "config.yaml-syntax", "error", str(path), f"not UTF-8 text ({exc.reason})", "save it as UTF-8"
-        )
+        rule = "config.yaml-encoding" if exc.code == NOT_UTF8 else "config.yaml-syntax"
+        report.add(rule, "error", exc.where or str(path), exc.message, exc.fix or "")
         return report
-    return _run(ws, text, config, target, base_url, tokenizer_path)
+    return _run(ws, text, config, target, base_url, tokenizer_path, sets, run_args)
 
 
 def check_config_text(

@@ -8,7 +8,8 @@ from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
 from opd_nb.estimate import training_steps
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME, closest
+from opd_nb.spec.hyperparams import OTHER_NAMES, PARAMS_BY_NAME, closest
+from opd_nb.spec.ids import id_kind
 from opd_nb.spec.models import (
     OPD_TEACHER_IDS,
     documented,
@@ -18,16 +19,20 @@ from opd_nb.spec.models import (
     size_b,
     size_class,
 )
+from opd_nb.spec.yaml_edit import yaml_scalar
 
 LR_START = 1e-6
 LR_FAR_ABOVE = 1e-5  # 10x the documented start
 _HF_REPO = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _PARSE_RULES = {
     "syntax": "config.yaml-syntax",
+    "yaml-tab": "config.yaml-tab",
+    "yaml-multiple-documents": "config.yaml-multiple-documents",
     "empty": "config.empty",
     "functions-null": "config.functions-null",
     "name": "config.job-name",
     "schema": "config.schema",
+    "misplaced": "config.misplaced-key",
 }
 
 
@@ -35,6 +40,8 @@ def check_config(ctx: CheckContext) -> None:
     """Rules that need only the config (and the target)."""
     rep = ctx.report
     for p in ctx.parsed.problems:
+        if any(p.path[:n] in ctx.explained for n in range(1, len(p.path) + 1)):
+            continue  # a YAML rule already said what the loader made of this value
         rep.add(_PARSE_RULES.get(p.kind, "config.schema"), "error", p.where, p.message, p.fix)
     if not ctx.raw:
         return
@@ -96,6 +103,8 @@ def _job_name(ctx: CheckContext) -> None:
 
 def _looks_local(ident: str, ctx: CheckContext) -> str | None:
     """Why a model id looks like a Hugging Face repo or a filesystem path (None if it does not)."""
+    if id_kind(ident) == "local-output":
+        return "a local job's output model (opd-local/…), which only `opd serve` knows"
     if ident.startswith(("/", "./", "../", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", ident):
         return "a filesystem path"
     if _HF_REPO.match(ident):
@@ -113,7 +122,7 @@ def _models(ctx: CheckContext) -> None:
     training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
     rep = ctx.report
     not_a_mapping = model is not None and not isinstance(model, dict)  # already a config.schema error
-    if not student and not not_a_mapping:
+    if not student and not not_a_mapping and ("model",) not in ctx.explained:
         rep.add(
             "config.model-missing",
             "error",
@@ -145,6 +154,8 @@ def _models(ctx: CheckContext) -> None:
         role = "teacher_model" if path == ("teacher_model",) else "model.name"
         if _placeholder_id(ctx, path, role, ident):
             continue
+        if id_kind(ident) not in (None, "local-output"):
+            continue  # a job, checkpoint, file or function id: the identifier rules say what it is
         if ctx.target == "cloud":
             why = _looks_local(ident, ctx)
             if why:
@@ -297,9 +308,11 @@ def _numeric_string(ctx: CheckContext, section: str, key: str, value: Any) -> bo
             num = as_number(value)
             if spec is not None and spec.type == "int" and num is not None and float(num).is_integer():
                 fix = f"write {key}: {int(num)} (no quotes)"
-            elif "e" in value.lower() and "." not in value.split("e")[0].split("E")[0]:
-                mant, _, exp = value.lower().partition("e")
-                fix = f"write {key}: {mant}.0e{exp} (YAML 1.1 needs a dot before the exponent)"
+            elif "e" in value.lower() and num is not None:
+                fix = (
+                    f"write {key}: {yaml_scalar(float(num))} (no quotes; YAML 1.1 reads an exponent as a number "
+                    "only with a dot in the mantissa and a sign: 1.0e-6, 1.0e+3)"
+                )
             else:
                 fix = f"write {key}: {value.strip()} without quotes"
             ctx.report.add(
@@ -327,6 +340,8 @@ def _hyper_parameter(ctx: CheckContext, key: str, value: Any) -> None:
     rep = ctx.report
     hp = ctx.hp
     path = ("training", "hyper_parameters", key)
+    if path in ctx.explained:
+        return  # a YAML rule said what the loader made of this key or value
     spec = PARAMS_BY_NAME.get(key)
     if spec is None or spec.section != "hyper_parameters":
         if spec is not None:
@@ -340,13 +355,15 @@ def _hyper_parameter(ctx: CheckContext, key: str, value: Any) -> None:
             return
         near = closest(key, "hyper_parameters")
         if near and near not in hp:
+            other = OTHER_NAMES.get(key.lower()) == near
             rep.add(
                 "config.unknown-hyperparameter",
                 "error",
                 ctx.where(path),
-                f"unknown hyper-parameter `{key}`: the service ignores it without a word (so {near} keeps "
-                "its default)",
-                f"did you mean `{near}`?",
+                f"unknown hyper-parameter `{key}`"
+                + (" (another trainer's name)" if other else "")
+                + f": the service ignores it without a word (so {near} keeps its default)",
+                f"did you mean `{near}`?" + (" (OPD's name for it)" if other else ""),
             )
         else:
             rep.add(
@@ -358,7 +375,7 @@ def _hyper_parameter(ctx: CheckContext, key: str, value: Any) -> None:
             )
         return
     if value is None:
-        return
+        return  # dropped by the SDK (the YAML rules say so)
     _check_value(
         rep,
         ctx,
@@ -518,7 +535,7 @@ def _resources(ctx: CheckContext) -> None:
                 f"did you mean `{near}`?" if near else "remove it",
             )
             continue
-        if value is None:
+        if value is None or path in ctx.explained:
             continue
         _check_value(rep, ctx, "resources", key, value, spec, path, f"allowed: {spec.range_text()}")
         _documented_value(ctx, spec, value, path)

@@ -37,6 +37,8 @@ class CheckContext:
     tokenizer_path: str | None = None
     train_rows: int | None = None  # filled by the data rules
     local_models: dict[str, Any] = field(default_factory=dict)
+    text: str = ""  # the config as written (the YAML rules read its structure, before any field)
+    explained: set[KeyPath] = field(default_factory=set)  # paths a YAML rule explained (no schema repeat)
 
     # ------------------------------------------------------------ raw views (work on invalid configs too)
 

@@ -11,12 +11,21 @@ from opd_nb.cli._app import app
 from opd_nb.cli._output import echo, emit, in_magic, print_result
 from opd_nb.constants import DEFAULT_LOCAL_API
 
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="as `opd submit --set`: a config change for this run, e.g. n_epochs=2 (repeatable)",
+    ),
+]
+
 
 @app.command("check")
 def check_cmd(
-    workspace: Annotated[Path, typer.Argument(help="Workspace folder (default: current folder).")] = Path(
-        "."
-    ),
+    workspace: Annotated[
+        Path, typer.Argument(help="Workspace folder or its config file (default: current folder).")
+    ] = Path("."),
     as_json: Annotated[bool, typer.Option("--json", help="Print the findings as a JSON list.")] = False,
     target: Annotated[
         str, typer.Option("--target", "-t", help="cloud (the job's destination) or local.")
@@ -34,34 +43,42 @@ def check_cmd(
     config: Annotated[
         str, typer.Option("--config", "-c", help="Config file inside the workspace.")
     ] = "config.yaml",
+    sets: SetOpt = None,
 ):
-    """Run every preflight rule over config, data, functions and environment. Exit 1 if any error."""
-    from opd_nb.checks import check
+    """Run every preflight rule over config, data, functions and environment. Exit 1 if any error.
 
-    report = check(workspace, target, base_url=base_url, tokenizer_path=tokenizer, config=config)
+    WORKSPACE is the folder or its config file; with --set, the config as `opd submit --set` would send it.
+    """
+    from opd_nb.checks import check
+    from opd_nb.spec.sets import parse_sets
+
+    changes = parse_sets(sets or [])
+    report = check(
+        workspace, target, base_url=base_url, tokenizer_path=tokenizer, config=config, sets=changes
+    )
     if not as_json and not in_magic() and report.ok:
         print_result(report)
-        _print_estimate(workspace, config)
+        _print_estimate(workspace, config, changes)
         return emit(None)
     return emit(report, exit_code=0 if report.ok else 1, as_json=as_json)
 
 
-def _print_estimate(workspace: Path, config: str) -> None:
+def _print_estimate(workspace: Path, config: str, sets: dict) -> None:
     """After a clean check, the job's size (`opd estimate`), so the price of a start is in view."""
     from opd_nb.errors import OpdError
     from opd_nb.estimate import estimate
 
     try:
-        echo(str(estimate(workspace, config=config)))
+        echo(str(estimate(workspace, config=config, sets=sets)))
     except OpdError as exc:
         echo(f"no estimate: {exc}")
 
 
 @app.command("estimate")
 def estimate_cmd(
-    workspace: Annotated[Path, typer.Argument(help="Workspace folder (default: current folder).")] = Path(
-        "."
-    ),
+    workspace: Annotated[
+        Path, typer.Argument(help="Workspace folder or its config file (default: current folder).")
+    ] = Path("."),
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the estimate as JSON (fields: README).")
     ] = False,
@@ -76,14 +93,11 @@ def estimate_cmd(
         int | None,
         typer.Option("--smoke", metavar="[N]", min=0, help="size the smoke run of `opd submit --smoke [N]`"),
     ] = None,
-    sets: Annotated[
-        list[str] | None,
-        typer.Option("--set", metavar="KEY=VALUE", help="as `opd submit --set` (repeatable)"),
-    ] = None,
+    sets: SetOpt = None,
 ):
     """Size the job before it starts: steps, rollouts, evaluations, token bounds, reward calls, unit-hours."""
-    from opd_nb.client import parse_sets
     from opd_nb.estimate import estimate
+    from opd_nb.spec.sets import parse_sets
 
     result = estimate(workspace, config=config, price=price, smoke=smoke, sets=parse_sets(sets or []))
     return emit(result, as_json=as_json)
@@ -91,9 +105,9 @@ def estimate_cmd(
 
 @app.command("config")
 def config_cmd(
-    workspace: Annotated[Path, typer.Argument(help="Workspace folder (default: current folder).")] = Path(
-        "."
-    ),
+    workspace: Annotated[
+        Path, typer.Argument(help="Workspace folder or its config file (default: current folder).")
+    ] = Path("."),
     as_json: Annotated[
         bool, typer.Option("--json", help="Print config, request body and sources as JSON.")
     ] = False,
@@ -112,13 +126,16 @@ def config_cmd(
     no_reward: Annotated[
         bool, typer.Option("--no-reward", help="Drop reward functions (pure distillation).")
     ] = False,
+    sets: SetOpt = None,
 ):
     """Print the effective job (defaults < YAML < run() arguments) as YAML the SDK loads identically."""
     from opd_nb.spec.effective import effective_job
+    from opd_nb.spec.sets import parse_sets
 
     job = effective_job(
         workspace,
         config=config,
+        sets=parse_sets(sets or []),
         model=model,
         teacher_model=teacher_model,
         job_name=job_name,

@@ -73,7 +73,9 @@ def eval_cmd(
 ) -> Any:
     """Answer the workspace's validation rows with each model and score them; rows that differ first."""
     from opd_nb.evaluation import evaluate, require_eval_consent
+    from opd_nb.spec.job import workspace_config
 
+    workspace = workspace_config(workspace)[0]  # the folder, or its config file
     client = _client(local, cloud, workspace)
     notice = require_eval_consent(client.target.kind, workspace, model, rows, yes)
     if notice:

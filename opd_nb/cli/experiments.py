@@ -28,7 +28,9 @@ def sweep_cmd(
             help="the one hyper-parameter (or resource) to vary and its values, e.g. learning_rate=5e-7,1e-6",
         ),
     ],
-    workspace: Annotated[Path, typer.Argument(help="workspace folder (default: current folder)")] = Path("."),
+    workspace: Annotated[
+        Path, typer.Argument(help="workspace folder or its config file (default: current folder)")
+    ] = Path("."),
     grid: Annotated[
         bool, typer.Option("--grid", help="allow several --param: one job per combination")
     ] = False,
@@ -66,6 +68,7 @@ def sweep_cmd(
         fresh=fresh,
         config=config,
         on_submitted=None if quiet else progress,
+        on_note=None if quiet else (lambda line: echo(line, err=True)),
     )
     if in_magic() and not dry_run and not as_json:  # the notebook opens the multi-job monitor on it
         return SweepRequest(sweep=result, target=client.target)

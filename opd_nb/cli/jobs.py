@@ -147,13 +147,17 @@ def submit_cmd(
         typer.Option(
             "--set",
             metavar="KEY=VALUE",
-            help="change one config value for this submit only, e.g. training.hyper_parameters.learning_rate=2e-6 "
-            "(VALUE is JSON, else text; repeatable)",
+            help="change one config value for this submit only, e.g. learning_rate=2e-6 (a hyper-parameter or "
+            "resource by name) or training.hyper_parameters.learning_rate=2e-6 (VALUE is JSON, else text; repeatable)",
         ),
     ] = None,
     dry_run: Annotated[
         bool,
-        typer.Option("--dry-run", help="print the effective job (submit_job.py --dry-run) and send nothing"),
+        typer.Option(
+            "--dry-run",
+            help="run the preflight and print its findings and the effective job (submit_job.py --dry-run); "
+            "send nothing (exit 2 on a preflight error)",
+        ),
     ] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="follow the job until it ends")] = False,
     yes: YesOpt = False,
@@ -166,15 +170,24 @@ def submit_cmd(
     On Bailian (--cloud) a job is billed: without --yes one line says what would start and nothing is sent.
     """
     from opd_nb.client import dry_run as dry_run_job
-    from opd_nb.client import parse_sets, submit
+    from opd_nb.client import submit
+    from opd_nb.spec.sets import parse_sets
 
     client = _client(local, cloud, workspace)
     changes = parse_sets(sets or [])
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
-    common = {"config": config, "sets": changes, "fresh": fresh, "smoke": smoke, **overrides}
+    common = {
+        "config": config,
+        "sets": changes,
+        "fresh": fresh,
+        "smoke": smoke,
+        "no_check": no_check,
+        **overrides,
+    }
     if dry_run:
         return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
-    result = submit(workspace, client.target, yes=yes, no_check=no_check, client=client, **common)
+    show = None if in_magic() else (lambda line: echo(line, err=True))  # the gate's warnings, before sending
+    result = submit(workspace, client.target, yes=yes, client=client, on_note=show, **common)
     if in_magic():  # the notebook opens the job monitor on it (with this client: result.client)
         return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
     if watch and not as_json:

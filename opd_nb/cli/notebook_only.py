@@ -29,7 +29,9 @@ TargetChoice = Annotated[
         help="check against the cloud or the local rules (default: the current `%opd use` target)",
     ),
 ]
-WorkspaceArg = Annotated[Path, typer.Argument(help="workspace folder (default: current folder)")]
+WorkspaceArg = Annotated[
+    Path, typer.Argument(help="workspace folder or its config file (default: current folder)")
+]
 
 
 def _notebook_only(verb: str, what: str, magic: str) -> OpdError:
@@ -52,7 +54,10 @@ def form_cmd(
     """
     if not in_magic():
         raise _notebook_only("form", "a notebook widget", "%opd form [WORKSPACE]")
-    return emit(FormRequest(workspace=str(workspace), config=config, target=target))
+    from opd_nb.spec.job import workspace_config
+
+    folder, config = workspace_config(workspace, config)
+    return emit(FormRequest(workspace=str(folder), config=config, target=target))
 
 
 @app.command("playground", hidden=True, rich_help_panel=NOTEBOOK_PANEL)
@@ -71,8 +76,11 @@ def playground_cmd(
     """
     if not in_magic():
         raise _notebook_only("playground", "a notebook widget", "%opd playground [WORKSPACE]")
+    from opd_nb.spec.job import workspace_config
+
+    folder, _ = workspace_config(workspace)
     return emit(
-        PlaygroundRequest(workspace=str(workspace), processor_class=processor_class, concurrency=concurrency)
+        PlaygroundRequest(workspace=str(folder), processor_class=processor_class, concurrency=concurrency)
     )
 
 

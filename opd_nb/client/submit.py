@@ -14,12 +14,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, PrivateAttr
 
+from opd_nb.checks.report import Finding
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
 from opd_nb.errors import OpdError
@@ -45,6 +46,7 @@ with open(args["result_file"], "w", encoding="utf-8") as f:
 sys.exit(0 if job_id else 1)
 """
 RESULT_FLAG = "--result-file"  # submit_job.py writes its result (JSON) there; its stdout is the user's
+PREFLIGHT_DONE_FLAG = "--preflight-done"  # tells submit_job.py the gate already ran in opd (not twice)
 LEGACY_NOTE = (
     "this workspace's submit_job.py predates --result-file, so its result was read from its printed "
     "output (a print of your own can break that): copy submit_job.py from a new workspace (`opd new`)"
@@ -90,45 +92,43 @@ class SubmitResult(ResultMixin, BaseModel):
 
 
 class DryRun(ResultMixin, BaseModel):
-    """What `opd submit --dry-run` prints: the workspace's submit_job.py --dry-run, nothing sent."""
+    """What `opd submit --dry-run` prints: the preflight's findings, then the workspace's
+    submit_job.py --dry-run; nothing sent. A dry run with a preflight error is an error itself."""
 
     workspace: str
     target_kind: str
     base_url: str
     job: dict[str, Any]  # the effective job, as submit_job.py computes it (the key only as its source)
+    findings: list[Finding] = []  # the preflight's warnings and notes (empty with --no-check)
+    checked: bool = True  # False: --no-check
 
     def to_payload(self) -> dict[str, Any]:
-        return self.job
+        return {**self.job, "preflight": [f.model_dump() for f in self.findings] if self.checked else None}
+
+    def _head(self) -> str:
+        check = (
+            "preflight skipped (--no-check)"
+            if not self.checked
+            else f"preflight: {len(self.findings)} finding(s), no error"
+        )
+        return f"dry run on {self.target_kind} {self.base_url}: nothing sent; {check}"
 
     def __str__(self) -> str:
-        head = f"dry run on {self.target_kind} {self.base_url}: nothing sent"
-        return head + "\n" + json.dumps(self.job, indent=2, ensure_ascii=False, default=str)
+        found = "".join(f"{f}\n" for f in self.findings)
+        return f"{found}{self._head()}\n" + json.dumps(self.job, indent=2, ensure_ascii=False, default=str)
 
     def _repr_html_(self) -> str:
         body = html.escape(json.dumps(self.job, indent=2, ensure_ascii=False, default=str))
-        return (
-            f"<div>dry run on {html.escape(self.target_kind)} <code>{html.escape(self.base_url)}</code>: "
-            f"nothing sent<pre>{body}</pre></div>"
-        )
+        found = "".join(f"<li><b>{html.escape(f.severity)}</b> <code>{html.escape(f.where)}</code> "
+                        f"{html.escape(f.message)}</li>" for f in self.findings)  # fmt: skip
+        return f"<div>{html.escape(self._head())}<ul>{found}</ul><pre>{body}</pre></div>"
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """`--set KEY=VALUE` items as submit_job.py reads them: KEY a dotted path, VALUE JSON (else plain text)."""
-    sets: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key or any(not part for part in key.split(".")):
-            raise OpdError(
-                f"expected KEY=VALUE, got {item!r}",
-                where="--set",
-                fix="e.g. --set training.hyper_parameters.learning_rate=2e-6",
-            )
-        try:
-            sets[key] = json.loads(raw)
-        except ValueError:
-            sets[key] = raw
-    return sets
+    """`--set KEY=VALUE` items, checked (:func:`opd_nb.spec.sets.parse_sets`, the one grammar)."""
+    from opd_nb.spec.sets import parse_sets as parse
+
+    return parse(items)
 
 
 def _script_flags(sets: Mapping[str, Any] | None, fresh: bool, smoke: int | None = None) -> list[str]:
@@ -145,27 +145,55 @@ def _script_knows(ws: Path, flag: str) -> bool:
     return script.is_file() and f'"{flag}"' in script.read_text(encoding="utf-8", errors="replace")
 
 
+def _checked_flag(ws: Path, no_check: bool) -> list[str]:
+    """What submit_job.py is told about the preflight: it ran here (`--preflight-done`), or the user skipped
+    it (`--no-check`); a script older than `--preflight-done` only knows `--no-check`."""
+    if not no_check and _script_knows(ws, PREFLIGHT_DONE_FLAG):
+        return [PREFLIGHT_DONE_FLAG]
+    return ["--no-check"] if _script_knows(ws, "--no-check") else []
+
+
+def _preflight(ws: Path, target: Target, config: str, overrides: Mapping[str, Any], **how: Any) -> Any:
+    """The gate on the config as it would be sent, its `--set` changes and run() arguments included
+    (None with `no_check`): an error refuses, before anything."""
+    from opd_nb.spend import gate
+
+    if how["no_check"]:
+        return None
+    run_args = {k: overrides.get(k) for k in ("model", "teacher_model", "job_name")}
+    return gate(
+        ws, target.kind, base_url=target.base_url, config=config, sets=how["sets"], run_args=run_args,
+        dry_run=how.get("dry_run", False),
+    )  # fmt: skip
+
+
 def _before_start(
     ws: Path, target: Target, config: str, overrides: Mapping[str, Any], **how: Any
 ) -> tuple[list[str], list[str]]:
     """The gate (unless `no_check`) and, on Bailian, the consent: (notes, flags for submit_job.py).
 
-    submit_job.py gets `--no-check` and `--yes` for what was decided here, so it does neither twice,
-    and the `sets`, `fresh` and `smoke` flags (refused here where the workspace's script lacks them).
+    Every warning of the gate goes to `how["on_note"]` before anything is sent (and into the notes); a
+    paid start without `yes` shows them in its refusal. submit_job.py gets `--preflight-done` (or
+    `--no-check`) and `--yes` for what was decided here, so it does neither twice, and the `sets`,
+    `fresh` and `smoke` flags (refused here where the workspace's script lacks them).
     """
     from opd_nb.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
-    from opd_nb.spend import gate, is_paid, require_consent
+    from opd_nb.spend import is_paid, require_consent, warning_lines
 
-    notes: list[str] = []
-    if how["no_check"]:
-        notes.append("preflight skipped (--no-check)")
-    else:
-        gate(str(ws), target.kind, base_url=target.base_url, config=config)
-    flags: list[str] = []
+    done = how.get("preflight_done", False)  # the caller ran the gate (a sweep, once per value)
+    report = _preflight(ws, target, config, overrides, sets=how["sets"], no_check=how["no_check"] or done)
+    notes = ["preflight skipped (--no-check)"] if report is None and not done else []
+    warnings = warning_lines(report) if report is not None else []
     if is_paid(target.kind):
         size = estimate(ws, config=config, sets=dict(how["sets"] or {}), smoke=how["smoke"], **overrides)
-        require_consent(target.kind, how["yes"], size.start_line())
-        flags = [f for f in ("--yes", "--no-check") if _script_knows(ws, f)]
+        require_consent(target.kind, how["yes"], size.start_line(), warnings=warnings)
+    for line in warnings:
+        if how.get("on_note") is not None:
+            how["on_note"](line)
+        notes.append(line.split("\n", 1)[0])
+    flags = _checked_flag(ws, how["no_check"] and not done)
+    if is_paid(target.kind) and _script_knows(ws, "--yes"):
+        flags = ["--yes", *flags]
     if how["smoke"] is not None and not _script_knows(ws, "--smoke"):
         raise OpdError(
             "this workspace's submit_job.py predates --smoke",
@@ -182,9 +210,13 @@ def _before_start(
 
 def _prepare(
     workspace: str | Path, target: Target | None, config: str, *, need_key: bool = True
-) -> tuple[Path, Target, dict[str, str]]:
-    """(workspace, target, the child's environment): the key travels only there."""
-    ws = Path(workspace).expanduser().resolve()
+) -> tuple[Path, str, Target, dict[str, str]]:
+    """(workspace, config name, target, the child's environment): the key travels only there.
+    `workspace` is the folder or its config file."""
+    from opd_nb.spec.job import workspace_config
+
+    ws, config = workspace_config(workspace, config)
+    ws = ws.resolve()
     if not (ws / config).is_file():
         raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
     target = target or resolve_target(workspace=ws)
@@ -196,7 +228,7 @@ def _prepare(
     env.update(target.env())
     env["NO_PROXY"] = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))
     env.setdefault("LOG_LEVEL", "warning")
-    return ws, target, env
+    return ws, config, target, env
 
 
 def _script_command(
@@ -222,21 +254,30 @@ def dry_run(
     sets: Mapping[str, Any] | None = None,
     fresh: bool = False,
     smoke: int | None = None,
+    no_check: bool = False,
     timeout_s: float = 120.0,
     **overrides: Any,
 ) -> DryRun:
-    """The effective job submit_job.py would send (its `--dry-run`), with the same flags as `submit`.
+    """The preflight a submit would run, then the effective job submit_job.py would send (its `--dry-run`),
+    with the same flags as `submit`.
 
-    Nothing is sent, so no key is needed: the job shows whether one is set.
+    A preflight error is an OpdError (code ``preflight-failed``, exit 2) listing every finding; its
+    warnings and notes come with the job. Nothing is sent, so no key is needed: the job shows whether one
+    is set.
     """
-    ws, target, env = _prepare(workspace, target, config, need_key=False)
+    from opd_nb.spec.sets import normalize_sets
+
+    ws, config, target, env = _prepare(workspace, target, config, need_key=False)
+    sets = normalize_sets(sets)
     if not (ws / "submit_job.py").is_file():
         raise OpdError(
             f"{ws} has no submit_job.py, which --dry-run needs",
             fix="copy it from a new workspace (`opd new`)",
         )
+    report = _preflight(ws, target, config, overrides, sets=sets, no_check=no_check, dry_run=True)
+    checked = _checked_flag(ws, no_check)
     cmd = _script_command(
-        ws, ws / config, target, overrides, ["--dry-run", *_script_flags(sets, fresh, smoke)]
+        ws, ws / config, target, overrides, ["--dry-run", *checked, *_script_flags(sets, fresh, smoke)]
     )
     try:
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -250,7 +291,14 @@ def dry_run(
         job = json.loads(proc.stdout)
     except ValueError:
         raise OpdError("submit_job.py --dry-run printed no JSON", where=str(ws / "submit_job.py")) from None
-    return DryRun(workspace=str(ws), target_kind=target.kind, base_url=target.base_url, job=job)
+    return DryRun(
+        workspace=str(ws),
+        target_kind=target.kind,
+        base_url=target.base_url,
+        job=job,
+        findings=list(report.findings) if report is not None else [],
+        checked=report is not None,
+    )
 
 
 def _read_result(path: Path) -> dict[str, Any]:
@@ -340,6 +388,8 @@ def submit(
     smoke: int | None = None,
     timeout_s: float = 600.0,
     client: JobClient | None = None,
+    on_note: Callable[[str], None] | None = None,
+    preflight_done: bool = False,
 ) -> SubmitResult:
     """Check, ask, then register functions, upload data and submit exactly as the SDK does.
 
@@ -349,16 +399,22 @@ def submit(
     only, `fresh` registers the functions again, `smoke` (0: default size, or N rows) sends a
     sampled one-epoch run named ``-smoke``; these need the workspace's submit_job.py. `client` (the
     caller's, on `target`; else a new one) reads the job back, and the result keeps it (`.client`).
+    `on_note` is given each warning of the gate before anything is sent (the terminal prints them); the
+    result's notes keep them too. `preflight_done`: the caller ran the gate on exactly this config (a sweep).
 
     The runner writes its result to a file (submit_job.py's ``--result-file``): nothing the workspace's
     code prints can pass for it. An older template's submit_job.py (no such flag) still submits: its
     result is its last JSON line, and a note says how to update it.
     """
-    ws, target, env = _prepare(workspace, target, config)
+    from opd_nb.spec.sets import normalize_sets
+
+    ws, config, target, env = _prepare(workspace, target, config)
+    sets = normalize_sets(sets)
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
     notes, flags = _before_start(
-        ws, target, config, overrides, no_check=no_check, yes=yes, smoke=smoke, sets=sets, fresh=fresh
-    )
+        ws, target, config, overrides, no_check=no_check, yes=yes, smoke=smoke, sets=sets, fresh=fresh,
+        on_note=on_note, preflight_done=preflight_done,
+    )  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="opd-submit-") as tmp:
         result_file = Path(tmp) / "result.json"
         runner, cmd, legacy = _runner_command(ws, target, config, overrides, flags, result_file)

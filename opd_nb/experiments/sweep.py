@@ -24,7 +24,8 @@ from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import EffectiveJob, effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, ParamSpec, closest
-from opd_nb.spend import gate, require_consent
+from opd_nb.spec.job import workspace_config
+from opd_nb.spend import gate, require_consent, warning_lines
 
 if TYPE_CHECKING:  # the client is imported when a sweep submits, not to plan one
     from opd_nb.client import SubmitResult, Target
@@ -118,6 +119,7 @@ class SweepPlan(ResultMixin, BaseModel):
     registrations: list[Registration] = Field(default_factory=list)  # what the first job does
     target_kind: str = "local"
     base_url: str = ""
+    warnings: list[str] = Field(default_factory=list)  # the preflight's, each once (see `preflight`)
 
     @property
     def paid(self) -> bool:
@@ -132,6 +134,7 @@ class SweepPlan(ResultMixin, BaseModel):
                 for p, e in zip(self.points, self.effective, strict=True)
             ],
             "registrations": [r.note for r in self.registrations],
+            "preflight_warnings": self.warnings,
         }
 
     def _registration_lines(self) -> list[str]:
@@ -144,7 +147,7 @@ class SweepPlan(ResultMixin, BaseModel):
 
     def __str__(self) -> str:
         head = f"dry run: {len(self.points)} job(s) on {self.target_kind} {self.base_url}, nothing sent"
-        parts = [head, *self._registration_lines()]
+        parts = [*self.warnings, head, *self._registration_lines()]
         for point, job in zip(self.points, self.effective, strict=True):
             parts += ["", f"# {point.job_name}-<8 hex>  ({point.label})", str(job)]
         return "\n".join(parts)
@@ -154,7 +157,9 @@ class SweepPlan(ResultMixin, BaseModel):
             (p.label, f"{p.job_name}-<8 hex>", f"<pre>{html.escape(str(e))}</pre>")
             for p, e in zip(self.points, self.effective, strict=True)
         ]
-        notes = "".join(f"<div>{render.esc(line)}</div>" for line in self._registration_lines())
+        notes = "".join(
+            f"<div>{render.esc(line)}</div>" for line in [*self.warnings, *self._registration_lines()]
+        )
         return render.box(
             notes + render.table(["value", "job name", "effective job"], rows, raw_cols=(2,)),
             title=f"sweep dry run: {len(self.points)} job(s) on {self.target_kind}, nothing sent",
@@ -310,7 +315,7 @@ def submit_sweep(
                 sets=point.sets,
                 fresh=fresh and i == 0,
                 yes=True,  # the sweep as a whole was consented to and checked
-                no_check=True,
+                preflight_done=True,
             )
         except OpdError as exc:
             if not jobs:
@@ -352,9 +357,30 @@ def check_runner(workspace: str) -> None:
         )
 
 
-def preflight(workspace: str, target: Target, config: str) -> None:
-    """`opd check` once for the whole sweep: any error refuses it before a request is sent."""
-    gate(workspace, target.kind, base_url=target.base_url, config=config)
+def preflight(plan: SweepPlan, target: Target) -> list[str]:
+    """`opd check` on each point's config (config.yaml plus its change): an error in any refuses the whole
+    sweep before a request is sent, naming the value. Returns the warnings to show, each once: a warning
+    of every point as it is, one that only some values cause with those values."""
+    per_point: list[tuple[SweepPoint, list[str]]] = []
+    for point in plan.points:
+        try:
+            report = gate(
+                plan.workspace, target.kind, base_url=target.base_url, config=plan.config, sets=point.sets
+            )
+        except OpdError as exc:
+            raise OpdError(
+                f"{point.label}: {exc.message}",
+                where=exc.where,
+                fix=exc.fix,
+                exit_code=exc.exit_code,
+                code=exc.code,
+            ) from None
+        per_point.append((point, warning_lines(report)))
+    shown: list[str] = []
+    for line in dict.fromkeys(w for _, lines in per_point for w in lines):
+        points = [p.label for p, lines in per_point if line in lines]
+        shown.append(line if len(points) == len(per_point) else f"{line}\n  (only for {'; '.join(points)})")
+    return shown
 
 
 def run_sweep(
@@ -368,10 +394,13 @@ def run_sweep(
     fresh: bool = False,
     config: str = "config.yaml",
     on_submitted: Callable[[SweepPoint, SubmitResult], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> SweepPlan | SweepResult:
-    """Plan (values checked), refuse paid jobs without `yes`, preflight once, then submit one job per value."""
+    """Plan (values checked), preflight each point, refuse paid jobs without `yes` (showing the warnings),
+    show the warnings (`on_note`) before anything is sent, then submit one job per value."""
+    ws, config = workspace_config(workspace, config)
     plan = plan_sweep(
-        workspace,
+        str(ws),
         params,
         grid=grid,
         config=config,
@@ -379,15 +408,17 @@ def run_sweep(
         base_url=target.base_url,
         fresh=fresh,
     )
-    if not dry_run:
-        require_consent(
-            target.kind,
-            yes,
-            f"this sweep would start {len(plan.points)} paid job(s) on Bailian ({', '.join(plan.params)})",
-            fix="add --yes to start them, or --dry-run to see them first",
-        )
-    preflight(workspace, target, config)
+    plan.warnings = preflight(plan, target)
     if dry_run:
         return plan
-    check_runner(workspace)
+    require_consent(
+        target.kind,
+        yes,
+        f"this sweep would start {len(plan.points)} paid job(s) on Bailian ({', '.join(plan.params)})",
+        fix="add --yes to start them, or --dry-run to see them first",
+        warnings=plan.warnings,
+    )
+    check_runner(plan.workspace)
+    for line in plan.warnings if on_note is not None else []:
+        on_note(line)
     return submit_sweep(plan, target, fresh=fresh, on_submitted=on_submitted)

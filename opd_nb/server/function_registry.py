@@ -29,9 +29,10 @@ from opd_nb.server.limits import (
 )
 from opd_nb.server.responses import shown
 from opd_nb.server.store import Store
+from opd_nb.spec.ids import ENTITY_PREFIX, entity_kind
 
 MAX_ZIP_BYTES = 200 * 1024 * 1024  # the SDK's own hard limit (FC_OSS_FILE_SIZE_WARNING)
-KIND_PREFIX = {"rollout": "ro", "reward": "rw", "group_reward": "grw"}
+KIND_PREFIX = {kind: prefix.rstrip("-") for kind, prefix in ENTITY_PREFIX.items()}  # the documented forms
 
 
 def new_id(prefix: str, nbytes: int = 6) -> str:
@@ -43,10 +44,7 @@ def kind_of(entity_id: str) -> str | None:
     """Rewards and group rewards arrive under the same key; the id prefix tells them apart."""
     if "-ins-" in entity_id:
         return None
-    for kind, prefix in (("group_reward", "grw-"), ("reward", "rw-"), ("rollout", "ro-")):
-        if entity_id.startswith(prefix):
-            return kind
-    return None
+    return entity_kind(entity_id)
 
 
 def _refuse(message: str) -> ApiError:

@@ -10,6 +10,7 @@ whole YAML dict; `job_name` only works as a `run()` argument (in `init()` the SD
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
-from opd_nb.spec.job import JobConfig, LineMap, parse_config_text
+from opd_nb.spec.job import JobConfig, LineMap, parse_config_text, read_config_text, workspace_config
 
 RUN_ARGS = (
     "model",
@@ -178,10 +179,13 @@ def effective_job(
     config: str = "config.yaml",
     init: dict[str, Any] | None = None,
     no_reward: bool = False,
+    sets: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> EffectiveJob:
-    """Merge defaults < YAML < `init` kwargs < truthy `run()` overrides, exactly as the SDK does.
+    """Merge defaults < YAML (+ `--set` changes) < `init` kwargs < truthy `run()` overrides, as the SDK does.
 
+    `workspace` is the folder, or its config file (`ws/config.yaml`). `sets` are `--set` changes
+    (:func:`opd_nb.spec.sets.parse_sets`), written into the YAML's data as submit_job.py does.
     `overrides` are `run()` arguments: model, teacher_model, job_name, functions, hyper_parameters,
     resources, training_datasets, validation_datasets (paths, dicts or SDK dataset objects).
     `no_reward=True` drops reward functions (opd-nb's switch for pure distillation).
@@ -193,15 +197,18 @@ def effective_job(
             where="effective_job",
             fix=f"use one of {', '.join(RUN_ARGS)}",
         )
-    ws = Path(workspace)
+    from opd_nb.spec.sets import normalize_sets  # sets.py reads job.py's models: imported when used
+
+    ws, config = workspace_config(workspace, config)
+    sets = normalize_sets(sets)
     path = ws / config if not Path(config).is_absolute() else Path(config)
     if not path.is_file():
         raise OpdError(
             f"config file not found: {path}",
             where=str(path),
-            fix="create the workspace with `opd new` or pass --config",
+            fix="create the workspace with `opd new`, or pass the workspace folder (or its config file)",
         )
-    parsed = parse_config_text(path.read_text(encoding="utf-8"), config)
+    parsed = parse_config_text(read_config_text(path), config, sets=sets)
     if parsed.problems:
         p = parsed.problems[0]
         raise OpdError(p.message, where=p.where, fix=p.fix)

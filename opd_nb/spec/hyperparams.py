@@ -408,9 +408,36 @@ def _as_submitted(spec: ParamSpec, value: Any) -> Any:
         return value
 
 
+# What other trainers call these keys (opd-engine.md §3.3 and §3.6: verl's and HF/TRL's names, vLLM's engine
+# arguments behind opd_teacher_*). A key written in another trainer's words is ignored by the service
+# like any unknown key; the checks and `--set` name the OPD key instead.
+OTHER_NAMES: dict[str, str] = {
+    "lr": "learning_rate",
+    "warmup_steps": "lr_warmup_steps",
+    "num_warmup_steps": "lr_warmup_steps",
+    "num_train_epochs": "n_epochs",
+    "total_epochs": "n_epochs",
+    "train_batch_size": "batch_size",
+    "per_device_train_batch_size": "batch_size",
+    "num_generations": "n_rollouts",
+    "rollout.n": "n_rollouts",
+    "n": "n_rollouts",
+    "test_freq": "eval_steps",
+    "save_freq": "save_steps",
+    "max_model_len": "opd_teacher_max_model_len",
+    "max_num_batched_tokens": "opd_teacher_max_num_batched_tokens",
+    "gpu_memory_utilization": "opd_teacher_gpu_memory_utilization",
+}
+
+
 def closest(name: str, section: Section | None = None, cutoff: float = 0.6) -> str | None:
-    """The known key closest to an unknown one (for 'did you mean ...')."""
+    """The known key closest to an unknown one (for 'did you mean ...'): another trainer's name for it
+    (``OTHER_NAMES``), else the nearest spelling."""
+    name = str(name)  # a YAML key can be a bool or a number (`on:`, `1:`)
     pool = [p.name for p in PARAMS if section is None or p.section == section]
+    alias = OTHER_NAMES.get(name.strip().lower())
+    if alias in pool:
+        return alias
     match = difflib.get_close_matches(name.lower(), pool, n=1, cutoff=cutoff)
     return match[0] if match else None
 

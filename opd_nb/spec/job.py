@@ -8,7 +8,10 @@ the SDK does, so `1e-6` stays a string here too (the checks flag it).
 
 from __future__ import annotations
 
+import copy
 import difflib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -162,10 +165,13 @@ KeyPath = tuple[str | int, ...]
 
 @dataclass
 class LineMap:
-    """Where each key (or list item) of a YAML document starts, 1-based."""
+    """Where each key (or list item) of a YAML document starts, 1-based; and which keys `--set` changed."""
 
     filename: str
     lines: dict[KeyPath, int] = field(default_factory=dict)
+    overridden: dict[KeyPath, str] = field(
+        default_factory=dict
+    )  # path a `--set` (or a flag) wrote -> its label
 
     def line(self, path: KeyPath) -> int | None:
         """Line of `path`, or of its longest prefix present in the document."""
@@ -177,7 +183,12 @@ class LineMap:
         return None
 
     def where(self, path: KeyPath) -> str:
-        """`file:line` when the key (or a parent) is in the file, else `file: a.b[0].c`."""
+        """`--set a.b.c` for a value a `--set` wrote, `file:line` when the key (or a parent) is in the file,
+        else `file: a.b[0].c`."""
+        path = tuple(path)
+        for n in range(len(path), 0, -1):
+            if path[:n] in self.overridden:
+                return self.overridden[path[:n]]
         line = self.line(path)
         if line is not None:
             return f"{self.filename}:{line}"
@@ -205,6 +216,72 @@ def _record(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int]) -> None:
             _record(item, sub, lines)
 
 
+# Syntax errors whose cause a reader cannot guess from PyYAML's words: (code, what it means, the fix).
+MULTIPLE_DOCUMENTS = "yaml-multiple-documents"
+TAB = "yaml-tab"
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, text: str, filename: str) -> OpdError:
+    """A PyYAML error as file:line, what went wrong in words, and the fix."""
+    mark = exc.problem_mark or exc.context_mark
+    if "could not find expected ':'" in str(exc.problem) and exc.context_mark is not None:
+        mark = exc.context_mark  # the key that lacks its `: `, not the line after it
+    line_no = mark.line + 1 if mark else None
+    where = f"{filename}:{line_no}" if line_no else filename
+    problem = " ".join(x for x in (exc.context, exc.problem) if x)
+    lines = text.splitlines()
+    line = lines[mark.line] if mark and mark.line < len(lines) else ""
+    if "expected a single document" in problem:
+        return OpdError(
+            f"the file holds more than one YAML document (a `---` line at {where} starts another); the SDK "
+            "reads exactly one and refuses the file (error 1001)",
+            where=where,
+            fix="delete that `---` line and everything that belongs to the other document, or keep one config per file",
+            code=MULTIPLE_DOCUMENTS,
+        )
+    if "'\\t'" in problem or "\t" in line[: mark.column + 1 if mark else 0]:
+        return OpdError(
+            "a tab character: YAML allows only spaces for indentation and around `key: value`",
+            where=where,
+            fix="replace the tab(s) on that line with spaces (2 per level, as in the rest of the file)",
+            code=TAB,
+        )
+    fix = "fix the indentation or quoting on that line"
+    hint = _indent_hint(lines, mark.line) if mark else None
+    if "\uff1a" in line:
+        fix = "a full-width colon `：` (a Chinese input method's): YAML needs `:` followed by a space"
+    elif "could not find expected ':'" in problem:
+        fix = "a key without `: ` (write `key: value`, with a space after the colon), or an unclosed quote above"
+    elif hint:
+        fix = hint
+    elif "mapping values are not allowed" in problem:
+        fix = "its value holds ': ' (quote the value), or the line is indented deeper than its siblings"
+    return OpdError(f"YAML syntax error: {problem}", where=where, fix=fix)
+
+
+def _indent_hint(lines: list[str], index: int) -> str | None:
+    """When line `index` is indented deeper than the content line above it, which opens no block: say so."""
+
+    def indent(text: str) -> int:
+        return len(text) - len(text.lstrip(" "))
+
+    def content(text: str) -> bool:
+        return bool(text.strip()) and not text.strip().startswith("#")
+
+    if index >= len(lines) or not content(lines[index]):
+        return None
+    above = next((i for i in range(index - 1, -1, -1) if content(lines[i])), None)
+    if above is None:
+        return None
+    opens = lines[above].split(" #")[0].rstrip().endswith(":") or lines[above].lstrip().startswith("- ")
+    if indent(lines[index]) > indent(lines[above]) and not opens:
+        return (
+            f"line {index + 1} is indented deeper than line {above + 1} above it, which opens no block: one of "
+            "them is at the wrong level (a key moved out of its block, or one indented too far)"
+        )
+    return None
+
+
 def load_yaml_with_lines(text: str, filename: str = "config.yaml") -> tuple[Any, LineMap]:
     """Parse like the SDK (SafeLoader) and remember each key's line. Syntax errors -> OpdError."""
     loader = yaml.SafeLoader(text)
@@ -212,12 +289,7 @@ def load_yaml_with_lines(text: str, filename: str = "config.yaml") -> tuple[Any,
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{filename}:{mark.line + 1}" if mark else filename
-        problem = " ".join(x for x in (exc.context, exc.problem) if x)
-        raise OpdError(
-            f"YAML syntax error: {problem}", where=where, fix="fix the indentation or quoting on that line"
-        ) from None
+        raise _syntax_error(exc, text, filename) from None
     except yaml.YAMLError as exc:
         raise OpdError(f"YAML error: {exc}", where=filename) from None
     finally:
@@ -282,6 +354,32 @@ def _context_of(path: KeyPath) -> str:
     return "top"
 
 
+_PLACES = {  # where a key of each model lives, in the words of the YAML
+    "top": "the top level (no indentation)",
+    "model": "`model:`",
+    "function": "a function (`functions: - ...`)",
+    "fcmodel": "`fcmodel:` of a function",
+    "runtime": "`runtime:` of a function",
+    "dataset": "a dataset (`datasets: - ...`)",
+    "mount_storage": "`mount_storage:` of a dataset",
+    "training": "`training:`",
+}
+
+
+def _home_of(key: str, here: str) -> str | None:
+    """Where `key` belongs when it is not a key of `here` (a hyper-parameter one level off, `classpath`
+    on the function instead of its `fcmodel`), or None for a key no level knows (a typo)."""
+    from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+
+    spec = PARAMS_BY_NAME.get(key)
+    if spec is not None:
+        return f"`training.{spec.section}`"
+    if key in ("hyper_parameters", "resources") and here != "training":
+        return _PLACES["training"]
+    homes = [ctx for ctx, fields in _FIELDS.items() if key in fields and ctx != here]
+    return " or ".join(_PLACES[c] for c in homes) if homes else None
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> KeyPath:
     """Drop the union tags pydantic inserts after `functions[i]`."""
     out: list[str | int] = []
@@ -300,12 +398,18 @@ def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
     if etype == "extra_forbidden":
         key = str(path[-1]) if path else "?"
         ctx = _context_of(path[:-1])
-        if ctx == "function" and key in _FIELDS["fcmodel"]:
-            fix = f"move `{key}` under `fcmodel:` of that function"
-        elif ctx == "top" and key == "job_name":
+        home = _home_of(key, ctx)
+        if ctx == "top" and key == "job_name":
             fix = "the YAML key is `name` (the SDK appends a random suffix)"
-        elif ctx == "top" and key in ("hyper_parameters", "resources"):
-            fix = f"put `{key}` under `training:`"
+        elif home:
+            return ConfigProblem(
+                path,
+                where,
+                f"`{key}` is at the wrong level (`{dotted}`): it belongs under {home}, and here the SDK refuses "
+                "the whole config (error 1002)",
+                f"move `{key}` under {home} (check its indentation)",
+                kind="misplaced",
+            )
         else:
             near = difflib.get_close_matches(key, _FIELDS[ctx], n=1, cutoff=0.6)
             fix = f"did you mean `{near[0]}`?" if near else f"allowed keys here: {', '.join(_FIELDS[ctx])}"
@@ -349,8 +453,51 @@ def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
     )
 
 
-def parse_config_text(text: str, filename: str = "config.yaml") -> ParsedConfig:
-    """Parse a job YAML without raising for schema problems: every problem comes back explained."""
+def apply_overrides(
+    data: dict[str, Any], sets: Mapping[str, Any], lines: LineMap, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """`data` with each `--set KEY=VALUE` written at its dotted path (mappings on the way are created);
+    `lines` remembers the paths, so findings about them point at the `--set` (or at the flag `labels`
+    names for a key, e.g. ``{"teacher_model": "--teacher-model"}``). The grammar and the key rules are
+    :mod:`opd_nb.spec.sets`; here only what the YAML's own shape allows is refused."""
+    out = copy.deepcopy(data)
+    for key, value in sets.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for i, part in enumerate(parents):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                path = ".".join(parents[: i + 1])
+                raise OpdError(
+                    f"--set {key}: `{path}` is {child!r} in the config, not a mapping",
+                    where=lines.where(tuple(parents[: i + 1])),
+                    fix=f"set `{path}` itself, or fix it in the YAML",
+                )
+            node = child
+        if isinstance(node.get(leaf), dict) and not isinstance(value, dict):
+            inner = next(iter(node[leaf]), "key")
+            raise OpdError(
+                f"--set {key}={json.dumps(value, default=str)}: `{key}` is a mapping in the config, not a value",
+                where="--set",
+                fix=f"set one key inside it, e.g. --set {key}.{inner}=VALUE",
+            )
+        node[leaf] = value
+        lines.overridden[tuple(key.split("."))] = (labels or {}).get(key, f"--set {key}")
+    return out
+
+
+def parse_config_text(
+    text: str,
+    filename: str = "config.yaml",
+    *,
+    sets: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> ParsedConfig:
+    """Parse a job YAML without raising for schema problems: every problem comes back explained.
+
+    `sets` (full dotted keys, as :func:`opd_nb.spec.sets.parse_sets` returns them) are applied over the
+    file before the schema is checked, as submit_job.py's `--set` does (`labels`: see apply_overrides).
+    """
     try:
         data, lines = load_yaml_with_lines(text, filename)
     except OpdError as exc:
@@ -359,8 +506,10 @@ def parse_config_text(text: str, filename: str = "config.yaml") -> ParsedConfig:
             None,
             lm,
             None,
-            [ConfigProblem((), exc.where or filename, exc.message, exc.fix or "", kind="syntax")],
+            [ConfigProblem((), exc.where or filename, exc.message, exc.fix or "", kind=exc.code or "syntax")],
         )
+    if sets and isinstance(data, dict):
+        data = apply_overrides(data, sets, lines, labels)
     if data is None:
         return ParsedConfig(
             None,
@@ -414,6 +563,55 @@ def parse_config_text(text: str, filename: str = "config.yaml") -> ParsedConfig:
     return ParsedConfig(data, lines, config, problems)
 
 
+NOT_UTF8 = "yaml-encoding"  # OpdError.code of a config that is not UTF-8 text
+
+
+def read_config_text(path: str | Path) -> str:
+    """The config's text as the SDK reads it (UTF-8); other bytes -> OpdError at the first bad line:column."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise OpdError(f"cannot read the config: {exc.strerror or exc}", where=str(p)) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            what = "UTF-16 text (a byte-order mark FF FE / FE FF starts the file)"
+        else:
+            what = f"not UTF-8 text: byte 0x{raw[exc.start]:02x} (an editor's GBK or Latin-1 encoding, most likely)"
+        raise OpdError(
+            f"{what}; the SDK opens the config as UTF-8 and fails with error 1001",
+            where=f"{p}:{line}:{column}",
+            fix="save the file as UTF-8 (e.g. `iconv -f GBK -t UTF-8 config.yaml -o config.yaml.new`)",
+            code=NOT_UTF8,
+        ) from None
+
+
+DEFAULT_CONFIG = "config.yaml"
+
+
+def workspace_config(workspace: str | Path, config: str = DEFAULT_CONFIG) -> tuple[Path, str]:
+    """(workspace folder, config name) for a path a user typed: the folder, or the config file in it.
+
+    `opd check ws/config.yaml` is a form the README shows; every verb that takes a workspace accepts it.
+    A `--config` that names a different file than the path is refused rather than guessed.
+    """
+    ws = Path(workspace).expanduser()
+    if ws.suffix in (".yaml", ".yml") and not ws.is_dir():
+        if config not in (DEFAULT_CONFIG, ws.name) and Path(config).name != ws.name:
+            raise OpdError(
+                f"two configs given: {ws} and --config {config}",
+                where="--config",
+                fix=f"pass the workspace folder with --config {config}, or just {ws}",
+            )
+        return ws.parent, ws.name
+    return ws, config
+
+
 def load_config(path: str | Path) -> JobConfig:
     """Load a job YAML like the SDK would; any mistake -> OpdError with `file:line` and a fix."""
     p = Path(path)
@@ -421,11 +619,7 @@ def load_config(path: str | Path) -> JobConfig:
         raise OpdError(
             f"config file not found: {p}", where=str(p), fix="create it with `opd new` or pass the right path"
         )
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise OpdError(f"cannot read the config: {exc}", where=str(p)) from None
-    parsed = parse_config_text(text, str(p))
+    parsed = parse_config_text(read_config_text(p), str(p))
     if parsed.problems:
         first = parsed.problems[0]
         more = f" (+{len(parsed.problems) - 1} more; run `opd check`)" if len(parsed.problems) > 1 else ""

@@ -5,7 +5,7 @@
     python submit_job.py                         # register functions, upload data, submit
     python submit_job.py --local --wait          # submit to http://127.0.0.1:8765/api/v1 and follow it
     python submit_job.py --no-reward             # pure distillation: functions=None
-    python submit_job.py --set training.hyper_parameters.learning_rate=2e-6   # one change, YAML untouched
+    python submit_job.py --set learning_rate=2e-6   # one change (or training.hyper_parameters.learning_rate)
     python submit_job.py --fresh                 # register the functions again even if unchanged
     python submit_job.py --smoke 40 --yes        # a small first run: 40 sampled rows, one epoch, name -smoke
     python submit_job.py --yes                   # Bailian bills the job: a cloud submit needs --yes
@@ -13,9 +13,11 @@
 
 A cloud submit (no --local) needs --yes: without it, one line says what would start (student, teacher,
 rows, epochs, steps, rollouts per step, resources) and nothing is sent. When opd-nb is importable, a
-cloud submit first runs its preflight rules (`opd check`) and refuses on an error; --no-check skips
-that, and --dry-run adds opd-nb's size estimate. A smoke run samples its rows (seeded) into new files
-under .opd/smoke/ and uploads them as new datasets; data/ is never edited.
+submit and a dry run first run its preflight rules (`opd check`, on the config with its --set changes):
+the warnings are printed and an error refuses (exit 2); --no-check skips that, and --dry-run adds
+opd-nb's size estimate. `--set` takes a hyper-parameter or resource by name (n_epochs=2) or a dotted
+key. A smoke run samples its rows (seeded) into new files under .opd/smoke/ and uploads them as new
+datasets; data/ is never edited.
 
 Registered functions are remembered in .opd/entities.json (per target, function name and type, with a
 hash of exactly what the SDK would zip, plus requirements.txt). While that code is unchanged the next
@@ -68,6 +70,8 @@ HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_
                     "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization")
 RESOURCES = ("charge_type", "mtu_spec_code", "mtu_capacity")
 MAPPINGS = ("model", "training", "training.hyper_parameters", "training.resources")  # never a plain value
+CONFIG_KEYS = ("name", "model", "teacher_model", "functions", "datasets", "training", "observability")  # the SDK's
+TRAINING_KEYS = ("type", "hyper_parameters", "resources")
 # Smoke runs: the same sizes as opd_nb.estimate (a test keeps both equal).
 SMOKE_STEPS = 2  # default training rows: enough for this many steps
 SMOKE_VALIDATION_ROWS = 4
@@ -100,7 +104,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"machine, else {LOCAL_URL})")
     parser.add_argument("--dry-run", action="store_true", help="print the effective job and send nothing")
     parser.add_argument("--yes", action="store_true", help="start a paid job on Bailian (needed without --local)")
-    parser.add_argument("--no-check", action="store_true", help="skip opd-nb's preflight rules before a cloud submit")
+    parser.add_argument("--no-check", action="store_true", help="skip opd-nb's preflight rules (run before a "
+                        "submit and a dry run when opd-nb is importable)")
+    parser.add_argument("--preflight-done", action="store_true", help=argparse.SUPPRESS)  # opd ran them already
     parser.add_argument("--smoke", nargs="?", type=int, const=0, default=None, metavar="N",
                         help=f"a small first run: N sampled training rows (default {SMOKE_STEPS} steps' worth), "
                              f"one epoch, {SMOKE_VALIDATION_ROWS} validation rows, job name +{SMOKE_SUFFIX}")
@@ -209,37 +215,71 @@ def sdk_error(exc: BaseException) -> str:
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
-    """`--set KEY=VALUE` pairs: KEY is a dotted path into the YAML, VALUE is JSON (else plain text)."""
+    """`--set KEY=VALUE` pairs as {full dotted key: value}: opd-nb's parser when it is importable (it also
+    checks each value against the hyper-parameter table), else this script's own (`read_sets`)."""
+    try:
+        from opd_nb.errors import OpdError
+        from opd_nb.spec.sets import parse_sets as opd_parse_sets
+    except ImportError:
+        return read_sets(items)
+    try:
+        return opd_parse_sets(items)
+    except OpdError as exc:
+        raise UsageError(f"--set {exc.message}" + (f" ({exc.fix})" if exc.fix else "")) from None
+
+
+def read_sets(items: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` pairs: KEY is a dotted path into the YAML, or the bare name of a hyper-parameter or
+    resource (n_epochs=2); VALUE is JSON (else plain text). The same keys as opd-nb's parser (a test keeps both
+    equal on one corpus); without opd-nb the values are not checked against its table."""
     sets: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
-            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. training.hyper_parameters.learning_rate=2e-6")
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. learning_rate=2e-6 "
+                             "(or training.hyper_parameters.learning_rate=2e-6)")
         try:
-            sets[key] = json.loads(raw)
+            value = json.loads(raw)
         except ValueError:
-            sets[key] = raw
+            value = raw
+        if "." not in key and key in HYPER_PARAMETERS + RESOURCES:
+            key = f"training.{'hyper_parameters' if key in HYPER_PARAMETERS else 'resources'}.{key}"
+        check_set_key(key, value)
+        sets[key] = value
     return sets
+
+
+def _near(name: str, known: tuple[str, ...]) -> str | None:
+    import difflib
+
+    near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 def check_set_key(key: str, value: Any) -> None:
     """Refuse a `--set` the service would ignore (an unknown key) or the SDK cannot read (a mapping replaced)."""
-    import difflib
-
+    parts = key.split(".")
+    if parts[0] not in CONFIG_KEYS:
+        near = _near(parts[0], HYPER_PARAMETERS + RESOURCES) if len(parts) == 1 else _near(parts[0], CONFIG_KEYS)
+        raise UsageError(f"--set {key}: unknown key `{parts[0]}`" + (f"; did you mean {near}?" if near else
+                         f"; config keys: {', '.join(CONFIG_KEYS)}, or a hyper-parameter by name"))
+    if parts[0] == "training" and len(parts) > 1 and parts[1] not in TRAINING_KEYS:
+        raise UsageError(f"--set {key}: `training.{parts[1]}` is not a key of training "
+                         f"(a hyper-parameter is written --set {parts[1]}=... or training.hyper_parameters.{parts[1]})")
     for section, known, other in (("training.hyper_parameters.", HYPER_PARAMETERS, RESOURCES),
                                   ("training.resources.", RESOURCES, HYPER_PARAMETERS)):
         if not key.startswith(section):
             continue
         name = key[len(section):]
-        if "." in name or name in known:
+        if name in known:
             break
         if name in other:
             where = "training.resources" if section.startswith("training.hyper") else "training.hyper_parameters"
             raise UsageError(f"--set {key}: `{name}` belongs under {where}, not {section[:-1]} "
-                             f"(write --set {where}.{name}=...)")
-        near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f"did you mean {section}{near[0]}?" if near else f"known keys: {', '.join(known)}"
+                             f"(write --set {name}=...)")
+        near = _near(name, known)
+        hint = f"did you mean --set {near}=...?" if near else f"known keys: {', '.join(known)}"
         raise UsageError(f"--set {key}: unknown key `{name}`; the service would ignore it without a word ({hint})")
     if key in MAPPINGS and not isinstance(value, dict):
         example = "model.name=qwen3.5-9b" if key == "model" else f"{key}.<key>=VALUE"
@@ -250,7 +290,6 @@ def check_set_key(key: str, value: Any) -> None:
 def apply_sets(data: dict, sets: dict[str, Any]) -> dict:
     """The YAML's data with each `--set` applied (missing mappings on the way are created)."""
     for key, value in sets.items():
-        check_set_key(key, value)
         node = data
         *parents, leaf = key.split(".")
         for i, part in enumerate(parents):
@@ -588,20 +627,31 @@ def start_line(job: dict) -> str:
             f"resources {res.get('mtu_spec_code', '?')} x {res.get('mtu_capacity', '?')}")
 
 
-def preflight(config: Path, no_check: bool) -> None:
-    """opd-nb's preflight rules for the cloud, when opd-nb is importable; an error refuses the submit."""
-    if no_check:
-        print("note: no preflight rules run by this script (--no-check)", file=sys.stderr)
+def preflight(config: Path, args: argparse.Namespace, sets: dict[str, Any]) -> None:
+    """opd-nb's preflight rules (`opd check`) for this target, on the config as it would be sent (with
+    --set, --model, --teacher-model, --job-name), when opd-nb is importable: its warnings are printed
+    (a dry run prints its notes too) and an error refuses the submit or the dry run (exit 2)."""
+    if args.preflight_done:
+        return  # opd ran the same rules before it started this script, and showed their findings
+    if args.no_check:
+        print("note: preflight skipped (--no-check)", file=sys.stderr)
         return
     try:
         from opd_nb.checks import check
     except ImportError:
         print("note: opd-nb is not installed, so no preflight rules ran (pip install opd-nb)", file=sys.stderr)
         return
-    report = check(config.parent, "cloud", config=config.name)
-    if report.errors:
-        lines = "\n".join(f"  {f}" for f in report.errors)
-        raise UsageError(f"preflight found {len(report.errors)} error(s); nothing was sent:\n{lines}\n"
+    run_args = {"model": args.model, "teacher_model": args.teacher_model, "job_name": args.job_name}
+    report = check(config.parent, "local" if args.local else "cloud", config=config.name, sets=sets,
+                   base_url=args.local or None, run_args=run_args)
+    shown = [f for f in report.findings if not (args.dry_run and f.rule == "env.no-api-key")]  # nothing is sent
+    errors = [f for f in shown if f.severity == "error"]
+    for f in shown:
+        if f.severity == "warning" or args.dry_run and f.severity == "info":
+            print(f"preflight {f}", file=sys.stderr)
+    if errors:
+        lines = "\n".join(f"  {f}" for f in errors)
+        raise UsageError(f"preflight found {len(errors)} error(s); nothing was sent:\n{lines}\n"
                          "fix them (opd check), or pass --no-check to skip the gate")
 
 
@@ -747,6 +797,8 @@ def main(argv: list[str] | None = None) -> int:
         job = effective_job(tuning, args, functions, key_source)
         target = job["target"].rstrip("/")
         plan = plan_entities(functions or [], workspace, target, args.fresh)
+        if args.dry_run or os.environ.get("DASHSCOPE_API_KEY"):
+            preflight(config, args, sets)  # before a dry run's job is shown, and before anything is sent
         if args.dry_run:
             if sets:
                 job["set"] = sets
@@ -759,7 +811,6 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("no API key: set DASHSCOPE_API_KEY (or put it in .env next to the config), "
                              "or use --local for a local control plane")
         if not args.local:
-            preflight(config, args.no_check)
             if not args.yes:
                 print(f"not sent: Bailian bills this job, so it needs --yes: {start_line(job)}", file=sys.stderr)
                 return 1
