@@ -76,7 +76,7 @@ def gate(
         raise OpdError(
             f"preflight found {len(report.errors)} error(s) and {len(report.warnings)} warning(s); "
             f"nothing was sent:\n{shown}",
-            fix=f"fix the errors (`opd check {workspace}` shows them again), or pass --no-check to skip the gate",
+            fix=f"correct them (`opd check {workspace}` shows them again), or pass --no-check to skip the gate",
             code=PREFLIGHT_FAILED,
             exit_code=2,
         )

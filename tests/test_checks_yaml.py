@@ -275,6 +275,8 @@ CASES = [
             "    learning_rate: 1.0e-6\n    lr_scheduler_type: cosine\n    n_epochs: 1\n    batch_size: 16\n"
             "    n_rollouts: 8\n    ppo_mini_batch_size: 32\n    eval_steps: 2\n": "    - learning_rate: 1.0e-6\n"
             "    - n_epochs: 1\n"
+            "    - opd_teacher_max_model_len: 16384\n    - opd_teacher_max_num_batched_tokens: 16384\n"
+            "    - opd_teacher_gpu_memory_utilization: 0.85\n"
         },
         "config.yaml-block-shape",
         "error",
