@@ -5,6 +5,7 @@ reward playground, and submits a job with `%opd submit`: the job monitor must re
 must gain points while the job runs, and the job must reach SUCCEEDED; hovering a curve shows a
 tooltip with its step and value, and the smoothing slider redraws the line. Then `%opd rollouts`
 opens the rollout viewer on it; picking a sample shows its completion with shaded tokens.
+Then `%opd traces` opens the job's trajectory view; a click on its reward span shows the score.
 Screenshots of the form, the playground, the monitor, the chart and the viewer are saved under
 tests/artifacts/. Chromium resolves no host but 127.0.0.1, and the test checks that the page loaded
 nothing from anywhere else: everything the widgets draw comes from installed packages.
@@ -50,6 +51,7 @@ def _notebook(workspace: str, api_base: str) -> dict:
         f"monitor = %opd submit {workspace}\nmonitor",
         "monitor.wait(timeout_s=400)\n"
         "viewer = %opd rollouts {monitor.job_ids[0]} --kind validation --sort ratio_asc\nviewer",
+        "%opd traces {monitor.job_ids[0]} --kind train",
     ]
     return {
         "cells": [
@@ -294,6 +296,7 @@ def test_notebook_monitor_in_chromium(tmp_path: Path, local_server) -> None:
         driver.execute_script("arguments[0].scrollIntoView()", viewer)
         time.sleep(0.5)
         viewer.screenshot(str(ARTIFACTS / "rollout_viewer.png"))
+        _open_a_span(driver, wait_for)
         elsewhere = driver.execute_script(
             "return performance.getEntriesByType('resource').map(e => e.name)"
             ".filter(u => !/^(http:\\/\\/127\\.0\\.0\\.1[:/]|data:|blob:)/.test(u))"
@@ -350,6 +353,21 @@ def _hover_and_smooth(driver, wait_for, selector: str, shots: Path) -> None:  # 
     slide(0.95)
     wait_for(lambda: line_d() not in ("", raw), 10, "the smoothing slider to redraw the line")
     chart().screenshot(str(shots.with_name(shots.name + "_smoothed.png")))
+
+
+def _open_a_span(driver, wait_for) -> None:  # noqa: ANN001
+    """The live trajectory view of the job's last train step: a click on a span row opens what it holds."""
+    from selenium.webdriver.common.by import By
+
+    view = wait_for(
+        lambda: driver.find_element(By.CSS_SELECTOR, ".opd-trajectory-view"), 120, "the trajectory view"
+    )
+    assert "invoke_reward RewardProcessor" in view.text, view.text[:2000]
+    row = view.find_elements(By.CSS_SELECTOR, "details.opd-span")[1]  # the reward span, under its entry span
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
+    row.find_element(By.TAG_NAME, "summary").click()
+    wait_for(lambda: row.get_attribute("open") and "reward score" in row.text, 10, "the span's pane")
+    view.screenshot(str(ARTIFACTS / "trajectory_live.png"))
 
 
 def _screenshot(driver, selector: str, path: Path) -> str:  # noqa: ANN001

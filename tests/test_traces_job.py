@@ -187,3 +187,17 @@ def _check_forwarded(receiver: OtlpReceiver, stored: set[tuple[str, str]]) -> No
         time.sleep(0.5)
     got = {(s.trace_id.hex(), s.span_id.hex()) for s in receiver.spans}
     assert stored <= got, len(stored - got)
+
+
+def test_a_reward_job_yields_invoke_reward_spans_for_its_samples(finished_job, local_server) -> None:  # noqa: ANN001
+    job = finished_job("reward")
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    records = client.rollouts(job.job_id, kind="train")
+    page = _wait_traces(client, job.job_id, records.step, {"train"})
+    for rec in records.rollouts:
+        ref = SampleRef(kind="train", step=rec["step"], group=rec["group"], sample=rec["sample"])
+        spans = [n.span for t in page.of_sample(ref) for _, n in t.nodes()]
+        reward = [s for s in spans if s.name == "invoke_reward RewardProcessor"]
+        assert reward and reward[0].kind == "REWARD", [s.name for s in spans]
+        assert reward[0].attributes["agentic_rl.result.reward_score"] == rec["reward_score"]
+        assert {s.name for s in spans} >= {"invoke_agentic_rl", "invoke_reward RewardProcessor"}

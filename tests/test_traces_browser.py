@@ -1,0 +1,98 @@
+"""The trajectory view in a saved notebook with no kernel and no network: a notebook that opens a
+finished reward job's traces and its rollout viewer is executed and exported with `jupyter nbconvert
+--execute --to html`; Chromium (no host resolves) opens the export, "expand all" opens every span row,
+a row shows the reward span's score and metrics, "only slow or failed spans" hides the rest, and in the
+saved rollout viewer a clicked sample shows its trajectory, whose span rows open on a click.
+(The live widget in JupyterLab is checked by ``test_browser.py``.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+OFFLINE = ["--HTMLExporter.require_js_url=", "--HTMLExporter.mathjax_url="]
+_REMOTE = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=[\"']((?:https?:)?//[^\"']+)", re.I)
+
+
+def _notebook(api_base: str, job_id: str) -> dict:
+    cells = [
+        "%load_ext opd_nb",
+        f"%opd use local --base-url {api_base}",
+        f"%opd traces {job_id} --kind train",
+        f"%opd rollouts {job_id} --kind train",
+    ]
+    return {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
+            for c in cells
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+@pytest.mark.skipif(not HAVE_CHROMIUM, reason=NO_CHROMIUM)
+def test_the_saved_trajectory_view_opens_span_by_span_with_no_kernel(
+    tmp_path: Path, finished_job, local_server
+) -> None:  # noqa: ANN001
+    from selenium.webdriver.common.by import By
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    job = finished_job("reward")
+    nb = tmp_path / "traces.ipynb"
+    nb.write_text(json.dumps(_notebook(local_server.api_base, job.job_id)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
+    env["DASHSCOPE_API_KEY"] = "local"
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", *OFFLINE, str(nb),
+         "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (tmp_path / "traces.html").read_text(encoding="utf-8")
+    assert _REMOTE.findall(page) == [] and "invoke_reward" in page
+    driver = chromium(window="1300,1600")
+    try:
+        driver.get((tmp_path / "traces.html").as_uri())
+        view = next(s for s in driver.find_elements(By.CSS_SELECTOR, ".opd-snap") if "traces of" in s.text)
+        rows = view.find_elements(By.CSS_SELECTOR, "details.opd-span")
+        assert rows and not any(r.get_attribute("open") for r in rows)
+        view.find_element(By.CSS_SELECTOR, "[data-act=open]").click()
+        assert all(r.get_attribute("open") for r in rows)
+        reward = next(r for r in rows if "invoke_reward" in r.find_element(By.TAG_NAME, "summary").text)
+        assert "reward score" in reward.text and "reward metrics" in reward.text
+        view.find_element(By.CSS_SELECTOR, "[data-act=close]").click()
+        assert not any(r.get_attribute("open") for r in rows)
+        view.find_element(By.CSS_SELECTOR, "[data-act=only]").click()
+        shown = [r for r in rows if r.is_displayed()]
+        assert all(r.get_attribute("data-flags") for r in shown)  # only slow or failed spans stay
+        view.screenshot(str(ARTIFACTS / "trajectory_exported.png"))
+        viewer = next(
+            s for s in driver.find_elements(By.CSS_SELECTOR, ".opd-snap") if "rollouts of" in s.text
+        )
+        row = viewer.find_elements(By.CSS_SELECTOR, "tbody tr[data-sample]")[-1]
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
+        row.click()
+        pane = viewer.find_element(
+            By.CSS_SELECTOR, f'.opd-sample[data-sample="{row.get_attribute("data-sample")}"]'
+        )
+        assert pane.is_displayed() and "trajectory" in pane.text
+        span = pane.find_element(By.CSS_SELECTOR, "details.opd-span summary")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", span)
+        span.click()
+        assert pane.find_element(By.CSS_SELECTOR, "details.opd-span").get_attribute("open")
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == [], errors
+    finally:
+        driver.quit()
