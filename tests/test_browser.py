@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium
+from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium, notebook_doc
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -53,15 +53,7 @@ def _notebook(workspace: str, api_base: str) -> dict:
         "viewer = %opd rollouts {monitor.job_ids[0]} --kind validation --sort ratio_asc\nviewer",
         "%opd traces {monitor.job_ids[0]} --kind train",
     ]
-    return {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-            for c in cells
-        ],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
+    return notebook_doc(cells)
 
 
 def _write_settings(settings: Path) -> None:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium
+from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium, notebook_doc
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -31,15 +31,7 @@ def _notebook(api_base: str, job_id: str) -> dict:
         f"%opd traces {job_id} --kind train",
         f"%opd rollouts {job_id} --kind train",
     ]
-    return {
-        "cells": [
-            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
-            for c in cells
-        ],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
+    return notebook_doc(cells)
 
 
 @pytest.mark.skipif(not HAVE_CHROMIUM, reason=NO_CHROMIUM)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 OTLP_PREFIX = "/otlp/"  # checked by the job's token, not by the API key (auth.py)
 OTLP_PATH = OTLP_PREFIX + "v1/traces"  # the route (OTLP/HTTP's own path, under a prefix that says what it is)
-TRACING_ENV = "OPD_TRACING"  # "0": opd serve starts function servers without tracing (bench/tracing_overhead.py)
+TRACING_ENV = "OPD_TRACING"  # "0": function servers start without tracing (bench/tracing_overhead.py)
 ENDPOINT_ENV = "OPD_OTLP_ENDPOINT"  # worker env: where its function servers export
 TOKEN_ENV = "OPD_OTLP_TOKEN"  # worker env: their credential (see trace_keys)
 SCHEDULE_DELAY_MS = 500  # how often a function server sends what it traced (the SDK's default is 5 s)
