@@ -135,7 +135,8 @@ def tool_failure_alert(rows: Sequence[Mapping[str, Any]], job_id: str | None = N
         (
             k[len(TOOL_METRIC_PREFIX) : -len("/error_rate")]
             for k, v in row.items()
-            if k.startswith(TOOL_METRIC_PREFIX)
+            if k != TOOL_ERROR_RATE
+            and k.startswith(TOOL_METRIC_PREFIX)
             and k.endswith("/error_rate")
             and isinstance(v, int | float)
             and v > 0

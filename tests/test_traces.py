@@ -194,3 +194,24 @@ def test_step_files_keep_the_rollouts_retention_and_skip_a_torn_line(tmp_path: P
     with open(files.dir("ft-1") / file_name("train", 5), "a") as fh:
         fh.write('{"trace_id": "ab')  # a server killed mid-append
     assert files.read("ft-1", "train", 5) == spans
+
+
+def test_a_failing_tool_is_a_health_alert_and_the_trace_numbers_get_panels() -> None:
+    from opd_nb.health import health_alerts
+    from opd_nb.plots import panel_names
+
+    rows = [
+        {"step": 1, "actor/distillation/loss": 1.0, "trace/tool/error_rate": 0.0, "trace/tool/latency_p95_s": 0.01},
+        {"step": 2, "actor/distillation/loss": 0.9, "trace/tool/error_rate": 0.5, "trace/tool/lookup/error_rate": 0.5,
+         "trace/tool/count_digits/error_rate": 0.0, "trace/llm/calls_per_trajectory": 1.5},
+    ]  # fmt: skip
+    [alert] = [a for a in health_alerts(rows, job_id="ft-1") if a.rule == "tool_failures"]
+    assert "50%" in alert.message and "(lookup)" in alert.message and "step 2" in alert.message
+    assert "opd traces ft-1 --step 2" in alert.fix
+    assert health_alerts(rows[:1], job_id="ft-1") == []
+    names = panel_names({"ft-1": rows})
+    assert names[-3:] == [
+        "trace/tool/latency_p95_s",
+        "trace/tool/error_rate",
+        "trace/llm/calls_per_trajectory",
+    ]

@@ -19,7 +19,7 @@ from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import static_js
 from opd_nb.notebook.trajectory_html import view_html, waterfall_html
 from opd_nb.traces.ids import KINDS, SampleRef
-from opd_nb.traces.page import CLOUD_NOTE, TracesPage
+from opd_nb.traces.page import CLOUD_NOTE, MAX_TRAJECTORIES, TracesPage
 
 
 def record_ref(record: Mapping[str, Any]) -> SampleRef | None:
@@ -50,7 +50,9 @@ def fetch(client: Any, job_id: str, step: int | None, kind: str | None = None) -
     if step is None:
         return None
     try:
-        return client.traces(job_id, step=step, kind=kind)
+        return client.traces(
+            job_id, step=step, kind=kind, limit=MAX_TRAJECTORIES
+        )  # each record finds its own
     except OpdError:
         return None
 

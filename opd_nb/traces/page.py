@@ -13,6 +13,7 @@ from opd_nb.traces.facts import facts, one_line
 from opd_nb.traces.ids import SampleRef
 from opd_nb.traces.spans import SpanNode, Trajectory
 
+MAX_TRAJECTORIES = 1000  # the most one answer holds (the API's cap on `limit`)
 CLOUD_NOTE = (
     "This control plane keeps no traces (Bailian): the SDK's spans go to ARMS, and the Bailian console "
     "shows them in the job's Trajectory tab."

@@ -20,11 +20,10 @@ from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import ok
 from opd_nb.server.trace_env import OTLP_PATH
 from opd_nb.server.trace_intake import Refused
-from opd_nb.traces.page import TracesPage
+from opd_nb.traces.page import MAX_TRAJECTORIES, TracesPage
 
 router = APIRouter()
 MAX_STEP = 10**9
-MAX_LIMIT = 1000
 _OTLP_BODY = {
     "content": {
         "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
@@ -83,7 +82,7 @@ def job_traces(
     sample: int | None = Query(
         None, ge=0, le=MAX_STEP, description="one rollout of the prompt (a record's sample)"
     ),
-    limit: int = Query(100, ge=1, le=MAX_LIMIT, description="at most this many trajectories"),
+    limit: int = Query(100, ge=1, le=MAX_TRAJECTORIES, description="at most this many trajectories"),
 ) -> JSONResponse:
     """Local-only: a step's traced calls as span trees, each tied to its rollout record."""
     existing_job(job_id, store)
