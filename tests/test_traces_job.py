@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from conftest import SDK_SUBMIT, run_sdk, tiny_workspace, wait_status
 from otlp_receiver import OtlpReceiver
 
@@ -46,7 +47,13 @@ def _planted_workspace(root: Path) -> Path:
     text = path.read_text()
     marker = "        messages: list[dict[str, Any]] = [dict(m) for m in input_data.messages]\n"
     assert marker in text
+    # a loaded machine can take a minute per student call: the template's 60 s timeout is not the subject
+    text = text.replace("REQUEST_TIMEOUT_S = 60.0", "REQUEST_TIMEOUT_S = 900.0")
     path.write_text(text.replace(marker, CALLS) + PLANTED)
+    cfg = yaml.safe_load((ws / "config.yaml").read_text())
+    for fn in cfg["functions"]:
+        fn["timeout"] = 1800
+    (ws / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return ws
 
 
@@ -176,6 +183,12 @@ def _check_cli(server, job_id: str, step: int) -> None:  # noqa: ANN001
     ):
         assert name in text, text
     assert "error=ValueError: planted failure on 5" in text, text
+    back = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "rollouts", job_id, "--step", str(step), "--kind", "train",
+         "--local", server.api_base],
+        capture_output=True, text=True, timeout=120, env={**__import__("os").environ, **server.env()},
+    )  # fmt: skip
+    assert f"opd traces {job_id} --step {step} --group G --sample S" in back.stdout, back.stdout[-2000:]
 
 
 def _check_forwarded(receiver: OtlpReceiver, stored: set[tuple[str, str]]) -> None:
@@ -201,3 +214,36 @@ def test_a_reward_job_yields_invoke_reward_spans_for_its_samples(finished_job, l
         assert reward and reward[0].kind == "REWARD", [s.name for s in spans]
         assert reward[0].attributes["agentic_rl.result.reward_score"] == rec["reward_score"]
         assert {s.name for s in spans} >= {"invoke_agentic_rl", "invoke_reward RewardProcessor"}
+
+
+def test_the_trajectory_view_and_the_viewers_pane_live_and_on_bailian(finished_job, local_server) -> None:  # noqa: ANN001
+    from pydantic import SecretStr
+
+    from opd_nb.client import Target
+    from opd_nb.notebook.rollout_viewer import RolloutViewer
+    from opd_nb.notebook.trajectory_view import TrajectoryView
+    from opd_nb.traces.page import CLOUD_NOTE
+
+    job = finished_job("reward")
+    local = JobClient(resolve_target("local", base_url=local_server.api_base))
+    step = local.rollouts(job.job_id, kind="train").step
+    _wait_traces(local, job.job_id, step, {"train"})
+    view = TrajectoryView(job.job_id, local, kind="train", group=0, sample=0)
+    assert view.state["step"] == step and view.state["trajectories"] >= 1 and view.available
+    view.widget()
+    html = view.to_html()
+    assert (
+        "invoke_reward RewardProcessor" in html and 'class="opd-span"' in html and "trajectory.js" not in html
+    )
+    assert "<script>" in html and "invoke_reward" in view._widgets[2].value
+    viewer = RolloutViewer(job.job_id, local, kind="train")
+    assert "invoke_reward RewardProcessor" in viewer.trajectory_html(viewer.selected)
+    assert viewer.to_html().count('class="opd-trajectory"') >= len(viewer.records)
+    cloud = JobClient(Target(kind="cloud", base_url=local_server.api_base, api_key=SecretStr("test")))
+    on_bailian = TrajectoryView(job.job_id, cloud)
+    assert (
+        on_bailian.available is False
+        and CLOUD_NOTE in on_bailian.to_html()
+        and "Trajectory tab" in str(on_bailian)
+    )
+    assert 'class="opd-span"' not in on_bailian.to_html()
