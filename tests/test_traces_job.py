@@ -123,13 +123,19 @@ def _check_every_recorded_sample(client: JobClient, job_id: str, records: list[d
         for s in spans:  # the SDK's baggage: every span carries the sample's ids
             assert s.attributes["bailian.agentic_rl.sample_id"] == f"step {ref.step}-{ref.group}"
             assert s.attributes["bailian.agentic_rl.rollout_id"] == str(ref.sample)
-        tools = {s.attributes["gen_ai.tool.name"]: s for s in spans if s.kind == "TOOL"}
-        assert json.loads(tools["count_digits"].attributes["gen_ai.tool.call.arguments"]) == {
-            "digits": "93418"
-        }
-        assert json.loads(tools["count_digits"].attributes["gen_ai.tool.call.result"])["9"] == 1
-        assert tools["count_digits"].status == "ok"
-        failed = tools["planted_failure"]
+        tools = [s for s in spans if s.kind == "TOOL"]
+        for s in tools:  # the planted calls and any the student made: each with its arguments and result
+            assert s.attributes["gen_ai.tool.call.arguments"], s
+        counted = [s for s in tools if s.attributes["gen_ai.tool.name"] == "count_digits"]
+        planted = [
+            s
+            for s in counted
+            if json.loads(s.attributes["gen_ai.tool.call.arguments"]) == {"digits": "93418"}
+        ]
+        assert planted and planted[0].status == "ok", [s.attributes for s in tools]
+        assert json.loads(planted[0].attributes["gen_ai.tool.call.result"])["9"] == 1
+        assert all(s.status == "ok" and s.attributes.get("gen_ai.tool.call.result") for s in counted)
+        [failed] = [s for s in tools if s.attributes["gen_ai.tool.name"] == "planted_failure"]
         assert failed.status == "error" and "planted failure on 5" in failed.status_message
         llm = [s for s in spans if s.kind == "LLM"]
         assert llm, names
