@@ -21,6 +21,8 @@ from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium, notebook_doc
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 ARTIFACTS = Path(__file__).parent / "artifacts"
 OFFLINE = ["--HTMLExporter.require_js_url=", "--HTMLExporter.mathjax_url="]
+# As JupyterLab saves a notebook by default: outputs, but no widget state (so the snapshot is what shows).
+NO_WIDGET_STATE = "--ExecutePreprocessor.store_widget_state=False"
 _REMOTE = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=[\"']((?:https?:)?//[^\"']+)", re.I)
 
 
@@ -47,7 +49,7 @@ def test_the_saved_trajectory_view_opens_span_by_span_with_no_kernel(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
     env["DASHSCOPE_API_KEY"] = "local"
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", *OFFLINE, str(nb),
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", NO_WIDGET_STATE, *OFFLINE, str(nb),
          "--output-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )  # fmt: skip
