@@ -27,7 +27,9 @@ SAMPLE = {
 }
 
 
-def _export(tool_error: str | None = "boom", tool_args: str = '{"digits": "93418"}') -> bytes:
+def _export(
+    tool_error: str | None = "boom", tool_args: str = '{"digits": "93418"}', llm_s: float = 0.002
+) -> bytes:
     """One traced rollout call as a function server exports it: CHAIN > ROLLOUT > (LLM, TOOL)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.resources import Resource
@@ -50,7 +52,7 @@ def _export(tool_error: str | None = "boom", tool_args: str = '{"digits": "93418
                 **SAMPLE, "gen_ai.span.kind": "LLM", "gen_ai.usage.input_tokens": 10,
                 "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": "sort 93418"}]}]),
             }):  # fmt: skip
-                time.sleep(0.002)
+                time.sleep(llm_s)
             with tracer.start_as_current_span(
                 "execute_tool count_digits",
                 attributes={**SAMPLE, "gen_ai.span.kind": "TOOL", "gen_ai.tool.name": "count_digits",
@@ -80,7 +82,7 @@ def _as_otlp_json(body: bytes) -> bytes:
 
 
 def test_protobuf_and_json_exports_decode_to_the_same_linked_tree() -> None:
-    body = _export()
+    body = _export(llm_s=0.15)
     spans = decode(body, "application/x-protobuf").spans
     assert decode(_as_otlp_json(body), "application/json; charset=utf-8").spans == spans
     assert {s.kind for s in spans} == {"CHAIN", "ROLLOUT", "LLM", "TOOL"}
@@ -94,7 +96,14 @@ def test_protobuf_and_json_exports_decode_to_the_same_linked_tree() -> None:
     assert tool.failed and tool.status_message == "boom" and t.errors == 1
     assert tool.events[0].attributes["exception.type"] == "ValueError"
     llm = next(n for _, n in t.nodes() if n.span.kind == "LLM")
-    assert llm.slow  # the LLM call took most of the trajectory
+    assert llm.slow and not any(
+        n.slow for _, n in t.nodes() if n is not llm
+    )  # most of the trajectory, >= 100 ms
+    fast = trajectories(decode(_export(), "application/x-protobuf").spans)[0]
+    assert not any(n.slow for _, n in fast.nodes())  # a 2 ms call is never slow, whatever its share
+    peers = [s for _ in range(3) for s in decode(_export(llm_s=0.01), "application/x-protobuf").spans]
+    late = trajectories(peers + spans)  # beside three 10 ms LLM calls, the 150 ms one is slow
+    assert [n.span.duration_ms >= 100 for t in late for _, n in t.nodes() if n.slow] == [True]
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ read the same models.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -19,7 +20,11 @@ from opd_nb.traces.ids import SampleRef, of_attributes
 SPAN_KIND_KEY = "gen_ai.span.kind"  # CHAIN, ROLLOUT, REWARD, LLM, TOOL (the SDK's logical kind)
 OPERATION_KEY = "gen_ai.operation.name"
 Status = Literal["ok", "error", "unset"]
-SLOW_SHARE = 0.5  # a span taking at least this share of its trajectory (and not its root) is "slow"
+# A span (not a trajectory's root, nor one that only wraps its children) is "slow" when it takes SLOW_FLOOR_MS or more and either SLOW_FACTOR times
+# the median of the step's spans of the same name (3 or more of them), or else SLOW_SHARE of its trajectory.
+SLOW_FLOOR_MS = 100.0
+SLOW_FACTOR = 2.0
+SLOW_SHARE = 0.5
 
 
 class SpanEvent(BaseModel):
@@ -108,7 +113,29 @@ def trajectories(spans: Iterable[Span]) -> list[Trajectory]:
     for s in spans:
         by_trace.setdefault(s.trace_id, []).append(s)
     out = [_tree(trace_id, group) for trace_id, group in by_trace.items()]
+    _mark_slow(out)
     return sorted(out, key=lambda t: (t.start_ms, t.trace_id))
+
+
+def _mark_slow(trees: list[Trajectory]) -> None:
+    """Mark the slow spans: slow beside their peers of the same name in the step, else within their trajectory."""
+    inner = [  # a span whose time is its children's (a rollout around its calls) is not the slow one
+        (t, node)
+        for t in trees
+        for depth, node in t.nodes()
+        if depth > 0 and (not node.children or node.span.kind in ("LLM", "TOOL"))
+    ]
+    by_name: dict[str, list[float]] = {}
+    for _, node in inner:
+        by_name.setdefault(node.span.name, []).append(node.span.duration_ms)
+    for t, node in inner:
+        took, peers = node.span.duration_ms, by_name[node.span.name]
+        if took < SLOW_FLOOR_MS:
+            continue
+        if len(peers) >= 3:
+            node.slow = took >= SLOW_FACTOR * statistics.median(peers)
+        else:
+            node.slow = took / max(t.duration_ms, 1e-9) >= SLOW_SHARE
 
 
 def _tree(trace_id: str, spans: list[Span]) -> Trajectory:
@@ -123,15 +150,6 @@ def _tree(trace_id: str, spans: list[Span]) -> Trajectory:
             parent.children.append(nodes[s.span_id])
     start = min(s.start_ms for s in spans)
     end = max(s.start_ms + s.duration_ms for s in spans)
-    total = max(end - start, 1e-9)
-    root_ids = {r.span.span_id for r in roots}
-    for node in nodes.values():
-        has_leaf_share = not node.children or node.span.kind in ("LLM", "TOOL")
-        node.slow = (
-            node.span.span_id not in root_ids
-            and has_leaf_share
-            and node.span.duration_ms / total >= SLOW_SHARE
-        )
     sample = next((ref for s in spans if (ref := s.sample()) is not None), None)
     return Trajectory(
         trace_id=trace_id,
