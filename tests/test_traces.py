@@ -224,3 +224,47 @@ def test_a_failing_tool_is_a_health_alert_and_the_trace_numbers_get_panels() -> 
         "trace/tool/error_rate",
         "trace/llm/calls_per_trajectory",
     ]
+
+
+def test_the_forwarder_delivers_exports_with_the_collectors_headers_and_never_shows_them() -> None:
+    from otlp_receiver import OtlpReceiver
+
+    from opd_nb.errors import OpdError
+    from opd_nb.server.otlp_forward import Forwarder, forward_url, parse_headers
+
+    assert forward_url("http://127.0.0.1:4318") == "http://127.0.0.1:4318/v1/traces"
+    assert forward_url("https://cloud.langfuse.com/api/public/otel/v1/traces").endswith("/otel/v1/traces")
+    for bad in ("ftp://x", "127.0.0.1:4318", ""):
+        with pytest.raises(OpdError, match="not an http"):
+            forward_url(bad)
+    assert parse_headers(["Authorization=Basic abc=", " x-team = t1 "]) == {
+        "Authorization": "Basic abc=",
+        "x-team": "t1",
+    }
+    for bad in (["novalue"], ["=v"], ["a=b\r\nx: y"]):
+        with pytest.raises(OpdError, match="NAME=VALUE"):
+            parse_headers(bad)
+    receiver = OtlpReceiver()
+    try:
+        fwd = Forwarder(receiver.url, {"Authorization": "Bearer collector-secret"})
+        body = _export()
+        fwd.send(body, "application/x-protobuf")
+        fwd.close()
+        assert fwd.sent == 1 and len(receiver.spans) == 4
+        assert receiver.headers[0]["authorization"] == "Bearer collector-secret"
+        assert "collector-secret" not in repr(fwd)
+        down = Forwarder("http://127.0.0.1:9", {})  # nobody listens: counted, never raised
+        down.send(body, "application/x-protobuf")
+        down.close()
+        assert down.failed == 1 and down.sent == 0
+    finally:
+        receiver.close()
+
+
+def test_otlp_header_needs_otlp_forward() -> None:
+    from typer.testing import CliRunner
+
+    from opd_nb.cli import app
+
+    out = CliRunner().invoke(app, ["serve", "status", "--otlp-header", "a=b"])
+    assert out.exit_code != 0 and "--otlp-header needs --otlp-forward" in str(out.exception)
