@@ -58,12 +58,15 @@ def _planted_workspace(root: Path) -> Path:
 
 
 def _wait_traces(client: JobClient, job_id: str, step: int, kinds: set[str], timeout: float = 60):
-    """The step's page once spans of every kind in `kinds` arrived (export batches trail the calls)."""
+    """The step's page once spans of every kind in `kinds` arrived and their number held for 2 s (export
+    batches trail the calls by up to half a second; a stopping function server sends its last)."""
     deadline = time.monotonic() + timeout
+    counts: list[int] = []
     while True:
-        page = client.traces(job_id, step=step)
+        page = client.traces(job_id, step=step, limit=1000)
         have = {k for k, steps in page.steps_by_kind.items() if step in steps}
-        if kinds <= have or time.monotonic() > deadline:
+        counts.append(sum(t.spans for t in page.trajectories))
+        if (kinds <= have and counts[-5:] == [counts[-1]] * 5) or time.monotonic() > deadline:
             return page
         time.sleep(0.5)
 
@@ -98,7 +101,7 @@ def test_agentic_job_traces_are_stored_linked_shown_forwarded_kept_and_deleted(t
     server = start(data_dir=data_dir)
     try:
         client = JobClient(resolve_target("local", base_url=server.api_base))
-        again = client.traces(job_id, step=step)
+        again = client.traces(job_id, step=step, limit=1000)
         assert {(t.trace_id, s.span.span_id) for t in again.trajectories for _, s in t.nodes()} == stored
         with httpx.Client(base_url=server.api_base, headers={"Authorization": "Bearer x"}) as api:
             assert api.delete(f"/fine-tunes/{job_id}").status_code == 200
