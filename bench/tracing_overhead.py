@@ -90,9 +90,13 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.pop(TRACING_ENV, None)
         ratios, on_ms, off_ms, spans = [], [], [], []
         try:
-            for i in range(args.pairs):
-                _, off_rows = run_job(plain, ws)
-                job_id, on_rows = run_job(traced, ws)
+            for i in range(args.pairs):  # the order flips each pair: a first job's extra costs fall on both
+                if i % 2 == 0:
+                    _, off_rows = run_job(plain, ws)
+                    job_id, on_rows = run_job(traced, ws)
+                else:
+                    job_id, on_rows = run_job(traced, ws)
+                    _, off_rows = run_job(plain, ws)
                 on, off = ms_per_step(on_rows), ms_per_step(off_rows)
                 on_ms.append(on)
                 off_ms.append(off)

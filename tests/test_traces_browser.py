@@ -154,6 +154,14 @@ def test_the_live_trajectory_view_in_jupyterlab(tmp_path: Path, finished_job, lo
 
         idle = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
         wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, idle), 120, "an idle kernel")
+        end = time.monotonic() + 15
+        while time.monotonic() < end:  # JupyterLab may ask which kernel to start: the notebook's own
+            if buttons := driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept"):
+                buttons[0].click()
+                break
+            time.sleep(0.5)
+        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, idle), 90, "an idle kernel")
+        wait_for(lambda: not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"), 30, "no dialog")
         _probe_widgets(driver, wait_for)
         for _ in range(3):  # the rest of the cells, one Shift+Enter each, as a user steps through them
             driver.switch_to.active_element.send_keys("\ue008\ue007")  # Shift+Enter
