@@ -4,7 +4,7 @@ Two `opd serve` processes share the machine: one starts its jobs' function serve
 (spans exported every 0.5 s to it, stored, folded into the step's metrics), the other with
 ``OPD_TRACING=0``. The template's reward workspace (the reward function is decorated with
 ``@observe_processor``: an ``invoke_agentic_rl`` and an ``invoke_reward`` span per reward call) runs
-on each in turn, off/on three times, one job at a time, so that a shared machine's load drifts over
+on each in turn, off/on three times (the order flipping each pair), one job at a time, so that a shared machine's load drifts over
 both alike. A job's speed is the median ``timing_s/step`` after a warm-up; the overhead is the median
 of the three on/off ratios. The spans each traced job left (per step) are printed with it.
 
