@@ -104,8 +104,9 @@ def waterfall_html(trajectories: Sequence[Trajectory], *, empty: str = "no spans
     return f'<div class="opd-traj">{CSS}<div style="font-size:11px">{legend}</div>{body}</div>'
 
 
-def view_html(state: dict[str, Any], trajectories: Sequence[Trajectory]) -> str:
-    """The trajectory view's snapshot: where it stands, the step's numbers, the waterfalls."""
+def view_html(state: dict[str, Any], trajectories: Sequence[Trajectory], *, scripted: bool = True) -> str:
+    """The trajectory view's snapshot: where it stands, the step's numbers, the waterfalls (`scripted`:
+    with the buttons ``static/trajectory.js`` serves; a widget's HTML runs no script, so it has none)."""
     title = f"traces of {state['job_id']}"
     if state["note"]:
         return render.box(f"<i>{render.esc(state['note'])}</i>", title=title)
@@ -125,5 +126,6 @@ def view_html(state: dict[str, Any], trajectories: Sequence[Trajectory]) -> str:
         '<button data-act="close">collapse all</button> '
         '<label><input type="checkbox" data-act="only"/> only slow or failed spans</label></div>'
     )
+    tools = tools if scripted else ""
     body = f"<div>{where}</div><div><small>{numbers}</small></div>{tools}{waterfall_html(trajectories)}"
     return render.box(body, title=title)

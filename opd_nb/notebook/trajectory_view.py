@@ -180,4 +180,4 @@ class TrajectoryView(LiveView):
             step.value = state["step"] if state["step"] in state["steps"] else None
         finally:
             self._updating = False
-        body.value = view_html(state, self.page.trajectories if self.page else [])
+        body.value = view_html(state, self.page.trajectories if self.page else [], scripted=False)
