@@ -3,12 +3,14 @@
 Two `opd serve` processes share the machine: one starts its jobs' function servers with tracing on
 (spans exported every 0.5 s to it, stored, folded into the step's metrics), the other with
 ``OPD_TRACING=0``. The template's reward workspace (the reward function is decorated with
-``@observe_processor``: an ``invoke_agentic_rl`` and an ``invoke_reward`` span per reward call) runs
-on each in turn, off/on three times (the order flipping each pair), one job at a time, so that a shared machine's load drifts over
-both alike. A job's speed is the median ``timing_s/step`` after a warm-up; the overhead is the median
-of the three on/off ratios. The spans each traced job left (per step) are printed with it.
+``@observe_processor``: an ``invoke_agentic_rl`` and an ``invoke_reward`` span per reward call) runs on
+each in turn in three ABBA blocks (off, on, on, off, then on, off, off, on, ...), one job at a time, so
+that a shared machine's load drifts over both alike, and the second job of a pair (which ran faster here,
+whichever it was) favours neither. A job's speed is the median ``timing_s/step`` after a warm-up; a
+block's ratio is its traced jobs' mean over its untraced jobs' mean; the overhead is the median of the
+blocks' ratios. The spans each traced job left (per step) are printed with it.
 
-Last line: ``tracing_overhead=X% (on A ms/step, off B ms/step, median of 3 pairs) spans_per_step=N``.
+Last line: ``tracing_overhead=X% (on A ms/step, off B ms/step, median of 3 ABBA blocks) spans_per_step=N``.
 Usage: ``python bench/tracing_overhead.py [--steps 24] [--pairs 3]``.
 """
 
@@ -90,20 +92,23 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.pop(TRACING_ENV, None)
         ratios, on_ms, off_ms, spans = [], [], [], []
         try:
-            for i in range(args.pairs):  # the order flips each pair: a first job's extra costs fall on both
-                if i % 2 == 0:
-                    _, off_rows = run_job(plain, ws)
-                    job_id, on_rows = run_job(traced, ws)
-                else:
-                    job_id, on_rows = run_job(traced, ws)
-                    _, off_rows = run_job(plain, ws)
-                on, off = ms_per_step(on_rows), ms_per_step(off_rows)
+            for i in range(args.pairs):  # ABBA blocks: the order bias of a pair's first job cancels
+                order = ("off", "on", "on", "off") if i % 2 == 0 else ("on", "off", "off", "on")
+                runs: dict[str, list[float]] = {"on": [], "off": []}
+                traced_jobs = []
+                for which in order:
+                    job, rows = run_job(traced if which == "on" else plain, ws)
+                    runs[which].append(ms_per_step(rows))
+                    if which == "on":
+                        traced_jobs.append(job)
+                job_id = traced_jobs[-1]
+                on, off = sum(runs["on"]) / 2, sum(runs["off"]) / 2
                 on_ms.append(on)
                 off_ms.append(off)
                 ratios.append(on / off)
                 files = list((root / "on" / "jobs" / job_id / "traces").glob("train-*.jsonl"))
                 spans.append(sum(sum(1 for _ in open(f)) for f in files) / max(1, len(files)))
-                print(f"pair {i + 1}: traced {on:.1f} ms/step, untraced {off:.1f} ms/step ({(on / off - 1) * 100:+.1f}%); "
+                print(f"block {i + 1}: traced {on:.1f} ms/step, untraced {off:.1f} ms/step ({(on / off - 1) * 100:+.1f}%); "
                       f"{spans[-1]:.0f} spans per step", flush=True)  # fmt: skip
         finally:
             traced.stop()
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     overhead = (statistics.median(ratios) - 1) * 100
     print(
         f"tracing_overhead={overhead:.1f}% (on {statistics.median(on_ms):.1f} ms/step, off "
-        f"{statistics.median(off_ms):.1f} ms/step, median of {args.pairs} pairs) "
+        f"{statistics.median(off_ms):.1f} ms/step, median of {args.pairs} ABBA blocks) "
         f"spans_per_step={statistics.median(spans):.0f}"
     )
     return 0
