@@ -8,7 +8,7 @@ fragments. Every piece of user text (prompts, completions, reward errors) goes t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opd_nb import render
@@ -73,8 +73,9 @@ def reward_html(record: Mapping[str, Any]) -> str:
     return table + err
 
 
-def sample_html(record: Mapping[str, Any]) -> str:
-    """One sample: its prompt and shaded completion, with the reward's verdict beside it."""
+def sample_html(record: Mapping[str, Any], trajectory: str = "") -> str:
+    """One sample: its prompt and shaded completion, with the reward's verdict beside it (and its
+    `trajectory`'s HTML below, when given)."""
     left = (
         messages_html(record.get("messages") or ())
         + "<div><b>completion</b> (hover a token for both log-probs)</div>"
@@ -83,7 +84,7 @@ def sample_html(record: Mapping[str, Any]) -> str:
     return (
         '<div style="display:flex;flex-wrap:wrap;gap:4px">'
         f'<div style="{_PANE};flex-grow:3">{left}</div>'
-        f'<div style="{_PANE};flex-grow:1">{reward_html(record)}</div></div>'
+        f'<div style="{_PANE};flex-grow:1">{reward_html(record)}</div></div>' + trajectory
     )
 
 
@@ -123,7 +124,11 @@ def legend_html() -> str:
     return f'<div style="font-size:11px;color:#555">{render.esc(LEGEND)}</div>'
 
 
-def viewer_html(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+def viewer_html(
+    state: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    trajectory: Callable[[int], str] | None = None,
+) -> str:
     """The viewer's static snapshot: where it stands, the table, the selected sample."""
     title = f"rollouts of {state['job_id']}"
     if state["note"]:
@@ -146,7 +151,8 @@ def viewer_html(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) 
     parts = [f"<div>{where}</div>", legend_html(), hint, table_html(records, order, selected, clickable=True)]
     for i in panes:
         shown = "" if i == selected else ' style="display:none"'
-        parts.append(f'<div class="opd-sample" data-sample="{i}"{shown}>{sample_html(records[i])}</div>')
+        pane = sample_html(records[i], trajectory(i) if trajectory else "")
+        parts.append(f'<div class="opd-sample" data-sample="{i}"{shown}>{pane}</div>')
     return render.box("".join(parts), title=title)
 
 

@@ -19,9 +19,10 @@ from typing import Any
 
 from opd_nb.client.rollout_results import CLOUD_NOTE, KINDS, SORTS, RolloutPage, sort_order, summary
 from opd_nb.errors import OpdError
-from opd_nb.notebook import rollout_html
+from opd_nb.notebook import rollout_html, trajectory_view
 from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import interactive
+from opd_nb.traces.page import TracesPage
 
 ALL = "all"  # the kind filter's "both kinds"
 
@@ -49,6 +50,7 @@ class RolloutViewer(LiveView):
         self.kind = kind
         self.sort = sort
         self.page: RolloutPage | None = None
+        self.traces: TracesPage | None = None
         self.available: bool | None = None  # False: this control plane has no rollouts endpoint
         self.selected: int | None = None
         self.loads = 0
@@ -74,6 +76,7 @@ class RolloutViewer(LiveView):
         self.loads += 1
         self.available = page is not None
         self.page = page
+        self.traces = trajectory_view.fetch(self.client, self.job_id, self.step)  # each sample's spans
         order = self.order
         self.selected = order[0] if order else None
         self._sync()
@@ -167,8 +170,12 @@ class RolloutViewer(LiveView):
             "sample": selected,
         }
 
+    def trajectory_html(self, index: int) -> str:
+        """Record `index`'s trajectory: the spans of its rollout and reward calls (a waterfall)."""
+        return trajectory_view.record_pane_html(self.traces, self.records[index])
+
     def to_html(self) -> str:
-        return interactive(rollout_html.viewer_html(self.state, self.records))
+        return interactive(rollout_html.viewer_html(self.state, self.records, self.trajectory_html))
 
     def __str__(self) -> str:
         if self.available is False:
