@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -342,6 +343,16 @@ def test_notebook_monitor_in_chromium(lab: Lab, saved: dict, local_server) -> No
     state = nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     charts = [m["state"] for m in state.values() if "opdChart" in str(m["state"].get("_esm", ""))]
     assert len(charts) == 1, "only the live job's chart is saved (the ended monitors closed theirs)"
+    bars = [m for m in state.values() if m["model_name"] == "FloatProgressModel"]
+    assert len(bars) == 1, "only the live monitor's progress bar is saved"
+    # an ended view's layout and style models were closed with its widgets: none is left unreferenced
+    used = set(re.findall(r"IPY_MODEL_([0-9a-f]+)", json.dumps([m["state"] for m in state.values()])))
+    parts = {
+        k
+        for k, m in state.items()
+        if m["model_name"] == "LayoutModel" or m["model_name"].endswith("StyleModel")
+    }
+    assert parts <= used, f"{len(parts - used)} layout/style models of closed widgets were saved"
     kept = sum(len(s["steps"]) for s in charts[0]["data"]["series"])
     assert kept >= held, f"the saved chart holds {kept} of the {held} points shown"
     assert lab.offsite_requests() == []

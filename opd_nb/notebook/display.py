@@ -34,12 +34,14 @@ def in_kernel() -> bool:
 
 
 def close_tree(widget: Any) -> None:
-    """Close a widget and every widget inside it (their models leave the frontend and its saved state)."""
+    """Close a widget, every widget inside it and their layout and style models (so none of them is
+    left in the frontend, or in the widget state a notebook saves)."""
     for child in getattr(widget, "children", ()) or ():
         close_tree(child)
-    close = getattr(widget, "close", None)
-    if callable(close):
-        close()
+    for part in (widget, getattr(widget, "layout", None), getattr(widget, "style", None)):
+        close = getattr(part, "close", None)
+        if callable(close):
+            close()
 
 
 class LiveView:
