@@ -13,8 +13,10 @@ from typing import Any
 
 from opd_nb import render
 from opd_nb.client.rollout_results import LEGEND, summary, tokens_html
+from opd_nb.notebook import snapshot
 
 SNAPSHOT_SAMPLES = 64  # samples whose pane a saved viewer carries (each is a few KB of shaded tokens)
+_SCROLL = "max-height:22em;overflow-y:auto"  # about 14 rows: a saved viewer's table scrolls in this
 _PANE = "flex:1 1 0;min-width:0;border:1px solid #ddd;padding:4px 8px;margin:2px"
 
 
@@ -117,6 +119,7 @@ def table_html(
         ["#", "kind", "prompt", "completion", "reward", "length", "truncated", "mean log-ratio"],
         rows,
         row_data=[str(i) for i in order] if clickable else None,
+        text_cols=(1, 2, 3),
     )
 
 
@@ -144,11 +147,19 @@ def viewer_html(
     panes = list(order[:SNAPSHOT_SAMPLES])
     if selected is not None and selected not in panes:
         panes.append(selected)
-    hint = (
-        f"<div><small>saved view: click a column to sort, a row to show its sample "
-        f"({'all' if len(panes) >= len(order) else f'the first {SNAPSHOT_SAMPLES}'} in this order)</small></div>"
+    which = "all" if len(panes) >= len(order) else f"the first {SNAPSHOT_SAMPLES}"
+    hint = snapshot.hint(
+        f"saved view: click a column to sort, a row to show its sample below ({which} in this order)",
+        "sort the table and show another sample",
     )
-    parts = [f"<div>{where}</div>", legend_html(), hint, table_html(records, order, selected, clickable=True)]
+    table = table_html(records, order, selected, clickable=True)
+    # the table scrolls in a box of its own, so the sample under it stays in sight
+    parts = [
+        f"<div>{where}</div>",
+        legend_html(),
+        hint,
+        f'<div class="opd-scroll" style="{_SCROLL}">{table}</div>',
+    ]
     for i in panes:
         shown = "" if i == selected else ' style="display:none"'
         pane = sample_html(records[i], trajectory(i) if trajectory else "")

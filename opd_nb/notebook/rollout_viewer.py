@@ -8,8 +8,9 @@ disagrees (tooltip: both log-probs), the reward's score, metrics and error besid
 It reads ``JobClient.rollouts`` (the local control plane's recorded rollouts), from a running job
 (``refresh()`` picks up new steps) or a finished one. Every control change runs on the kernel's
 own thread and only sets widget values. Its output (:class:`~opd_nb.notebook.display.LiveView`)
-carries a static HTML snapshot next to the widget, so a saved notebook (or a frontend without
-widgets) still shows the table and the selected sample. A control plane without the endpoint (Bailian) gets a note that the Bailian
+carries a static HTML snapshot next to the widget, so a frontend without widgets (or an export)
+still shows the table and the selected sample, sortable and clickable with no kernel; a saved
+notebook reopens the live widget from its saved widget state (JupyterLab's saveState, on in binder/). A control plane without the endpoint (Bailian) gets a note that the Bailian
 console shows trajectories.
 """
 
@@ -190,6 +191,11 @@ class RolloutViewer(LiveView):
 
     def __repr__(self) -> str:
         return f"RolloutViewer({self.job_id!r}, step={self.step!r}, kind={self.kind!r})"
+
+    @property
+    def final(self) -> bool:
+        """A control plane without rollouts (Bailian): nothing to pick or refresh, only the note."""
+        return self.available is False
 
     # ------------------------------------------------------------ widgets
     def widget(self) -> Any:

@@ -33,7 +33,7 @@ def _monitor(request: WatchRequest) -> Any:
     guard = request.guard if request.guard is not None else False
     submitted = request.submitted
     client = submitted.client if submitted is not None else None
-    notes = [submitted.headline(), *submitted.note_lines()] if submitted is not None else []
+    notes = [submitted.headline(status=False), *submitted.note_lines()] if submitted is not None else []
     monitor = JobMonitor(
         list(request.job_ids),
         client or JobClient(request.target),
