@@ -1,0 +1,93 @@
+"""The committed tutorials as a reader meets them after a clone: JupyterLab (Chromium, no network)
+opens each `notebooks/*.ipynb` untrusted, as any notebook whose signature this server has never seen.
+
+JupyterLab's sanitizer then strips scripts and frames: every chart the notebook saved (each job
+monitor, the sweep and the comparison) must still show its curves as the static picture, with the line
+saying how to get the interactive chart. Trusted (Command Palette > Trust Notebook, as that line says),
+every chart is the interactive frame again and answers a hover. One screenshot per notebook lands in
+tests/artifacts/ (`tutorial_<name>_untrusted.png`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM
+from jupyter_browser import ARTIFACTS, REPO, WIDGET_ERROR, Lab, hover_frame, jupyter_lab
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+TUTORIALS = sorted((REPO / "notebooks").glob("*.ipynb"))
+FRAME = "iframe.opd-chart-frame"
+PICTURE = "img.opd-chart-img"
+
+
+def saved_charts(path: Path) -> int:
+    """How many interactive charts the committed notebook holds (one frame per monitor, sweep, compare)."""
+    nb = json.loads(path.read_text())
+    html = (
+        "".join(out.get("data", {}).get("text/html", ""))
+        for cell in nb["cells"]
+        for out in cell.get("outputs", [])
+    )
+    return sum(text.count('<iframe class="opd-chart-frame"') for text in html)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    if not HAVE_CHROMIUM:
+        pytest.skip(NO_CHROMIUM)
+    ARTIFACTS.mkdir(exist_ok=True)
+    tmp = tmp_path_factory.mktemp("tutorials")
+    root = tmp / "clone"
+    root.mkdir()
+    for path in TUTORIALS:  # a copy, byte for byte: this server has no signature for any of them
+        shutil.copy(path, root / path.name)
+    with jupyter_lab(root, tmp) as opened:
+        yield opened
+
+
+def _visible(elements: list) -> list:
+    return [e for e in elements if e.is_displayed()]
+
+
+@pytest.mark.parametrize("tutorial", [p.name for p in TUTORIALS])
+def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: Lab, tutorial: str) -> None:
+    charts = saved_charts(REPO / "notebooks" / tutorial)
+    assert charts >= 1, f"{tutorial} has no saved chart: was it executed and committed with its outputs?"
+    lab.open(f"lab/tree/{tutorial}", kernel=False)
+    time.sleep(2)
+    assert WIDGET_ERROR not in lab.outputs_text()
+    assert not lab.css(FRAME) and not lab.css(".opd-chart"), "an untrusted notebook kept a script or frame"
+    pictures = lab.wait_for(
+        lambda: found if len(found := _visible(lab.css(PICTURE))) == charts else None,
+        30,
+        f"{charts} static chart picture(s) in {tutorial}",
+    )
+    for picture in pictures:
+        assert lab.driver.execute_script("return arguments[0].naturalWidth", picture) > 100
+    hints = [p for p in lab.css(".jp-OutputArea-output") if "trust the notebook" in p.text]
+    assert len(hints) >= charts, "each chart says how to make it interactive"
+    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", pictures[0])
+    time.sleep(0.5)
+    lab.driver.save_screenshot(str(ARTIFACTS / f"tutorial_{Path(tutorial).stem}_untrusted.png"))
+
+    lab.css(".jp-Notebook .jp-Cell")[0].click()
+    lab.trust_notebook()
+    frames = lab.wait_for(
+        lambda: (
+            found
+            if len(found := [f for f in _visible(lab.css(FRAME)) if f.size["height"] > 100]) == charts
+            else None
+        ),
+        60,
+        f"{charts} interactive chart(s) in trusted {tutorial}",
+    )
+    assert not _visible(lab.css(PICTURE)), "the static pictures hide where the chart runs"
+    tip, legend, _ = hover_frame(lab, frames[0], ARTIFACTS / f"tutorial_{Path(tutorial).stem}_trusted.png")
+    assert "step" in tip and legend
+    assert lab.offsite_requests() == []
