@@ -27,6 +27,29 @@ from opd_nb.log_cap import keep_own_log_under
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
 PARENT_ENV = "OPD_FUNCTION_PARENT"  # the pid that started a function server: it stops once that is gone
+STARTUP_ENV = "OPD_FUNCTION_STARTUP_S"  # seconds a job's function server may take to become healthy
+STARTUP_S = 90.0  # the default: a function server imports the SDK, which takes seconds on a loaded machine
+
+
+def startup_seconds() -> float:
+    """How long a job waits for its function servers: $OPD_FUNCTION_STARTUP_S, else 90 s. On a
+    heavily loaded machine (many jobs, two cores) importing the SDK alone can pass 90 s, and the job
+    then fails before its first step; the variable gives such a machine more time."""
+    raw = os.environ.get(STARTUP_ENV, "").strip()
+    if not raw:
+        return STARTUP_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise OpdError(
+            f"{STARTUP_ENV}={raw!r} is not a number of seconds above 0",
+            fix=f"set {STARTUP_ENV} to seconds, e.g. {STARTUP_ENV}=300, or unset it for {STARTUP_S:g}",
+        )
+    return value
+
+
 PARENT_POLL_S = 0.5
 CLEAN_ROUTE_ENV = "OPD_CLEAN_ROUTE"  # "1": also serve CLEAN_PATH (the playground asks for it)
 CLEAN_PATH = "/opd/clean"

@@ -253,7 +253,7 @@ class InstanceManager:
 
     def _start(self, instance_id: str) -> dict:
         from opd_nb.errors import OpdError
-        from opd_nb.function_server import FunctionServer
+        from opd_nb.function_server import FunctionServer, startup_seconds
 
         inst = self.store.instance(instance_id)
         fn = self.store.function(inst["entity_id"])
@@ -266,7 +266,7 @@ class InstanceManager:
                 fn["processor"],
                 log_path=inst["log_path"],
                 env=env,
-                startup_timeout=90.0,
+                startup_timeout=startup_seconds(),
             )
         except OpdError as exc:
             self.store.set_instance(instance_id, status=InstanceState.FAILED)
