@@ -76,7 +76,10 @@ def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: L
     time.sleep(0.5)
     lab.driver.save_screenshot(str(ARTIFACTS / f"tutorial_{Path(tutorial).stem}_untrusted.png"))
 
-    lab.css(".jp-Notebook .jp-Cell")[0].click()
+    first = lab.css(".jp-Notebook .jp-Cell")[0]  # the notebook's panel takes the focus (the palette's target)
+    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", first)
+    time.sleep(0.5)
+    first.click()
     lab.trust_notebook()
     frames = lab.wait_for(
         lambda: (
