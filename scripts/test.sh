@@ -17,6 +17,11 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/lint-imports"
+# The type checker ([tool.pyright] in pyproject.toml), timed: it reads torch and transformers, so it
+# is the slowest of the lint steps.
+start=$SECONDS
+"$VENV/bin/pyright" --pythonpath "$VENV/bin/python"
+echo "pyright: $((SECONDS - start)) s"
 # Two workers, a file each (module fixtures stay together), the longest files first (conftest orders
 # them by tests/durations.json; xdist's own reorder is off); one torch thread per process: two jobs
 # at once with two OpenMP threads each spin against each other on two cores.

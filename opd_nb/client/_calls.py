@@ -439,9 +439,15 @@ def _job_must_exist(call: Call[Any], target: Target, retries: int, error: OpdErr
         raise
 
 
+def required(call: Call[T], target: Target, retries: int) -> Plan[T]:
+    """Run a call that is neither local-only nor optional: its result, which is never None."""
+    assert not (call.local_only or call.optional), f"{call.what} may answer None: use perform"
+    out = yield from perform(call, target, retries)
+    return cast(T, out)  # perform returns None only for local-only or optional calls
+
+
 def read_job(job_id: str, target: Target, retries: int) -> Plan[Job]:
-    job = yield from perform(get_job(job_id), target, retries)
-    return cast(Job, job)  # not local-only, so never None
+    return (yield from required(get_job(job_id), target, retries))
 
 
 def cancel(job_id: str, target: Target, retries: int, reason: str | None = None) -> Plan[Job]:

@@ -43,7 +43,9 @@ class Job(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: dict[str, Any]) -> Job:
-        fields = {k: out.get(k) for k in cls.model_fields if k not in ("raw",) and out.get(k) is not None}
+        fields: dict[str, Any] = {
+            k: out[k] for k in cls.model_fields if k not in ("raw",) and out.get(k) is not None
+        }
         return cls(**fields, raw=out)
 
     @property
@@ -228,7 +230,8 @@ class Checkpoint(ResultMixin, BaseModel):
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> Checkpoint:
-        local = entry.get("local") if isinstance(entry.get("local"), dict) else {}
+        given = entry.get("local")
+        local: dict[str, Any] = given if isinstance(given, dict) else {}
         try:
             step = int(entry["step"]) if entry.get("step") is not None else None
         except (TypeError, ValueError):

@@ -72,6 +72,9 @@ class _Base:
     def _plan(self, call: calls.Call[T]) -> Plan[T | None]:
         return calls.perform(call, self.target, self.retries)
 
+    def _required(self, call: calls.Call[T]) -> Plan[T]:
+        return calls.required(call, self.target, self.retries)
+
     def _wait_plan(
         self, job_id: str, poll_s: float, timeout_s: float | None, on_update: Callable[[Job], None] | None
     ) -> Plan[Job]:
@@ -93,7 +96,7 @@ class _Base:
         call = calls.deploy(
             model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
         )
-        return self._plan(call)
+        return self._required(call)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
@@ -164,10 +167,10 @@ class JobClient(_Base):
         return self._run(calls.read_job(job_id, self.target, self.retries))
 
     def list(self, page: int = 1, size: int = 20) -> JobList:
-        return self._run(self._plan(calls.list_jobs(page, size)))
+        return self._run(self._required(calls.list_jobs(page, size)))
 
     def logs(self, job_id: str, offset: int = 0, lines: int = 200) -> LogPage:
-        return self._run(self._plan(calls.job_logs(job_id, offset, lines)))
+        return self._run(self._required(calls.job_logs(job_id, offset, lines)))
 
     def events(self, job_id: str) -> Iterator[JobEvent]:
         """Server-sent events until the job ends (`status` events, then `log` lines)."""
@@ -254,10 +257,10 @@ class JobClient(_Base):
         return self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
 
     def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
-        return self._run(self._plan(calls.list_deployments(page, size)))
+        return self._run(self._required(calls.list_deployments(page, size)))
 
     def deployment(self, deployed_model: str) -> Deployment:
-        return self._run(self._plan(calls.get_deployment(deployed_model)))
+        return self._run(self._required(calls.get_deployment(deployed_model)))
 
     def wait_deployed(
         self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
@@ -268,10 +271,10 @@ class JobClient(_Base):
         )
 
     def scale(self, deployed_model: str, capacity: int) -> Deployment:
-        return self._run(self._plan(calls.scale_deployment(deployed_model, capacity)))
+        return self._run(self._required(calls.scale_deployment(deployed_model, capacity)))
 
     def undeploy(self, deployed_model: str) -> Deployment:
-        return self._run(self._plan(calls.delete_deployment(deployed_model)))
+        return self._run(self._required(calls.delete_deployment(deployed_model)))
 
     def chat(
         self,
@@ -293,7 +296,7 @@ class JobClient(_Base):
             "tools": tools,
         }
         body = calls.chat_body(model, messages, False, **params)
-        return self._run(self._plan(calls.chat(model, body)))
+        return self._run(self._required(calls.chat(model, body)))
 
     def chat_stream(
         self,
@@ -355,10 +358,10 @@ class AsyncJobClient(_Base):
         return await self._run(calls.read_job(job_id, self.target, self.retries))
 
     async def list(self, page: int = 1, size: int = 20) -> JobList:
-        return await self._run(self._plan(calls.list_jobs(page, size)))
+        return await self._run(self._required(calls.list_jobs(page, size)))
 
     async def logs(self, job_id: str, offset: int = 0, lines: int = 200) -> LogPage:
-        return await self._run(self._plan(calls.job_logs(job_id, offset, lines)))
+        return await self._run(self._required(calls.job_logs(job_id, offset, lines)))
 
     async def events(self, job_id: str) -> AsyncIterator[JobEvent]:
         """Server-sent events until the job ends (`status` events, then `log` lines)."""
@@ -446,10 +449,10 @@ class AsyncJobClient(_Base):
         return await self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
 
     async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
-        return await self._run(self._plan(calls.list_deployments(page, size)))
+        return await self._run(self._required(calls.list_deployments(page, size)))
 
     async def deployment(self, deployed_model: str) -> Deployment:
-        return await self._run(self._plan(calls.get_deployment(deployed_model)))
+        return await self._run(self._required(calls.get_deployment(deployed_model)))
 
     async def wait_deployed(
         self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
@@ -460,10 +463,10 @@ class AsyncJobClient(_Base):
         )
 
     async def scale(self, deployed_model: str, capacity: int) -> Deployment:
-        return await self._run(self._plan(calls.scale_deployment(deployed_model, capacity)))
+        return await self._run(self._required(calls.scale_deployment(deployed_model, capacity)))
 
     async def undeploy(self, deployed_model: str) -> Deployment:
-        return await self._run(self._plan(calls.delete_deployment(deployed_model)))
+        return await self._run(self._required(calls.delete_deployment(deployed_model)))
 
     async def chat(
         self,
@@ -485,7 +488,7 @@ class AsyncJobClient(_Base):
             "tools": tools,
         }
         body = calls.chat_body(model, messages, False, **params)
-        return await self._run(self._plan(calls.chat(model, body)))
+        return await self._run(self._required(calls.chat(model, body)))
 
     async def chat_stream(
         self,

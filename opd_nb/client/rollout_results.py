@@ -66,7 +66,8 @@ def tool_calls_text(message: Mapping[str, Any] | None) -> str:
     for call in (message or {}).get("tool_calls") or ():
         if not isinstance(call, Mapping):
             continue
-        fn = call.get("function") if isinstance(call.get("function"), Mapping) else call
+        function = call.get("function")
+        fn: Mapping[str, Any] = function if isinstance(function, Mapping) else call
         args = fn.get("arguments", "")
         out.append(f"{fn.get('name', '?')}({args if isinstance(args, str) else json.dumps(args)})")
     return ", ".join(out)

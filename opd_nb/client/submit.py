@@ -332,7 +332,7 @@ def _runner_output(
     proc: subprocess.CompletedProcess, data: dict[str, Any], legacy: bool
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
     """(job id, functions, stderr tail) from the runner's result `data`; a failed run is an OpdError."""
-    tail = (proc.stderr or "").splitlines()[-15:]
+    tail: list[str] = (proc.stderr or "").splitlines()[-15:]
     job_id, functions = data.get("job_id"), data.get("functions") or []
     if not job_id and data.get("message"):
         tail.append(f"service: [{data.get('code')}] {data.get('message')}")

@@ -15,10 +15,10 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
+from starlette.types import Message, Receive, Scope, Send
 
 from opd_nb.server import process_tree
 from opd_nb.server.auth import BearerAuth
@@ -58,10 +58,10 @@ class ControlPlane(FastAPI):
     sent, the exception is logged here (traceback in the server log, never in the answer) instead.
     """
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         done = False
 
-        async def tracked(message: dict) -> None:
+        async def tracked(message: Message) -> None:
             nonlocal done
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 done = True

@@ -75,7 +75,7 @@ class UploadUrlBody(Body):
 
 
 class LayerBody(Body):
-    layer_name: str | None = Field(None, max_length=256)
+    layer_name: str | None = Field(default=None, max_length=256)
     requirements_content: str | None = None  # the SDK sends null without a requirements file
 
     @field_validator("requirements_content")
@@ -175,7 +175,7 @@ class CancelBody(Body):
 
     model_config = ConfigDict(extra="allow")
 
-    reason: str | None = Field(None, max_length=CANCEL_REASON_MAX_CHARS)
+    reason: str | None = Field(default=None, max_length=CANCEL_REASON_MAX_CHARS)
 
     @field_validator("reason")
     @classmethod
@@ -188,8 +188,8 @@ class CancelBody(Body):
 class InstanceLogQuery(Body):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    page_number: int = Field(1, alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)
-    page_size: int = Field(100, alias="pageSize", ge=1, le=1000)
+    page_number: int = Field(default=1, alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)
+    page_size: int = Field(default=100, alias="pageSize", ge=1, le=1000)
     keywords: list[str] | None = None
 
 
@@ -213,8 +213,8 @@ class FunctionRef(Body):
     rollout_id: str | None = None
     name: str | None = None
     weight: float | None = None
-    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
-    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+    concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY)
     env: EnvMap = None
     reward_metric_weight: dict[str, float] | None = None
 
@@ -262,7 +262,7 @@ class JobBody(Body):
     @field_validator("training_datasets", "validation_datasets")
     @classmethod
     def _one_file(cls, value: list[DatasetRef], info: ValidationInfo) -> list[DatasetRef]:
-        kind = info.field_name.removesuffix("_datasets")
+        kind = (info.field_name or "").removesuffix("_datasets")
         if kind == "training" and not value:
             raise ValueError("training_datasets is empty; upload a training JSONL file first (POST /files)")
         if len(value) > 1:
@@ -419,9 +419,9 @@ class Sampling(Body):
 
     model_config = ConfigDict(extra="allow")
 
-    n: int = Field(1, ge=1, le=MAX_N, strict=True)
+    n: int = Field(default=1, ge=1, le=MAX_N, strict=True)
     logprobs: StrictBool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     stop: Stop = None
 
     @model_validator(mode="after")
@@ -528,10 +528,12 @@ class GenerationParameters(Sampling):
     """DashScope text generation's ``parameters`` (the unsupported ones are a 400, see ``UNSUPPORTED``)."""
 
     result_format: Literal["text", "message"] = "text"
-    max_tokens: int | None = Field(None, ge=1, strict=True)
-    temperature: float | None = Field(None, ge=0, lt=MAX_TEMPERATURE, strict=True)  # DashScope's [0, 2)
-    top_p: float | None = Field(None, gt=0, le=1, strict=True)
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    temperature: float | None = Field(
+        default=None, ge=0, lt=MAX_TEMPERATURE, strict=True
+    )  # DashScope's [0, 2)
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     incremental_output: StrictBool = False
     stream: StrictBool | None = None
     tools: list[dict[str, Any]] | None = None
@@ -565,11 +567,11 @@ class ChatBody(Sampling):
 
     model: str
     messages: list[dict[str, Any]]
-    max_tokens: int | None = Field(None, ge=1, strict=True)
-    max_completion_tokens: int | None = Field(None, ge=1, strict=True)
-    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE, strict=True)  # OpenAI's [0, 2]
-    top_p: float | None = Field(None, gt=0, le=1, strict=True)
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
+    temperature: float | None = Field(default=None, ge=0, le=MAX_TEMPERATURE, strict=True)  # OpenAI's [0, 2]
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None

@@ -60,7 +60,9 @@ def _directory_size(path: Path) -> tuple[int, int] | None:
         rec = end_record(fh)
     if not rec:
         raise _refuse("the uploaded body is not a valid zip archive")
-    return int(rec[zipfile._ECD_ENTRIES_TOTAL]), int(rec[zipfile._ECD_SIZE])
+    # typeshed leaves out zipfile's private end-record indexes (present since Python 2)
+    entries, size = zipfile._ECD_ENTRIES_TOTAL, zipfile._ECD_SIZE  # pyright: ignore[reportAttributeAccessIssue]
+    return int(rec[entries]), int(rec[size])
 
 
 def _check_name(name: str) -> None:
@@ -233,11 +235,7 @@ class InstanceManager:
             self.store.set_instance(inst["instance_id"], status=InstanceState.STOPPED, pid=None)
 
     def load(self, entity_id: str, tag: str, runtime: dict) -> dict:
-        fn = self.store.function(entity_id)
-        if fn is None:
-            raise ApiError(
-                404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server"
-            )
+        fn = self._function(entity_id)
         instance_id = new_id(f"{KIND_PREFIX[fn['kind']]}-ins")
         log_path = self.data_dir / "functions" / entity_id / f"{instance_id}.log"
         self.store.add_instance(
@@ -255,8 +253,8 @@ class InstanceManager:
         from opd_nb.errors import OpdError
         from opd_nb.function_server import FunctionServer
 
-        inst = self.store.instance(instance_id)
-        fn = self.store.function(inst["entity_id"])
+        inst = self._existing(instance_id, deleted_ok=True)
+        fn = self._function(inst["entity_id"])
         owner = process_tree.instance_owner(instance_id)
         env = {**runtime_env(inst["runtime"]), **process_tree.child_env(self.data_dir, owner, base={})}
         try:
@@ -277,7 +275,7 @@ class InstanceManager:
         return self.describe(instance_id)
 
     def describe(self, instance_id: str) -> dict:
-        inst = self.store.instance(instance_id)
+        inst = self._existing(instance_id, deleted_ok=True)
         return {
             "instanceId": instance_id,
             "instance_id": instance_id,
@@ -287,6 +285,14 @@ class InstanceManager:
             "trigger_url": inst["url"],
             "trigger_token": inst["token"],
         }
+
+    def _function(self, entity_id: str) -> dict:
+        fn = self.store.function(entity_id)
+        if fn is None:
+            raise ApiError(
+                404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server"
+            )
+        return fn
 
     def _existing(self, instance_id: str, *, deleted_ok: bool = False) -> dict:
         inst = self.store.instance(instance_id)

@@ -12,7 +12,6 @@ session, log and process-tree tag, so nothing downstream knows which it got.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from opd_nb.server import process_tree
+from opd_nb.server.fork_protocol import REPLY, Exited, Ready, Spawned, SpawnFailed, SpawnRequest
 
 FORKSERVER_MODULE = "opd_nb.server.forkserver"
 FORKSERVER_OWNER = "forkserver"
@@ -98,7 +98,7 @@ class _ForkServer:
                 start_new_session=True,
             )
         self._ready = threading.Event()
-        self._replies: queue.Queue[dict] = queue.Queue()
+        self._replies: queue.Queue[Spawned | SpawnFailed] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._changed = threading.Condition()
         self._send = threading.Lock()
@@ -117,26 +117,26 @@ class _ForkServer:
         argv = [sys.executable, "-m", module, *args]
         with self._send:
             self._next_id += 1
-            request = {
-                "id": self._next_id,
-                "module": module,
-                "args": args,
-                "env": env,
-                "cwd": os.getcwd(),
-                "log": str(log),
-                "title": process_tree.title(argv, env),
-            }
+            request = SpawnRequest(
+                id=self._next_id,
+                module=module,
+                args=args,
+                env=env,
+                cwd=os.getcwd(),
+                log=str(log),
+                title=process_tree.title(argv, env),
+            )
             assert self._proc.stdin is not None
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.write(request.line())
             self._proc.stdin.flush()
             try:
                 reply = self._replies.get(timeout=REPLY_TIMEOUT_S)
             except queue.Empty:
                 self.close(timeout_s=0.0)  # a late fork must not run beside the fresh process
                 raise
-        if "pid" not in reply:
-            raise OSError(reply.get("error") or f"the fork server answered {reply!r}")
-        return ForkedProcess(reply["pid"], self, argv)
+        if isinstance(reply, SpawnFailed):
+            raise OSError(reply.error)
+        return ForkedProcess(reply.pid, self, argv)
 
     def exit_code(self, pid: int) -> int | None:
         with self._changed:
@@ -164,12 +164,12 @@ class _ForkServer:
     def _read(self) -> None:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
-            message = json.loads(line)
-            if "exited" in message:
+            message = REPLY.validate_json(line)
+            if isinstance(message, Exited):
                 with self._changed:
-                    self._exits[message["exited"]] = message["code"]
+                    self._exits[message.exited] = message.code
                     self._changed.notify_all()
-            elif "ready" in message:
+            elif isinstance(message, Ready):
                 self._ready.set()
             else:
                 self._replies.put(message)
@@ -177,7 +177,7 @@ class _ForkServer:
             self.gone = True
             self._changed.notify_all()
         self._ready.set()  # nobody waits for a fork server that is gone
-        self._replies.put({"error": "the fork server exited"})
+        self._replies.put(SpawnFailed(error="the fork server exited"))
 
 
 class Launcher:
