@@ -23,6 +23,10 @@ import stat
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer  # what RawIOBase.write takes (typeshed's name for it)
 
 MAX_LOG_ENV = "OPD_MAX_LOG_BYTES"  # a function server's or job worker's log cap (tests lower it)
 MAX_LOG_BYTES = 32 * 2**20
@@ -43,7 +47,7 @@ class _CappedLog:
         except OSError:
             self._reader = None
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: ReadableBuffer) -> int:
         with self._lock:
             written = os.write(self.fd, data)
             self._cut_if_over()
@@ -85,7 +89,7 @@ class _CappedRaw(io.RawIOBase):
     def fileno(self) -> int:
         return self._log.fd
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: ReadableBuffer, /) -> int:
         return self._log.write(data)
 
 

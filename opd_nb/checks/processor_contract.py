@@ -10,6 +10,7 @@ was checked where it is defined, or is the SDK's).
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
 
 from opd_nb.checks.context import CheckContext
@@ -383,7 +384,7 @@ def _process_shape(
         )
 
 
-def _reward_metrics(ctx: CheckContext, shown: str, methods: list[ast.AST], tree: ast.Module) -> None:
+def _reward_metrics(ctx: CheckContext, shown: str, methods: Sequence[ast.AST], tree: ast.Module) -> None:
     """What a reward puts in reward_metrics, in any method of the class: numbers only, and never the main
     score again (followed through the code's data flow, not one spelling)."""
     for fn in methods:

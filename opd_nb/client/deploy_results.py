@@ -41,7 +41,7 @@ class Deployment(ResultMixin, BaseModel):
         fields = {
             k: out.get(k) for k in cls.model_fields if k not in ("raw", "message") and out.get(k) is not None
         }
-        local = out.get("local") if isinstance(out.get("local"), dict) else {}
+        local = given if isinstance(given := out.get("local"), dict) else {}
         return cls(**fields, message=local.get("message") or out.get("message"), raw=out)
 
     @property

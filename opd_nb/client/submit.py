@@ -329,10 +329,10 @@ def _last_json_line(stdout: str) -> dict[str, Any]:
 
 
 def _runner_output(
-    proc: subprocess.CompletedProcess, data: dict[str, Any], legacy: bool
+    proc: subprocess.CompletedProcess[str], data: dict[str, Any], legacy: bool
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
     """(job id, functions, stderr tail) from the runner's result `data`; a failed run is an OpdError."""
-    tail: list[str] = (proc.stderr or "").splitlines()[-15:]
+    tail = (proc.stderr or "").splitlines()[-15:]
     job_id, functions = data.get("job_id"), data.get("functions") or []
     if not job_id and data.get("message"):
         tail.append(f"service: [{data.get('code')}] {data.get('message')}")

@@ -127,15 +127,19 @@ class DeploymentEndpoints:
                     "token": secrets.token_urlsafe(24),
                     "is_base": 1,
                 }
-                self.store.put_deployment(row)
-                self._launch(self.store.deployment(name))
+                self._launch(self.store.put_deployment(row))
             self._used[name] = time.monotonic()
         row = self._wait_ready(name)
         return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
 
     def _wait_ready(self, name: str) -> dict:
         while True:
-            row = self._refresh(self.store.deployment(name))
+            current = self.store.deployment(name)
+            if current is None:
+                raise ApiError(
+                    400, "ModelUnavailable", f"the local endpoint {name!r} was removed while it started"
+                )
+            row = self._refresh(current)
             if row["status"] == RUNNING:
                 return row
             if row["status"] != PENDING:

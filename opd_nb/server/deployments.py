@@ -168,8 +168,7 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
                 "plan": (plan or {}).get("plan") or LORA,
                 "plan_spec": json.dumps({k: v for k, v in (plan or {}).items() if k != "plan"}),
             }
-            self.store.put_deployment(row)
-            self._launch(self.store.deployment(name))
+            self._launch(self.store.put_deployment(row))
         return self.get(name)
 
     def get(self, name: str) -> dict:

@@ -15,7 +15,7 @@ EXPIRED = "EXPIRED"  # a checkpoint past its expire_time (a checkpoint status, n
 
 
 def _file_ids(datasets: list[dict] | None) -> list[str]:
-    return [d.get("file_id") for d in datasets or [] if d.get("file_id")]
+    return [str(d["file_id"]) for d in datasets or [] if d.get("file_id")]
 
 
 def job_output(job: JobRecord, usage: int | None = None) -> dict:

@@ -235,11 +235,11 @@ class ModelRegistry:
         ]
         out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
         for job in self.store.jobs_with_status(SUCCEEDED):
-            final = job.meta.final_checkpoint
-            if final and Path(final).is_dir():
+            final, name = job.meta.final_checkpoint, job.finetuned_output
+            if final and name and Path(final).is_dir():
                 out.append(
                     {
-                        "model_id": job.finetuned_output,
+                        "model_id": name,
                         "kind": "checkpoint",
                         "path": final,
                         "job_id": job.job_id,

@@ -15,11 +15,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.traces.spans import Span, SpanEvent, logical_kind
+from opd_nb.traces.spans import Span, SpanEvent, Status, logical_kind
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-_STATUS = {0: "unset", 1: "ok", 2: "error"}
+_STATUS: dict[int, Status] = {0: "unset", 1: "ok", 2: "error"}
 _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 MAX_ATTRIBUTE_DEPTH = 8
 

@@ -128,7 +128,7 @@ def is_loopback(host: str) -> bool:
         addrs = {a[4][0] for a in socket.getaddrinfo(name, None)}
     except (OSError, UnicodeError):
         return False
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+    return bool(addrs) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addrs)
 
 
 def server_urls(host: str, port: int) -> tuple[str, str]:

@@ -74,7 +74,7 @@ class FileRows(WriteRows):
         return dict(row) if row else None
 
     def files(self, offset: int, limit: int) -> tuple[list[dict], int]:
-        total = self._one("SELECT COUNT(*) FROM files")[0]
+        total = self._value("SELECT COUNT(*) FROM files")
         rows = self._all(
             "SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?", limit, offset
         )

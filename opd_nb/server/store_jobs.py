@@ -35,7 +35,7 @@ class JobRows(Database):
         if model is not None:
             where += " AND json_extract(request, '$.model') = ?"
             args.append(model)
-        total = self._one(f"SELECT COUNT(*) FROM jobs {where}", *args)[0]
+        total = self._value(f"SELECT COUNT(*) FROM jobs {where}", *args)
         rows = self._all(
             f"SELECT * FROM jobs {where} ORDER BY seq DESC LIMIT ? OFFSET ?", *args, limit, offset
         )
@@ -105,7 +105,7 @@ class StepRows(Database):
         return [(r[0], r[1]) for r in rows]
 
     def log_count(self, job_id: str) -> int:
-        return self._one("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)[0]
+        return self._value("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)
 
     def add_metrics(self, job_id: str, step: int, row: dict) -> None:
         """Write a step's metrics; keys already there that `row` lacks stay (the engine's row and the
@@ -136,8 +136,9 @@ class StepRows(Database):
     def token_usage(self, job_id: str) -> int:
         """The tokens a job's steps processed (each step's tokens/s times its seconds), as Bailian's ``usage``."""
         rate, seconds = (f"json_extract(row, '$.\"{name}\"')" for name in (TOKENS_PER_S, STEP_SECONDS))
-        row = self._one(f"SELECT SUM({rate} * {seconds}) FROM metrics WHERE job_id = ?", job_id)
-        return round(row[0] or 0)
+        return round(
+            self._value(f"SELECT SUM({rate} * {seconds}) FROM metrics WHERE job_id = ?", job_id) or 0
+        )
 
     def checkpoints(self, job_id: str) -> list[dict]:
         rows = self._all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)

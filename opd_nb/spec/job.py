@@ -390,7 +390,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> KeyPath:
     return tuple(out)
 
 
-def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
+def _explain(err: Mapping[str, Any], lines: LineMap) -> ConfigProblem:
     path = _clean_loc(tuple(err.get("loc", ())))
     etype = err.get("type", "")
     where = lines.where(path)

@@ -177,13 +177,17 @@ class Reporter:
         self._samples_asked_at = last
         page = self.client.rollouts(self.job_id)
         tables: dict[int, list[list[Any]]] = {}
-        for step in [] if page is None else page.steps:
+        if page is None:
+            return tables
+        for step in page.steps:
             at = run.global_step(step)
             if at is None or at in self._sample_steps:
                 continue
-            records = (
-                page.rollouts if step == page.step else self.client.rollouts(self.job_id, step=step).rollouts
-            )
+            if step == page.step:
+                records = page.rollouts
+            else:
+                other = self.client.rollouts(self.job_id, step=step)
+                records = other.rollouts if other is not None else []
             self._sample_steps.add(at)
             if records:
                 tables[at] = [[sample_summary(r).get(c) for c in SAMPLE_COLUMNS] for r in records]

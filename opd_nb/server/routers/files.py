@@ -127,7 +127,7 @@ def check_jsonl_file(path: Path) -> tuple[str | None, int]:
             blank = False
             try:
                 obj = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 return f"line {n} is not valid JSON ({exc.msg})", count
             if not isinstance(obj, dict):
                 return f"line {n} is not a JSON object", count
