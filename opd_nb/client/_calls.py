@@ -77,7 +77,7 @@ class Call(Generic[T]):
 
 # ---- the calls ---------------------------------------------------------------------------------
 def _job_path(job_id: str, tail: str = "") -> str:
-    if not isinstance(job_id, str) or not job_id.strip():
+    if not isinstance(job_id, str) or not job_id.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(
             f"job id {job_id!r} is empty",
             fix="pass a job id such as ft-202410291653-1c7f (`opd jobs` lists them)",
@@ -129,7 +129,7 @@ def job_stream(job_id: str) -> Call[None]:
     return Call("GET", _job_path(job_id, "/stream"), f"events of {job_id}", _nothing)
 
 
-def job_metrics(job_id: str) -> Call[list[dict]]:
+def job_metrics(job_id: str) -> Call[list[dict[str, Any]]]:
     return Call(
         "GET",
         _job_path(job_id, "/metrics"),
@@ -154,7 +154,7 @@ def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
 
 def export_call(job_id: str, checkpoint: str, model_name: str | None) -> Call[None]:
     """Bailian's export (``output: true``); the deployable name is read from the checkpoint list after."""
-    if not isinstance(checkpoint, str) or not checkpoint.strip():
+    if not isinstance(checkpoint, str) or not checkpoint.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(
             f"checkpoint {checkpoint!r} is empty",
             fix=f"pass a checkpoint such as checkpoint-20 (`opd checkpoints {job_id}` lists them)",
@@ -223,13 +223,13 @@ def job_traces(
     )
 
 
-def list_models() -> Call[list[dict]]:
+def list_models() -> Call[list[dict[str, Any]]]:
     return Call("GET", "/models", "list models", lambda out: list(out.get("models") or []), local_only=True)
 
 
 # ---- deployments and chat ----------------------------------------------------------------------
 def _name_path(name: str, tail: str = "") -> str:
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str) or not name.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(f"deployment name {name!r} is empty", fix="`opd deployments` lists the deployed names")
     return f"/deployments/{quote(name.strip(), safe='')}{tail}"
 
@@ -268,7 +268,9 @@ def delete_deployment(name: str) -> Call[Deployment]:
     return Call("DELETE", _name_path(name), f"undeploy {name}", Deployment.from_output)
 
 
-def chat_body(model: str, messages: str | list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+def chat_body(
+    model: str, messages: str | list[dict[str, Any]], stream: bool, **params: Any
+) -> dict[str, Any]:
     """OpenAI's chat body; a plain string is one user message."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
@@ -342,7 +344,7 @@ def error_for(resp: httpx.Response, what: str) -> OpdError:
         body = resp.json()
     except ValueError:
         body = {}
-    body = body if isinstance(body, dict) else {}
+    body = cast(dict[str, Any], body) if isinstance(body, dict) else {}  # a JSON object
     if isinstance(body.get("error"), dict):  # the compatible-mode API answers OpenAI's error object
         body = {**body["error"], **{k: v for k, v in body.items() if k in ("code", "message")}}
     code = str(body["code"]) if body.get("code") else None

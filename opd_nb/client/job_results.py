@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -119,7 +119,7 @@ class JobList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> JobList:
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         return cls(
             jobs=[Job.from_output(j) for j in out.get("jobs") or []],
             total=out.get("total") or 0,
@@ -169,7 +169,7 @@ class LogPage(ResultMixin, BaseModel):
     @classmethod
     def from_output(cls, job_id: str, out: Any, *, offset: int) -> LogPage:
         """Bailian sends ``logs`` as one string, the local server as a list; both become lines."""
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         logs = out.get("logs")
         lines = logs.splitlines() if isinstance(logs, str) else [str(x) for x in logs or []]
         start = max(offset, 1)

@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -57,16 +57,18 @@ class _Base:
             headers["Authorization"] = f"Bearer {self.target.api_key.get_secret_value()}"
         return headers
 
-    def _url(self, step: Send | calls.Call) -> str:
+    def _url(self, step: Send | calls.Call[Any]) -> str:
         if step.api == "compatible":
             return calls.compatible_base(self.target.base_url) + step.path
         return self.target.base_url + step.path
 
-    def _timeout(self, step: Send | calls.Call) -> float:
+    def _timeout(self, step: Send | calls.Call[Any]) -> float:
         """Model calls generate (and may start a model first): they get longer than the others."""
         return max(self.timeout, CHAT_TIMEOUT_S) if step.api == "compatible" else self.timeout
 
-    def _stream_call(self, model: str, messages: str | list[dict], params: dict) -> calls.Call:
+    def _stream_call(
+        self, model: str, messages: str | list[dict[str, Any]], params: dict[str, Any]
+    ) -> calls.Call[ChatReply]:
         return calls.chat(model, calls.chat_body(model, messages, True, **params))
 
     def _plan(self, call: calls.Call[T]) -> Plan[T | None]:
@@ -88,7 +90,7 @@ class _Base:
         capacity: int,
         suffix: str | None,
         plan: str | None,
-        deploy_spec: dict | None,
+        deploy_spec: dict[str, Any] | None,
         billing_method: str | None,
     ) -> Plan[Deployment]:
         """The plan's fields are checked here, before anything is sent (both clients)."""
@@ -202,7 +204,7 @@ class JobClient(_Base):
     ) -> Job:
         return self._run(self._wait_plan(job_id, poll_s, timeout_s, on_update))
 
-    def metrics(self, job_id: str) -> list[dict] | None:
+    def metrics(self, job_id: str) -> list[dict[str, Any]] | None:
         """Per-step metrics (local control plane only; None where the API has none, e.g. the cloud)."""
         return self._run(self._plan(calls.job_metrics(job_id)))
 
@@ -236,7 +238,7 @@ class JobClient(_Base):
         none (on Bailian the spans go to ARMS: the console's Trajectory tab)."""
         return self._run(self._plan(calls.job_traces(job_id, step, kind, group, sample, limit)))
 
-    def models(self) -> list[dict] | None:
+    def models(self) -> list[dict[str, Any]] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return self._run(self._plan(calls.list_models()))
 
@@ -248,7 +250,7 @@ class JobClient(_Base):
         suffix: str | None = None,
         *,
         plan: str | None = None,
-        deploy_spec: dict | None = None,
+        deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
@@ -279,13 +281,13 @@ class JobClient(_Base):
     def chat(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         seed: int | None = None,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> ChatReply:
         """One answer from the compatible-mode chat API (a base model, or a deployed name)."""
         params = {
@@ -301,7 +303,7 @@ class JobClient(_Base):
     def chat_stream(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
@@ -394,7 +396,7 @@ class AsyncJobClient(_Base):
     ) -> Job:
         return await self._run(self._wait_plan(job_id, poll_s, timeout_s, on_update))
 
-    async def metrics(self, job_id: str) -> list[dict] | None:
+    async def metrics(self, job_id: str) -> list[dict[str, Any]] | None:
         """Per-step metrics (local control plane only; None where the API has none, e.g. the cloud)."""
         return await self._run(self._plan(calls.job_metrics(job_id)))
 
@@ -428,7 +430,7 @@ class AsyncJobClient(_Base):
         """A step's traced function calls as span trees (see :meth:`JobClient.traces`)."""
         return await self._run(self._plan(calls.job_traces(job_id, step, kind, group, sample, limit)))
 
-    async def models(self) -> list[dict] | None:
+    async def models(self) -> list[dict[str, Any]] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return await self._run(self._plan(calls.list_models()))
 
@@ -440,7 +442,7 @@ class AsyncJobClient(_Base):
         suffix: str | None = None,
         *,
         plan: str | None = None,
-        deploy_spec: dict | None = None,
+        deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
@@ -471,13 +473,13 @@ class AsyncJobClient(_Base):
     async def chat(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         seed: int | None = None,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> ChatReply:
         """One answer from the compatible-mode chat API (a base model, or a deployed name)."""
         params = {
@@ -493,7 +495,7 @@ class AsyncJobClient(_Base):
     async def chat_stream(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,

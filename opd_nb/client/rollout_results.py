@@ -17,7 +17,7 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -249,7 +249,7 @@ class RolloutPage(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, job_id: str, out: Any) -> RolloutPage:
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         by_kind = out.get("steps_by_kind") or {}
         return cls(
             job_id=str(out.get("job_id") or job_id),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -122,7 +122,7 @@ def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
     services = build_services(options)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         await run_in_threadpool(process_tree.reap_previous_run, services.data_dir)
         await run_in_threadpool(_reap_partial_files, services)
         await run_in_threadpool(services.instances.recover)

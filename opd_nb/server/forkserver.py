@@ -53,7 +53,7 @@ def main() -> int:
         with contextlib.suppress(ImportError):  # without the engine extra: nothing to import once
             importlib.import_module(name)
     _reply(replies, Ready(ready=os.getpid()))
-    pending = b""
+    pending: bytes = b""  # a request line not complete yet
     while True:
         _reap(replies)
         readable, _, _ = select.select([requests], [], [], REAP_EVERY_S)
@@ -155,8 +155,8 @@ def _finish(code: int) -> int:
     joined), then atexit, then a flush; ``os._exit`` follows, so none of the parent's state is torn down."""
     with contextlib.suppress(Exception):
         # the interpreter's own step, private but stable since 3.4 (so typeshed leaves it out)
-        threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue]
-    atexit._run_exitfuncs()
+        threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    atexit._run_exitfuncs()  # pyright: ignore[reportPrivateUsage] - the same step of interpreter exit
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

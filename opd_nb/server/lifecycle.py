@@ -118,7 +118,7 @@ class ServerHandle:
 
     def __init__(
         self,
-        process: subprocess.Popen | None,
+        process: subprocess.Popen[bytes] | None,
         host: str,
         port: int,
         data_dir: Path,
@@ -281,7 +281,7 @@ def _log_tail(log_path: Path) -> str:
 
 
 def _wait_until_healthy(
-    process: subprocess.Popen,
+    process: subprocess.Popen[bytes],
     host: str,
     data_dir: Path,
     log_path: Path,

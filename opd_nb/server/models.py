@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -214,7 +214,7 @@ class ModelRegistry:
             )
         return ResolvedModel(model_id=model_id, kind="stand-in", path=str(path), note=note)
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[dict[str, Any]]:
         """Everything this server can run, as listed by GET /api/v1/models."""
         student, teacher = default_pair()
         out = [

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import JsonValue
+
 from opd_nb.traces.spans import Span, SpanEvent, Status, logical_kind
 
 PROTOBUF = "application/x-protobuf"
@@ -30,7 +32,7 @@ class OtlpError(ValueError):
 
 @dataclass
 class Decoded:
-    spans: list[Span] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list[Span])
     rejected: int = 0  # spans left out (malformed ids)
     reason: str = ""
 
@@ -78,9 +80,9 @@ def response_body(decoded: Decoded, content_type: str) -> bytes:
     return reply.SerializeToString()
 
 
-def _json(body: bytes) -> Any:
+def _json(body: bytes) -> dict[str, JsonValue]:
     try:
-        value = json.loads(body)
+        value: JsonValue = json.loads(body)
     except ValueError as exc:
         raise OtlpError(f"the body is not JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -88,10 +90,10 @@ def _json(body: bytes) -> Any:
     return value
 
 
-def _ids_as_base64(value: Any) -> Any:
+def _ids_as_base64(value: JsonValue) -> JsonValue:
     """OTLP JSON's hex ids in protobuf JSON's base64 (json_format reads bytes as base64)."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, JsonValue] = {}
         for key, inner in value.items():
             if key in _ID_KEYS and isinstance(inner, str):
                 try:

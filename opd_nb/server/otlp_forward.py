@@ -17,6 +17,8 @@ import threading
 import time
 from urllib.parse import urlsplit, urlunsplit
 
+from pydantic import JsonValue
+
 from opd_nb.errors import OpdError
 
 HEADERS_ENV = "OPD_OTLP_FORWARD_HEADERS"  # JSON object: the collector's headers (may hold its key)
@@ -55,7 +57,7 @@ def headers_from_env() -> dict[str, str]:
     """The headers `opd serve` passed in :data:`HEADERS_ENV` (taken out of the environment: no child gets them)."""
     raw = os.environ.pop(HEADERS_ENV, "")
     try:
-        value = json.loads(raw) if raw else {}
+        value: JsonValue = json.loads(raw) if raw else {}
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -54,13 +55,17 @@ class ServeOptions(BaseModel):
     @field_validator("data_dir", mode="before")
     @classmethod
     def _path_as_text(cls, value: object) -> object:
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
+        return os.fspath(cast("os.PathLike[str]", value)) if isinstance(value, os.PathLike) else value
 
     @field_validator("model_map", mode="before")
     @classmethod
     def _paths_as_text(cls, value: object) -> object:
         if isinstance(value, dict):
-            return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in value.items()}
+            given = cast(dict[object, object], value)  # a mapping of anything: pydantic checks it next
+            return {
+                k: os.fspath(cast("os.PathLike[str]", v)) if isinstance(v, os.PathLike) else v
+                for k, v in given.items()
+            }
         return value
 
     @field_validator("max_interruptions", "max_deployments")

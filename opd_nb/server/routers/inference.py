@@ -49,7 +49,7 @@ class _Upstream(Exception):
 
 
 # ---- talking to a serving process ----------------------------------------------------------------
-def _payload(model: str, messages: list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+def _payload(model: str, messages: list[dict[str, Any]], stream: bool, **params: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
     body.update({k: v for k, v in params.items() if v is not None})
     return body
@@ -74,7 +74,7 @@ def _unreachable(endpoint: Endpoint, exc: Exception) -> ApiError:
     )
 
 
-async def _post(endpoint: Endpoint, payload: dict) -> dict:
+async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {endpoint.token}"}
     try:
         async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
@@ -86,7 +86,7 @@ async def _post(endpoint: Endpoint, payload: dict) -> dict:
     return resp.json()
 
 
-async def _open(endpoint: Endpoint, payload: dict) -> tuple[httpx.AsyncClient, httpx.Response]:
+async def _open(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[httpx.AsyncClient, httpx.Response]:
     """Start a streamed answer; a refusal (a prompt too long, ...) is an ApiError before any event."""
     http = httpx.AsyncClient(timeout=TIMEOUT, trust_env=False)
     request = http.build_request(
@@ -108,7 +108,7 @@ async def _open(endpoint: Endpoint, payload: dict) -> tuple[httpx.AsyncClient, h
     return http, resp
 
 
-async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[dict]:
+async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """The OpenAI chunks of an opened stream (closes it at the end)."""
     try:
         async for line in resp.aiter_lines():
@@ -129,19 +129,19 @@ async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterato
 
 
 # ---- DashScope text generation ------------------------------------------------------------------
-def _usage(openai_usage: dict | None) -> dict[str, int]:
+def _usage(openai_usage: dict[str, Any] | None) -> dict[str, int]:
     u = openai_usage or {}
     n_in, n_out = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
     return {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
 
 
-def _output(result_format: str, message: dict, finish: str) -> dict:
+def _output(result_format: str, message: dict[str, Any], finish: str) -> dict[str, Any]:
     if result_format == "text":
         return {"text": message.get("content") or "", "finish_reason": finish}
     return {"choices": [{"finish_reason": finish, "message": message}]}
 
 
-def _full_output(result_format: str, choices: list[dict]) -> dict:
+def _full_output(result_format: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
     """DashScope's ``output`` for an OpenAI answer: the text, or one choice per ``n`` (log-probs kept)."""
     if result_format == "text":
         out = _output("text", choices[0]["message"], choices[0]["finish_reason"])
@@ -155,7 +155,7 @@ def _full_output(result_format: str, choices: list[dict]) -> dict:
     return {"choices": listed}
 
 
-def _event(seq: int, kind: str, status: int, body: dict) -> str:
+def _event(seq: int, kind: str, status: int, body: dict[str, Any]) -> str:
     return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{json.dumps(body, ensure_ascii=False)}\n\n"
 
 
