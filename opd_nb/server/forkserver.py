@@ -62,9 +62,8 @@ def main() -> int:
         chunk = os.read(requests, 1 << 16)
         if not chunk:  # the server is gone: at once (no interpreter teardown), so the children see it
             os._exit(0)
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
             _reply(replies, _spawn(SpawnRequest.model_validate_json(line), (requests, replies)))
 
 

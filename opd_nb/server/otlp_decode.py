@@ -59,7 +59,10 @@ def decode(body: bytes, content_type: str | None) -> Decoded:
         if kind == PROTOBUF:
             request.ParseFromString(body)
         else:
-            json_format.ParseDict(_ids_as_base64(_json(body)), request, ignore_unknown_fields=True)
+            document = _ids_as_base64(_json(body))  # an object stays an object
+            json_format.ParseDict(
+                document if isinstance(document, dict) else {}, request, ignore_unknown_fields=True
+            )
     except (DecodeError, json_format.ParseError, RecursionError, ValueError, TypeError) as exc:
         what = "protobuf" if kind == PROTOBUF else "OTLP JSON"
         raise OtlpError(f"the body is not an OTLP trace export in {what}: {exc}") from None
