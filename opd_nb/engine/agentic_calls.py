@@ -24,7 +24,7 @@ from opd_nb.engine.trajectory import MALFORMED, check_trajectory
 from opd_nb.traces import ids as trace_ids
 
 # A call's result: (agent_output, None) or (None, what went wrong).
-CallResult = tuple[dict | None, str | None]
+CallResult = tuple[dict[str, Any] | None, str | None]
 
 
 @dataclass
@@ -34,7 +34,7 @@ class RolloutRound:
     tokens: list[str]  # the api key of each call
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a well-formed trajectory
-    trajs: list[dict]  # their agent_output, parallel to ok
+    trajs: list[dict[str, Any]]  # their agent_output, parallel to ok
     metrics: dict[str, float]  # the rollout function's own rollout_metrics (means) and the failure rate
     errors: dict[int, str]  # call index -> error, for failed calls
 
@@ -85,7 +85,9 @@ class RolloutCalls:
         self._pool.shutdown()
         self._conns.close()
 
-    def _payload(self, row: Any, g: int, k: int, token: str, where: str, temperature: float) -> dict:
+    def _payload(
+        self, row: Any, g: int, k: int, token: str, where: str, temperature: float
+    ) -> dict[str, Any]:
         """The request of the `k`-th call for row `g`, whose api key is `token`."""
         return {
             "func_type": "rollout",
@@ -111,7 +113,7 @@ class RolloutCalls:
             },
         }
 
-    def _call(self, payload: dict) -> CallResult:
+    def _call(self, payload: dict[str, Any]) -> CallResult:
         """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
         self.generation.call_started()
         try:
@@ -120,7 +122,7 @@ class RolloutCalls:
             self.generation.call_ended()
         return (None, reply) if isinstance(reply, str) else agent_output(*reply)
 
-    def _call_all(self, payloads: list[dict], tokens: list[str], where: str) -> list[CallResult]:
+    def _call_all(self, payloads: list[dict[str, Any]], tokens: list[str], where: str) -> list[CallResult]:
         """Make the calls while serving their generation requests on this (the engine's) thread."""
         job = self.host.job
         self.endpoint.tokens.update(tokens)

@@ -85,7 +85,7 @@ class StudentEndpoint:
             return JSONResponse({"error": {"message": msg, "type": kind}}, status_code=status)
 
         @app.get("/v1/models")
-        async def models() -> dict:
+        async def models() -> dict[str, Any]:
             return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "opd-nb"}]}
 
         @app.post("/v1/chat/completions")

@@ -7,7 +7,7 @@ and mark which assistant turns were trained on and what was cut to fit ``max_len
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.engine.agentic_samples import TurnRef
 from opd_nb.engine.rollout_host import RolloutHost
@@ -23,12 +23,14 @@ class StepRollouts:
     rows: list  # the rows the calls were made for
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a trajectory
-    trajs: list[dict]  # their agent_output, parallel to ok
+    trajs: list[dict[str, Any]]  # their agent_output, parallel to ok
     errors: dict[int, str]  # call index -> error, for failed calls
     # per trajectory, per assistant turn: (batch row holding its trained tokens or None, message index,
     # generated ids cut to fit max_length, generated without EOS)
     turns: list[list[TurnRef]]
-    rewards: list[dict] | None  # per trajectory: reward_score / reward_metrics / reward_status / reward_error
+    rewards: (
+        list[dict[str, Any]] | None
+    )  # per trajectory: reward_score / reward_metrics / reward_status / reward_error
 
 
 def to_record(

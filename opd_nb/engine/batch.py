@@ -21,7 +21,9 @@ class SeqBatch:
     group: torch.Tensor  # [B] index of the prompt within the step (rollouts of a prompt share it)
     texts: list[str] = field(default_factory=list)  # decoded completions (for rewards)
     truncated: torch.Tensor | None = None  # [B] bool: hit the length budget without EOS
-    messages: list[list[dict]] = field(default_factory=list)  # full trajectory per sample (for rewards)
+    messages: list[list[dict[str, Any]]] = field(
+        default_factory=list
+    )  # full trajectory per sample (for rewards)
     logprobs: torch.Tensor | None = (
         None  # [B, window] student log-prob of each generated token (greedy decode)
     )

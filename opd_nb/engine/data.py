@@ -20,9 +20,9 @@ ROLES = {"system", "user", "assistant", "tool"}
 
 @dataclass
 class Row:
-    messages: list[dict]  # the prompt turns
+    messages: list[dict[str, Any]]  # the prompt turns
     rollout_extra: dict[str, Any] = field(default_factory=dict)
-    tools: list[dict] | None = None
+    tools: list[dict[str, Any]] | None = None
     prompt_ids: list[int] = field(default_factory=list)
     line: int = 0
 
@@ -79,9 +79,9 @@ def read_rows(path: str | Path) -> list[Row]:
 
 def template_ids(
     tokenizer: Any,
-    messages: list[dict],
+    messages: list[dict[str, Any]],
     *,
-    tools: list[dict] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = False,
 ) -> list[int]:
     """Token ids of the chat template applied to `messages` (any transformers return shape)."""

@@ -20,7 +20,7 @@ MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's range)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
+def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     """Split `<tool_call>{json}</tool_call>` blocks out of generated text (OpenAI tool_calls shape)."""
     calls = []
     for m in _TOOL_CALL.finditer(text):
@@ -48,7 +48,7 @@ class ChatRequestError(ValueError):
     """A chat request the endpoint cannot serve; the message is the 400 answer's text."""
 
 
-def whole(body: dict, key: str, low: int, high: int) -> int | None:
+def whole(body: dict[str, Any], key: str, low: int, high: int) -> int | None:
     """``body[key]`` as a whole number in [low, high] (None when absent); a bool, a float or a string
     is refused, not coerced. Raises :class:`ChatRequestError`."""
     value = body.get(key)
@@ -59,7 +59,9 @@ def whole(body: dict, key: str, low: int, high: int) -> int | None:
     return value
 
 
-def _real(body: dict, key: str, default: float, low: float, high: float, *, open_low: bool = False) -> float:
+def _real(
+    body: dict[str, Any], key: str, default: float, low: float, high: float, *, open_low: bool = False
+) -> float:
     """``body[key]`` as a finite number in its range (`default` when absent), never coerced from text."""
     value = body.get(key)
     if value is None:
@@ -97,7 +99,9 @@ def chat_inputs(
     return ids, temperature, top_p, max(1, min(wanted or max_total, max_total - len(ids)))
 
 
-def completion_body(model_name: str, n_prompt: int, n_completion: int, text: str, finish: str) -> dict:
+def completion_body(
+    model_name: str, n_prompt: int, n_completion: int, text: str, finish: str
+) -> dict[str, Any]:
     """An OpenAI ``chat.completion`` for generated `text` (tool calls parsed out of it)."""
     content, calls = parse_tool_calls(text)
     message: dict[str, Any] = {"role": "assistant", "content": content}

@@ -26,7 +26,7 @@ from opd_nb.reward_call import CallOutcome
 class Sample:
     """One scored trajectory: the full conversation (prompt turns + the student's turns)."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     rollout_extra: dict[str, Any]
     group: int
     sample_id: str

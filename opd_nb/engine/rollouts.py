@@ -111,7 +111,7 @@ def recorded_steps(output_dir: str | Path, kind: str | None = None) -> list[int]
 
 def read_rollouts(
     output_dir: str | Path, step: int | None = None, kind: str | None = None, limit: int | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Records of `step` (default: the latest recorded one of `kind`), train before validation, at most `limit`."""
     _check_kind(kind)
     if step is not None and step < 0:
@@ -123,7 +123,7 @@ def read_rollouts(
         if not steps:
             return []
         step = steps[-1]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for k in KINDS if kind is None else (kind,):
         path = Path(output_dir) / DIRNAME / file_name(k, step)
         try:
@@ -282,7 +282,7 @@ class Rollout:
 
     group: int
     sample: int
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     turns: list[Turn]
     truncated: bool = False
     reward: dict[str, Any] | None = None  # reward_score / reward_metrics / reward_status / reward_error

@@ -67,7 +67,7 @@ class _Request:
     finish: str | None = None
     stop: tuple[str, ...] = ()  # stop strings: the answer ends before the first one (not included)
     top_logprobs: int | None = None  # None: no log-probs; 0..20: per token, with that many alternatives
-    logprobs: list[dict] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
     cut: str | None = None  # the text up to a stop string, once one appeared
 
     def put(self, item: tuple) -> None:
@@ -193,11 +193,11 @@ class Engine:
     def _text(self, r: _Request) -> str:
         return r.cut if r.cut is not None else self.gen.tok.decode(r.out, skip_special_tokens=True)
 
-    def _token(self, tok: int) -> dict:
+    def _token(self, tok: int) -> dict[str, Any]:
         text = self.gen.tok.decode([tok], skip_special_tokens=False)
         return {"token": text, "bytes": list(text.encode("utf-8"))}
 
-    def _logprob(self, logp: Any, tok: int, top: int) -> dict:
+    def _logprob(self, logp: Any, tok: int, top: int) -> dict[str, Any]:
         """OpenAI's per-token entry: the chosen token's log-prob and the `top` likeliest alternatives."""
         entry = {**self._token(tok), "logprob": float(logp[tok]), "top_logprobs": []}
         if top:
@@ -230,7 +230,13 @@ class Engine:
             r.finish = "length"
 
 
-def _chunk(cid: str, model: str, delta: dict, finish: str | None = None, usage: dict | None = None) -> str:
+def _chunk(
+    cid: str,
+    model: str,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> str:
     body: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion.chunk",
@@ -250,7 +256,7 @@ async def _stream(r: _Request, model: str, tools: bool) -> AsyncIterator[str]:
     cid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
     n_prompt = len(r.ids)
 
-    def usage(n: int) -> dict:
+    def usage(n: int) -> dict[str, Any]:
         return {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
 
     yield _chunk(cid, model, {"role": "assistant", "content": ""}, usage=usage(0))
@@ -285,7 +291,7 @@ async def _end(r: _Request) -> tuple:
             return event
 
 
-def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict:
+def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict[str, Any]:
     """One chat.completion with a choice per request (the usage adds their completions up)."""
     n_prompt = len(reqs[0].ids)
     bodies = [completion_body(model, n_prompt, e[2], e[3], e[1]) for e in ends]
@@ -304,7 +310,7 @@ def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict:
     return out
 
 
-def _options(body: dict) -> tuple[int | None, int, tuple[str, ...], int | None]:
+def _options(body: dict[str, Any]) -> tuple[int | None, int, tuple[str, ...], int | None]:
     """(seed, n, stop strings, top_logprobs or None) of a request, each of the right type, never coerced
     (the control plane checked their documented ranges; these are what this process can take)."""
     seed = whole(body, "seed", 0, MAX_WHOLE - 64)  # a choice i draws with seed + i
@@ -331,11 +337,11 @@ def create_app(engine: Engine, name: str, token: str) -> FastAPI:
     gen = engine.gen
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health() -> dict[str, Any]:
         return {"status": "healthy", "model": name, "max_total": gen.max_total}
 
     @app.get("/v1/models")
-    async def models() -> dict:
+    async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "opd-nb"}]}
 
     @app.post("/v1/chat/completions")

@@ -46,7 +46,7 @@ class Problem:
         )
 
 
-def _call_ids(message: dict) -> list[str]:
+def _call_ids(message: dict[str, Any]) -> list[str]:
     calls = message.get("tool_calls") or []
     return [str(c.get("id", "")) for c in calls if isinstance(c, dict)]
 
@@ -116,7 +116,7 @@ class TurnSample:
 
 def turn_samples(
     tokenizer: Any,
-    messages: list[dict],
+    messages: list[dict[str, Any]],
     tools: list | None,
     records: Sequence[tuple[list[int], list[int], bool]],
     max_total: int,
