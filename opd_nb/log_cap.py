@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer  # what RawIOBase.write takes (typeshed's name for it)
+    from typing_extensions import Buffer  # what RawIOBase.write takes (collections.abc.Buffer from 3.12)
 
 MAX_LOG_ENV = "OPD_MAX_LOG_BYTES"  # a function server's or job worker's log cap (tests lower it)
 MAX_LOG_BYTES = 32 * 2**20
@@ -47,7 +47,7 @@ class _CappedLog:
         except OSError:
             self._reader = None
 
-    def write(self, data: ReadableBuffer) -> int:
+    def write(self, data: Buffer) -> int:
         with self._lock:
             written = os.write(self.fd, data)
             self._cut_if_over()
@@ -89,7 +89,7 @@ class _CappedRaw(io.RawIOBase):
     def fileno(self) -> int:
         return self._log.fd
 
-    def write(self, data: ReadableBuffer, /) -> int:
+    def write(self, data: Buffer, /) -> int:
         return self._log.write(data)
 
 

@@ -7,6 +7,7 @@ tokens always sit in the last ``window`` columns, so models only run their heads
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,9 +59,9 @@ class SeqBatch:
 
 
 def left_pad(
-    seqs: list[list[int]], masks: list[list[bool]], groups: list[int], pad_id: int, device: str
+    seqs: list[list[int]], masks: Sequence[Sequence[int]], groups: list[int], pad_id: int, device: str
 ) -> SeqBatch:
-    """Build a SeqBatch from token lists (masks mark trained tokens)."""
+    """Build a SeqBatch from token lists (masks mark trained tokens, as bools or 0/1)."""
     n = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), n), dtype=torch.long)

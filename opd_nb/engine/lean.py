@@ -13,6 +13,8 @@ biases on the MLP, ...) make :func:`wrap` return ``None`` and the engine uses ``
 
 from __future__ import annotations
 
+# pyright: reportConstantRedefinition=false
+# (tensor shapes are named as in the papers, B, T, D, and shrink inside the layer loop: not constants)
 import os
 from typing import Any
 
@@ -123,6 +125,8 @@ class LeanLM:
             S = T + kv.n_past
             mask = causal_mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
         bias = None if grad or mask is None else attention_bias(mask, self.nh, self.kvh, self.cos.dtype)
+        if pos is None:
+            raise ValueError("positions are needed where no step table is given")
         p = pos.reshape(-1) if pk is None else pos.reshape(-1).index_select(0, pk.idx)
         return self.cos[p][:, None, :], self.sin_signed[p][:, None, :], mask, bias
 

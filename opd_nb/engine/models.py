@@ -71,7 +71,8 @@ def load_model(path: str | Path, role: str, device: str, dtype: Any = None) -> A
         model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32)
     except Exception as exc:  # noqa: BLE001
         raise EngineError(f"could not load the {role} model from {str(p)!r}: {exc}") from exc
-    return model.to(device)
+    # transformers types `.to` through a generation mixin's self type that a loaded model does not match
+    return model.to(device)  # pyright: ignore[reportArgumentType]
 
 
 def check_vocab(

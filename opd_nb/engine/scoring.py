@@ -106,7 +106,8 @@ class StudentScorer:
                 self.logprobs(b.select(list(range(s, min(len(b), s + mb)))), window, entropy=True)
                 for s in range(0, len(b), mb)
             ]
-        return torch.cat([x[1] for x in parts]), torch.cat([x[2] for x in parts])
+        entropies = [e for _, _, e in parts if e is not None]  # entropy=True: every part has them
+        return torch.cat([lp for _, lp, _ in parts]), torch.cat(entropies)
 
 
 def score_tokens(student: StudentScorer, teacher: TeacherScorer, b: Any, max_model_len: int) -> TokenScores:

@@ -49,7 +49,7 @@ class Updater:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(plan, total_steps))
 
     def lr(self) -> float:
-        return self.sched.get_last_lr()[0]
+        return float(self.sched.get_last_lr()[0])  # torch types it float | Tensor; LambdaLR's is a float
 
     def update(self, b: Any, t_vals: Any, adv_task: Any, window: int, metrics: dict[str, Any], step: int):
         """Optimizer updates over mini-batches of the step's sequences -> :class:`TokenScores`.
