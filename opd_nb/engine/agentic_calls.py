@@ -151,7 +151,7 @@ class RolloutCalls:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
         return results
 
-    def run(self, rows: list, n: int, where: str, temperature: float) -> RolloutRound:
+    def run(self, rows: list[dict[str, Any]], n: int, where: str, temperature: float) -> RolloutRound:
         """Call the rollout function n times per row."""
         tokens, payloads, groups = [], [], []
         for g, r in enumerate(rows):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class StepRollouts:
     """What one round of rollout calls produced, kept for the rollout records (:func:`to_record`)."""
 
-    rows: list  # the rows the calls were made for
+    rows: list[dict[str, Any]]  # the rows the calls were made for
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a trajectory
     trajs: list[dict[str, Any]]  # their agent_output, parallel to ok

@@ -26,7 +26,7 @@ class Evaluator:
     def __init__(
         self,
         job: EngineJob,
-        rows: list,
+        rows: list[dict[str, Any]],
         sampler: Any,
         score_tokens: Callable[[Any], Any],
         reward_caller: Any,

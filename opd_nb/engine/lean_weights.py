@@ -30,7 +30,7 @@ class Fused:
 class FusedWeights:
     """The fused weights of one model's decoder layers, read from (and training) its own parameters."""
 
-    def __init__(self, model: Any, layers: list, nh: int, kvh: int, D: int, qk_norm: bool):
+    def __init__(self, model: Any, layers: list[Any], nh: int, kvh: int, D: int, qk_norm: bool):
         self.model, self.base, self.layers = model, model.base_model, layers
         self.nh, self.kvh, self.D, self.qk_norm = nh, kvh, D, qk_norm
         self._fused: Fused | None = None

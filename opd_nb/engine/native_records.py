@@ -31,7 +31,9 @@ def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
     return out
 
 
-def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: int | None, step: int) -> list:
+def native_rollouts(
+    rows: list[dict[str, Any]], b: Any, scores: Any, per: list | None, limit: int | None, step: int
+) -> list:
     """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
     order of groups; `per`: each sample's reward record, if scored."""
     from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
@@ -54,7 +56,7 @@ def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: in
     ]
 
 
-def reward_samples(rows: list, b: Any, where: str) -> list:
+def reward_samples(rows: list[dict[str, Any]], b: Any, where: str) -> list:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
     from opd_nb.engine.rollouts import ranks

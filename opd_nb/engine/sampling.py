@@ -22,7 +22,10 @@ still not a distribution (no finite positive mass) is picked by argmax rather th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 Pick = Callable[[Any], Any]  # logits [B, V] -> next token ids [B]
 GREEDY_BELOW = 1e-5  # a temperature or top-p under this is greedy decoding
@@ -55,7 +58,7 @@ def filtered_probs(torch: Any, logits: Any, temperature: float, top_p: float) ->
 
 
 def inverse_cdf_pick(
-    torch: Any, temperature: float, top_p: float, greedy: bool, lps: list | None, draws: Any, n: int
+    torch: Any, temperature: float, top_p: float, greedy: bool, lps: list[Tensor] | None, draws: Any, n: int
 ) -> Pick:
     """The training picker: argmax (`lps`: also keep the chosen token's log-prob) or an inverse-CDF draw.
 
@@ -188,7 +191,7 @@ class Sampler:
         temperature: float,
         top_p: float,
         max_new: int,
-        lps: list | None = None,
+        lps: list[Tensor] | None = None,
         seeds: list[int] | None = None,
         decode_steps: int | None = None,
     ):
@@ -261,7 +264,7 @@ class Sampler:
         from opd_nb.engine.batch import SeqBatch
 
         torch = self.torch
-        lps: list | None = [] if is_greedy(temperature, 1.0) and logprobs else None
+        lps: list[Tensor] | None = [] if is_greedy(temperature, 1.0) and logprobs else None
         out, att, P, before, has_eos = self.complete(
             prompt_ids, temperature=temperature, top_p=1.0, max_new=self.max_total, lps=lps
         )
@@ -279,7 +282,7 @@ class Sampler:
             b.logprobs = torch.stack(lps, 1)  # [B, C]: the completion columns, which are the window
         return b
 
-    def rollouts(self, rows: list, n: int, temperature: float):
+    def rollouts(self, rows: list[dict[str, Any]], n: int, temperature: float):
         """`n` sampled native rollouts per row, as a SeqBatch whose ``messages`` end with each answer."""
         prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
         groups = [g for g in range(len(rows)) for _ in range(n)]

@@ -244,7 +244,7 @@ class Trainer:
         return turns(scores, rows)
 
     # ---- one step -------------------------------------------------------------------------------
-    def train_step(self, rows: list, epoch: int) -> dict[str, Any]:
+    def train_step(self, rows: list[dict[str, Any]], epoch: int) -> dict[str, Any]:
         """Rollouts, teacher scores (beside the reward functions), updates and records of one step."""
         from opd_nb.engine.native_records import reward_samples
 
@@ -290,7 +290,7 @@ class Trainer:
         adv = rewards.group_advantages(res.totals, groups)
         return self.torch.tensor(adv, dtype=self.torch.float32, device=self.device)
 
-    def _record(self, rows: list, b: Any, scores: TokenScores, traj: Any, res: Any) -> None:
+    def _record(self, rows: list[dict[str, Any]], b: Any, scores: TokenScores, traj: Any, res: Any) -> None:
         from opd_nb.engine.native_records import native_rollouts
 
         step, limit = self.step + 1, self.recorder.per_step
