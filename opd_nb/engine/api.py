@@ -47,7 +47,7 @@ class EngineJob(BaseModel):
     validation_file: str | None = None
     hyper_parameters: dict[str, Any] = Field(default_factory=dict)  # as submitted (cloud meaning)
     algorithm: Literal["pg_opd", "gkd"] | None = None  # None: from hyper_parameters["algorithm"]
-    rewards: list[RewardEndpoint] = Field(default_factory=list)
+    rewards: list[RewardEndpoint] = Field(default_factory=list[RewardEndpoint])
     rollout: RolloutEndpoint | None = None
     output_dir: str  # checkpoints/ and metrics.jsonl go here
     resume_from: str | None = None  # a checkpoint-{step} directory with trainer state

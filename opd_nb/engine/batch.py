@@ -20,10 +20,10 @@ class SeqBatch:
     attention_mask: torch.Tensor  # [B, L] 1 = real token
     target_mask: torch.Tensor  # [B, L] bool: token is a trained (student-generated) token
     group: torch.Tensor  # [B] index of the prompt within the step (rollouts of a prompt share it)
-    texts: list[str] = field(default_factory=list)  # decoded completions (for rewards)
+    texts: list[str] = field(default_factory=list[str])  # decoded completions (for rewards)
     truncated: torch.Tensor | None = None  # [B] bool: hit the length budget without EOS
     messages: list[list[dict[str, Any]]] = field(
-        default_factory=list
+        default_factory=list[list[dict[str, Any]]]
     )  # full trajectory per sample (for rewards)
     logprobs: torch.Tensor | None = (
         None  # [B, window] student log-prob of each generated token (greedy decode)
@@ -46,7 +46,7 @@ class SeqBatch:
 
     def select(self, idx: Any) -> SeqBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
-        il = idx_t.tolist()
+        il: list[int] = idx_t.tolist()
         return SeqBatch(
             self.input_ids[idx_t],
             self.attention_mask[idx_t],

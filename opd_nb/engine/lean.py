@@ -292,7 +292,7 @@ class LeanLM:
         )
         steps = _Steps(self, pos[:, -1:], max_new, key_valid, n0 + max_new)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
-        toks = []
+        toks: list[torch.Tensor] = []
         for _ in range(max_new):
             nxt = pick(self.logits(x[:, -1]).float()).masked_fill_(done, pad)
             toks.append(nxt)

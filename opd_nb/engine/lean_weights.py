@@ -40,7 +40,12 @@ class FusedWeights:
     def build(self) -> Fused:
         """Fuse q|k|v and gate|up into one GEMM each and fold every RMSNorm weight into the matrix that
         consumes the normalised states: linear(norm(x) * w, W) == linear(norm(x), W * w)."""
-        qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w = [], [], [], [], [], []
+        qkv_w: list[torch.Tensor] = []
+        qkv_b: list[torch.Tensor | None] = []
+        gu_w: list[torch.Tensor] = []
+        o_wt: list[torch.Tensor] = []
+        down_wt: list[torch.Tensor] = []
+        qkn_w: list[torch.Tensor | None] = []
         for la in self.layers:
             a, m = la.self_attn, la.mlp
             w_in = la.input_layernorm.weight

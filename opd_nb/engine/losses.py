@@ -41,7 +41,7 @@ def token_logprobs(
     rows = _rows_per_chunk(w.shape[0])
     if h.shape[0] <= rows:
         return _lp_chunk(h, w, b, ids)
-    outs = []
+    outs: list[torch.Tensor] = []
     for s in range(0, h.shape[0], rows):
         if torch.is_grad_enabled() and h.requires_grad:
             outs.append(checkpoint(_lp_chunk, h[s : s + rows], w, b, ids[s : s + rows], use_reentrant=False))
@@ -72,7 +72,8 @@ def token_logprobs_entropy(
     rows = _rows_per_chunk(w.shape[0])
     if h.shape[0] <= rows:
         return _lp_ent_chunk(h, w, b, ids)
-    lps, ents = [], []
+    lps: list[torch.Tensor] = []
+    ents: list[torch.Tensor] = []
     for s in range(0, h.shape[0], rows):
         args = (h[s : s + rows], w, b, ids[s : s + rows])
         if torch.is_grad_enabled() and h.requires_grad:
@@ -110,7 +111,7 @@ def reverse_kl(
     rows = _rows_per_chunk(ws.shape[0])
     if hs.shape[0] <= rows:
         return _rkl_chunk(hs, ws, bs, ht, wt, bt)
-    outs = []
+    outs: list[torch.Tensor] = []
     for s in range(0, hs.shape[0], rows):
         args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt)
         if torch.is_grad_enabled() and hs.requires_grad:
@@ -201,7 +202,7 @@ def reverse_kl_stats(
     rows = _rows_per_chunk(ws.shape[0])
     if hs.shape[0] <= rows:
         return _rkl_stats_chunk(hs, ws, bs, ht, wt, bt, ids)
-    parts = []
+    parts: list[torch.Tensor] = []
     for s in range(0, hs.shape[0], rows):
         args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt, ids[s : s + rows])
         if torch.is_grad_enabled() and hs.requires_grad:

@@ -57,7 +57,7 @@ class TeacherScorer:
         L = b.input_ids.shape[1]
         rows = max(1, self.max_num_batched_tokens // L)
         w, bias = losses.head_params(self.teacher)
-        parts = []
+        parts: list[torch.Tensor] = []
         with torch.inference_mode():
             for s in range(0, len(b), rows):
                 sub = b if rows >= len(b) else b.select(list(range(s, min(len(b), s + rows))))

@@ -81,7 +81,9 @@ class Updater:
         )
         batch = _StepBatch(b, window, t_vals, adv_task, ids_w, tmask, valid)
         d_sum = d_cnt = 0.0
-        norms, clipfracs, ppo_kls = [], [], []
+        norms: list[float] = []
+        clipfracs: list[float] = []
+        ppo_kls: list[float] = []
         for mb in mbs:
             loss, extra, d, n_valid = self._loss(batch, mb, len(mbs) == 1, rec)
             d_sum += d
