@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from opd_nb.engine.api import EngineError
 
 ROLES = {"system", "user", "assistant", "tool"}
@@ -21,9 +23,9 @@ ROLES = {"system", "user", "assistant", "tool"}
 @dataclass
 class Row:
     messages: list[dict[str, Any]]  # the prompt turns
-    rollout_extra: dict[str, Any] = field(default_factory=dict)
+    rollout_extra: dict[str, Any] = field(default_factory=dict[str, Any])
     tools: list[dict[str, Any]] | None = None
-    prompt_ids: list[int] = field(default_factory=list)
+    prompt_ids: list[int] = field(default_factory=list[int])
     line: int = 0
 
     @property
@@ -45,7 +47,7 @@ def read_rows(path: str | Path) -> list[Row]:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj: JsonValue = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise _fail(
                     p, n, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line"
@@ -55,12 +57,13 @@ def read_rows(path: str | Path) -> list[Row]:
             msgs = obj.get("messages")
             if not isinstance(msgs, list) or not msgs:
                 raise _fail(p, n, "key 'messages' is missing or empty; give a list of {role, content} turns")
+            prompt: list[dict[str, Any]] = []
             for i, m in enumerate(msgs):
                 if not isinstance(m, dict) or m.get("role") not in ROLES:
                     raise _fail(p, n, f"messages[{i}].role must be one of {sorted(ROLES)}")
                 if "content" not in m and not m.get("tool_calls"):
                     raise _fail(p, n, f"messages[{i}] has no 'content'")
-            prompt = list(msgs)
+                prompt.append(m)
             while prompt and prompt[-1]["role"] == "assistant":
                 prompt.pop()
             if not prompt:
@@ -68,9 +71,10 @@ def read_rows(path: str | Path) -> list[Row]:
             extra = obj.get("rollout_extra") or {}
             if not isinstance(extra, dict):
                 raise _fail(p, n, "key 'rollout_extra' must be a JSON object")
-            tools = obj.get("tools")
-            if tools is not None and not isinstance(tools, list):
-                raise _fail(p, n, "key 'tools' must be a list of tool schemas")
+            given = obj.get("tools")
+            tools = [t for t in given if isinstance(t, dict)] if isinstance(given, list) else None
+            if given is not None and (tools is None or len(tools) != len(given)):
+                raise _fail(p, n, "key 'tools' must be a list of tool schemas (JSON objects)")
             rows.append(Row(messages=prompt, rollout_extra=extra, tools=tools, line=n))
     if not rows:
         raise EngineError(f"data file {str(p)!r} has no rows")

@@ -35,7 +35,7 @@ def wrap(model: Any) -> LeanLM | None:
     cfg = model.config
     if getattr(cfg, "model_type", None) not in SUPPORTED:
         return None
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope: dict[str, Any] = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     if (rope.get("rope_type") or rope.get("type") or "default") != "default":
         return None
     if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "mlp_bias", False):
@@ -72,7 +72,7 @@ class LeanLM:
         self.qk_norm = hasattr(a0, "q_norm")
         if getattr(a0.o_proj, "bias", None) is not None:
             raise ValueError("o_proj bias is not reproduced")
-        rope = getattr(cfg, "rope_parameters", None) or {}
+        rope: dict[str, Any] = getattr(cfg, "rope_parameters", None) or {}
         theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
         inv = 1.0 / (theta ** (torch.arange(0, self.D, 2, dtype=torch.float) / self.D))
         max_pos = int(getattr(cfg, "max_position_embeddings", 4096))

@@ -8,8 +8,9 @@ job's loaded pair; a deployment (:mod:`opd_nb.engine.serving`) loads one model w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from opd_nb.engine.api import EngineError
 
@@ -105,8 +106,12 @@ def n_params(model: Any) -> int:
 
 def eos_ids(model: Any, tok: Any) -> list[int]:
     """The ids that end a completion: the model's generation EOS ids, plus the tokenizer's EOS."""
-    ids = model.generation_config.eos_token_id
-    ids = list(ids) if isinstance(ids, list | tuple) else ([ids] if ids is not None else [])
+    given = model.generation_config.eos_token_id  # an id, a list of ids or None (transformers' config)
+    ids = (
+        list(cast("Sequence[int]", given))
+        if isinstance(given, list | tuple)
+        else ([] if given is None else [int(given)])
+    )
     if tok.eos_token_id is not None and tok.eos_token_id not in ids:
         ids.append(tok.eos_token_id)
     return ids
