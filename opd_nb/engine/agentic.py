@@ -30,6 +30,7 @@ from opd_nb.engine.agentic_endpoint import MODEL_NAME, Generation, StudentEndpoi
 from opd_nb.engine.agentic_records import StepRollouts, to_record
 from opd_nb.engine.agentic_samples import turn_samples_of
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.data import Row
 from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.traces import ids as trace_ids
 
@@ -53,7 +54,7 @@ class Agentic:
         self.calls.close()
         self.endpoint.close()
 
-    def _task_scores(self, rows: list[dict[str, Any]], rnd: RolloutRound, where: str):
+    def _task_scores(self, rows: list[Row], rnd: RolloutRound, where: str):
         """(reward metrics, total per trajectory or None, record fields per trajectory or None): the job's
         reward functions, else the rollout's own ``reward_score`` when every trajectory carries one."""
         from opd_nb.engine import rewards
@@ -87,7 +88,7 @@ class Agentic:
             return {TRAIN_REWARD_MEAN: sum(totals) / len(totals)}, totals, per
         return {}, None, None
 
-    def validate(self, rows: list[dict[str, Any]], where: str) -> dict[str, float]:
+    def validate(self, rows: list[Row], where: str) -> dict[str, float]:
         """One greedy rollout per validation row through the rollout function, as training rollouts run:
         ``validation/data/reward/mean@1`` (with a reward) and ``validation/accuracy`` (task rows, judged on
         the trajectory's last assistant message; a failed rollout counts as wrong)."""
@@ -139,7 +140,7 @@ class Agentic:
         """:class:`rollouts.Rollout` per call (a fair sample of at most `limit`; None: all), failed ones included."""
         return to_record(self.host, info, scores, limit, step)
 
-    def collect(self, rows: list[dict[str, Any]], n: int, where: str):
+    def collect(self, rows: list[Row], n: int, where: str):
         """Run n rollouts per row; returns (SeqBatch of assistant turns, reward metrics, task advantages,
         the :class:`StepRollouts` for the records)."""
         from opd_nb.engine import rewards

@@ -18,6 +18,7 @@ from typing import Any
 from opd_nb.constants import ROLLOUT_FAILURE_RATE, ROLLOUT_METRIC_PREFIX
 from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.data import Row
 from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory
@@ -151,7 +152,7 @@ class RolloutCalls:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
         return results
 
-    def run(self, rows: list[dict[str, Any]], n: int, where: str, temperature: float) -> RolloutRound:
+    def run(self, rows: list[Row], n: int, where: str, temperature: float) -> RolloutRound:
         """Call the rollout function n times per row."""
         tokens, payloads, groups = [], [], []
         for g, r in enumerate(rows):

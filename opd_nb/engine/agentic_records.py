@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opd_nb.engine.agentic_samples import TurnRef
+from opd_nb.engine.data import Row
 from opd_nb.engine.rollout_host import RolloutHost
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 class StepRollouts:
     """What one round of rollout calls produced, kept for the rollout records (:func:`to_record`)."""
 
-    rows: list[dict[str, Any]]  # the rows the calls were made for
+    rows: list[Row]  # the rows the calls were made for
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a trajectory
     trajs: list[dict[str, Any]]  # their agent_output, parallel to ok

@@ -8,11 +8,11 @@ and user turns are context only (:func:`opd_nb.engine.trajectory.turn_samples`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from opd_nb.engine.agentic_calls import RolloutRound
 from opd_nb.engine.agentic_endpoint import Generation
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.data import Row
 from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.engine.trajectory import turn_samples
 
@@ -34,7 +34,7 @@ class TurnSamples:
 
 
 def turn_samples_of(
-    host: RolloutHost, generation: Generation, rows: list[dict[str, Any]], rnd: RolloutRound, where: str
+    host: RolloutHost, generation: Generation, rows: list[Row], rnd: RolloutRound, where: str
 ) -> TurnSamples:
     """Training samples, one per assistant turn, with the ids the student actually generated."""
     out = TurnSamples([], [], [], [], [], 0)

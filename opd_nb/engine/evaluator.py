@@ -15,6 +15,7 @@ from typing import Any
 
 from opd_nb.constants import REWARD_MEAN, VALIDATION_ACCURACY, VALIDATION_RECORD_SECONDS
 from opd_nb.engine.api import EngineJob
+from opd_nb.engine.data import Row
 from opd_nb.traces import ids as trace_ids
 
 CHUNK = 512  # validation prompts per greedy decode
@@ -26,7 +27,7 @@ class Evaluator:
     def __init__(
         self,
         job: EngineJob,
-        rows: list[dict[str, Any]],
+        rows: list[Row],
         sampler: Any,
         score_tokens: Callable[[Any], Any],
         reward_caller: Any,

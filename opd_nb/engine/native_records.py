@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from opd_nb.engine.data import Row
+
 
 def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
     """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows`."""
@@ -32,7 +34,7 @@ def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
 
 
 def native_rollouts(
-    rows: list[dict[str, Any]], b: Any, scores: Any, per: list | None, limit: int | None, step: int
+    rows: list[Row], b: Any, scores: Any, per: list | None, limit: int | None, step: int
 ) -> list:
     """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
     order of groups; `per`: each sample's reward record, if scored."""
@@ -56,7 +58,7 @@ def native_rollouts(
     ]
 
 
-def reward_samples(rows: list[dict[str, Any]], b: Any, where: str) -> list:
+def reward_samples(rows: list[Row], b: Any, where: str) -> list:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
     from opd_nb.engine.rollouts import ranks

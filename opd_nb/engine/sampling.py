@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from opd_nb.engine.data import Row
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -282,7 +284,7 @@ class Sampler:
             b.logprobs = torch.stack(lps, 1)  # [B, C]: the completion columns, which are the window
         return b
 
-    def rollouts(self, rows: list[dict[str, Any]], n: int, temperature: float):
+    def rollouts(self, rows: list[Row], n: int, temperature: float):
         """`n` sampled native rollouts per row, as a SeqBatch whose ``messages`` end with each answer."""
         prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
         groups = [g for g in range(len(rows)) for _ in range(n)]

@@ -61,6 +61,7 @@ from opd_nb.constants import (
 from opd_nb.engine import hparams as hp_mod
 from opd_nb.engine.api import METRICS_FILE, EngineError, EngineEvents, EngineJob, EngineResult
 from opd_nb.engine.checkpoints import STATE_FILE
+from opd_nb.engine.data import Row
 from opd_nb.engine.scoring import TokenScores
 from opd_nb.traces import ids as trace_ids
 
@@ -244,7 +245,7 @@ class Trainer:
         return turns(scores, rows)
 
     # ---- one step -------------------------------------------------------------------------------
-    def train_step(self, rows: list[dict[str, Any]], epoch: int) -> dict[str, Any]:
+    def train_step(self, rows: list[Row], epoch: int) -> dict[str, Any]:
         """Rollouts, teacher scores (beside the reward functions), updates and records of one step."""
         from opd_nb.engine.native_records import reward_samples
 
@@ -290,7 +291,7 @@ class Trainer:
         adv = rewards.group_advantages(res.totals, groups)
         return self.torch.tensor(adv, dtype=self.torch.float32, device=self.device)
 
-    def _record(self, rows: list[dict[str, Any]], b: Any, scores: TokenScores, traj: Any, res: Any) -> None:
+    def _record(self, rows: list[Row], b: Any, scores: TokenScores, traj: Any, res: Any) -> None:
         from opd_nb.engine.native_records import native_rollouts
 
         step, limit = self.step + 1, self.recorder.per_step
