@@ -9,13 +9,17 @@ the plain path (no recomputation) is taken.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from opd_nb.constants import PG_CLIPFRAC, PPO_KL
+
+# torch types checkpoint() loosely (its result through a bare Callable): it returns what the function does
+checkpoint = cast("Callable[..., Any]", _checkpoint)
 
 CHUNK_ELEMS = 1 << 24  # logits elements formed at once (64 MB in fp32)
 
@@ -202,7 +206,7 @@ def reverse_kl_stats(
     rows = _rows_per_chunk(ws.shape[0])
     if hs.shape[0] <= rows:
         return _rkl_stats_chunk(hs, ws, bs, ht, wt, bt, ids)
-    parts: list[torch.Tensor] = []
+    parts: list[tuple[torch.Tensor, ...]] = []
     for s in range(0, hs.shape[0], rows):
         args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt, ids[s : s + rows])
         if torch.is_grad_enabled() and hs.requires_grad:

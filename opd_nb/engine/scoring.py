@@ -106,8 +106,10 @@ class StudentScorer:
                 self.logprobs(b.select(list(range(s, min(len(b), s + mb)))), window, entropy=True)
                 for s in range(0, len(b), mb)
             ]
-        entropies = [e for _, _, e in parts if e is not None]  # entropy=True: every part has them
-        return torch.cat([lp for _, lp, _ in parts]), torch.cat(entropies)
+        # need_logprobs and entropy: every part has both
+        logprobs = [lp for _, lp, _ in parts if lp is not None]
+        entropies = [e for _, _, e in parts if e is not None]
+        return torch.cat(logprobs), torch.cat(entropies)
 
 
 def score_tokens(student: StudentScorer, teacher: TeacherScorer, b: Any, max_model_len: int) -> TokenScores:
