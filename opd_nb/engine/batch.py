@@ -46,7 +46,7 @@ class SeqBatch:
 
     def select(self, idx: Any) -> SeqBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
-        il: list[int] = idx_t.tolist()
+        il: list[int] = idx_t.tolist()  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
         return SeqBatch(
             self.input_ids[idx_t],
             self.attention_mask[idx_t],

@@ -37,6 +37,16 @@ def _fail(path: Path, line: int, msg: str) -> EngineError:
     return EngineError(f"{path}:{line}: {msg}")
 
 
+def _tools(given: JsonValue, p: Path, n: int) -> list[dict[str, Any]] | None:
+    """A row's ``tools``: None, or a list of tool schemas (JSON objects)."""
+    if given is None:
+        return None
+    tools = [t for t in given if isinstance(t, dict)] if isinstance(given, list) else []
+    if not isinstance(given, list) or len(tools) != len(given):
+        raise _fail(p, n, "key 'tools' must be a list of tool schemas (JSON objects)")
+    return tools
+
+
 def read_rows(path: str | Path) -> list[Row]:
     p = Path(path)
     if not p.is_file():
@@ -71,11 +81,9 @@ def read_rows(path: str | Path) -> list[Row]:
             extra = obj.get("rollout_extra") or {}
             if not isinstance(extra, dict):
                 raise _fail(p, n, "key 'rollout_extra' must be a JSON object")
-            given = obj.get("tools")
-            tools = [t for t in given if isinstance(t, dict)] if isinstance(given, list) else None
-            if given is not None and (tools is None or len(tools) != len(given)):
-                raise _fail(p, n, "key 'tools' must be a list of tool schemas (JSON objects)")
-            rows.append(Row(messages=prompt, rollout_extra=extra, tools=tools, line=n))
+            rows.append(
+                Row(messages=prompt, rollout_extra=extra, tools=_tools(obj.get("tools"), p, n), line=n)
+            )
     if not rows:
         raise EngineError(f"data file {str(p)!r} has no rows")
     return rows
@@ -157,4 +165,5 @@ class JobData:
         import torch
 
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(len(self.train), generator=g).tolist()
+        order: list[int] = torch.randperm(len(self.train), generator=g).tolist()  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
+        return order

@@ -11,12 +11,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.constants import REWARD_MEAN, VALIDATION_ACCURACY, VALIDATION_RECORD_SECONDS
 from opd_nb.engine.api import EngineJob
 from opd_nb.engine.data import Row
 from opd_nb.traces import ids as trace_ids
+
+if TYPE_CHECKING:
+    from opd_nb.engine.batch import SeqBatch
+    from opd_nb.engine.rollouts import Rollout
 
 CHUNK = 512  # validation prompts per greedy decode
 
@@ -43,8 +47,8 @@ class Evaluator:
         out: dict[str, float] = {}
         rows = self.rows
         texts: list[str] = []
-        batches = []
-        per = None
+        batches: list[SeqBatch] = []
+        per: list[dict[str, Any]] | None = None
         for s in range(0, len(rows), CHUNK):
             part = rows[s : s + CHUNK]
             b = self.sampler.generate(
@@ -64,7 +68,7 @@ class Evaluator:
             self._record(batches, per, step, recorder, out)
         return out
 
-    def _rewards(self, texts: list[str], step: int, out: dict[str, float]) -> list | None:
+    def _rewards(self, texts: list[str], step: int, out: dict[str, float]) -> list[dict[str, Any]]:
         """Score the answers with the job's reward functions -> their per-sample records."""
         from opd_nb.engine import rewards
 
@@ -88,12 +92,17 @@ class Evaluator:
         return res.per_sample
 
     def _record(
-        self, batches: list, per: list | None, step: int, recorder: Any, out: dict[str, float]
+        self,
+        batches: list[SeqBatch],
+        per: list[dict[str, Any]] | None,
+        step: int,
+        recorder: Any,
+        out: dict[str, float],
     ) -> None:
         from opd_nb.engine.native_records import native_rollouts
 
         t0 = time.perf_counter()
-        recs = []
+        recs: list[Rollout] = []
         for s, b in zip(range(0, len(self.rows), CHUNK), batches, strict=True):
             part = per[s : s + len(b)] if per else None
             recs.extend(native_rollouts(self.rows, b, self.score_tokens(b), part, None, step))

@@ -14,11 +14,11 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint as _checkpoint
+from torch.utils.checkpoint import checkpoint as _checkpoint  # pyright: ignore[reportUnknownVariableType]
 
 from opd_nb.constants import PG_CLIPFRAC, PPO_KL
 
-# torch types checkpoint() loosely (its result through a bare Callable): it returns what the function does
+# torch leaves checkpoint()'s function argument untyped (so its result is unknown): it returns what the function does
 checkpoint = cast("Callable[..., Any]", _checkpoint)
 
 CHUNK_ELEMS = 1 << 24  # logits elements formed at once (64 MB in fp32)

@@ -49,7 +49,8 @@ def load_tokenizer(path: str | Path, role: str = "student") -> Any:
     _quiet()
     p = _check_dir(path, role)
     try:
-        tok = AutoTokenizer.from_pretrained(str(p))
+        # transformers' Auto classes are typed loosely; what they load is used through its own attributes
+        tok: Any = AutoTokenizer.from_pretrained(str(p))  # pyright: ignore[reportUnknownMemberType]
     except Exception as exc:  # noqa: BLE001 - any loader failure is the user's directory
         raise EngineError(f"could not load the {role} tokenizer from {str(p)!r}: {exc}") from exc
     if tok.pad_token_id is None:
@@ -69,11 +70,10 @@ def load_model(path: str | Path, role: str, device: str, dtype: Any = None) -> A
     _quiet()
     p = _check_dir(path, role)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32)  # pyright: ignore[reportUnknownMemberType]
     except Exception as exc:  # noqa: BLE001
         raise EngineError(f"could not load the {role} model from {str(p)!r}: {exc}") from exc
-    # transformers types `.to` through a generation mixin's self type that a loaded model does not match
-    return model.to(device)  # pyright: ignore[reportArgumentType]
+    return model.to(device)
 
 
 def check_vocab(

@@ -7,12 +7,16 @@ reader) imports without torch for the control plane; these read a step's batch a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.engine.data import Row
 
+if TYPE_CHECKING:
+    from opd_nb.engine.rewards import Sample
+    from opd_nb.engine.rollouts import Rollout, Turn
 
-def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
+
+def turns(scores: Any, rows: list[int]) -> dict[int, Turn]:
     """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows`."""
     import torch
 
@@ -22,7 +26,7 @@ def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
         return {}
     idx = torch.tensor(rows, device=scores.ids.device)
     cols = [x[idx].tolist() for x in (scores.ids, scores.mask, scores.valid, scores.student, scores.teacher)]
-    out = {}
+    out: dict[int, Turn] = {}
     for r, ids, tm, va, s, t in zip(rows, *cols, strict=True):
         keep = [j for j, m in enumerate(tm) if m]
         out[r] = Turn(
@@ -34,13 +38,13 @@ def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
 
 
 def native_rollouts(
-    rows: list[Row], b: Any, scores: Any, per: list | None, limit: int | None, step: int
-) -> list:
+    rows: list[Row], b: Any, scores: Any, per: list[dict[str, Any]] | None, limit: int | None, step: int
+) -> list[Rollout]:
     """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
     order of groups; `per`: each sample's reward record, if scored."""
     from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
 
-    groups = b.group.tolist()
+    groups: list[int] = b.group.tolist()
     sel = list(range(len(groups))) if limit is None else fair_sample(groups, limit, step)
     scored = turns(scores, sel)
     rank = ranks(groups)
@@ -58,13 +62,13 @@ def native_rollouts(
     ]
 
 
-def reward_samples(rows: list[Row], b: Any, where: str) -> list:
+def reward_samples(rows: list[Row], b: Any, where: str) -> list[Sample]:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
     from opd_nb.engine.rollouts import ranks
     from opd_nb.traces.ids import sample_id
 
-    groups = b.group.tolist()
+    groups: list[int] = b.group.tolist()
     rank = ranks(groups)  # a sample's index within its prompt's group: the record's `sample`
     return [
         rewards.Sample(

@@ -132,7 +132,7 @@ class Updater:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(self.student.student.parameters(), 1.0))
-        self.opt.step()
+        self.opt.step()  # pyright: ignore[reportUnknownMemberType] - torch's step overloads leave the closure untyped
         return norm
 
     def _diagnostics(self, metrics: dict[str, Any], s: TokenScores, ent: Any) -> None:
