@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -46,7 +46,7 @@ class SeqBatch:
 
     def select(self, idx: Any) -> SeqBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
-        il: list[int] = idx_t.tolist()  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
+        il = cast("list[int]", idx_t.tolist())  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
         return SeqBatch(
             self.input_ids[idx_t],
             self.attention_mask[idx_t],

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import JsonValue
 
@@ -165,5 +165,5 @@ class JobData:
         import torch
 
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        order: list[int] = torch.randperm(len(self.train), generator=g).tolist()  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
+        order = cast("list[int]", torch.randperm(len(self.train), generator=g).tolist())  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
         return order

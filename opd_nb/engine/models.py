@@ -50,7 +50,7 @@ def load_tokenizer(path: str | Path, role: str = "student") -> Any:
     p = _check_dir(path, role)
     try:
         # transformers' Auto classes are typed loosely; what they load is used through its own attributes
-        tok: Any = AutoTokenizer.from_pretrained(str(p))  # pyright: ignore[reportUnknownMemberType]
+        tok = cast(Any, AutoTokenizer.from_pretrained(str(p)))  # pyright: ignore[reportUnknownMemberType]
     except Exception as exc:  # noqa: BLE001 - any loader failure is the user's directory
         raise EngineError(f"could not load the {role} tokenizer from {str(p)!r}: {exc}") from exc
     if tok.pad_token_id is None:
@@ -70,7 +70,7 @@ def load_model(path: str | Path, role: str, device: str, dtype: Any = None) -> A
     _quiet()
     p = _check_dir(path, role)
     try:
-        model: Any = AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32)  # pyright: ignore[reportUnknownMemberType]
+        model = cast(Any, AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32))  # pyright: ignore[reportUnknownMemberType]
     except Exception as exc:  # noqa: BLE001
         raise EngineError(f"could not load the {role} model from {str(p)!r}: {exc}") from exc
     return model.to(device)
