@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set up a fresh machine and run every test: lint, unit and end-to-end tests, the browser test and
-# the tutorial notebooks (nbval). `--fast` (first argument) runs lint and every test that is not
-# marked slow, for the edit-test loop. Other arguments go to pytest.
+# Set up a fresh machine and run every test: lint (ruff, import contracts, pyright), unit and end-to-end
+# tests, the browser test and the tutorial notebooks (nbval). `--fast` (first argument) runs lint and
+# every test that is not marked slow, for the edit-test loop. Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${OPD_VENV:-.venv}"

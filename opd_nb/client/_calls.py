@@ -12,6 +12,8 @@ lacks and for a job it does not know), so the plan asks about the job itself: un
 call's own ``OpdError`` (status 404, the service's code); known job → None (no such endpoint).
 """
 
+# pyright: standard
+# (strict pending, issue 38: 15 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import json

@@ -6,6 +6,8 @@ compatible-mode API answers on Bailian and on ``opd serve``. The notebook render
 ``_repr_html_``, the CLI with ``__rich__`` (user text as plain text, never as rich markup).
 """
 
+# pyright: standard
+# (strict pending, issue 38: 14 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import html
