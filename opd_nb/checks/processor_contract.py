@@ -85,14 +85,14 @@ class Flow:
             and method.attr == "update"
             and isinstance(method.value, ast.Name)
         ):
-            call: ast.Call = node  # type: ignore[assignment]
+            call: ast.Call = node  # pyright: ignore[reportAssignmentType]
             self.merged.setdefault(method.value.id, []).extend(
                 [*call.args, *(k.value for k in call.keywords)]
             )
             if any(k.arg == "reward_score" for k in call.keywords):
                 self.read.add(method.value.id)
-        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and node.args:  # type: ignore[union-attr]
-            if _is_score(node.args[0]):  # type: ignore[union-attr]
+        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and node.args:  # pyright: ignore[reportAttributeAccessIssue]
+            if _is_score(node.args[0]):  # pyright: ignore[reportAttributeAccessIssue]
                 if method.attr == "pop":
                     self.popped.add(method.value.id)
                 elif method.attr in ("get", "__getitem__"):
@@ -282,7 +282,7 @@ def _text_metrics(fn: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(fn):
         if _call_name(node) != "Reward":
             continue
-        for kw in node.keywords:  # type: ignore[union-attr]
+        for kw in node.keywords:  # pyright: ignore[reportAttributeAccessIssue]
             if kw.arg == "reward_metrics" and isinstance(kw.value, ast.Dict):
                 for key, value in zip(kw.value.keys, kw.value.values, strict=True):
                     text = isinstance(value, ast.JoinedStr) or (

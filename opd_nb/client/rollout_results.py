@@ -145,7 +145,7 @@ def sort_order(records: Sequence[Mapping[str, Any]], by: str) -> list[int]:
     desc = by.endswith("desc")
     known = [i for i in idx if get(records[i]) is not None]
     unknown = [i for i in idx if get(records[i]) is None]
-    known.sort(key=lambda i: get(records[i]), reverse=desc)  # type: ignore[arg-type, return-value]
+    known.sort(key=lambda i: get(records[i]), reverse=desc)  # pyright: ignore[reportArgumentType, reportCallIssue]
     return known + unknown
 
 

@@ -361,8 +361,8 @@ class _Collect:
     n_past = 0
 
     def __init__(self, n_layers: int):
-        self.k: list[torch.Tensor] = [None] * n_layers  # type: ignore[list-item]
-        self.v: list[torch.Tensor] = [None] * n_layers  # type: ignore[list-item]
+        self.k: list[torch.Tensor] = [None] * n_layers  # pyright: ignore[reportAttributeAccessIssue]
+        self.v: list[torch.Tensor] = [None] * n_layers  # pyright: ignore[reportAttributeAccessIssue]
 
     def extend(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.k[i], self.v[i] = k, v

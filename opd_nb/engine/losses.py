@@ -213,4 +213,4 @@ def reverse_kl_stats(
             parts.append(checkpoint(_rkl_stats_chunk, *args, use_reentrant=False))
         else:
             parts.append(_rkl_stats_chunk(*args))
-    return tuple(torch.cat(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
+    return tuple(torch.cat(x) for x in zip(*parts, strict=True))  # pyright: ignore[reportReturnType]

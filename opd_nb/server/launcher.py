@@ -61,11 +61,11 @@ class ForkedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
             self._server.wait_for_exits(0.1)
-        return self.returncode  # type: ignore[return-value]  # poll() set it
+        return code
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:

@@ -181,7 +181,8 @@ class ServerHandle:
 
     def stop(self, timeout: float = 15.0, sig: int = signal.SIGINT) -> None:
         """Stop the server (SIGINT, or ``sig``): a running job is interrupted and resumes at the next start."""
-        if not self.alive():
+        pid = self.pid
+        if pid is None or not self.alive():  # no pid: nothing of ours runs (alive() says the same)
             return
         if self.process is not None:
             self.process.send_signal(sig)
@@ -191,12 +192,12 @@ class ServerHandle:
                 self.process.kill()
                 self.process.wait(5)
             return
-        os.kill(self.pid, sig)  # type: ignore[arg-type]
+        os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.alive():
             time.sleep(_POLL_S)
         if self.alive():
-            os.kill(self.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            os.kill(pid, signal.SIGKILL)
 
     def kill(self) -> None:
         """SIGKILL the server (tests of crash recovery)."""

@@ -64,7 +64,10 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
         *[f"[server] {note}" for note in models.notes],
     )
     manager.wake()
-    return store.job(job_id)  # type: ignore[return-value]
+    job = store.job(job_id)
+    if job is None:  # it was just written; only a deletion racing the submit removes it
+        raise ApiError(404, "JobNotFound", f"job {job_id} was deleted while it was submitted")
+    return job
 
 
 def lineage(store: Store, student: ResolvedModel) -> dict[str, Any]:

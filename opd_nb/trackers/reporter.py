@@ -120,7 +120,7 @@ class Reporter:
         self.run = run_info(self.client, job, self.project)
         with muted():  # importing a tracker sets up its loggers: they must not print for us either
             self._backends = [open_backend(name) for name in self.names]
-        self._each("start", lambda b: b.start(self.run))  # type: ignore[arg-type]
+        self._each("start", lambda b: b.start(self.run))  # pyright: ignore[reportArgumentType]
 
     # ---------------------------------------------------------------- what a poll brings
     def poll(
@@ -203,7 +203,7 @@ class Reporter:
         if key in self._alert_rules:
             return
         self._alert_rules.add(key)
-        step = self.run.global_step(rows[-1].get(STEP)) if rows else None  # type: ignore[union-attr]
+        step = self.run.global_step(rows[-1].get(STEP)) if rows else None  # pyright: ignore[reportOptionalMemberAccess]
         self._each("alert", lambda b: b.log_alert(step, alert))
         self.result.alerts += 1
 
