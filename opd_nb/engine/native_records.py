@@ -2,25 +2,31 @@
 
 Why here and not in :mod:`opd_nb.engine.rollouts`: that module (the records' shapes, writer and
 reader) imports without torch for the control plane; these read a step's batch and its
-:class:`~opd_nb.engine.scoring.TokenScores`. Agentic rollouts have their own (:mod:`opd_nb.engine.agentic`).
+:class:`~opd_nb.engine.scoring.TokenScores`. Agentic rollouts have their own records
+(:mod:`opd_nb.engine.agentic_records`), whose turns are :func:`turns` too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opd_nb.engine.rollouts import Turn
+    from opd_nb.engine.scoring import TokenScores
 
 
-def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
-    """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows`."""
+def turns(scores: TokenScores | None, rows: list[int]) -> dict[int, Turn]:
+    """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows` (none without
+    scores: a round with nothing trained)."""
     import torch
 
     from opd_nb.engine.rollouts import Turn
 
-    if not rows:
+    if not rows or scores is None:
         return {}
     idx = torch.tensor(rows, device=scores.ids.device)
     cols = [x[idx].tolist() for x in (scores.ids, scores.mask, scores.valid, scores.student, scores.teacher)]
-    out = {}
+    out: dict[int, Turn] = {}
     for r, ids, tm, va, s, t in zip(rows, *cols, strict=True):
         keep = [j for j, m in enumerate(tm) if m]
         out[r] = Turn(
