@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from opd_nb.engine.rollouts import Turn
+    from opd_nb.engine.batch import SeqBatch
+    from opd_nb.engine.data import Row
+    from opd_nb.engine.rewards import Sample
+    from opd_nb.engine.rollouts import Rollout, Turn
     from opd_nb.engine.scoring import TokenScores
 
 
@@ -37,16 +40,23 @@ def turns(scores: TokenScores | None, rows: list[int]) -> dict[int, Turn]:
     return out
 
 
-def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: int | None, step: int) -> list:
+def native_rollouts(
+    rows: list[Row],
+    b: SeqBatch,
+    scores: TokenScores,
+    per: list[dict[str, Any]] | None,
+    limit: int | None,
+    step: int,
+) -> list[Rollout]:
     """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
     order of groups; `per`: each sample's reward record, if scored."""
     from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
 
-    groups = b.group.tolist()
+    groups: list[int] = b.group.tolist()
     sel = list(range(len(groups))) if limit is None else fair_sample(groups, limit, step)
     scored = turns(scores, sel)
     rank = ranks(groups)
-    trunc = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
+    trunc: list[bool] = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
     return [
         Rollout(
             group=groups[j],
@@ -60,7 +70,7 @@ def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: in
     ]
 
 
-def reward_samples(rows: list, b: Any, where: str) -> list:
+def reward_samples(rows: list[Row], b: SeqBatch, where: str) -> list[Sample]:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
 
