@@ -4,16 +4,17 @@ One step: take ``batch_size`` prompts and get ``n_rollouts`` rollouts each from 
 :class:`~opd_nb.engine.rollout_source.RolloutSource`: the student samples them itself
 (:mod:`opd_nb.engine.native`; one batched decode loop, KV cache: :mod:`opd_nb.engine.sampling`) or,
 in agentic mode, the user's rollout function drives the student through a local OpenAI-compatible
-endpoint (:mod:`opd_nb.engine.agentic`); the loop never asks which. Score every student token with the teacher (one no-grad forward per
-``opd_teacher_max_num_batched_tokens`` budget, heads only on the response window:
-:mod:`opd_nb.engine.scoring`); optionally score each trajectory with the reward functions; then make
-``ceil(batch_size x n_rollouts / ppo_mini_batch_size)`` optimizer updates (:mod:`opd_nb.engine.updates`).
+endpoint (:mod:`opd_nb.engine.agentic`); the loop never asks which. Score every student token with
+the teacher (one no-grad forward per ``opd_teacher_max_num_batched_tokens`` budget, heads only on
+the response window: :mod:`opd_nb.engine.scoring`); optionally score each trajectory with the reward
+functions; then make ``ceil(batch_size x n_rollouts / ppo_mini_batch_size)`` optimizer updates
+(:mod:`opd_nb.engine.updates`).
 
-Estimators (:mod:`opd_nb.engine.estimators`, picked by name from its registry): ``pg_opd`` (default, the cloud's): per-token advantage
--(log pi_s - log pi_t) on the sampled tokens, discount 0, GSPO-token clipped policy loss. ``gkd``
-(local): exact reverse KL over the full vocabulary, computed in chunks. A task reward adds a
-group-normalised advantage. The local meaning of the cloud's hyper-parameters is in
-:mod:`opd_nb.engine.hparams`.
+Estimators (:mod:`opd_nb.engine.estimators`, picked by name from its registry): ``pg_opd``
+(default, the cloud's): per-token advantage -(log pi_s - log pi_t) on the sampled tokens, discount
+0, GSPO-token clipped policy loss. ``gkd`` (local): exact reverse KL over the full vocabulary,
+computed in chunks. A task reward adds a group-normalised advantage. The local meaning of the
+cloud's hyper-parameters is in :mod:`opd_nb.engine.hparams`.
 
 Each step also records a fair sample of its rollouts, and each evaluation
 (:mod:`opd_nb.engine.evaluator`) every validation answer, with per-token student/teacher log-probs
