@@ -20,6 +20,7 @@ from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory
+from opd_nb.traces import ids as trace_ids
 
 if TYPE_CHECKING:
     from opd_nb.engine.api import RolloutEndpoint
@@ -109,7 +110,7 @@ class RolloutCalls:
             },
             "request_metadata": {
                 "job_id": self.parts.job.job_id,
-                "sample_id": f"{where}-{g}",
+                "sample_id": trace_ids.sample_id(where, g),
                 "rollout_id": str(k),
                 "attempt_id": "0",
             },

@@ -64,6 +64,7 @@ from opd_nb.engine.api import METRICS_FILE, EngineError, EngineEvents, EngineJob
 from opd_nb.engine.checkpoints import STATE_FILE
 from opd_nb.engine.rollout_source import RolloutParts, RolloutSource
 from opd_nb.engine.scoring import TokenScores
+from opd_nb.traces import ids as trace_ids
 
 if TYPE_CHECKING:
     from opd_nb.engine.batch import SeqBatch
@@ -232,7 +233,8 @@ class Trainer:
     def train_step(self, rows: list[Row], epoch: int) -> dict[str, Any]:
         """Rollouts, teacher scores (beside the reward functions), updates and records of one step."""
         t0 = time.perf_counter()
-        got = self.source.collect(rows, self.plan.n_rollouts, self.plan.temperature, f"step {self.step + 1}")
+        where = trace_ids.where("train", self.step + 1)  # also the calls' sample ids (their spans' link)
+        got = self.source.collect(rows, self.plan.n_rollouts, self.plan.temperature, where)
         metrics: dict[str, Any] = dict(got.metrics)
         b = got.batch
         t1 = time.perf_counter()
