@@ -24,6 +24,7 @@ from opd_nb.traces import ids as trace_ids
 
 if TYPE_CHECKING:
     from opd_nb.engine.api import RolloutEndpoint
+    from opd_nb.engine.data import Row
     from opd_nb.engine.rollout_source import RolloutParts
 
 # A call's result: (agent_output, None) or (None, what went wrong).
@@ -90,7 +91,7 @@ class RolloutCalls:
         self._pool.shutdown()
         self._conns.close()
 
-    def _payload(self, row: Any, g: int, k: int, token: str, where: str, temperature: float) -> dict:
+    def _payload(self, row: Row, g: int, k: int, token: str, where: str, temperature: float) -> dict:
         """The request of the `k`-th call for row `g`, whose api key is `token`."""
         return {
             "func_type": "rollout",
@@ -154,7 +155,7 @@ class RolloutCalls:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
         return results
 
-    def run(self, rows: list, n: int, where: str, temperature: float) -> RolloutRound:
+    def run(self, rows: list[Row], n: int, where: str, temperature: float) -> RolloutRound:
         """Call the rollout function n times per row."""
         tokens, payloads, groups = [], [], []
         for g, r in enumerate(rows):

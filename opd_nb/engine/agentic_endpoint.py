@@ -17,7 +17,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -59,7 +59,7 @@ def stream_seed(call_key: str, turn: int) -> int:
 class StudentEndpoint:
     """The OpenAI-compatible endpoint; hands generation to the engine thread through a queue."""
 
-    def __init__(self, tokenizer: Any, model_name: str, max_total: int):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, model_name: str, max_total: int):
         import uvicorn
 
         from opd_nb.function_server import free_port
@@ -81,7 +81,7 @@ class StudentEndpoint:
             time.sleep(0.01)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
-    def _app(self, tokenizer: Any, max_total: int) -> FastAPI:
+    def _app(self, tokenizer: PreTrainedTokenizerBase, max_total: int) -> FastAPI:
         app = FastAPI()
         model_name = self.model_name
 
