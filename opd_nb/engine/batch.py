@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -46,7 +46,7 @@ class SeqBatch:
 
     def select(self, idx: Any) -> SeqBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
-        il = cast("list[int]", idx_t.tolist())  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
+        il: list[int] = values(idx_t)
         return SeqBatch(
             self.input_ids[idx_t],
             self.attention_mask[idx_t],
@@ -56,6 +56,11 @@ class SeqBatch:
             self.truncated[idx_t] if self.truncated is not None else None,
             [self.messages[i] for i in il] if self.messages else [],
         )
+
+
+def values(t: torch.Tensor) -> list[Any]:
+    """A tensor's values as a (nested) Python list, elements of its dtype's Python type."""
+    return t.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType] - torch types tolist() as a bare list
 
 
 def left_pad(

@@ -100,6 +100,14 @@ def check_vocab(
         )
 
 
+def pad_id(tok: Any) -> int:
+    """The tokenizer's pad id (:func:`load_tokenizer` sets one: the EOS where the model has none)."""
+    pad = tok.pad_token_id
+    if not isinstance(pad, int):
+        raise EngineError(f"the tokenizer has no single pad token id (it has {pad!r})")
+    return pad
+
+
 def n_params(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from opd_nb.constants import LOCAL_ESTIMATORS
+
 ParamType = Literal["int", "float", "str", "bool"]
 Section = Literal["hyper_parameters", "resources"]
 
@@ -109,7 +111,7 @@ PARAMS: list[ParamSpec] = [
         "unused by pure distillation.",
         group="algorithm",
         choices=["gspo", "grpo"],
-        local_choices=["gkd"],  # the local engine's exact full-vocabulary reverse KL
+        local_choices=list(LOCAL_ESTIMATORS),  # estimators only the local engine has (gkd: exact reverse KL)
         default="gspo",
         small="gspo",
         large="gspo",
