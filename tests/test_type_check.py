@@ -13,7 +13,30 @@ from pathlib import Path
 
 PYRIGHT = Path(sys.executable).with_name("pyright")
 
-EXTENSION = """
+# An estimator's members but loss(): the complete class adds it, the other leaves it out.
+MEMBERS = """
+    def __init__(self, plan: EstimatorPlan, student: Module, teacher: Module) -> None:
+        self.plan = plan
+
+    @property
+    def teacher_logprobs(self) -> bool:
+        return True
+
+    @property
+    def pass_entropy(self) -> bool:
+        return False
+
+    def needs_logprobs(self, has_task: bool) -> bool:
+        return has_task
+
+    def teacher_record(self, t_vals: Tensor, zeros: Tensor) -> Tensor:
+        return t_vals
+"""
+LOSS = """
+    def loss(self, mb: MiniBatch, rec: Records) -> tuple[Tensor, dict[str, float], float]:
+        raise NotImplementedError
+"""
+EXTENSION = f"""
 from __future__ import annotations
 
 from torch import Tensor
@@ -22,46 +45,9 @@ from torch.nn import Module
 from opd_nb.engine.estimators import EstimatorClass, EstimatorPlan, MiniBatch, Records
 
 
-class Complete:
-    def __init__(self, plan: EstimatorPlan, student: Module, teacher: Module) -> None:
-        self.plan = plan
+class Complete:{MEMBERS}{LOSS}
 
-    @property
-    def teacher_logprobs(self) -> bool:
-        return True
-
-    @property
-    def pass_entropy(self) -> bool:
-        return False
-
-    def needs_logprobs(self, has_task: bool) -> bool:
-        return has_task
-
-    def teacher_record(self, t_vals: Tensor, zeros: Tensor) -> Tensor:
-        return t_vals
-
-    def loss(self, mb: MiniBatch, rec: Records) -> tuple[Tensor, dict[str, float], float]:
-        raise NotImplementedError
-
-
-class NoLoss:  # everything but loss()
-    def __init__(self, plan: EstimatorPlan, student: Module, teacher: Module) -> None:
-        self.plan = plan
-
-    @property
-    def teacher_logprobs(self) -> bool:
-        return True
-
-    @property
-    def pass_entropy(self) -> bool:
-        return False
-
-    def needs_logprobs(self, has_task: bool) -> bool:
-        return has_task
-
-    def teacher_record(self, t_vals: Tensor, zeros: Tensor) -> Tensor:
-        return t_vals
-
+class NoLoss:{MEMBERS}
 
 GOOD: EstimatorClass = Complete
 BAD: EstimatorClass = NoLoss
