@@ -14,6 +14,8 @@ import importlib.util
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from opd_nb.function_server import TRAJECTORY_ENV
+
 OTLP_PREFIX = "/otlp/"  # checked by the job's token, not by the API key (auth.py)
 OTLP_PATH = OTLP_PREFIX + "v1/traces"  # the route (OTLP/HTTP's own path, under a prefix that says what it is)
 TRACING_ENV = "OPD_TRACING"  # "0": function servers start without tracing (bench/tracing_overhead.py)
@@ -63,7 +65,7 @@ def function_env(worker_env: Mapping[str, str], service: str) -> dict[str, str]:
     env = {k: worker_env.get(k) or v for k, v in env.items()}
     env.update(
         {
-            "ENABLE_TRAJECTORY": "true",
+            TRAJECTORY_ENV: "true",
             "AGENTIC_RL_FORCE_FLUSH_MODE": "shutdown",  # what a stopping server traced is still sent
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
