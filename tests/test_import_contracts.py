@@ -50,3 +50,25 @@ def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:
     )
     assert {"opd_nb.server.app", "opd_nb.cli", "opd_nb.notebook.magics"} <= loaded
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "transformers")}
+
+
+def test_sql_runs_only_in_the_store_and_the_database_check() -> None:
+    """ARCHITECTURE.md: all SQL on the records is the store's (`store*.py`); `db_safety.py` checks and
+    copies the file before a store opens it. No other module connects to SQLite or runs a statement."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "opd_nb"
+    allowed = {"db_safety.py"}
+    runs_sql = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if (
+                    node.func.attr in ("execute", "executemany", "executescript")
+                    or ast.unparse(node.func) == "sqlite3.connect"
+                ):
+                    runs_sql.add(path.relative_to(package).as_posix())
+    outside = {p for p in runs_sql if not p.startswith("server/store") and Path(p).name not in allowed}
+    assert outside == set()
+    assert "server/db_safety.py" in runs_sql and "server/store_db.py" in runs_sql

@@ -74,9 +74,7 @@ DIRNAME = "rollouts"
 FORMAT = "opd-rollouts/1"
 KINDS = ("train", "validation")
 PER_STEP_ENV = settings.ROLLOUTS_PER_STEP.name
-DEFAULT_PER_STEP = 16
 KEEP_ENV = settings.ROLLOUTS_KEEP_STEPS.name
-DEFAULT_KEEP = 50
 _FILE = re.compile(r"^(train|validation)-(\d+)\.json\.gz$")
 
 
