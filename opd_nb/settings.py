@@ -272,61 +272,37 @@ TENSORBOARD_DIR = Setting(
 )
 
 # ---- set by opd-nb for the processes it starts ------------------------------------------------------
-SERVER_PID = Setting(
-    "OPD_SERVER_PID",
-    PID,
-    None,
-    "the control plane that started a job's worker (it exits when that is gone)",
-    who="opd-nb",
+
+
+def _ours(name: str, kind: Kind[Any], meaning: str, *, secret: bool = False) -> Setting[Any]:
+    """A variable opd-nb sets for a process it starts (a flag defaults to off, anything else to unset)."""
+    return Setting(name, kind, False if kind is FLAG else None, meaning, who="opd-nb", secret=secret)
+
+
+SERVER_PID = _ours(
+    "OPD_SERVER_PID", PID, "the control plane that started a job's worker (it exits when that is gone)"
 )
-WATCH_PID = Setting(
-    "OPD_WATCH_PID", PID, None, "the process a forked child watches instead of its parent", who="opd-nb"
+WATCH_PID = _ours("OPD_WATCH_PID", PID, "the process a forked child watches instead of its parent")
+FUNCTION_PARENT = _ours(
+    "OPD_FUNCTION_PARENT", PID, "the process that started a function server (it stops once that is gone)"
 )
-FUNCTION_PARENT = Setting(
-    "OPD_FUNCTION_PARENT",
-    PID,
-    None,
-    "the process that started a function server (it stops once that is gone)",
-    who="opd-nb",
+CLEAN_ROUTE = _ours("OPD_CLEAN_ROUTE", FLAG, "a function server also serves the playground's clean route")
+SERVING_TOKEN = _ours(
+    "OPD_SERVING_TOKEN", TEXT, "the token a deployment's serving process accepts", secret=True
 )
-CLEAN_ROUTE = Setting(
-    "OPD_CLEAN_ROUTE", FLAG, False, "a function server also serves the playground's clean route", who="opd-nb"
-)
-SERVING_TOKEN = Setting(
-    "OPD_SERVING_TOKEN",
-    TEXT,
-    None,
-    "the token a deployment's serving process accepts",
-    who="opd-nb",
-    secret=True,
-)
-OTLP_ENDPOINT = Setting(
-    "OPD_OTLP_ENDPOINT", TEXT, None, "where a job's function servers export their traces", who="opd-nb"
-)
-OTLP_TOKEN = Setting(
-    "OPD_OTLP_TOKEN", TEXT, None, "the job's token for that export", who="opd-nb", secret=True
-)
-OTLP_FORWARD_HEADERS = Setting(
+OTLP_ENDPOINT = _ours("OPD_OTLP_ENDPOINT", TEXT, "where a job's function servers export their traces")
+OTLP_TOKEN = _ours("OPD_OTLP_TOKEN", TEXT, "the job's token for that export", secret=True)
+OTLP_FORWARD_HEADERS = _ours(
     "OPD_OTLP_FORWARD_HEADERS",
     JSON_OBJECT,
-    None,
     "`--otlp-header` values, handed from `opd serve` to its server",
-    who="opd-nb",
     secret=True,
 )
-PROCESS_OWNER = Setting(
-    "OPD_PROCESS_OWNER",
-    TEXT,
-    None,
-    "the tag of a process tree `opd serve` started (data dir digest and owner)",
-    who="opd-nb",
+PROCESS_OWNER = _ours(
+    "OPD_PROCESS_OWNER", TEXT, "the tag of a process tree `opd serve` started (data dir digest and owner)"
 )
-LOCAL_KEY_MARK = Setting(
-    "OPD_NB_LOCAL_KEY",
-    FLAG,
-    False,
-    "DASHSCOPE_API_KEY is the local placeholder (`use cloud` drops it)",
-    who="opd-nb",
+LOCAL_KEY_MARK = _ours(
+    "OPD_NB_LOCAL_KEY", FLAG, "DASHSCOPE_API_KEY is the local placeholder (`use cloud` drops it)"
 )
 
 # ---- read by the shell scripts ----------------------------------------------------------------------
