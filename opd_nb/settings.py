@@ -97,9 +97,12 @@ class Setting(Generic[T]):
     default_text: str = ""
 
     def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
-        """The value as set (stripped), or None when unset or blank."""
-        value = (os.environ if environ is None else environ).get(self.name, "").strip()
-        return value or None
+        """The value as set (stripped, but a secret exactly as set: its checks see any whitespace), or None
+        when unset or blank."""
+        return self._given((os.environ if environ is None else environ).get(self.name, ""))
+
+    def _given(self, value: str) -> str | None:
+        return (value if self.secret else value.strip()) or None
 
     def get(self, environ: Mapping[str, str] | None = None) -> T | None:
         """The parsed value, else the default; a bad value is an :class:`OpdError` that says what is accepted."""
@@ -107,7 +110,7 @@ class Setting(Generic[T]):
 
     def pop(self) -> T | None:
         """The parsed value, taken out of this process's environment (no child inherits it)."""
-        return self.parse((os.environ.pop(self.name, "") or "").strip() or None)
+        return self.parse(self._given(os.environ.pop(self.name, "")))
 
     def parse(self, raw: str | None) -> T | None:
         if raw is None:

@@ -216,3 +216,7 @@ def test_unset_or_blank_is_the_default_and_a_value_is_parsed(monkeypatch) -> Non
     assert settings.ENGINE_LEAN.get() is False
     monkeypatch.setenv("OPD_WATCH_DIR", "~/w")
     assert settings.WATCH_DIR.get() == Path.home() / "w"
+    monkeypatch.setenv(
+        "OPD_SERVE_API_KEY", "\u00a0strong-key "
+    )  # a secret as set: its own checks refuse the spaces
+    assert settings.SERVE_API_KEY.get() == "\u00a0strong-key "
