@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
 from opd_nb.constants import FAILED, SUCCEEDED
 from opd_nb.server.job_record import JobRecord
-from opd_nb.server.records import CHECKPOINT_TTL_ENV, DEFAULT_CHECKPOINT_TTL_DAYS
+from opd_nb.server.records import DEFAULT_CHECKPOINT_TTL_DAYS
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # Bailian's timestamps (store.now_text)
 EXPIRED = "EXPIRED"  # a checkpoint past its expire_time (a checkpoint status, not a job status)
@@ -69,11 +69,8 @@ def job_output(job: JobRecord, usage: int | None = None) -> dict[str, Any]:
 
 def checkpoint_ttl_days() -> float:
     """How long a checkpoint lives: ``$OPD_CHECKPOINT_TTL_DAYS`` (``opd serve --checkpoint-ttl-days``), else 15."""
-    raw = os.environ.get(CHECKPOINT_TTL_ENV, "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_CHECKPOINT_TTL_DAYS
-    except ValueError:
-        return DEFAULT_CHECKPOINT_TTL_DAYS
+    days = settings.CHECKPOINT_TTL_DAYS.get()
+    return DEFAULT_CHECKPOINT_TTL_DAYS if days is None else days
 
 
 def expire_time(create_time: str | None, ttl_days: float) -> str | None:
