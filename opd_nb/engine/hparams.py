@@ -115,7 +115,8 @@ def _coerce(value: Any, kind: type) -> Any:
 
 def _read(d: dict[str, Any]) -> dict[str, Any]:
     """Every engine key of `d` coerced and checked against the spec's table (all problems in one error)."""
-    out, problems = {}, []
+    out: dict[str, Any] = {}
+    problems: list[str] = []
     for name in ENGINE_KEYS:
         raw = d[name]
         if (
@@ -206,7 +207,7 @@ def resolve(
     _check_batch_and_lengths(v, given)
     est, policy_loss = _estimator(str(v["algorithm"]), estimator)
     lr, rule = local_learning_rate_rule(v["learning_rate"], student_params, local_learning_rate)
-    local = {
+    local: dict[str, Any] = {
         "estimator": est,
         "policy_loss": policy_loss,
         "cloud_learning_rate": v["learning_rate"],
@@ -216,7 +217,8 @@ def resolve(
         "teacher_max_num_batched_tokens": v["opd_teacher_max_num_batched_tokens"],
     }
     # every other plan field is the hyper-parameter of the same name
-    return Plan(**{k: v[k] for k in Plan.model_fields if k in v and k not in local}, **local)
+    same: dict[str, Any] = {k: v[k] for k in Plan.model_fields if k in v and k not in local}
+    return Plan(**same, **local)
 
 
 def lr_lambda(plan: Plan, total_steps: int):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -214,7 +214,7 @@ class ModelRegistry:
             )
         return ResolvedModel(model_id=model_id, kind="stand-in", path=str(path), note=note)
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[dict[str, Any]]:
         """Everything this server can run, as listed by GET /api/v1/models."""
         student, teacher = default_pair()
         out = [
@@ -235,11 +235,11 @@ class ModelRegistry:
         ]
         out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
         for job in self.store.jobs_with_status(SUCCEEDED):
-            final = job.meta.final_checkpoint
-            if final and Path(final).is_dir():
+            final, name = job.meta.final_checkpoint, job.finetuned_output
+            if final and name and Path(final).is_dir():
                 out.append(
                     {
-                        "model_id": job.finetuned_output,
+                        "model_id": name,
                         "kind": "checkpoint",
                         "path": final,
                         "job_id": job.job_id,
