@@ -264,10 +264,13 @@ def _mean(values: Sequence[float]) -> float | None:
 def _summaries(models: Sequence[str], rows: Sequence[RowResult]) -> list[ModelScore]:
     out = []
     for model in models:
-        scores = [r.scores[model] for r in rows if r.scores.get(model) is not None]
+        scores = [score for r in rows if (score := r.scores.get(model)) is not None]
         keys = sorted({k for r in rows for k in (r.metrics.get(model) or {})})
-        metrics = {
-            k: _mean([r.metrics[model][k] for r in rows if k in (r.metrics.get(model) or {})]) for k in keys
+        metrics = {  # each key is some row's, so no mean is of nothing
+            k: mean
+            for k in keys
+            if (mean := _mean([r.metrics[model][k] for r in rows if k in (r.metrics.get(model) or {})]))
+            is not None
         }
         failed = sum(model in r.errors for r in rows)
         out.append(
@@ -349,7 +352,7 @@ def require_eval_consent(
 ) -> str | None:
     """On Bailian every row is a paid call: without `yes` an OpdError (code needs-confirmation) says how
     many, and nothing is sent; with it, the notice to show. None on a local target (nothing billed)."""
-    from opd_nb.spend import is_paid, require_consent
+    from opd_nb.consent import is_paid, require_consent
 
     if not is_paid(target_kind):
         return None
@@ -391,15 +394,15 @@ class _Scorer:
     ) -> tuple[float | None, dict, str | None]:
         """(score, reward_metrics, error)."""
         solution = _solution(row)
-        if self.server is None:
+        if self.server is None or self.fn is None:  # no reward function: exact match
             if solution is None:
                 return None, {}, None
             hit = float(clean_answer(answer) == clean_answer(str(solution)))
             return hit, {EXACT_MATCH: hit}, None
-        return self._reward(row, answer, model, index)
+        return self._reward(row, answer, model, index, url=self.server.url, timeout=self.fn.timeout)
 
     def _reward(
-        self, row: dict[str, Any], answer: str, model: str, index: int
+        self, row: dict[str, Any], answer: str, model: str, index: int, *, url: str, timeout: float
     ) -> tuple[float | None, dict, str | None]:
         from opd_nb import reward_call
 
@@ -411,8 +414,8 @@ class _Scorer:
             sample_id=str(index),
             rollout_id=model,
         )
-        send = reward_call.post_once(self.server.url)
-        (outcome,) = reward_call.call(send, request, self.fn.timeout, url=self.server.url)
+        send = reward_call.post_once(url)
+        (outcome,) = reward_call.call(send, request, timeout, url=url)
         return outcome.score, outcome.numeric_metrics, outcome.error
 
 
@@ -425,8 +428,12 @@ def evaluate(
     concurrency: int = DEFAULT_CONCURRENCY,
     max_tokens: int | None = None,
     progress: Progress | None = None,
+    yes: bool = False,
 ) -> EvalResult:
-    """Answer every validation row with every model (greedy) and score the answers (see the module)."""
+    """Answer every validation row with every model (greedy) and score the answers (see the module).
+
+    On Bailian every row is a paid call: without `yes` nothing is sent (:func:`require_eval_consent`),
+    whichever front end calls this."""
     ws = Path(workspace)
     models = list(dict.fromkeys(m.strip() for m in models if m and m.strip()))
     if not models:
@@ -437,6 +444,7 @@ def evaluate(
         from opd_nb.client import JobClient
 
         client = JobClient()
+    require_eval_consent(client.target.kind, ws, models, rows, yes)
     data = load_rows(ws, rows)
     limit = max_tokens or _max_tokens(ws)
     scorer = _Scorer(ws)

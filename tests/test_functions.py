@@ -73,14 +73,16 @@ def test_a_loaded_machine_can_give_function_servers_more_time_to_start(monkeypat
     alone passed that and failed the job before its first step. $OPD_FUNCTION_STARTUP_S gives more
     time; a value that is not seconds above 0 is a one-line error that names the variable."""
     from opd_nb.errors import OpdError
-    from opd_nb.function_server import STARTUP_ENV, startup_seconds
+    from opd_nb.function_server import startup_seconds
+    from opd_nb.settings import FUNCTION_STARTUP_S
 
-    monkeypatch.delenv(STARTUP_ENV, raising=False)
+    startup_env = FUNCTION_STARTUP_S.name
+    monkeypatch.delenv(startup_env, raising=False)
     assert startup_seconds() == 90.0
-    monkeypatch.setenv(STARTUP_ENV, "600")
+    monkeypatch.setenv(startup_env, "600")
     assert startup_seconds() == 600.0
     for bad in ("ten", "0", "-5", "nan"):
-        monkeypatch.setenv(STARTUP_ENV, bad)
+        monkeypatch.setenv(startup_env, bad)
         with pytest.raises(OpdError) as err:
             startup_seconds()
-        assert STARTUP_ENV in str(err.value) and err.value.fix
+        assert startup_env in str(err.value) and err.value.fix

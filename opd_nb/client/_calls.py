@@ -12,6 +12,8 @@ lacks and for a job it does not know), so the plan asks about the job itself: un
 call's own ``OpdError`` (status 404, the service's code); known job → None (no such endpoint).
 """
 
+# pyright: standard
+# (strict pending, issue 38: 15 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import json
@@ -77,7 +79,7 @@ class Call(Generic[T]):
 
 # ---- the calls ---------------------------------------------------------------------------------
 def _job_path(job_id: str, tail: str = "") -> str:
-    if not isinstance(job_id, str) or not job_id.strip():
+    if not isinstance(job_id, str) or not job_id.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(
             f"job id {job_id!r} is empty",
             fix="pass a job id such as ft-202410291653-1c7f (`opd jobs` lists them)",
@@ -129,7 +131,7 @@ def job_stream(job_id: str) -> Call[None]:
     return Call("GET", _job_path(job_id, "/stream"), f"events of {job_id}", _nothing)
 
 
-def job_metrics(job_id: str) -> Call[list[dict]]:
+def job_metrics(job_id: str) -> Call[list[dict[str, Any]]]:
     return Call(
         "GET",
         _job_path(job_id, "/metrics"),
@@ -154,7 +156,7 @@ def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
 
 def export_call(job_id: str, checkpoint: str, model_name: str | None) -> Call[None]:
     """Bailian's export (``output: true``); the deployable name is read from the checkpoint list after."""
-    if not isinstance(checkpoint, str) or not checkpoint.strip():
+    if not isinstance(checkpoint, str) or not checkpoint.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(
             f"checkpoint {checkpoint!r} is empty",
             fix=f"pass a checkpoint such as checkpoint-20 (`opd checkpoints {job_id}` lists them)",
@@ -223,13 +225,13 @@ def job_traces(
     )
 
 
-def list_models() -> Call[list[dict]]:
+def list_models() -> Call[list[dict[str, Any]]]:
     return Call("GET", "/models", "list models", lambda out: list(out.get("models") or []), local_only=True)
 
 
 # ---- deployments and chat ----------------------------------------------------------------------
 def _name_path(name: str, tail: str = "") -> str:
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str) or not name.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(f"deployment name {name!r} is empty", fix="`opd deployments` lists the deployed names")
     return f"/deployments/{quote(name.strip(), safe='')}{tail}"
 
@@ -268,7 +270,9 @@ def delete_deployment(name: str) -> Call[Deployment]:
     return Call("DELETE", _name_path(name), f"undeploy {name}", Deployment.from_output)
 
 
-def chat_body(model: str, messages: str | list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+def chat_body(
+    model: str, messages: str | list[dict[str, Any]], stream: bool, **params: Any
+) -> dict[str, Any]:
     """OpenAI's chat body; a plain string is one user message."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
@@ -342,7 +346,7 @@ def error_for(resp: httpx.Response, what: str) -> OpdError:
         body = resp.json()
     except ValueError:
         body = {}
-    body = body if isinstance(body, dict) else {}
+    body = cast(dict[str, Any], body) if isinstance(body, dict) else {}  # a JSON object
     if isinstance(body.get("error"), dict):  # the compatible-mode API answers OpenAI's error object
         body = {**body["error"], **{k: v for k, v in body.items() if k in ("code", "message")}}
     code = str(body["code"]) if body.get("code") else None
@@ -439,9 +443,15 @@ def _job_must_exist(call: Call[Any], target: Target, retries: int, error: OpdErr
         raise
 
 
+def required(call: Call[T], target: Target, retries: int) -> Plan[T]:
+    """Run a call that is neither local-only nor optional: its result, which is never None."""
+    assert not (call.local_only or call.optional), f"{call.what} may answer None: use perform"
+    out = yield from perform(call, target, retries)
+    return cast(T, out)  # perform returns None only for local-only or optional calls
+
+
 def read_job(job_id: str, target: Target, retries: int) -> Plan[Job]:
-    job = yield from perform(get_job(job_id), target, retries)
-    return cast(Job, job)  # not local-only, so never None
+    return (yield from required(get_job(job_id), target, retries))
 
 
 def cancel(job_id: str, target: Target, retries: int, reason: str | None = None) -> Plan[Job]:

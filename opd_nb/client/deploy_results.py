@@ -6,10 +6,12 @@ compatible-mode API answers on Bailian and on ``opd serve``. The notebook render
 ``_repr_html_``, the CLI with ``__rich__`` (user text as plain text, never as rich markup).
 """
 
+# pyright: standard
+# (strict pending, issue 38: 14 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -37,11 +39,11 @@ class Deployment(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any) -> Deployment:
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         fields = {
             k: out.get(k) for k in cls.model_fields if k not in ("raw", "message") and out.get(k) is not None
         }
-        local = out.get("local") if isinstance(out.get("local"), dict) else {}
+        local = given if isinstance(given := out.get("local"), dict) else {}
         return cls(**fields, message=local.get("message") or out.get("message"), raw=out)
 
     @property
@@ -78,7 +80,7 @@ class DeploymentList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> DeploymentList:
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         return cls(
             deployments=[Deployment.from_output(d) for d in out.get("deployments") or []],
             total=out.get("total") or 0,
@@ -126,7 +128,7 @@ class ChatReply(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, model: str) -> ChatReply:
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         choice = (out.get("choices") or [{}])[0]
         message = choice.get("message") or {}
         return cls(

@@ -4,12 +4,14 @@ Each model reads the service's ``output`` object itself (``from_output``), so th
 interpreted in one place; the notebook renders them with ``_repr_html_``, the CLI with ``__rich__``.
 """
 
+# pyright: standard
+# (strict pending, issue 38: 11 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import html
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -43,7 +45,9 @@ class Job(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: dict[str, Any]) -> Job:
-        fields = {k: out.get(k) for k in cls.model_fields if k not in ("raw",) and out.get(k) is not None}
+        fields: dict[str, Any] = {
+            k: out[k] for k in cls.model_fields if k not in ("raw",) and out.get(k) is not None
+        }
         return cls(**fields, raw=out)
 
     @property
@@ -117,7 +121,7 @@ class JobList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> JobList:
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         return cls(
             jobs=[Job.from_output(j) for j in out.get("jobs") or []],
             total=out.get("total") or 0,
@@ -167,7 +171,7 @@ class LogPage(ResultMixin, BaseModel):
     @classmethod
     def from_output(cls, job_id: str, out: Any, *, offset: int) -> LogPage:
         """Bailian sends ``logs`` as one string, the local server as a list; both become lines."""
-        out = out if isinstance(out, dict) else {}
+        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
         logs = out.get("logs")
         lines = logs.splitlines() if isinstance(logs, str) else [str(x) for x in logs or []]
         start = max(offset, 1)
@@ -228,7 +232,8 @@ class Checkpoint(ResultMixin, BaseModel):
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> Checkpoint:
-        local = entry.get("local") if isinstance(entry.get("local"), dict) else {}
+        given = entry.get("local")
+        local: dict[str, Any] = given if isinstance(given, dict) else {}
         try:
             step = int(entry["step"]) if entry.get("step") is not None else None
         except (TypeError, ValueError):

@@ -13,18 +13,24 @@ import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
 
 from opd_nb.constants import ROLLOUT_FAILURE_RATE, ROLLOUT_METRIC_PREFIX
 from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.keepalive import KeptConnections
-from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory
 from opd_nb.traces import ids as trace_ids
 
+if TYPE_CHECKING:
+    from opd_nb.engine.api import RolloutEndpoint
+    from opd_nb.engine.data import Row
+    from opd_nb.engine.rollout_source import RolloutParts
+
 # A call's result: (agent_output, None) or (None, what went wrong).
-CallResult = tuple[dict | None, str | None]
+CallResult = tuple[dict[str, Any] | None, str | None]
 
 
 @dataclass
@@ -34,7 +40,7 @@ class RolloutRound:
     tokens: list[str]  # the api key of each call
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a well-formed trajectory
-    trajs: list[dict]  # their agent_output, parallel to ok
+    trajs: list[dict[str, Any]]  # their agent_output, parallel to ok
     metrics: dict[str, float]  # the rollout function's own rollout_metrics (means) and the failure rate
     errors: dict[int, str]  # call index -> error, for failed calls
 
@@ -42,7 +48,7 @@ class RolloutRound:
 def agent_output(status: int, data: bytes) -> CallResult:
     """The trajectory in a rollout function's reply, or what is wrong with the reply."""
     try:
-        body = json.loads(data)
+        body: JsonValue = json.loads(data)
     except ValueError:
         body = None
     if status != 200 or not isinstance(body, dict):
@@ -55,7 +61,7 @@ def agent_output(status: int, data: bytes) -> CallResult:
     if str(body.get("status", "success")) != "success":
         return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
     ao = body.get("agent_output") or {}
-    if not isinstance(ao.get("messages"), list) or not ao["messages"]:
+    if not isinstance(ao, dict) or not isinstance(messages := ao.get("messages"), list) or not messages:
         return None, "agent_output.messages is empty; return the full trajectory"
     return ao, None
 
@@ -64,7 +70,8 @@ def rollout_metrics(results: list[CallResult]) -> dict[str, float]:
     """The mean of each numeric ``rollout_metrics`` key over the calls that reported it."""
     rsum: dict[str, list[float]] = {}
     for t, _ in results:
-        for k, v in ((t or {}).get("rollout_metrics") or {}).items():
+        reported: JsonValue = t.get("rollout_metrics") if t else None
+        for k, v in reported.items() if isinstance(reported, dict) else ():
             if isinstance(v, int | float):
                 rsum.setdefault(k, []).append(float(v))
     return {f"{ROLLOUT_METRIC_PREFIX}{k}": sum(v) / len(v) for k, v in rsum.items()}
@@ -73,11 +80,13 @@ def rollout_metrics(results: list[CallResult]) -> dict[str, float]:
 class RolloutCalls:
     """Calls the job's rollout function on a thread pool while the engine thread serves the student."""
 
-    def __init__(self, host: RolloutHost, endpoint: StudentEndpoint, generation: Generation):
-        self.host = host
+    def __init__(
+        self, parts: RolloutParts, rollout: RolloutEndpoint, endpoint: StudentEndpoint, generation: Generation
+    ):
+        self.parts, self.rollout = parts, rollout
         self.endpoint = endpoint
         self.generation = generation
-        ep = host.job.rollout
+        ep = rollout
         self._pool = ThreadPoolExecutor(max_workers=max(1, ep.concurrency), thread_name_prefix="opd-rollout")
         self._conns = KeptConnections(ep.url)
 
@@ -85,7 +94,9 @@ class RolloutCalls:
         self._pool.shutdown()
         self._conns.close()
 
-    def _payload(self, row: Any, g: int, k: int, token: str, where: str, temperature: float) -> dict:
+    def _payload(
+        self, row: Row, g: int, k: int, token: str, where: str, temperature: float
+    ) -> dict[str, Any]:
         """The request of the `k`-th call for row `g`, whose api key is `token`."""
         return {
             "func_type": "rollout",
@@ -96,7 +107,7 @@ class RolloutCalls:
             "sampling_params": {
                 "temperature": temperature,
                 "top_p": 1.0,
-                "max_tokens": self.host.max_total - len(row.prompt_ids),
+                "max_tokens": self.parts.max_total - len(row.prompt_ids),
             },
             "model_resource": {
                 "model_name": self.endpoint.model_name,
@@ -104,25 +115,25 @@ class RolloutCalls:
                 "api_key": token,
             },
             "request_metadata": {
-                "job_id": self.host.job.job_id,
+                "job_id": self.parts.job.job_id,
                 "sample_id": trace_ids.sample_id(where, g),
                 "rollout_id": str(k),
                 "attempt_id": "0",
             },
         }
 
-    def _call(self, payload: dict) -> CallResult:
+    def _call(self, payload: dict[str, Any]) -> CallResult:
         """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
         self.generation.call_started()
         try:
-            reply = self._conns.post_json(payload, self.host.job.rollout.timeout)
+            reply = self._conns.post_json(payload, self.rollout.timeout)
         finally:
             self.generation.call_ended()
         return (None, reply) if isinstance(reply, str) else agent_output(*reply)
 
-    def _call_all(self, payloads: list[dict], tokens: list[str], where: str) -> list[CallResult]:
+    def _call_all(self, payloads: list[dict[str, Any]], tokens: list[str], where: str) -> list[CallResult]:
         """Make the calls while serving their generation requests on this (the engine's) thread."""
-        job = self.host.job
+        job = self.parts.job
         self.endpoint.tokens.update(tokens)
         # what a call samples depends on the job's seed, the round and the call, not on timing
         self.generation.start_round({tok: f"{job.seed}|{where}|{i}" for i, tok in enumerate(tokens)})
@@ -149,9 +160,11 @@ class RolloutCalls:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
         return results
 
-    def run(self, rows: list, n: int, where: str, temperature: float) -> RolloutRound:
+    def run(self, rows: list[Row], n: int, where: str, temperature: float) -> RolloutRound:
         """Call the rollout function n times per row."""
-        tokens, payloads, groups = [], [], []
+        tokens: list[str] = []
+        payloads: list[dict[str, Any]] = []
+        groups: list[int] = []
         for g, r in enumerate(rows):
             for k in range(n):
                 tok = "opd-" + secrets.token_hex(12)
@@ -161,10 +174,10 @@ class RolloutCalls:
         results = self._call_all(payloads, tokens, where)
         metrics = rollout_metrics(results)
         results = self._drop_malformed(results, where)
-        name = self.host.job.rollout.name
+        name = self.rollout.name
         failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
         if failed:
-            self.host.log(
+            self.parts.log(
                 f"rollout function {name!r}: {len(failed)}/{len(results)} rollouts failed in {where}; "
                 f"first error: {failed[0][1]}",
                 "WARNING",
@@ -174,8 +187,10 @@ class RolloutCalls:
                 f"rollout function {name!r} failed every call ({len(results)}) in {where}: "
                 f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit"
             )
-        ok = [i for i, (_, e) in enumerate(results) if e is None]
-        trajs = [results[i][0] for i in ok]
+        ok = [
+            i for i, (t, e) in enumerate(results) if e is None and t is not None
+        ]  # a call without error has one
+        trajs = [t for t, e in results if e is None and t is not None]
         metrics[ROLLOUT_FAILURE_RATE] = len(failed) / len(results)
         return RolloutRound(tokens, groups, ok, trajs, metrics, dict(failed))
 
@@ -183,9 +198,10 @@ class RolloutCalls:
         """Turn malformed trajectories into failed calls, logging one ``malformed trajectory:`` line per
         kind; a round whose every returned trajectory is malformed fails the job with the first line."""
         kinds: dict[str, tuple[Any, int]] = {}
-        out, n_returned = [], 0
+        out: list[CallResult] = []
+        n_returned = 0
         for traj, err in results:
-            problems = check_trajectory(traj["messages"]) if err is None else []
+            problems = check_trajectory(traj["messages"]) if err is None and traj is not None else []
             n_returned += err is None
             for pr in problems:
                 first, count = kinds.get(pr.kind, (pr, 0))
@@ -195,7 +211,7 @@ class RolloutCalls:
             )
         lines = [pr.line(count, len(results), where) for pr, count in kinds.values()]
         for line in lines:
-            self.host.log(line, "WARNING")
+            self.parts.log(line, "WARNING")
         if lines and all(e is not None for _, e in out) and n_returned:
             raise EngineError(lines[0])
         return out

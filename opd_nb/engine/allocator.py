@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
+
+from opd_nb import settings
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -31,16 +32,16 @@ def keep_freed_memory() -> bool:
     if _done is not None:
         return _done
     _done = False
-    if not sys.platform.startswith("linux") or os.environ.get("OPD_ENGINE_MALLOC", "1") == "0":
-        return _done
+    if not sys.platform.startswith("linux") or not settings.ENGINE_MALLOC.get():
+        return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # musl or another libc: nothing to tune
-        return _done
+        return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1
     ok = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok
     ok = mallopt(M_TOP_PAD, 64 * 1024 * 1024) == 1 and ok
     _done = ok
-    return _done
+    return ok

@@ -46,8 +46,11 @@ class EngineJob(BaseModel):
     train_file: str  # JSONL in Bailian's format
     validation_file: str | None = None
     hyper_parameters: dict[str, Any] = Field(default_factory=dict)  # as submitted (cloud meaning)
-    algorithm: Literal["pg_opd", "gkd"] | None = None  # None: from hyper_parameters["algorithm"]
-    rewards: list[RewardEndpoint] = Field(default_factory=list)
+    algorithm: str | None = (
+        None  # an estimator in engine/estimators.py's REGISTRY; None: hyper_parameters["algorithm"]
+    )
+    sampler: str = "torch"  # the generation backend: a name in engine/samplers.py's SAMPLERS
+    rewards: list[RewardEndpoint] = Field(default_factory=list[RewardEndpoint])
     rollout: RolloutEndpoint | None = None
     output_dir: str  # checkpoints/ and metrics.jsonl go here
     resume_from: str | None = None  # a checkpoint-{step} directory with trainer state

@@ -11,7 +11,8 @@ each logged at the start of a job:
   Overrides, in order: ``EngineJob.local_learning_rate``, then the ``OPD_LOCAL_LR`` env variable.
 * ``algorithm`` (gspo | grpo) picks the policy loss of the PG terms as on the cloud. The
   *estimator* is ``pg_opd`` (the cloud's) unless ``EngineJob.algorithm`` (or an ``algorithm``
-  value of ``pg_opd``/``gkd``) asks for the local-only full-vocabulary ``gkd``.
+  value naming an estimator of :data:`opd_nb.engine.estimators.REGISTRY`) asks for another, such
+  as the local-only full-vocabulary ``gkd``.
 * ``opd_teacher_max_model_len``: a response token at absolute position >= it (0-based, prompt
   included) gets no teacher score, exactly as a truncating teacher would; it is not trained on
   and lowers ``trace/distillation/valid_token_rate``.
@@ -26,18 +27,20 @@ each logged at the start of a job:
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from opd_nb import settings
+from opd_nb.constants import CLOUD_ESTIMATOR
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.estimators import REGISTRY, unknown_estimator
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, value_problem
 
 TINY_PARAMS = 50_000_000
 LR_SCALE = 1000.0
 LR_MIN, LR_MAX = 1e-4, 3e-3
-LR_ENV = "OPD_LOCAL_LR"  # a local learning rate for every job of this process (after the job's own)
+LR_ENV = settings.LOCAL_LR.name  # a local learning rate for every job of this process (after the job's own)
 
 # The keys the local engine reads; their types, ranges, choices and defaults are the spec's table.
 ENGINE_KEYS = (
@@ -58,7 +61,6 @@ ENGINE_KEYS = (
     "opd_teacher_max_model_len",
     "opd_teacher_max_num_batched_tokens",
 )
-ESTIMATORS = ("pg_opd", "gkd")  # pg_opd: the cloud's; gkd: the local engine's full-vocabulary reverse KL
 POLICY_LOSSES = ("gspo", "grpo")
 _KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -71,7 +73,7 @@ def cloud_defaults() -> dict[str, Any]:
 class Plan(BaseModel):
     """The resolved local training plan of one job."""
 
-    estimator: Literal["pg_opd", "gkd"]
+    estimator: str  # a name in opd_nb.engine.estimators.REGISTRY
     policy_loss: Literal["gspo", "grpo"]
     cloud_learning_rate: float
     learning_rate: float
@@ -113,10 +115,13 @@ def _coerce(value: Any, kind: type) -> Any:
 
 def _read(d: dict[str, Any]) -> dict[str, Any]:
     """Every engine key of `d` coerced and checked against the spec's table (all problems in one error)."""
-    out, problems = {}, []
+    out: dict[str, Any] = {}
+    problems: list[str] = []
     for name in ENGINE_KEYS:
         raw = d[name]
-        if name == "algorithm" and raw in ESTIMATORS:  # local rule: algorithm may name the estimator
+        if (
+            name == "algorithm" and isinstance(raw, str) and raw in REGISTRY
+        ):  # local: it may name the estimator
             out[name] = raw
             continue
         try:
@@ -154,9 +159,9 @@ def _check_batch_and_lengths(v: dict[str, Any], given: dict[str, Any]) -> None:
 def _estimator(algorithm: str, estimator: str | None) -> tuple[str, str]:
     """(estimator, policy loss): `algorithm` picks the policy loss (or names the estimator, local only)."""
     policy_loss = algorithm if algorithm in POLICY_LOSSES else "gspo"
-    est = estimator or (algorithm if algorithm in ESTIMATORS else "pg_opd")
-    if est not in ESTIMATORS:
-        raise EngineError(f"unknown estimator {est!r}; use pg_opd (the cloud's) or gkd (local full-vocab KL)")
+    est = estimator or (algorithm if algorithm in REGISTRY else CLOUD_ESTIMATOR)
+    if est not in REGISTRY:
+        raise unknown_estimator(est)
     return est, policy_loss
 
 
@@ -165,7 +170,7 @@ def local_learning_rate_rule(
 ) -> tuple[float, str]:
     """(local learning rate, the rule that gave it): the job's override, ``OPD_LOCAL_LR``, the tiny-student
     mapping, or the cloud rate unchanged (see the module docstring)."""
-    env_lr = os.environ.get(LR_ENV)
+    env_lr = settings.LOCAL_LR.raw()
     if local_learning_rate is not None:
         return (
             float(local_learning_rate),
@@ -202,7 +207,7 @@ def resolve(
     _check_batch_and_lengths(v, given)
     est, policy_loss = _estimator(str(v["algorithm"]), estimator)
     lr, rule = local_learning_rate_rule(v["learning_rate"], student_params, local_learning_rate)
-    local = {
+    local: dict[str, Any] = {
         "estimator": est,
         "policy_loss": policy_loss,
         "cloud_learning_rate": v["learning_rate"],
@@ -212,7 +217,8 @@ def resolve(
         "teacher_max_num_batched_tokens": v["opd_teacher_max_num_batched_tokens"],
     }
     # every other plan field is the hyper-parameter of the same name
-    return Plan(**{k: v[k] for k in Plan.model_fields if k in v and k not in local}, **local)
+    same: dict[str, Any] = {k: v[k] for k in Plan.model_fields if k in v and k not in local}
+    return Plan(**same, **local)
 
 
 def lr_lambda(plan: Plan, total_steps: int):

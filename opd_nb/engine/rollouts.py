@@ -67,13 +67,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
+from opd_nb.errors import OpdError
+
 DIRNAME = "rollouts"
 FORMAT = "opd-rollouts/1"
 KINDS = ("train", "validation")
-PER_STEP_ENV = "OPD_ROLLOUTS_PER_STEP"
-DEFAULT_PER_STEP = 16
-KEEP_ENV = "OPD_ROLLOUTS_KEEP_STEPS"
-DEFAULT_KEEP = 50
+PER_STEP_ENV = settings.ROLLOUTS_PER_STEP.name
+KEEP_ENV = settings.ROLLOUTS_KEEP_STEPS.name
 _FILE = re.compile(r"^(train|validation)-(\d+)\.json\.gz$")
 
 
@@ -91,7 +92,7 @@ def _files(output_dir: str | Path) -> list[tuple[str, int, Path]]:
         entries = list(os.scandir(d))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    out = []
+    out: list[tuple[str, int, Path]] = []
     for e in entries:
         m = _FILE.match(e.name)
         if m:
@@ -111,7 +112,7 @@ def recorded_steps(output_dir: str | Path, kind: str | None = None) -> list[int]
 
 def read_rollouts(
     output_dir: str | Path, step: int | None = None, kind: str | None = None, limit: int | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Records of `step` (default: the latest recorded one of `kind`), train before validation, at most `limit`."""
     _check_kind(kind)
     if step is not None and step < 0:
@@ -123,7 +124,7 @@ def read_rollouts(
         if not steps:
             return []
         step = steps[-1]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for k in KINDS if kind is None else (kind,):
         path = Path(output_dir) / DIRNAME / file_name(k, step)
         try:
@@ -137,24 +138,19 @@ def read_rollouts(
 # ---- writing (the engine's side) ------------------------------------------------------------------
 
 
-def _env_int(name: str, default: int, log: Callable[[str, str], None] | None) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
+def _env_int(setting: settings.Setting[int], log: Callable[[str, str], None] | None) -> int:
+    """`opd serve` refused a bad value at its start; a job run some other way logs it and uses the default."""
     try:
-        value = int(raw)
-        if value < 0:
-            raise ValueError
-    except ValueError:
+        return setting.get() or 0
+    except OpdError as exc:
         if log is not None:
-            log(f"{name}={raw!r} is not a whole number >= 0; using {default}", "WARNING")
-        return default
-    return value
+            log(f"{exc}; using {setting.default}", "WARNING")
+        return setting.default or 0
 
 
 def keep_steps(log: Callable[[str, str], None] | None = None) -> int:
     """How many train steps are kept (``OPD_ROLLOUTS_KEEP_STEPS``; the traces of a step follow the same rule)."""
-    return _env_int(KEEP_ENV, DEFAULT_KEEP, log)
+    return _env_int(settings.ROLLOUTS_KEEP_STEPS, log)
 
 
 def expired_steps(train: Sequence[int], evals: set[int], keep: int) -> list[int]:
@@ -198,7 +194,7 @@ def fair_sample(groups: Sequence[int], limit: int, step: int) -> list[int]:
 def ranks(groups: Sequence[int]) -> list[int]:
     """Each sample's index within its group (its rollout number), in order of appearance."""
     seen: dict[int, int] = {}
-    out = []
+    out: list[int] = []
     for g in groups:
         out.append(seen.get(g, 0))
         seen[g] = out[-1] + 1
@@ -239,7 +235,8 @@ class TokenTexts:
 
     def _incremental(self, ids: Sequence[int]) -> list[str]:
         """Detokenize as a stream does: emit text once it stops ending in an incomplete character."""
-        texts, prefix, read = [], 0, 0
+        texts: list[str] = []
+        prefix, read = 0, 0
         for i in range(len(ids)):
             prev = self.decode(ids[prefix:read])
             new = self.decode(ids[prefix : i + 1])
@@ -251,7 +248,8 @@ class TokenTexts:
         return texts
 
     def _by_prefix(self, ids: Sequence[int], full: str) -> list[str]:
-        texts, done = [], 0
+        texts: list[str] = []
+        done = 0
         for i in range(len(ids)):
             n = len(os.path.commonprefix([self.decode(ids[: i + 1]), full]))
             texts.append(full[done:n] if n > done else "")
@@ -273,7 +271,7 @@ class Turn:
     student: list[float | None]  # student log-prob per trained token
     teacher: list[float | None]  # teacher log-prob per trained token, None where unscored
     message: int | None = None  # index of the assistant message in the trajectory (agentic)
-    dropped: list[int] = field(default_factory=list)  # generated but cut to fit max_length (agentic)
+    dropped: list[int] = field(default_factory=list[int])  # generated but cut to fit max_length (agentic)
 
 
 @dataclass
@@ -282,7 +280,7 @@ class Rollout:
 
     group: int
     sample: int
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     turns: list[Turn]
     truncated: bool = False
     reward: dict[str, Any] | None = None  # reward_score / reward_metrics / reward_status / reward_error
@@ -318,7 +316,7 @@ class Recorder:
         background: bool = True,
     ):
         self.dir = Path(output_dir) / DIRNAME
-        self.per_step = _env_int(PER_STEP_ENV, DEFAULT_PER_STEP, log)
+        self.per_step = _env_int(settings.ROLLOUTS_PER_STEP, log)
         self.keep = keep_steps(log)
         self.texts = TokenTexts(_own_copy(tokenizer))
         self.log = log
@@ -350,7 +348,7 @@ class Recorder:
             else r.messages
         )
         tokens: list[dict[str, Any]] = []
-        completion = []
+        completion: list[str] = []
         for t in r.turns:
             texts, text = self.texts(t.ids + t.dropped)
             completion.append(text)

@@ -1,10 +1,10 @@
 """Decoding and sampling from one causal LM: what training rollouts, agentic serving and deployments share.
 
-Why one module: the trainer's native rollouts, the agentic endpoint (through the trainer's
-``generate_ids``) and a deployment's serving process (:mod:`opd_nb.engine.serving`) all left-pad
-prompts, filter the next-token distribution by temperature and top-p, and run the same KV-cache
-decode loop: through :mod:`opd_nb.engine.lean` for Llama-family models, else a ``transformers``
-loop. Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
+Why one module: the native rollouts, the agentic endpoint (through ``generate_ids``) and a
+deployment's serving process (:mod:`opd_nb.engine.serving`) all left-pad prompts, filter the
+next-token distribution by temperature and top-p, and run the same KV-cache decode loop: through
+:mod:`opd_nb.engine.lean` for Llama-family models, else a ``transformers`` loop. :class:`TorchSampler`
+is the engine's generation backend (:mod:`opd_nb.engine.samplers` names the seam). Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
 
 Draws: training samples by inverse CDF from the job's global RNG (the same distribution as
 ``torch.multinomial`` at a sixth of its cost here), or from one seeded stream per row
@@ -22,7 +22,13 @@ still not a distribution (no finite positive mass) is picked by argmax rather th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from opd_nb.engine.batch import SeqBatch
+    from opd_nb.engine.models import Models
 
 Pick = Callable[[Any], Any]  # logits [B, V] -> next token ids [B]
 GREEDY_BELOW = 1e-5  # a temperature or top-p under this is greedy decoding
@@ -55,7 +61,7 @@ def filtered_probs(torch: Any, logits: Any, temperature: float, top_p: float) ->
 
 
 def inverse_cdf_pick(
-    torch: Any, temperature: float, top_p: float, greedy: bool, lps: list | None, draws: Any, n: int
+    torch: Any, temperature: float, top_p: float, greedy: bool, lps: list[Tensor] | None, draws: Any, n: int
 ) -> Pick:
     """The training picker: argmax (`lps`: also keep the chosen token's log-prob) or an inverse-CDF draw.
 
@@ -119,7 +125,7 @@ def hf_decode(
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     ckw = cache_kw(model, cache)
-    toks = []
+    toks: list[Tensor] = []
     done = torch.zeros(B, dtype=torch.bool, device=ids.device)
     with torch.inference_mode():
         if prefix:
@@ -150,8 +156,9 @@ def hf_decode(
     return torch.cat([ids, torch.stack(toks, 1)], dim=1)
 
 
-class Sampler:
-    """Batched decoding from one model: the raw loop (serving) and the trainer's rollouts and completions."""
+class TorchSampler:
+    """Batched decoding from one model in this process: the raw loop (serving) and the engine's
+    :class:`~opd_nb.engine.samplers.Sampler` (rollouts, validation answers, agentic completions)."""
 
     def __init__(self, model: Any, lean: Any, tok: Any, eos_ids: list[int], max_total: int, device: str):
         import torch
@@ -159,6 +166,11 @@ class Sampler:
         self.torch = torch
         self.model, self.lean, self.tok = model, lean, tok
         self.eos_ids, self.max_total, self.device = eos_ids, max_total, device
+
+    @classmethod
+    def for_student(cls, models: Models, max_total: int) -> TorchSampler:
+        """The sampler of a job's student (the registry's factory, :data:`opd_nb.engine.samplers.SAMPLERS`)."""
+        return cls(models.student, models.s_lean, models.tok, models.eos_ids, max_total, models.device)
 
     def pad(self, prompt_ids: list[list[int]]) -> tuple[Any, Any]:
         return pad_prompts(self.torch, prompt_ids, self.tok.pad_token_id, self.device)
@@ -188,7 +200,7 @@ class Sampler:
         temperature: float,
         top_p: float,
         max_new: int,
-        lps: list | None = None,
+        lps: list[Tensor] | None = None,
         seeds: list[int] | None = None,
         decode_steps: int | None = None,
     ):
@@ -244,31 +256,33 @@ class Sampler:
             seeds=seeds,
             decode_steps=max(budgets),
         )
-        lens = before.sum(-1).tolist()
-        rows = []
+        from opd_nb.engine.batch import values
+
+        lens: list[int] = values(before.sum(-1))
+        rows: list[tuple[list[int], bool]] = []
         for j, budget in enumerate(budgets):
             n = min(lens[j], budget)  # the tokens after a row's budget were decoded for longer rows only
-            rows.append((out[j, P : P + n].tolist(), bool(has_eos[j]) and lens[j] <= budget))
+            rows.append((values(out[j, P : P + n]), bool(has_eos[j]) and lens[j] <= budget))
         return rows
 
     def generate(
         self, prompt_ids: list[list[int]], groups: list[int], *, temperature: float, logprobs: bool = False
-    ):
+    ) -> SeqBatch:
         """Native rollouts as a SeqBatch (temperature 0: greedy); completions are marked up to and including EOS.
 
         `logprobs` (greedy): keep the student's log-prob of each chosen token (``SeqBatch.logprobs``).
         """
-        from opd_nb.engine.batch import SeqBatch
+        from opd_nb.engine.batch import SeqBatch, values
 
         torch = self.torch
-        lps: list | None = [] if is_greedy(temperature, 1.0) and logprobs else None
+        lps: list[Tensor] | None = [] if is_greedy(temperature, 1.0) and logprobs else None
         out, att, P, before, has_eos = self.complete(
             prompt_ids, temperature=temperature, top_p=1.0, max_new=self.max_total, lps=lps
         )
         tmask = torch.zeros_like(out, dtype=torch.bool)
         tmask[:, P:] = before
         att_full = torch.cat([att, before.long()], dim=1)
-        lengths = before.sum(-1).tolist()
+        lengths: list[int] = values(before.sum(-1))
         comp = out[:, P:]
         texts = self.tok.batch_decode(
             [comp[j, : lengths[j] - (1 if has_eos[j] else 0)].tolist() for j in range(len(prompt_ids))],
@@ -277,15 +291,4 @@ class Sampler:
         b = SeqBatch(out, att_full, tmask, torch.tensor(groups, device=self.device), texts, ~has_eos)
         if lps:
             b.logprobs = torch.stack(lps, 1)  # [B, C]: the completion columns, which are the window
-        return b
-
-    def rollouts(self, rows: list, n: int, temperature: float):
-        """`n` sampled native rollouts per row, as a SeqBatch whose ``messages`` end with each answer."""
-        prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
-        groups = [g for g in range(len(rows)) for _ in range(n)]
-        b = self.generate(prompt_ids, groups, temperature=temperature)
-        b.messages = [
-            rows[g].messages + [{"role": "assistant", "content": t}]
-            for g, t in zip(groups, b.texts, strict=True)
-        ]
         return b

@@ -14,18 +14,19 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from opd_nb import render
+from opd_nb.consent import require_consent
 from opd_nb.entities import Registration, registration_plan
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import EffectiveJob, effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, ParamSpec, closest
 from opd_nb.spec.job import workspace_config
-from opd_nb.spend import gate, require_consent, warning_lines
+from opd_nb.spend import gate, warning_lines
 
 if TYPE_CHECKING:  # the client is imported when a sweep submits, not to plan one
     from opd_nb.client import SubmitResult, Target
@@ -49,6 +50,14 @@ def _typed(spec: ParamSpec, text: str) -> ParamValue:
             raise ValueError(f"expected a finite number, got {text!r}")
         return value
     return text
+
+
+def _refuse_value(spec: ParamSpec, label: str, problem: str) -> NoReturn:
+    raise OpdError(
+        f"{spec.name} value {label!r}: {problem}",
+        where=f"--param {spec.name}",
+        fix=f"{spec.name} takes {spec.range_text()}",
+    )
 
 
 def parse_param(text: str) -> tuple[ParamSpec, list[tuple[str, ParamValue]]]:
@@ -78,15 +87,12 @@ def parse_param(text: str) -> tuple[ParamSpec, list[tuple[str, ParamValue]]]:
         try:
             value = _typed(spec, label)
         except ValueError as exc:
-            problem = str(exc) if spec.type == "bool" else f"expected {spec.type}, got {label!r}"
-        else:
-            problem = spec.problem(value)
-        if problem or not label:
-            raise OpdError(
-                f"{name} value {label!r}: {problem or 'empty value'}",
-                where=f"--param {name}",
-                fix=f"{name} takes {spec.range_text()}",
+            _refuse_value(
+                spec, label, str(exc) if spec.type == "bool" else f"expected {spec.type}, got {label!r}"
             )
+        problem = spec.problem(value)
+        if problem or not label:
+            _refuse_value(spec, label, problem or "empty value")
         if any(label == seen or value == v for seen, v in values):
             raise OpdError(f"{name} value {label!r} is given twice", where=f"--param {name}", fix=example)
         values.append((label, value))
@@ -206,7 +212,7 @@ def _point(base_name: str, combo: Sequence[tuple[ParamSpec, tuple[str, ParamValu
 
 def _effective(workspace: str, config: str, base: EffectiveJob, point: SweepPoint) -> EffectiveJob:
     """The effective job of one point: config.yaml plus its change (sources say where each came from)."""
-    blocks: dict[str, dict[str, Any]] = {}
+    blocks: dict[str, Any] = {}  # section -> its changed block, as effective_job's keyword overrides
     for key, value in point.sets.items():
         _, section, name = key.split(".", 2)
         blocks.setdefault(section, dict(getattr(base.config.training, section) or {}))[name] = value
@@ -419,6 +425,7 @@ def run_sweep(
         warnings=plan.warnings,
     )
     check_runner(plan.workspace)
-    for line in plan.warnings if on_note is not None else []:
-        on_note(line)
+    if on_note is not None:
+        for line in plan.warnings:
+            on_note(line)
     return submit_sweep(plan, target, fresh=fresh, on_submitted=on_submitted)

@@ -81,7 +81,7 @@ def _total_steps(st: JobState, raw: Mapping[str, Any], n_epochs: Any) -> Any:
 
 def _eta_from_rows(st: JobState, total: Any, step: int) -> float:
     """Seconds left at the measured time per step (or the time since first seen, per step)."""
-    times = [r.get("timing_s/step") for r in st.metrics if isinstance(r.get("timing_s/step"), int | float)]
+    times = [t for r in st.metrics if isinstance(t := r.get("timing_s/step"), int | float)]
     per_step = (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
     return max(0.0, (int(total) - step) * per_step)
 
@@ -150,8 +150,13 @@ def _best_view(st: JobState) -> dict[str, Any]:
     pick = pick_checkpoint(st.checkpoints, st.metrics) if st.checkpoints and st.metrics else None
     if pick is None:
         return {"best_checkpoint": None, "best_note": None, "unscored_checkpoints": []}
-    c = pick.best.checkpoint if pick.best else None
-    best = None if c is None else {"name": c.name, "step": c.step, "path": c.path, "reason": pick.best.reason}
+    chosen = pick.best
+    c = chosen.checkpoint if chosen else None
+    best = (
+        None
+        if chosen is None or c is None
+        else {"name": c.name, "step": c.step, "path": c.path, "reason": chosen.reason}
+    )
     return {"best_checkpoint": best, "best_note": pick.note or None, "unscored_checkpoints": pick.unscored()}
 
 

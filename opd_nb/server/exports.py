@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from opd_nb.server.errors import ApiError
 from opd_nb.server.job_record import JobRecord
@@ -29,7 +30,7 @@ def _not_found(job_id: str, checkpoint: str, names: list[str]) -> ApiError:
     )
 
 
-def find_checkpoint(entries: list[dict], checkpoint: str) -> dict | None:
+def find_checkpoint(entries: list[dict[str, Any]], checkpoint: str) -> dict[str, Any] | None:
     """The entry a path names: its checkpoint (``checkpoint-20``), its id (``JOB:checkpoint-20``), or its step
     (the kept checkpoint of that step rather than the published final copy)."""
     named = [e for e in entries if checkpoint in (e["checkpoint"], e["checkpoint_id"])]
@@ -39,7 +40,9 @@ def find_checkpoint(entries: list[dict], checkpoint: str) -> dict | None:
     return next(iter(named + by_step), None)
 
 
-def export_checkpoint(store: Store, job: JobRecord, checkpoint: str, display_name: str | None) -> dict:
+def export_checkpoint(
+    store: Store, job: JobRecord, checkpoint: str, display_name: str | None
+) -> dict[str, Any]:
     """Publish one checkpoint as a deployable model; returns its checkpoint-list entry."""
     job_id = job.job_id
     entries = checkpoint_listing(job, store.checkpoints(job_id), store.exports(job_id))

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+from typing import Any
 
+from opd_nb import settings
 from opd_nb.constants import FAILED, SUCCEEDED
 from opd_nb.server.job_record import JobRecord
-from opd_nb.server.records import CHECKPOINT_TTL_ENV, DEFAULT_CHECKPOINT_TTL_DAYS
+from opd_nb.server.records import DEFAULT_CHECKPOINT_TTL_DAYS
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # Bailian's timestamps (store.now_text)
 EXPIRED = "EXPIRED"  # a checkpoint past its expire_time (a checkpoint status, not a job status)
 
 
-def _file_ids(datasets: list[dict] | None) -> list[str]:
-    return [d.get("file_id") for d in datasets or [] if d.get("file_id")]
+def _file_ids(datasets: list[dict[str, Any]] | None) -> list[str]:
+    return [str(d["file_id"]) for d in datasets or [] if d.get("file_id")]
 
 
-def job_output(job: JobRecord, usage: int | None = None) -> dict:
+def job_output(job: JobRecord, usage: int | None = None) -> dict[str, Any]:
     """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras.
 
     ``base_model`` is the root base model even when the job continued a fine-tuned output (the chain of
@@ -68,11 +69,8 @@ def job_output(job: JobRecord, usage: int | None = None) -> dict:
 
 def checkpoint_ttl_days() -> float:
     """How long a checkpoint lives: ``$OPD_CHECKPOINT_TTL_DAYS`` (``opd serve --checkpoint-ttl-days``), else 15."""
-    raw = os.environ.get(CHECKPOINT_TTL_ENV, "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_CHECKPOINT_TTL_DAYS
-    except ValueError:
-        return DEFAULT_CHECKPOINT_TTL_DAYS
+    days = settings.CHECKPOINT_TTL_DAYS.get()
+    return DEFAULT_CHECKPOINT_TTL_DAYS if days is None else days
 
 
 def expire_time(create_time: str | None, ttl_days: float) -> str | None:
@@ -95,7 +93,7 @@ def checkpoint_id(job_id: str, name: str) -> str:
     return f"{job_id}:{name}"
 
 
-def kept_checkpoints(job: JobRecord, checkpoints: list[dict]) -> list[dict]:
+def kept_checkpoints(job: JobRecord, checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The stored checkpoints still on disk (``save_total_limit`` deletes the oldest, and the cloud then
     lists them no more), the published one marked (added when only the final output was kept)."""
     outcome = job.meta.outcome
@@ -119,10 +117,10 @@ def kept_checkpoints(job: JobRecord, checkpoints: list[dict]) -> list[dict]:
 
 def checkpoint_listing(
     job: JobRecord,
-    checkpoints: list[dict],
-    exports: dict[str, dict] | None = None,
+    checkpoints: list[dict[str, Any]],
+    exports: dict[str, dict[str, Any]] | None = None,
     ttl_days: float | None = None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The saved checkpoints in Bailian's "list checkpoints" shape, newest step first (the published
     final copy before the kept checkpoint of the same step).
 
@@ -136,7 +134,7 @@ def checkpoint_listing(
     ttl = checkpoint_ttl_days() if ttl_days is None else ttl_days
     exports = exports or {}
     job_id = job.job_id
-    out = []
+    out: list[dict[str, Any]] = []
     for cp in kept_checkpoints(job, checkpoints):
         expires = expire_time(cp["created_at"], ttl)
         export = exports.get(cp["name"])

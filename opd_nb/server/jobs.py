@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from opd_nb import settings
 from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.server import process_tree
 from opd_nb.server.disk_space import ensure_reserve
@@ -229,14 +230,14 @@ class JobManager(JobEndings):
     def _launch(self, job_id: str, *, resuming: bool = False) -> None:
         job_dir = self.data_dir / "jobs" / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
+        job = self.store.job(job_id) if resuming else None
         if resuming:
-            job = self.store.job(job_id)
             if job is None or job.status != RUNNING:
                 return
         elif not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
             return
         env = process_tree.child_env(self.data_dir, process_tree.job_owner(job_id))
-        env["OPD_SERVER_PID"] = str(os.getpid())  # the worker exits when this process is gone
+        env[settings.SERVER_PID.name] = str(os.getpid())  # the worker exits when this process is gone
         env.update(self.worker_env(job_id) if self.worker_env else {})
         # The scheduler's own thread: it may wait for the fork server's first import (a fresh
         # process would spend the same time importing).
@@ -245,7 +246,7 @@ class JobManager(JobEndings):
         )
         self._procs[job_id] = proc
         self.store.set_job(job_id, worker_pid=proc.pid)
-        if resuming:
+        if job is not None:  # resuming
             point = job.meta.resume.resume_from
             what = f"resumed from {Path(point).name}" if point else "restarted from step 0"
             self.store.add_log(

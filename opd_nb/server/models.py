@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from opd_nb import settings
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
 from opd_nb.spec.models import documented
@@ -94,10 +95,9 @@ class ResolvedModel(BaseModel):
 
 def default_pair() -> tuple[Path, Path]:
     """The (student, teacher) stand-ins: ``$OPD_STANDIN_STUDENT``/``$OPD_STANDIN_TEACHER``, else the bundled pair."""
-    import os
-
-    if os.environ.get("OPD_STANDIN_STUDENT") and os.environ.get("OPD_STANDIN_TEACHER"):
-        return Path(os.environ["OPD_STANDIN_STUDENT"]), Path(os.environ["OPD_STANDIN_TEACHER"])
+    student, teacher = settings.STANDIN_STUDENT.get(), settings.STANDIN_TEACHER.get()
+    if student and teacher:
+        return student, teacher
     try:
         from opd_nb.engine.models import default_pair as engine_pair
 
@@ -214,7 +214,7 @@ class ModelRegistry:
             )
         return ResolvedModel(model_id=model_id, kind="stand-in", path=str(path), note=note)
 
-    def listing(self) -> list[dict]:
+    def listing(self) -> list[dict[str, Any]]:
         """Everything this server can run, as listed by GET /api/v1/models."""
         student, teacher = default_pair()
         out = [
@@ -235,11 +235,11 @@ class ModelRegistry:
         ]
         out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
         for job in self.store.jobs_with_status(SUCCEEDED):
-            final = job.meta.final_checkpoint
-            if final and Path(final).is_dir():
+            final, name = job.meta.final_checkpoint, job.finetuned_output
+            if final and name and Path(final).is_dir():
                 out.append(
                     {
-                        "model_id": job.finetuned_output,
+                        "model_id": name,
                         "kind": "checkpoint",
                         "path": final,
                         "job_id": job.job_id,

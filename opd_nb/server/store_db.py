@@ -2,7 +2,8 @@
 
 The per-resource row classes (:mod:`store_jobs`, :mod:`store_functions`, :mod:`store_deployments`)
 all build on :class:`Database`, so one :class:`~opd_nb.server.store.Store` shares one connection
-per thread across them; SQL lives in these modules only.
+per thread across them; SQL lives in these modules only (and in `db_safety.py`, which checks and copies
+the file before a store opens it).
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ class Database:
 
     def _one(self, sql: str, *args: Any) -> sqlite3.Row | None:
         return self.conn().execute(sql, args).fetchone()
+
+    def _value(self, sql: str, *args: Any) -> Any:
+        """The first column of an aggregate's one row (COUNT, SUM, MAX always answer a row)."""
+        return self.conn().execute(sql, args).fetchone()[0]
 
     def _all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return self.conn().execute(sql, args).fetchall()

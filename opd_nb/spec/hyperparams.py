@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from opd_nb.constants import LOCAL_ESTIMATORS
+
 ParamType = Literal["int", "float", "str", "bool"]
 Section = Literal["hyper_parameters", "resources"]
 
@@ -66,13 +68,14 @@ class ParamSpec(BaseModel):
                 return f"expected a finite number, got {value!r}"
         elif self.type == "str" and not isinstance(value, str):
             return f"expected text, got {value!r}"
-        choices = [*(self.choices or []), *(self.local_choices or [])] if local else self.choices
+        choices = [*(self.choices or []), *(self.local_choices or [])] if local else (self.choices or [])
         if self.choices is not None and value not in choices:
             return f"{value!r} is not one of {', '.join(map(str, choices))}"
         ge = self.local_ge if local and self.local_ge is not None else self.ge
-        if ge is not None and value < ge:
+        number = isinstance(value, int | float)  # the type checks above passed: a number when bounded
+        if ge is not None and number and value < ge:
             return f"{value!r} is below the minimum {_num(ge)}"
-        if self.le is not None and value > self.le:
+        if self.le is not None and number and value > self.le:
             return f"{value!r} is above the maximum {_num(self.le)}"
         return None
 
@@ -108,7 +111,7 @@ PARAMS: list[ParamSpec] = [
         "unused by pure distillation.",
         group="algorithm",
         choices=["gspo", "grpo"],
-        local_choices=["gkd"],  # the local engine's exact full-vocabulary reverse KL
+        local_choices=list(LOCAL_ESTIMATORS),  # estimators only the local engine has (gkd: exact reverse KL)
         default="gspo",
         small="gspo",
         large="gspo",

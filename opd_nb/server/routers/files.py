@@ -12,7 +12,7 @@ import json
 import secrets
 import shutil
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse
@@ -50,7 +50,8 @@ def upload_files(
             raise ApiError(
                 400, "InvalidParameter", "a form field holds a lone UTF-16 surrogate, which is not text"
             )
-    done, failed = [], []
+    done: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for i, (upload, name) in enumerate(zip(files, names, strict=True)):
         description = descriptions[i] if descriptions and i < len(descriptions) else None
         stored = _store_dataset(services.store, services.data_dir, upload, name, purpose, description)
@@ -82,7 +83,7 @@ def dataset_name(filename: str | None) -> str:
 
 def _store_dataset(
     store: Store, data_dir: Path, upload: UploadFile, name: str, purpose: str, description: str | None
-) -> dict:
+) -> dict[str, Any]:
     """Save one uploaded dataset; returns its uploaded-file entry, or ``{name, reason}`` if it is bad.
 
     Streamed: the part is copied to disk in chunks and checked line by line from there, so a 300 MiB
@@ -127,7 +128,7 @@ def check_jsonl_file(path: Path) -> tuple[str | None, int]:
             blank = False
             try:
                 obj = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 return f"line {n} is not valid JSON ({exc.msg})", count
             if not isinstance(obj, dict):
                 return f"line {n} is not a JSON object", count
@@ -135,11 +136,11 @@ def check_jsonl_file(path: Path) -> tuple[str | None, int]:
     return ("the file is empty", 0) if blank else (None, count)
 
 
-def _public(row: dict) -> dict:
+def _public(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in _PUBLIC}
 
 
-def _existing_file(store: Store, file_id: str) -> dict:
+def _existing_file(store: Store, file_id: str) -> dict[str, Any]:
     row = store.file(file_id)
     if row is None:
         raise ApiError(404, "FileNotFound", f"file {shown(file_id)} does not exist")

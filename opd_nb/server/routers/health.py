@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from opd_nb.server.deps import ServicesDep
@@ -10,5 +12,5 @@ router = APIRouter(tags=["local-only"])
 
 
 @router.get("/health")
-async def health(services: ServicesDep) -> dict:
+async def health(services: ServicesDep) -> dict[str, Any]:
     return {"status": "healthy", "data_dir": str(services.data_dir)}

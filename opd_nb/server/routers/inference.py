@@ -29,7 +29,7 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from opd_nb.constants import COMPATIBLE_PATH
 from opd_nb.server.bodies import ChatBody, GenerationBody
@@ -49,7 +49,7 @@ class _Upstream(Exception):
 
 
 # ---- talking to a serving process ----------------------------------------------------------------
-def _payload(model: str, messages: list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+def _payload(model: str, messages: list[dict[str, Any]], stream: bool, **params: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
     body.update({k: v for k, v in params.items() if v is not None})
     return body
@@ -74,7 +74,7 @@ def _unreachable(endpoint: Endpoint, exc: Exception) -> ApiError:
     )
 
 
-async def _post(endpoint: Endpoint, payload: dict) -> dict:
+async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {endpoint.token}"}
     try:
         async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
@@ -86,7 +86,7 @@ async def _post(endpoint: Endpoint, payload: dict) -> dict:
     return resp.json()
 
 
-async def _open(endpoint: Endpoint, payload: dict) -> tuple[httpx.AsyncClient, httpx.Response]:
+async def _open(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[httpx.AsyncClient, httpx.Response]:
     """Start a streamed answer; a refusal (a prompt too long, ...) is an ApiError before any event."""
     http = httpx.AsyncClient(timeout=TIMEOUT, trust_env=False)
     request = http.build_request(
@@ -108,7 +108,7 @@ async def _open(endpoint: Endpoint, payload: dict) -> tuple[httpx.AsyncClient, h
     return http, resp
 
 
-async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[dict]:
+async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """The OpenAI chunks of an opened stream (closes it at the end)."""
     try:
         async for line in resp.aiter_lines():
@@ -117,9 +117,9 @@ async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterato
             data = line[len("data:") :].strip()
             if data == "[DONE]":
                 return
-            chunk = json.loads(data)
+            chunk: dict[str, Any] = json.loads(data)  # an OpenAI chunk from our own serving process
             if "error" in chunk:
-                raise _Upstream(str((chunk["error"] or {}).get("message") or chunk["error"]))
+                raise _Upstream(_error_text(chunk["error"]))
             yield chunk
     except httpx.HTTPError as exc:
         raise _Upstream(f"the serving process stopped answering ({type(exc).__name__})") from None
@@ -128,25 +128,32 @@ async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterato
         await http.aclose()
 
 
+def _error_text(error: JsonValue) -> str:
+    """An error event's words: its ``message`` when it is an object that has one, else the event itself."""
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return str(error)
+
+
 # ---- DashScope text generation ------------------------------------------------------------------
-def _usage(openai_usage: dict | None) -> dict[str, int]:
+def _usage(openai_usage: dict[str, Any] | None) -> dict[str, int]:
     u = openai_usage or {}
     n_in, n_out = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
     return {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
 
 
-def _output(result_format: str, message: dict, finish: str) -> dict:
+def _output(result_format: str, message: dict[str, Any], finish: str) -> dict[str, Any]:
     if result_format == "text":
         return {"text": message.get("content") or "", "finish_reason": finish}
     return {"choices": [{"finish_reason": finish, "message": message}]}
 
 
-def _full_output(result_format: str, choices: list[dict]) -> dict:
+def _full_output(result_format: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
     """DashScope's ``output`` for an OpenAI answer: the text, or one choice per ``n`` (log-probs kept)."""
     if result_format == "text":
         out = _output("text", choices[0]["message"], choices[0]["finish_reason"])
         return {**out, **({"logprobs": choices[0]["logprobs"]} if choices[0].get("logprobs") else {})}
-    listed = []
+    listed: list[dict[str, Any]] = []
     for c in choices:
         entry = {"finish_reason": c["finish_reason"], "message": c["message"]}
         if c.get("logprobs"):
@@ -155,7 +162,7 @@ def _full_output(result_format: str, choices: list[dict]) -> dict:
     return {"choices": listed}
 
 
-def _event(seq: int, kind: str, status: int, body: dict) -> str:
+def _event(seq: int, kind: str, status: int, body: dict[str, Any]) -> str:
     return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{json.dumps(body, ensure_ascii=False)}\n\n"
 
 
@@ -166,17 +173,18 @@ async def _dashscope_events(
     text, seq = "", 0
     try:
         async for chunk in _chunks(http, resp):
-            choice = (chunk.get("choices") or [{}])[0]
-            delta = choice.get("delta") or {}
-            piece, finish = delta.get("content") or "", choice.get("finish_reason")
+            choices: list[dict[str, Any]] = chunk.get("choices") or [{}]
+            choice = choices[0]
+            delta: dict[str, Any] = choice.get("delta") or {}
+            piece: str = delta.get("content") or ""
+            finish: str | None = choice.get("finish_reason")
             if not piece and finish is None and not delta.get("tool_calls"):
                 continue  # the opening role chunk
             text += piece
             message: dict[str, Any] = {"role": "assistant", "content": piece if incremental else text}
-            if delta.get("tool_calls"):
-                message["tool_calls"] = [
-                    {k: v for k, v in call.items() if k != "index"} for call in delta["tool_calls"]
-                ]
+            calls: list[dict[str, Any]] = delta.get("tool_calls") or []
+            if calls:
+                message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in calls]
             seq += 1
             body = {
                 "output": _output(result_format, message, finish or "null"),
@@ -228,14 +236,14 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
 async def _compatible_chunks(
     http: httpx.AsyncClient, resp: httpx.Response, model: str, include_usage: bool, rid: str
 ) -> AsyncIterator[str]:
-    usage = None
+    usage: dict[str, Any] | None = None
     try:
         async for chunk in _chunks(http, resp):
             chunk["model"] = model
             usage = chunk.pop("usage", None) or usage
             yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
             if include_usage and chunk["choices"] and chunk["choices"][0].get("finish_reason"):
-                tail = {**chunk, "choices": [], "usage": usage}
+                tail: dict[str, Any] = {**chunk, "choices": [], "usage": usage}
                 yield f"data: {json.dumps(tail, ensure_ascii=False)}\n\n"
     except _Upstream as exc:
         err = {
