@@ -191,6 +191,24 @@ class Lab:
         )
 
 
+def scroll_to(lab: Lab, element: Any, block: str = "center") -> None:
+    """Scroll `element` into view and wait until it sits still inside the window (no fixed sleep: a
+    smooth scroll or a late layout on a loaded machine takes as long as it takes)."""
+    lab.driver.execute_script(f"arguments[0].scrollIntoView({{block: '{block}'}})", element)
+    where = (
+        "const r = arguments[0].getBoundingClientRect();"
+        "return r.height > 0 && r.top < window.innerHeight && r.bottom > 0 ? Math.round(r.top) : null"
+    )
+    seen: list[int] = []
+
+    def still() -> bool:
+        top = lab.driver.execute_script(where, element)
+        seen.append(top)
+        return top is not None and seen[-2:] == [top, top]
+
+    lab.wait_for(still, 15, "the element to scroll into view")
+
+
 @contextlib.contextmanager
 def inside(lab: Lab, frame: Any):  # noqa: ANN202
     lab.driver.switch_to.frame(frame)
@@ -222,8 +240,7 @@ def hover_frame(lab: Lab, frame: Any, shot: Path) -> tuple[str, str, float]:
     """Hover the chart inside a snapshot's frame: (tooltip, legend text, frame height - page height)."""
     from selenium.webdriver.common.by import By
 
-    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", frame)
-    time.sleep(0.5)
+    scroll_to(lab, frame)
     outer = frame.size["height"]
     with inside(lab, frame):
         tip = hover(lab, lambda: lab.driver.find_element(By.CSS_SELECTOR, ".opd-chart"), shot)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM
-from jupyter_browser import ARTIFACTS, REPO, WIDGET_ERROR, Lab, hover_frame, jupyter_lab
+from jupyter_browser import ARTIFACTS, REPO, WIDGET_ERROR, Lab, hover_frame, jupyter_lab, scroll_to
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -60,26 +59,30 @@ def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: L
     charts = saved_charts(REPO / "notebooks" / tutorial)
     assert charts >= 1, f"{tutorial} has no saved chart: was it executed and committed with its outputs?"
     lab.open(f"lab/tree/{tutorial}", kernel=False)
-    time.sleep(2)
-    assert WIDGET_ERROR not in lab.outputs_text()
-    assert not lab.css(FRAME) and not lab.css(".opd-chart"), "an untrusted notebook kept a script or frame"
-    pictures = lab.wait_for(
+    pictures = lab.wait_for(  # the last output rendered: every saved picture is on the page
         lambda: found if len(found := _visible(lab.css(PICTURE))) == charts else None,
-        30,
+        60,
         f"{charts} static chart picture(s) in {tutorial}",
     )
+    assert WIDGET_ERROR not in lab.outputs_text()
+    assert not lab.css(FRAME) and not lab.css(".opd-chart"), "an untrusted notebook kept a script or frame"
     for picture in pictures:
         assert lab.driver.execute_script("return arguments[0].naturalWidth", picture) > 100
     hints = [p for p in lab.css(".jp-OutputArea-output") if "trust the notebook" in p.text]
     assert len(hints) >= charts, "each chart says how to make it interactive"
-    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", pictures[0])
-    time.sleep(0.5)
+    scroll_to(lab, pictures[0], "start")
     lab.driver.save_screenshot(str(ARTIFACTS / f"tutorial_{Path(tutorial).stem}_untrusted.png"))
 
     first = lab.css(".jp-Notebook .jp-Cell")[0]  # the notebook's panel takes the focus (the palette's target)
-    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", first)
-    time.sleep(0.5)
+    scroll_to(lab, first)
     first.click()
+    lab.wait_for(
+        lambda: lab.driver.execute_script(
+            "return document.activeElement && !!document.activeElement.closest('.jp-Notebook')"
+        ),
+        15,
+        "the notebook to take the focus",
+    )
     lab.trust_notebook()
     frames = lab.wait_for(
         lambda: (
@@ -87,7 +90,7 @@ def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: L
             if len(found := [f for f in _visible(lab.css(FRAME)) if f.size["height"] > 100]) == charts
             else None
         ),
-        60,
+        90,
         f"{charts} interactive chart(s) in trusted {tutorial}",
     )
     assert not _visible(lab.css(PICTURE)), "the static pictures hide where the chart runs"
