@@ -133,10 +133,19 @@ class Lab:
         from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.keys import Keys
 
-        ActionChains(self.driver).key_down(Keys.CONTROL).key_down(Keys.SHIFT).send_keys("c").key_up(
-            Keys.SHIFT
-        ).key_up(Keys.CONTROL).perform()
-        box = self.wait_for(lambda: self.css(".lm-CommandPalette-input"), 10, "the command palette")[0]
+        def shown() -> Any:  # the palette's input is in the page while closed too: wait until it shows
+            return next((b for b in self.css(".lm-CommandPalette-input") if b.is_displayed()), None)
+
+        for attempt in range(3):  # a shortcut pressed while the page is still settling can be lost
+            ActionChains(self.driver).key_down(Keys.CONTROL).key_down(Keys.SHIFT).send_keys("c").key_up(
+                Keys.SHIFT
+            ).key_up(Keys.CONTROL).perform()
+            try:
+                box = self.wait_for(shown, 5, "the command palette")
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
         box.send_keys("Trust Notebook")
         self.wait_for(
             lambda: self.css(".lm-CommandPalette-item.lm-mod-active"), 10, "the Trust Notebook command"

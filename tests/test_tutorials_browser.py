@@ -11,6 +11,7 @@ tests/artifacts/ (`tutorial_<name>_untrusted.png`).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,24 @@ def saved_charts(path: Path) -> int:
         for out in cell.get("outputs", [])
     )
     return sum(text.count('<iframe class="opd-chart-frame"') for text in html)
+
+
+def job_ids(path: Path) -> set[str]:
+    """The ids of the jobs the notebook ran (each saved chart holds some of them)."""
+    return set(re.findall(r"\bft-\d{12}-[0-9a-f]{6}\b", path.read_text()))
+
+
+def first_chart_label(path: Path) -> str:
+    """The legend label of the first job in the notebook's first chart (which notebook a frame is from)."""
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("data", {}).get("text/html", ""))
+            if '<iframe class="opd-chart-frame"' in text:
+                found = re.search(r"&quot;label&quot;:&quot;([^&]+)&quot;", text)
+                assert found, "a saved chart without a label"
+                return found.group(1)
+    raise AssertionError(f"{path.name} has no saved chart")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +92,9 @@ def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: L
     scroll_to(lab, pictures[0], "start")
     lab.driver.save_screenshot(str(ARTIFACTS / f"tutorial_{Path(tutorial).stem}_untrusted.png"))
 
-    first = lab.css(".jp-Notebook .jp-Cell")[0]  # the notebook's panel takes the focus (the palette's target)
+    # The notebook's panel takes the focus (the palette's target): a click on the first cell's prompt
+    # area, not its middle, where a tutorial's link to another notebook would open that one instead.
+    first = lab.css(".jp-Notebook .jp-Cell .jp-InputPrompt")[0]
     scroll_to(lab, first)
     first.click()
     lab.wait_for(
@@ -84,16 +105,18 @@ def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: L
         "the notebook to take the focus",
     )
     lab.trust_notebook()
+    ours = job_ids(REPO / "notebooks" / tutorial)
+
+    def mine(frame: object) -> bool:  # a frame of this notebook (not one left from the previous page)
+        doc = frame.get_attribute("srcdoc") or ""  # type: ignore[attr-defined]
+        return frame.size["height"] > 100 and any(job in doc for job in ours)  # type: ignore[attr-defined]
+
     frames = lab.wait_for(
-        lambda: (
-            found
-            if len(found := [f for f in _visible(lab.css(FRAME)) if f.size["height"] > 100]) == charts
-            else None
-        ),
+        lambda: found if len(found := [f for f in _visible(lab.css(FRAME)) if mine(f)]) == charts else None,
         90,
         f"{charts} interactive chart(s) in trusted {tutorial}",
     )
     assert not _visible(lab.css(PICTURE)), "the static pictures hide where the chart runs"
     tip, legend, _ = hover_frame(lab, frames[0], ARTIFACTS / f"tutorial_{Path(tutorial).stem}_trusted.png")
-    assert "step" in tip and legend
+    assert "step" in tip and first_chart_label(REPO / "notebooks" / tutorial) in legend, legend
     assert lab.offsite_requests() == []
