@@ -30,6 +30,8 @@ from opd_nb.client.target import Target
 from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
 from opd_nb.errors import UNREACHABLE, OpdError
 from opd_nb.terminal_text import printable
+from opd_nb.wire.jobs import JobMetrics
+from opd_nb.wire.models import ModelListing
 
 T = TypeVar("T")
 
@@ -128,12 +130,16 @@ def job_stream(job_id: str) -> Call[None]:
     return Call("GET", _job_path(job_id, "/stream"), f"events of {job_id}", _nothing)
 
 
-def job_metrics(job_id: str) -> Call[list[dict]]:
+def _metric_rows(out: Any) -> list[dict[str, Any]]:
+    return [dict(row) for row in JobMetrics.model_validate(out).metrics]
+
+
+def job_metrics(job_id: str) -> Call[list[dict[str, Any]]]:
     return Call(
         "GET",
         _job_path(job_id, "/metrics"),
         f"metrics of {job_id}",
-        lambda out: list(out.get("metrics") or []),
+        _metric_rows,
         local_only=True,
         job_id=job_id,
     )
@@ -200,8 +206,12 @@ def job_rollouts(
     )
 
 
-def list_models() -> Call[list[dict]]:
-    return Call("GET", "/models", "list models", lambda out: list(out.get("models") or []), local_only=True)
+def _local_models(out: Any) -> list[dict[str, Any]]:
+    return [m.wire() for m in ModelListing.model_validate(out).models]
+
+
+def list_models() -> Call[list[dict[str, Any]]]:
+    return Call("GET", "/models", "list models", _local_models, local_only=True)
 
 
 # ---- deployments and chat ----------------------------------------------------------------------

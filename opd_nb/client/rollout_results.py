@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from opd_nb.results import ResultMixin
+from opd_nb.wire.rollouts import RolloutsPage
 
 KINDS = ("train", "validation")
 CLOUD_NOTE = (
@@ -248,15 +249,19 @@ class RolloutPage(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, job_id: str, out: Any) -> RolloutPage:
+        """Read through the wire's page (:class:`~opd_nb.wire.rollouts.RolloutsPage`); each record stays
+        the engine's JSON object, as every view here reads it."""
         out = out if isinstance(out, dict) else {}
-        by_kind = out.get("steps_by_kind") or {}
+        page = RolloutsPage.model_validate(
+            {"job_id": job_id, **{k: v for k, v in out.items() if v is not None}}
+        )
         return cls(
-            job_id=str(out.get("job_id") or job_id),
-            step=out.get("step"),
-            kind=out.get("kind"),
-            steps=[int(s) for s in out.get("steps") or []],
-            steps_by_kind={str(k): [int(s) for s in v or []] for k, v in by_kind.items()},
-            rollouts=[r for r in out.get("rollouts") or [] if isinstance(r, dict)],
+            job_id=page.job_id,
+            step=page.step,
+            kind=page.kind,
+            steps=page.steps,
+            steps_by_kind=page.steps_by_kind,
+            rollouts=[r.wire() for r in page.rollouts],
         )
 
     def to_payload(self) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from opd_nb.spec.training_plan import TrainingPlan
+
 METRICS_FILE = (
     "metrics.jsonl"  # one JSON row per step in the job's output dir (the trainer writes, resume trims)
 )
@@ -45,8 +47,9 @@ class EngineJob(BaseModel):
     teacher_path: str
     train_file: str  # JSONL in Bailian's format
     validation_file: str | None = None
-    hyper_parameters: dict[str, Any] = Field(default_factory=dict)  # as submitted (cloud meaning)
-    algorithm: Literal["pg_opd", "gkd"] | None = None  # None: from hyper_parameters["algorithm"]
+    # typed and checked where the job was read (a mapping given here is read the same way)
+    hyper_parameters: TrainingPlan = Field(default_factory=TrainingPlan)
+    algorithm: Literal["pg_opd", "gkd"] | None = None  # None: from hyper_parameters.algorithm
     rewards: list[RewardEndpoint] = Field(default_factory=list)
     rollout: RolloutEndpoint | None = None
     output_dir: str  # checkpoints/ and metrics.jsonl go here

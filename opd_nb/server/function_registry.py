@@ -30,6 +30,7 @@ from opd_nb.server.limits import (
 from opd_nb.server.responses import shown
 from opd_nb.server.store import Store
 from opd_nb.spec.ids import ENTITY_PREFIX, entity_kind
+from opd_nb.wire.functions import Instance
 
 MAX_ZIP_BYTES = 200 * 1024 * 1024  # the SDK's own hard limit (FC_OSS_FILE_SIZE_WARNING)
 KIND_PREFIX = {kind: prefix.rstrip("-") for kind, prefix in ENTITY_PREFIX.items()}  # the documented forms
@@ -232,7 +233,7 @@ class InstanceManager:
             process_tree.end(self.data_dir, process_tree.instance_owner(inst["instance_id"]))
             self.store.set_instance(inst["instance_id"], status=InstanceState.STOPPED, pid=None)
 
-    def load(self, entity_id: str, tag: str, runtime: dict) -> dict:
+    def load(self, entity_id: str, tag: str, runtime: dict[str, Any]) -> Instance:
         fn = self.store.function(entity_id)
         if fn is None:
             raise ApiError(
@@ -251,7 +252,7 @@ class InstanceManager:
         )
         return self._start(instance_id)
 
-    def _start(self, instance_id: str) -> dict:
+    def _start(self, instance_id: str) -> Instance:
         from opd_nb.errors import OpdError
         from opd_nb.function_server import FunctionServer
 
@@ -276,17 +277,17 @@ class InstanceManager:
         self.store.set_instance(instance_id, status=InstanceState.RUNNING, url=server.url, pid=server.pid)
         return self.describe(instance_id)
 
-    def describe(self, instance_id: str) -> dict:
+    def describe(self, instance_id: str) -> Instance:
         inst = self.store.instance(instance_id)
-        return {
-            "instanceId": instance_id,
-            "instance_id": instance_id,
-            "entity_id": inst["entity_id"],
-            "status": 1 if inst["status"] == InstanceState.RUNNING else -1,
-            "state": inst["status"],
-            "trigger_url": inst["url"],
-            "trigger_token": inst["token"],
-        }
+        return Instance(
+            instance_id_sdk=instance_id,
+            instance_id=instance_id,
+            entity_id=inst["entity_id"],
+            status=1 if inst["status"] == InstanceState.RUNNING else -1,
+            state=inst["status"],
+            trigger_url=inst["url"],
+            trigger_token=inst["token"],
+        )
 
     def _existing(self, instance_id: str, *, deleted_ok: bool = False) -> dict:
         inst = self.store.instance(instance_id)
@@ -294,7 +295,7 @@ class InstanceManager:
             raise ApiError(404, "InstanceNotFound", f"function instance {instance_id!r} does not exist")
         return inst
 
-    def query(self, instance_id: str) -> dict:
+    def query(self, instance_id: str) -> Instance:
         self._existing(instance_id)
         with self._lock:
             server = self._servers.get(instance_id)
