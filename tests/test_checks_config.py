@@ -65,12 +65,12 @@ class MyRewardProcessor(AbstractRewardProcessor):
 """
 
 
-# The teacher's serving values as the template writes them: the docs' demo defaults (issue 38), which a
-# job without them gets too.
+# The docs' serving values for the >=30B teacher above (the table's large column), as the template writes
+# them: a clean config sets them, since the rule reads the value a job gets, set or default (issue 42).
 TEACHER_HP = {
-    "opd_teacher_max_model_len": "34816",
-    "opd_teacher_max_num_batched_tokens": "4096",
-    "opd_teacher_gpu_memory_utilization": "0.75",
+    "opd_teacher_max_model_len": "16384",
+    "opd_teacher_max_num_batched_tokens": "16384",
+    "opd_teacher_gpu_memory_utilization": "0.85",
 }
 
 
@@ -83,9 +83,7 @@ def config_text(*, functions: str = "", extra_hp: str = "", replace: dict[str, s
     for old, new in (replace or {}).items():
         assert old in text, old
         text = text.replace(old, new)
-    planted = {
-        line.strip().removeprefix("- ").partition(":")[0] for line in text.splitlines()
-    }  # a test's own value wins
+    planted = {line.strip().removeprefix("- ").partition(":")[0] for line in text.splitlines()}  # a test's own value wins
     block = "".join(f"    {k}: {v}\n" for k, v in TEACHER_HP.items() if k not in planted)
     return text.replace("{teacher_hp}", block)
 

@@ -91,16 +91,34 @@ def test_resources_outside_the_documented_values(tmp_path, old, new, severity):
 # ---------------------------------------------------------------- one rule for a value, however it was set
 
 
-@pytest.mark.parametrize("max_length", [40000, 65536])
-def test_the_teacher_context_rule_reads_the_value_written_out_or_left_to_the_default(tmp_path, max_length):
-    """The table's default (the docs' 34816) is what the job gets when the key is left out."""
+@pytest.mark.parametrize(
+    "name,written,value",
+    [
+        ("opd_teacher_max_model_len", "8192", "8192"),
+        ("opd_teacher_max_num_batched_tokens", "8192", "8192"),
+        ("opd_teacher_gpu_memory_utilization", "0.9", "0.9"),
+    ],
+)
+def test_the_teacher_preset_rule_reads_the_value_written_out_or_left_to_the_default(
+    tmp_path, name, written, value
+):
+    """The table's default is what the job (and the estimate) gets when the key is left out."""
     ws = make_workspace(tmp_path)
-    set_text = config_text(extra_hp=f"max_length: {max_length}\nopd_teacher_max_model_len: 34816\n")
-    unset_text = set_text.replace("    opd_teacher_max_model_len: 34816\n", "")
-    for text in (set_text, unset_text):
-        hit = only(check_config_text(text, ws), "config.teacher-context-short")
-        assert f"opd_teacher_max_model_len 34816 < max_length {max_length}" in hit.message
-        assert hit.fix.startswith(f"set opd_teacher_max_model_len >= {max_length}")
+    set_text = config_text(extra_hp=f"{name}: {written}\n")
+    unset_text = set_text.replace(f"    {name}: {written}\n", "")
+    set_hit = only(check_config_text(set_text, ws), "config.teacher-preset")
+    unset_hits = [
+        h for h in check_config_text(unset_text, ws).by_rule("config.teacher-preset") if name in h.message
+    ]
+    assert len(unset_hits) == 1, check_config_text(unset_text, ws)
+    unset_hit = unset_hits[0]
+    assert (
+        f"{name} {value} is" in set_hit.message
+        and f"{name} {value} (not set: the default) is" in unset_hit.message
+    )
+    assert set_hit.fix == unset_hit.fix and set_hit.severity == unset_hit.severity == "warning"
+    assert set_hit.where == f"config.yaml:{line_of(set_text, name)}"
+    assert unset_hit.where == f"config.yaml:{line_of(unset_text, 'hyper_parameters:')}"
 
 
 # ---------------------------------------------------------------- the docs' advice on checkpoints

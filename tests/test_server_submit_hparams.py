@@ -32,7 +32,7 @@ BAD = [
     ('{"learning_rate": NaN}', ["hyper_parameters.learning_rate", "finite"]),
     ({"learning_rate": "nan"}, ["hyper_parameters.learning_rate", "finite"]),
     ({"learning_rate": "-Infinity"}, ["hyper_parameters.learning_rate", "finite"]),
-    ({"n_epochs": 1000}, ["hyper_parameters.n_epochs", "maximum 200"]),  # the docs: [1, 200]
+    ({"n_epochs": 1000}, ["hyper_parameters.n_epochs", "maximum 100"]),
     ({"lr_scheduler_type": "warmup"}, ["hyper_parameters.lr_scheduler_type", "cosine"]),
     ({"max_length": 512, "max_prompt_length": 600}, ["max_prompt_length = 600", "max_length = 512"]),
     ({"save_total_limit": 0}, ["hyper_parameters.save_total_limit"]),

@@ -16,6 +16,7 @@ from opd_nb.spec.models import (
     other_vendor,
     placeholder,
     size_b,
+    size_class,
 )
 from opd_nb.spec.training_plan import training_steps
 from opd_nb.spec.yaml_edit import yaml_scalar
@@ -454,6 +455,7 @@ def _lengths(ctx: CheckContext) -> None:
             "context get no teacher score and trace/distillation/valid_token_rate drops below 1",
             f"set opd_teacher_max_model_len >= {int(max_len)} (raise opd_teacher_max_num_batched_tokens with it)",
         )
+    _teacher_limits(ctx, t_len, t_set)
     p_len, p_set = ctx.hp_value("max_prompt_length")
     if p_len and max_len and (p_set or l_set) and p_len >= max_len:
         rep.add(
@@ -463,6 +465,50 @@ def _lengths(ctx: CheckContext) -> None:
             f"max_prompt_length {int(p_len)} >= max_length {int(max_len)}: no room is left for the response",
             "keep max_prompt_length well below max_length",
         )
+
+
+def _teacher_limits(ctx: CheckContext, t_len: float | None, t_set: bool) -> None:
+    """The teacher's vLLM limits against each other and against the docs' preset for its size."""
+    rep = ctx.report
+    tokens, n_set = ctx.hp_value("opd_teacher_max_num_batched_tokens")
+    hp_path = ("training", "hyper_parameters")
+    if t_len and tokens and (t_set or n_set) and tokens < t_len:
+        rep.add(
+            "config.teacher-batched-tokens",
+            "warning",
+            ctx.where(
+                (*hp_path, "opd_teacher_max_num_batched_tokens" if n_set else "opd_teacher_max_model_len")
+            ),
+            f"opd_teacher_max_num_batched_tokens {int(tokens)} < opd_teacher_max_model_len {int(t_len)}: one "
+            "full-length sequence does not fit in one teacher batch (without chunked prefill vLLM refuses to start)",
+            f"set opd_teacher_max_num_batched_tokens >= {int(t_len)} (the docs raise both together)",
+        )
+    teacher = ctx.raw.get("teacher_model")
+    if not (isinstance(teacher, str) and size_class(teacher) == "large"):
+        return  # the small column is the table's default: only a large teacher has a preset to miss
+    for name in (
+        "opd_teacher_max_model_len",
+        "opd_teacher_max_num_batched_tokens",
+        "opd_teacher_gpu_memory_utilization",
+    ):
+        preset = PARAMS_BY_NAME[name].large
+        value, is_set = ctx.hp_value(name)  # one rule for the value the job gets, written out or the default
+        risky = value is not None and (value > preset if "memory" in name else value < preset)
+        if risky:
+            rep.add(
+                "config.teacher-preset",
+                "warning",
+                ctx.where((*hp_path, name) if is_set else hp_path),
+                f"{name} {value:g}{'' if is_set else ' (not set: the default)'} is "
+                f"{'above' if 'memory' in name else 'below'} the docs' preset {preset:g} for "
+                f"a >=30B teacher ({teacher}): "
+                + (
+                    "too little memory is left for its weights"
+                    if "memory" in name
+                    else "long sequences lose teacher scores"
+                ),
+                f"start from {name}: {preset:g} (the table's large column; `opd config --help`)",
+            )
 
 
 def _resources(ctx: CheckContext) -> None:
@@ -688,12 +734,3 @@ def _check_value(rep, ctx, section: str, key: str, value, spec, path, fix: str) 
     problem = spec.problem(checked)
     if problem:
         rep.add("config.bad-value", "error", ctx.where(path), f"{key}: {problem}", fix)
-    elif spec.choices and spec.documented and checked not in spec.documented and ctx.target != "local":
-        rep.add(
-            "config.undocumented-value",
-            "warning",
-            ctx.where(path),
-            f"{key} {checked!r} is not a value the docs list (the docs: {' / '.join(map(str, spec.documented))}): "
-            "the service may not honour it",
-            f"use {spec.documented[0]!r}, or confirm in the Bailian console that {checked!r} is offered",
-        )

@@ -9,8 +9,6 @@ each logged at the start of a job:
   parameters, ``local_lr = clamp(cloud_lr x 1000, 1e-4, 3e-3)`` (1e-6 -> 1e-3, the rate measured
   to distil the bundled pair in ~300 steps); larger students train at the cloud rate unchanged.
   Overrides, in order: ``EngineJob.local_learning_rate``, then the ``OPD_LOCAL_LR`` env variable.
-  A cloud rate of 0 stays 0 (nothing trains, as on the cloud).
-* ``lr_warmup_steps``: -1 (the cloud's "automatic") warms up for 0 steps locally.
 * ``algorithm`` (gspo | grpo) picks the policy loss of the PG terms as on the cloud. The
   *estimator* is ``pg_opd`` (the cloud's) unless ``EngineJob.algorithm`` (or an ``algorithm``
   value of ``pg_opd``/``gkd``) asks for the local-only full-vocabulary ``gkd``.
@@ -132,7 +130,7 @@ def local_learning_rate_rule(
             ) from None
         return lr, f"local override ({LR_ENV}) {lr:g}"
     if student_params < TINY_PARAMS:
-        lr = min(LR_MAX, max(LR_MIN, cloud_lr * LR_SCALE)) if cloud_lr > 0 else 0.0
+        lr = min(LR_MAX, max(LR_MIN, cloud_lr * LR_SCALE))
         return lr, (
             f"tiny stand-in student ({student_params:,} params < {TINY_PARAMS:,}): local_lr = "
             f"clamp(cloud_lr x {LR_SCALE:g}, {LR_MIN:g}, {LR_MAX:g}) = {lr:g}"
@@ -163,7 +161,6 @@ def resolve(
         "cloud_learning_rate": hp.learning_rate,
         "learning_rate": lr,
         "lr_rule": rule,
-        "lr_warmup_steps": max(0, hp.lr_warmup_steps),  # -1, the cloud's "automatic": no local warm-up
         "teacher_max_model_len": hp.opd_teacher_max_model_len,
         "teacher_max_num_batched_tokens": hp.opd_teacher_max_num_batched_tokens,
     }

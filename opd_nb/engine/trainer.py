@@ -115,8 +115,6 @@ def _resolve_plan(job: EngineJob, n_student: int, log: Callable[..., None]) -> h
         local_learning_rate=job.local_learning_rate,
     )
     log(f"learning rate: cloud {p.cloud_learning_rate:g} -> local {p.learning_rate:g} ({p.lr_rule})")
-    if job.hyper_parameters.lr_warmup_steps < 0:
-        log("lr_warmup_steps -1 (automatic on the cloud): the local engine warms up for 0 steps")
     log(
         f"estimator {p.estimator}, policy loss {p.policy_loss}; batch_size={p.batch_size} prompts x "
         f"n_rollouts={p.n_rollouts} per step, ppo_mini_batch_size={p.ppo_mini_batch_size} sequences per "

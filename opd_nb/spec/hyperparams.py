@@ -3,11 +3,10 @@
 The SDK knows no hyper-parameter keys at all (it passes everything through and the service ignores
 what it does not know), so this table is the only schema there is. It feeds the checks, the CLI, the
 notebook form, the typed job (:mod:`opd_nb.spec.training_plan`) and the docs. Sources: the Bailian OPD
-training-configuration page, whose tables the seed export lost and the public page has (required
-parameters with their ranges and three columns of starting points; the optional distributed-training
-keys with their defaults and ranges; the teacher deployment's demo defaults; each row quotes its line),
-and the engine reference (verl/vLLM meaning of each key). "small" is the docs' quick-validation column
-(a <=14B student), "large" their large-model column (>=30B).
+training-configuration page (field names, the 4 groups, the documented starting points: learning_rate
+1e-6, cosine, gspo, n_epochs 1, n_rollouts 8, batch_size 128, save_steps 100 / save_total_limit 3, MTU4 x
+24) and the engine reference (verl/vLLM meaning of each key). "small" is a starting point for a <=14B
+student, "large" for >=30B.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ class ParamSpec(BaseModel):
     choices: list[Any] | None = None
     local_choices: list[Any] | None = None  # extra values only the local engine accepts (checked per target)
     ge: float | None = None
+    local_ge: float | None = None  # a lower minimum only the local engine takes (its stand-ins are tiny)
     le: float | None = None
     default: Any = None
     help: str
@@ -40,9 +40,7 @@ class ParamSpec(BaseModel):
     large: Any = None
     consumed_by_opd: bool = True
     group: str = ""  # algorithm | optimisation | throughput | evaluation | teacher | billing
-    documented: list[Any] | None = (
-        None  # the values the docs show (another choice, or value of `form`, warns)
-    )
+    documented: list[Any] | None = None  # the values the docs show (another value of `form` is a warning)
     form: str | None = None  # a regex every value of this kind matches (a value that does not is an error)
 
     def problem(self, value: Any, *, local: bool = False) -> str | None:
@@ -72,8 +70,9 @@ class ParamSpec(BaseModel):
         choices = [*(self.choices or []), *(self.local_choices or [])] if local else self.choices
         if self.choices is not None and value not in choices:
             return f"{value!r} is not one of {', '.join(map(str, choices))}"
-        if self.ge is not None and value < self.ge:
-            return f"{value!r} is below the minimum {_num(self.ge)}"
+        ge = self.local_ge if local and self.local_ge is not None else self.ge
+        if ge is not None and value < ge:
+            return f"{value!r} is below the minimum {_num(ge)}"
         if self.le is not None and value > self.le:
             return f"{value!r} is above the maximum {_num(self.le)}"
         return None
@@ -100,11 +99,6 @@ def _p(name: str, section: Section, type_: ParamType, help_: str, *, group: str,
 HP: Section = "hyper_parameters"
 RS: Section = "resources"
 
-# Each row says what the docs' tables say (quoted beside it): the Chinese page's 必填参数综合表
-# (参数 | 取值范围 | 小模型快速验证 | 正式训练 | 大模型), its 选填参数 table (默认值 | 取值范围) and its
-# 教师模型部署参数 table (demo 默认值). `small` is the 小模型快速验证 column, `large` the 大模型 column (a
-# documented range such as "2e-6 ~ 3e-6" keeps its lower end); a key the docs give no default for keeps
-# what the service was observed to use, and `documented` lists the values of a choice the docs show.
 PARAMS: list[ParamSpec] = [
     # algorithm
     _p(
@@ -117,8 +111,7 @@ PARAMS: list[ParamSpec] = [
         choices=["gspo", "grpo"],
         # the local engine's estimators by name: its exact full-vocabulary reverse KL, or the cloud's pg_opd
         local_choices=["gkd", "pg_opd"],
-        documented=["gspo"],  # docs: "algorithm | 训练算法 | gspo | gspo | gspo | gspo"
-        default="gspo",  # docs: "algorithm：默认 gspo"
+        default="gspo",
         small="gspo",
         large="gspo",
     ),
@@ -130,7 +123,6 @@ PARAMS: list[ParamSpec] = [
         "student on track; leave it out.",
         group="algorithm",
         ge=0.0,
-        le=10.0,  # docs: "kl_loss_coef | KL 损失系数（OPD 未启用） | [0, 10] | — | — | —"
         default=None,
         consumed_by_opd=False,
     ),
@@ -142,11 +134,11 @@ PARAMS: list[ParamSpec] = [
         "Peak learning rate; start at 1e-6 (distillation refines existing skills, "
         "large rates break the output format). Write 1.0e-6 in YAML, not 1e-6.",
         group="optimisation",
-        ge=0.0,
-        le=1.0,  # docs: "learning_rate | 学习率 | [0, 1] | 1e-6 | 3e-6 ~ 5e-6 | 2e-6 ~ 3e-6"
+        ge=1e-12,
+        le=1.0,
         default=1e-6,
         small=1e-6,
-        large=2e-6,
+        large=1e-6,
     ),
     _p(
         "lr_scheduler_type",
@@ -155,10 +147,6 @@ PARAMS: list[ParamSpec] = [
         "Learning-rate schedule after warm-up.",
         group="optimisation",
         choices=["cosine", "linear", "constant", "constant_with_warmup"],
-        documented=[
-            "cosine",
-            "constant",
-        ],  # docs: "lr_scheduler_type | 调度器 | cosine / constant | cosine ..."
         default="cosine",
         small="cosine",
         large="cosine",
@@ -167,14 +155,12 @@ PARAMS: list[ParamSpec] = [
         "lr_warmup_steps",
         HP,
         "int",
-        "Steps of linear warm-up from 0 to learning_rate; -1 = automatic (set 0 for a tiny smoke run so the "
-        "warm-up cannot outlast the job).",
+        "Steps of linear warm-up from 0 to learning_rate.",
         group="optimisation",
-        # docs: "lr_warmup_steps | 预热步数（-1 = 自动；小数据冒烟设 0 避免超过总步数） | >= -1 | 0 | -1 | -1"
-        ge=-1,
+        ge=0,
         default=0,
         small=0,
-        large=-1,
+        large=10,
     ),
     _p(
         "n_epochs",
@@ -183,7 +169,7 @@ PARAMS: list[ParamSpec] = [
         "Passes over the training set.",
         group="optimisation",
         ge=1,
-        le=200,  # docs: "n_epochs | 训练轮次 | [1, 200] | 1 | 2 ~ 3 | 1 ~ 2"
+        le=100,
         default=1,
         small=1,
         large=1,
@@ -196,10 +182,9 @@ PARAMS: list[ParamSpec] = [
         "Prompts per training step; batch_size x n_rollouts samples are generated per step.",
         group="throughput",
         ge=1,
-        le=100000,  # docs: "batch_size | 每步样本数 | [1, 100000] | 128 | 128 ~ 256 | 256 ~ 512"
         default=128,
-        small=128,
-        large=256,
+        small=32,
+        large=128,
     ),
     _p(
         "n_rollouts",
@@ -208,7 +193,7 @@ PARAMS: list[ParamSpec] = [
         "Samples per prompt; use >= 2 with a reward (a group of 1 has zero advantage).",
         group="throughput",
         ge=1,
-        le=1024,  # docs: "n_rollouts | 每条 prompt 采样数 | [1, 1024] | 8 | 8 | 8 ~ 16"
+        le=64,
         default=8,
         small=8,
         large=8,
@@ -220,10 +205,9 @@ PARAMS: list[ParamSpec] = [
         "Sequences per optimiser update; must be <= batch_size x n_rollouts.",
         group="throughput",
         ge=1,
-        le=100000,  # docs: "ppo_mini_batch_size | PPO mini-batch | [1, 100000] | 8 | 16 ~ 32 | 32 ~ 64"
         default=64,
-        small=8,
-        large=32,
+        small=64,
+        large=256,
     ),
     _p(
         "max_length",
@@ -231,10 +215,10 @@ PARAMS: list[ParamSpec] = [
         "int",
         "Longest prompt + response in tokens; longer samples are cut.",
         group="throughput",
-        ge=1,
-        le=131072,  # docs: "max_length | prompt + resp 最大 token | [1, 131072] | 8192 | 8192 ~ 16384 | 8192 ~ 16384"
+        ge=16,
+        le=262144,
         default=4096,
-        small=8192,
+        small=2048,
         large=8192,
     ),
     _p(
@@ -243,10 +227,10 @@ PARAMS: list[ParamSpec] = [
         "int",
         "Longest prompt in tokens; longer prompts are cut or dropped.",
         group="throughput",
-        ge=1,
-        le=131072,  # docs: "max_prompt_length | prompt 最大 token | [1, 131072] | 2048 | 2048 ~ 4096 | 2048 ~ 4096"
+        ge=8,
+        le=262144,
         default=1024,
-        small=2048,
+        small=1024,
         large=2048,
     ),
     # evaluation and saving
@@ -254,24 +238,23 @@ PARAMS: list[ParamSpec] = [
         "eval_steps",
         HP,
         "int",
-        "Evaluate on the validation set every N steps (the docs: total steps / 10-20); train >= 3 x "
-        "eval_steps before judging a trend.",
+        "Evaluate on the validation set every N steps; train >= 3 x eval_steps before judging a trend.",
         group="evaluation",
         ge=1,
-        le=999999,  # docs: "eval_steps | 评估间隔（建议总步数 / 10~20） | [1, 999999] | 1 | 总步数 / 10~20 | ..."
         default=10,
-        small=1,
+        small=5,
+        large=20,
     ),
     _p(
         "save_steps",
         HP,
         "int",
-        "Save a checkpoint every N steps (with save_strategy: steps; the docs: eval_steps x 2-3).",
+        "Save a checkpoint every N steps (with save_strategy: steps).",
         group="evaluation",
         ge=1,
-        le=999999,  # docs: "save_steps | 保存间隔（建议 eval_steps × 2~3） | [1, 999999] | 1 | eval_steps × 2~3 | ..."
-        default=100,  # docs: "save_strategy=steps + save_steps=100 + save_total_limit=3"
-        small=1,
+        default=100,
+        small=50,
+        large=100,
     ),
     _p(
         "save_strategy",
@@ -280,10 +263,6 @@ PARAMS: list[ParamSpec] = [
         "When to save checkpoints.",
         group="evaluation",
         choices=["steps", "epoch", "no"],
-        documented=[
-            "steps",
-            "epoch",
-        ],  # docs: "save_strategy | 保存策略 | steps / epoch | steps | steps | steps"
         default="steps",
         small="steps",
         large="steps",
@@ -295,55 +274,11 @@ PARAMS: list[ParamSpec] = [
         "Keep at most N checkpoints (the oldest are removed).",
         group="evaluation",
         ge=1,
-        le=200,  # docs: "save_total_limit | 最多保留 ckpt | [1, 200] | 2 | 3 | 2 ~ 3"
         default=3,
-        small=2,
-        large=2,
+        small=3,
+        large=5,
     ),
-    # distributed training (the docs' 选填参数: "一般使用默认值即可", so no starting point writes them)
-    _p(
-        "n_gpus_rollout",
-        HP,
-        "int",
-        "GPUs of the rollout stage (the service's resource layout; keep the default).",
-        group="distributed",
-        ge=1,
-        le=1024,  # docs: "n_gpus_rollout | Rollout 阶段 GPU 数量 | 8 | [1, 1024]"
-        default=8,
-    ),
-    _p(
-        "n_gpus_training",
-        HP,
-        "int",
-        "GPUs of the training stage (the service's resource layout; keep the default).",
-        group="distributed",
-        ge=1,
-        le=1024,  # docs: "n_gpus_training | 训练阶段 GPU 数量 | 8 | [1, 1024]"
-        default=8,
-    ),
-    _p(
-        "nnodes_rollout",
-        HP,
-        "int",
-        "Nodes of the rollout stage (the service's resource layout; keep the default).",
-        group="distributed",
-        ge=1,
-        le=256,  # docs: "nnodes_rollout | Rollout 阶段节点数 | 1 | [1, 256]"
-        default=1,
-    ),
-    _p(
-        "nnodes_training",
-        HP,
-        "int",
-        "Nodes of the training stage (the service's resource layout; keep the default).",
-        group="distributed",
-        ge=1,
-        le=256,  # docs: "nnodes_training | 训练阶段节点数 | 2 | [1, 256]"
-        default=2,
-    ),
-    # teacher serving (vLLM engine arguments of the teacher deployment). The docs give "demo 默认值" and no
-    # range: a count is a positive whole number, a memory share a fraction of 1. "其余参数一般保持默认", so
-    # no starting point writes them: a job left without them gets the documented defaults.
+    # teacher serving (vLLM engine arguments of the teacher deployment)
     _p(
         "opd_teacher_max_model_len",
         HP,
@@ -351,18 +286,24 @@ PARAMS: list[ParamSpec] = [
         "Teacher context in tokens; keep >= max_length or tail tokens "
         "lose their teacher score (valid_token_rate < 1).",
         group="teacher",
-        ge=1,
-        default=34816,  # docs: "opd_teacher_max_model_len | 34816"
+        ge=256,
+        local_ge=1,  # a tiny stand-in's window: tests and rehearsals make valid_token_rate < 1 on purpose
+        le=1048576,
+        default=8192,
+        small=8192,
+        large=16384,
     ),
     _p(
         "opd_teacher_max_num_batched_tokens",
         HP,
         "int",
-        "Teacher tokens per scheduler batch (chunked: may be below the context); raise it with "
-        "opd_teacher_max_model_len for long sequences.",
+        "Teacher tokens per scheduler batch; raise it with opd_teacher_max_model_len.",
         group="teacher",
-        ge=1,
-        default=4096,  # docs: "opd_teacher_max_num_batched_tokens | 4096"
+        ge=256,
+        local_ge=1,
+        default=8192,
+        small=8192,
+        large=16384,
     ),
     _p(
         "opd_teacher_gpu_memory_utilization",
@@ -370,54 +311,11 @@ PARAMS: list[ParamSpec] = [
         "float",
         "Share of teacher GPU memory for weights + KV cache; lower it when memory is tight.",
         group="teacher",
-        ge=0.01,
+        ge=0.05,
         le=1.0,
-        default=0.75,  # docs: "opd_teacher_gpu_memory_utilization | 0.75"
-    ),
-    _p(
-        "opd_teacher_max_num_seqs",
-        HP,
-        "int",
-        "Teacher sequences scored at once (a long opd_teacher_max_model_len lowers what fits).",
-        group="teacher",
-        ge=1,
-        default=2,  # docs: "opd_teacher_max_num_seqs | 2"
-    ),
-    _p(
-        "opd_teacher_nnodes",
-        HP,
-        "int",
-        "Nodes of the teacher deployment.",
-        group="teacher",
-        ge=1,
-        default=1,  # docs: "opd_teacher_nnodes | 1"
-    ),
-    _p(
-        "opd_teacher_n_gpus_per_node",
-        HP,
-        "int",
-        "GPUs per node of the teacher deployment.",
-        group="teacher",
-        ge=1,
-        default=8,  # docs: "opd_teacher_n_gpus_per_node | 8"
-    ),
-    _p(
-        "opd_teacher_infer_tp",
-        HP,
-        "int",
-        "Tensor-parallel size of the teacher's inference.",
-        group="teacher",
-        ge=1,
-        default=8,  # docs: "opd_teacher_infer_tp | 8"
-    ),
-    _p(
-        "opd_teacher_num_replicas",
-        HP,
-        "int",
-        "Replicas of the teacher deployment.",
-        group="teacher",
-        ge=1,
-        default=1,  # docs: "opd_teacher_num_replicas | 1"
+        default=0.9,
+        small=0.9,
+        large=0.85,
     ),
     # resources
     _p(
@@ -460,7 +358,6 @@ PARAMS: list[ParamSpec] = [
         large=48,
     ),
 ]
-
 
 PARAMS_BY_NAME: dict[str, ParamSpec] = {p.name: p for p in PARAMS}
 

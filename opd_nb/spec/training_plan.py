@@ -67,18 +67,9 @@ class TrainingPlan(BaseModel):
     save_steps: int = _default("save_steps")
     save_strategy: Literal["steps", "epoch", "no"] = _default("save_strategy")
     save_total_limit: int = _default("save_total_limit")
-    n_gpus_rollout: int = _default("n_gpus_rollout")
-    n_gpus_training: int = _default("n_gpus_training")
-    nnodes_rollout: int = _default("nnodes_rollout")
-    nnodes_training: int = _default("nnodes_training")
     opd_teacher_max_model_len: int = _default("opd_teacher_max_model_len")
     opd_teacher_max_num_batched_tokens: int = _default("opd_teacher_max_num_batched_tokens")
     opd_teacher_gpu_memory_utilization: float = _default("opd_teacher_gpu_memory_utilization")
-    opd_teacher_max_num_seqs: int = _default("opd_teacher_max_num_seqs")
-    opd_teacher_nnodes: int = _default("opd_teacher_nnodes")
-    opd_teacher_n_gpus_per_node: int = _default("opd_teacher_n_gpus_per_node")
-    opd_teacher_infer_tp: int = _default("opd_teacher_infer_tp")
-    opd_teacher_num_replicas: int = _default("opd_teacher_num_replicas")
 
     @model_validator(mode="before")
     @classmethod

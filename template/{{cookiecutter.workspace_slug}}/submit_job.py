@@ -66,11 +66,8 @@ STALE_CODES = ("FunctionNotFound",)  # what a control plane answers for an entit
 # so `--set` refuses one instead of submitting a typo.
 HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_type", "lr_warmup_steps", "n_epochs",
                     "batch_size", "n_rollouts", "ppo_mini_batch_size", "max_length", "max_prompt_length",
-                    "eval_steps", "save_steps", "save_strategy", "save_total_limit", "n_gpus_rollout",
-                    "n_gpus_training", "nnodes_rollout", "nnodes_training", "opd_teacher_max_model_len",
-                    "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization",
-                    "opd_teacher_max_num_seqs", "opd_teacher_nnodes", "opd_teacher_n_gpus_per_node",
-                    "opd_teacher_infer_tp", "opd_teacher_num_replicas")
+                    "eval_steps", "save_steps", "save_strategy", "save_total_limit", "opd_teacher_max_model_len",
+                    "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization")
 RESOURCES = ("charge_type", "mtu_spec_code", "mtu_capacity")
 MAPPINGS = ("model", "training", "training.hyper_parameters", "training.resources")  # never a plain value
 CONFIG_KEYS = ("name", "model", "teacher_model", "functions", "datasets", "training", "observability")  # the SDK's
