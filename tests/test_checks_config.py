@@ -83,7 +83,9 @@ def config_text(*, functions: str = "", extra_hp: str = "", replace: dict[str, s
     for old, new in (replace or {}).items():
         assert old in text, old
         text = text.replace(old, new)
-    planted = {line.strip().removeprefix("- ").partition(":")[0] for line in text.splitlines()}  # a test's own value wins
+    planted = {
+        line.strip().removeprefix("- ").partition(":")[0] for line in text.splitlines()
+    }  # a test's own value wins
     block = "".join(f"    {k}: {v}\n" for k, v in TEACHER_HP.items() if k not in planted)
     return text.replace("{teacher_hp}", block)
 
