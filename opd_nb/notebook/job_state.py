@@ -56,6 +56,17 @@ def _eta_from_rows(st: JobState, total: int, step: int) -> float:
     return max(0.0, (total - step) * per_step)
 
 
+def _epochs_total(rows: list[dict], n_epochs: int | None) -> int | None:
+    """Total steps where the control plane does not report them (Bailian): once the first epoch is over,
+    its steps x the job's n_epochs (None before)."""
+    if not (n_epochs and rows and rows[-1].get("epoch") is not None):
+        return None
+    first = rows[0].get("epoch")
+    if all(r.get("epoch") == first for r in rows):
+        return None
+    return sum(1 for r in rows if r.get("epoch") == first) * n_epochs
+
+
 def progress_of(st: JobState) -> dict[str, Any]:
     """Step, epoch, total steps and ETA, from the metric rows and the typed job: the progress the control
     plane reports (the local engine's total and ETA), and the job's own hyper-parameters (``n_epochs``)."""
@@ -65,7 +76,7 @@ def progress_of(st: JobState) -> dict[str, Any]:
     job = st.job
     reported = job.progress if job is not None else None
     n_epochs = reported.n_epochs if reported and reported.n_epochs else (job.plan.n_epochs if job else None)
-    total = reported.total_steps if reported and reported.total_steps else None
+    total = reported.total_steps if reported and reported.total_steps else _epochs_total(rows, n_epochs)
     if st.status == SUCCEEDED and step:
         total = total or step
     eta = None
