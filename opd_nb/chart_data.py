@@ -24,6 +24,11 @@ from opd_nb.constants import LOCAL_OUTPUT_PREFIX
 
 MAX_POINTS = 2000  # per series in a snapshot; beyond it the series is downsampled (LTTB)
 MAX_PARENTS = 8  # how far back a chain of continued jobs is followed
+# One colour per job, in order of first appearance; mid-luminance hues that read on white and on dark
+# themes. The interactive chart (static/chart.js) takes them from the document, the static SVG too.
+PALETTE = (
+    "#3b82f6", "#f97316", "#10b981", "#ef4444", "#8b5cf6", "#06b6d4", "#ec4899", "#84cc16", "#d97706", "#64748b",
+)  # fmt: skip
 _CHECKPOINT = re.compile(r"(?:^|[/:])checkpoint-(\d+)(?:/|$)")
 _JOB_ID = re.compile(r"\bft-[0-9]{12}-[0-9a-f]{6}\b")
 
@@ -194,7 +199,13 @@ class ChartFeed:
                 f"downsampled for display (LTTB): {self.max_points:,} points per series of up to "
                 f"{max(cut):,}; hover values are of the points shown"
             )
-        return {"title": self.title, "panels": list(self.panels), "series": series, "note": note}
+        return {
+            "title": self.title,
+            "panels": list(self.panels),
+            "series": series,
+            "note": note,
+            "palette": list(PALETTE),
+        }
 
     def _entry(self, job: str, metric: str, steps: list[float], values: list[float]) -> dict[str, Any]:
         return {

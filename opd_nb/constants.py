@@ -61,3 +61,9 @@ TEACHER_SECONDS = "timing_s/teacher"  # a step's teacher scoring (the reward fun
 REWARD_SECONDS = "timing_s/reward"  # the reward functions' own time (overlapping the teacher's)
 UPDATE_SECONDS = "timing_s/update"  # a step's optimizer updates
 RECORD_SECONDS = "timing_s/record"  # a step's rollout records
+# From the SDK's own spans of a step's calls (opd serve receives them; Bailian's dictionary names none of
+# these, so they sit under trace/ beside the rollout function's own metrics).
+TOOL_METRIC_PREFIX = "trace/tool/"  # + a tool's name + "/latency_p50_s", "/latency_p95_s" or "/error_rate"
+TOOL_ERROR_RATE = "trace/tool/error_rate"  # share of the step's tool spans that failed (every tool)
+TOOL_LATENCY_P95 = "trace/tool/latency_p95_s"  # 95th percentile of the step's tool span durations, seconds
+LLM_CALLS_PER_TRAJECTORY = "trace/llm/calls_per_trajectory"  # mean LLM spans per traced rollout call

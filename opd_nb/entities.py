@@ -234,7 +234,7 @@ def registration_plan(
         if fresh:
             note = f"registering {name}: --fresh"
         elif record is None:
-            note = f"registering {name}: no entity remembered for {normalize_target(target)}"
+            note = f"registering {name}: new on {normalize_target(target)} (no earlier registration to reuse)"
         elif record.code_hash != function_hash(workspace, function):
             note = f"registering {name}: code changed since {record.entity_id} was registered"
         else:

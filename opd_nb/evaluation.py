@@ -312,7 +312,7 @@ def eval_html(result: EvalResult, *, max_rows: int = 200) -> str:
         body.append(cells)
     n_models = len(result.models)
     columns = ["#", "prompt", "solution", *[m.model for m in result.models], ""]
-    table = render.table(columns, body, raw_cols=(1, 2, *range(3, 4 + n_models)))
+    table = render.table(columns, body, raw_cols=(1, 2, *range(3, 4 + n_models)), text_cols=(1, 2))
     differ = sum(r.differs for r in result.rows)
     note = (
         f"<small>{differ} of {len(result.rows)} rows differ; scored with {render.esc(result.scorer)}</small>"

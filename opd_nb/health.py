@@ -18,6 +18,8 @@ from opd_nb.constants import (
     LOSS,
     REWARD_FAILURE_RATE,
     REWARD_MEAN,
+    TOOL_ERROR_RATE,
+    TOOL_METRIC_PREFIX,
     TRAIN_REWARD_MEAN,
     TRUNCATED_FRACTION,
     VALID_TOKEN_RATE,
@@ -120,6 +122,34 @@ def reward_failure_alert(rows: Sequence[Mapping[str, Any]]) -> HealthAlert | Non
         "warning",
         f"the reward function failed on up to {value:.0%} of samples (step {step:g})",
         "run `%opd test` and the reward playground on failing samples; see the log tail",
+    )
+
+
+def tool_failure_alert(rows: Sequence[Mapping[str, Any]], job_id: str | None = None) -> HealthAlert | None:
+    """A tool that raises (from the SDK's tool spans): the student sees an error where it wanted a result."""
+    failures = [(s, v) for s, v in _points(rows, TOOL_ERROR_RATE) if v > 0]
+    if not failures:
+        return None
+    step, value = max(failures, key=lambda sv: sv[1])
+    row = next((r for r in rows if r.get("step") == step), {})
+    worst = sorted(
+        (
+            k[len(TOOL_METRIC_PREFIX) : -len("/error_rate")]
+            for k, v in row.items()
+            if k != TOOL_ERROR_RATE
+            and k.startswith(TOOL_METRIC_PREFIX)
+            and k.endswith("/error_rate")
+            and isinstance(v, int | float)
+            and v > 0
+        ),
+    )
+    which = f" ({', '.join(worst)})" if worst else ""
+    where = f"`opd traces {job_id} --step {step:g}`" if job_id else "the step's traces (`opd traces JOB`)"
+    return HealthAlert(
+        "tool_failures",
+        "warning",
+        f"tool calls failed in up to {value:.0%} of a step's tool spans{which} (step {step:g})",
+        f"read the failed tool spans' errors in {where}; fix the tool or how the rollout calls it",
     )
 
 
@@ -236,6 +266,7 @@ def health_alerts(
         truncation_alert(rows, records=records, job_id=job_id),
         loss_trend_alert(rows, eval_steps),
         reward_failure_alert(rows),
+        tool_failure_alert(rows, job_id),
         reward_zero_alert(rows, eval_steps, job_id=job_id),
         zero_variance_alert(rows, eval_steps, job_id=job_id),
     )

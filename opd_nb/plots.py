@@ -12,7 +12,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_nb.chart_data import series_points
-from opd_nb.constants import LOSS, REWARD_MEAN, REWARD_METRIC_PREFIX, ROLLOUT_METRIC_PREFIX, VALID_TOKEN_RATE
+from opd_nb.constants import (
+    LLM_CALLS_PER_TRAJECTORY,
+    LOSS,
+    REWARD_MEAN,
+    REWARD_METRIC_PREFIX,
+    ROLLOUT_METRIC_PREFIX,
+    TOOL_ERROR_RATE,
+    TOOL_LATENCY_P95,
+    VALID_TOKEN_RATE,
+)
+
+TRACE_PANELS = (
+    TOOL_LATENCY_P95,
+    TOOL_ERROR_RATE,
+    LLM_CALLS_PER_TRAJECTORY,
+)  # from the SDK's spans (opd serve)
 
 KEY_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN)
 
@@ -25,7 +40,7 @@ def metric_series(rows: Sequence[Mapping[str, Any]], name: str) -> tuple[list[fl
 
 def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """The metrics worth a panel: the docs' key metrics, then each reward metric and each rollout metric
-    (an agentic job's ``tool_calls``, ``turns``, ...), if present."""
+    (an agentic job's ``tool_calls``, ``turns``, ...), then what a traced job's spans say, if present."""
     present: set[str] = set()
     for rows in rows_by_job.values():
         for row in rows:
@@ -35,6 +50,7 @@ def panel_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[
     names = [m for m in KEY_METRICS if m in present]
     names += sorted(k for k in present if k.startswith(REWARD_METRIC_PREFIX))
     names += sorted(k for k in present if k.startswith(ROLLOUT_METRIC_PREFIX))
+    names += [m for m in TRACE_PANELS if m in present]
     return names
 
 

@@ -11,7 +11,8 @@ STYLE = (
     "<style>.opd-nb table{border-collapse:collapse;font-size:12px;margin:4px 0}"
     ".opd-nb td,.opd-nb th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
     ".opd-nb th{background:#f4f4f4}.opd-nb .ok{color:#1a7f37}.opd-nb .bad{color:#cf222e}"
-    ".opd-nb .warn{color:#9a6700}.opd-nb pre{font-size:11px;margin:2px 0;white-space:pre-wrap}</style>"
+    ".opd-nb .warn{color:#9a6700}.opd-nb pre{font-size:11px;margin:2px 0;white-space:pre-wrap}"
+    ".opd-nb .opd-scroll th{position:sticky;top:0}</style>"
 )
 
 SEVERITY_CLASS = {"error": "bad", "warning": "warn", "info": "", "ok": "ok"}
@@ -36,10 +37,15 @@ def table(
     *,
     raw_cols: Sequence[int] = (),
     row_data: Sequence[str] | None = None,
+    text_cols: Sequence[int] = (),
 ) -> str:
     """An HTML table; cells are escaped except the columns listed in `raw_cols` (already HTML).
-    `row_data`: a ``data-sample`` value per row (a snapshot's script shows that sample on a click)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    `row_data`: a ``data-sample`` value per row (a snapshot's script shows that sample on a click).
+    `text_cols`: columns a snapshot's script sorts as text even when they hold digits ("046")."""
+    head = "".join(
+        f'<th data-type="text">{esc(h)}</th>' if i in text_cols else f"<th>{esc(h)}</th>"
+        for i, h in enumerate(headers)
+    )
     body = []
     for n, row in enumerate(rows):
         cells = []

@@ -13,6 +13,19 @@ NO_CHROMIUM = "needs Debian packages chromium and chromium-driver"
 NO_NETWORK = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 
 
+def notebook_doc(cells: list[str]) -> dict:
+    """A notebook (nbformat 4) of unexecuted code cells on the python3 kernel."""
+    return {
+        "cells": [
+            {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": c}
+            for c in cells
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
 def chromium(*extra: str, window: str = "1200,900") -> Any:
     """A selenium Chrome driver (headless, no network, the browser console logged)."""
     from selenium import webdriver

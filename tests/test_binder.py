@@ -82,6 +82,12 @@ def test_postbuild_and_start_leave_a_working_control_plane(tmp_path: Path) -> No
         ws = home / "opd-workspaces" / f"{mode}-demo"
         assert (ws / "config.yaml").is_file() and (ws / "submit_job.py").is_file(), f"no demo workspace {ws}"
     assert (home / "opd-workspaces" / "reward-demo" / "functions" / "reward" / "reward.py").is_file()
+    # JupyterLab and Notebook 7 read it from the environment's labconfig: widget state is saved with
+    # the notebook, so a view still live at save time reopens from it (tests/test_browser.py reopens one)
+    labconfig = venv / "etc" / "jupyter" / "labconfig" / "default_setting_overrides.json"
+    assert json.loads(labconfig.read_text()) == {
+        "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}
+    }
 
     # `start` runs before every session and must end with exec "$@": the command we pass reports
     # the environment it was handed, proving both the exec and the exported variables.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,175 @@ def test_appends_extend_the_curves_and_a_repeated_poll_adds_nothing(page) -> Non
     )
     severe = [e for e in page.get_log("browser") if e["level"] == "SEVERE"]
     assert severe == [], severe
+
+
+def _open(doc: dict, tmp_path: Path, window: str, *, host: bool = False, width: int | None = None):  # noqa: ANN202
+    """A Chromium page of `doc`: the chart page itself (`width`: as wide as a notebook's output area
+    is in that window), or (`host`) a notebook-like page holding the saved snapshot's HTML (the frame,
+    its static picture and the script that sizes the frame)."""
+    from opd_nb.notebook.chart import chart_html, chart_page
+
+    if not HAVE_CHROMIUM:
+        pytest.skip(NO_CHROMIUM)
+    path = tmp_path / "page.html"
+    if host:
+        path.write_text(
+            f"<!doctype html><html><body style='margin:8px'>{chart_html(doc)}<p>after</p></body></html>"
+        )
+    else:
+        page = chart_page(doc).replace("opdChart(document", "window.CHART = opdChart(document")
+        if width:
+            page = page.replace('<body style="margin:0;', f'<body style="margin:0;max-width:{width}px;', 1)
+        path.write_text(page)
+    driver = chromium(window=window)
+    driver.get(path.as_uri())
+    return driver
+
+
+def _long_labels(n: int, steps: int = 60) -> dict:
+    """`n` jobs labelled as compare labels them: every value that differs, then the job's name."""
+    feed = ChartFeed()
+    for k in range(n):
+        job = f"ft-20261201000{k}-abcdef"
+        values = ", ".join(
+            f"{name}={value}"
+            for name, value in (
+                ("learning_rate", f"5.0e-0{k + 1}"),
+                ("kl_coef", f"0.0{k}"),
+                ("n_rollouts", 16 * (k + 1)),
+                ("max_length", 4096),
+                ("max_prompt_length", 1024),
+                ("temperature", f"0.{k + 5}"),
+                ("ppo_mini_batch_size", 64),
+            )
+        )
+        feed.labels[job] = f"{values} (a-rather-long-job-name-for-the-sweep-{k})"
+        rows = [{"step": s, LOSS: 1 / s + k, REWARD: math.sin(s / 7 + k)} for s in range(1, steps + 1)]
+        feed.update({job: rows}, [LOSS, REWARD])
+    return feed.full()
+
+
+@pytest.mark.parametrize(("window", "width", "jobs"), [("700,900", None, 2), ("1400,900", 990, 6)])
+def test_the_tooltip_stays_inside_the_chart(
+    tmp_path: Path, window: str, width: int | None, jobs: int
+) -> None:
+    """Long legend labels (a compare of several values) wrap inside the tooltip, which stays within the
+    chart wherever the cursor is, the right edge included (a 700 px window; a 1400 px JupyterLab window,
+    whose output area is about 990 px wide, with six jobs compared)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    driver = _open(_long_labels(jobs), tmp_path, window, width=width)
+    try:
+        chart = driver.find_element(By.CSS_SELECTOR, ".opd-chart")
+        panels = driver.find_elements(By.CSS_SELECTOR, "svg.opd-panel")
+        for panel in (panels[0], panels[-1]):
+            width = panel.size["width"]
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", panel)
+            for x in (-width // 2 + 70, 0, width // 2 - 20):  # left, middle, the right edge
+                ActionChains(driver).move_to_element_with_offset(panel, x, 0).perform()
+                tip = driver.find_element(By.CSS_SELECTOR, ".opd-tip")
+                assert tip.is_displayed() and "step" in tip.text
+                box = driver.execute_script(
+                    "const t = arguments[0].getBoundingClientRect(), c = arguments[1].getBoundingClientRect();"
+                    "return [t.left, t.right, c.left, c.right, window.innerWidth]",
+                    tip,
+                    chart,
+                )
+                left, right, c_left, c_right, inner = box
+                assert c_left - 0.5 <= left and right <= min(c_right, inner) + 0.5, (x, box)
+        driver.save_screenshot(str(tmp_path / "tip.png"))
+    finally:
+        driver.quit()
+
+
+def test_a_zoom_keeps_the_smoothed_line_inside_and_names_whole_steps(tmp_path: Path) -> None:
+    """Zoomed into the flat end of a curve that fell steeply, the smoothed line (which still carries the
+    fall) stays inside the plot; the zoom's edges and the x ticks are whole steps."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    feed = ChartFeed()
+    rows = [{"step": s, LOSS: 10.0 if s <= 20 else 1.0 + 0.01 * math.sin(s)} for s in range(1, 101)]
+    feed.update({PARENT: rows}, [LOSS])
+    doc = {**feed.full(), "smoothing": 0.95}
+    driver = _open(doc, tmp_path, "1200,900")
+    try:
+        panel = driver.find_element(By.CSS_SELECTOR, "svg.opd-panel")
+        # shift-drag across the steps just after the fall: a range selection
+        width = panel.size["width"]
+        ActionChains(driver).move_to_element_with_offset(panel, int(-width * 0.12), 0).key_down(
+            "\ue008"
+        ).click_and_hold().move_by_offset(int(width * 0.1), 0).release().key_up("\ue008").perform()
+        state = _state(driver)
+        assert state["zoomed"], state
+        assert re.fullmatch(
+            r"steps \d+–\d+|step \d+", driver.find_element(By.CSS_SELECTOR, ".opd-range").text
+        )
+        ys = driver.execute_script(
+            "const p = document.querySelector('svg.opd-plot'), d = p.querySelector('path.opd-line').getAttribute('d');"
+            "return [p.getAttribute('height'), d.slice(1).split('L').map((xy) => parseFloat(xy.split(',')[1]))]"
+        )
+        height, points = float(ys[0]), ys[1]
+        assert points and all(-0.5 <= y <= height + 0.5 for y in points), (height, min(points), max(points))
+        for _ in range(6):  # zoom far in: still whole steps on the x axis and in the range
+            _wheel(driver, panel, ctrlKey=True)
+        labels = driver.execute_script(
+            "return [...document.querySelectorAll('svg.opd-panel text.opd-tick[text-anchor=middle]')].map(t => t.textContent)"
+        )
+        assert labels and all(re.fullmatch(r"-?\d+", t) for t in labels), labels
+        assert re.fullmatch(
+            r"steps \d+–\d+|step \d+|between steps \d+ and \d+",
+            driver.find_element(By.CSS_SELECTOR, ".opd-range").text,
+        )
+    finally:
+        driver.quit()
+
+
+def test_colours_come_from_the_document(page) -> None:  # noqa: ANN001
+    """The legend's colours are the document's palette, in order (the static picture uses the same)."""
+    from selenium.webdriver.common.by import By
+
+    from opd_nb.chart_data import PALETTE
+
+    swatches = [
+        s.value_of_css_property("background-color")
+        for s in page.find_elements(By.CSS_SELECTOR, ".opd-legend-item .opd-swatch")
+    ]
+    rgba = [f"rgba({int(c[1:3], 16)}, {int(c[3:5], 16)}, {int(c[5:7], 16)}, 1)" for c in PALETTE]
+    assert swatches and swatches == rgba[: len(swatches)]
+
+
+@pytest.mark.parametrize("window", ["480,900", "1400,900"])
+def test_the_saved_frame_takes_its_page_height(tmp_path: Path, window: str) -> None:
+    """The saved chart's frame is as tall as the chart it holds, in a narrow window (one column of
+    panels, taller) and a wide one, and for a compare's long legend: no scroll area inside, no blank
+    band below. Where the script runs, the static picture is hidden."""
+    from selenium.webdriver.common.by import By
+
+    driver = _open(_long_labels(6), tmp_path, window, host=True)
+    try:
+        frame = driver.find_element(By.CSS_SELECTOR, "iframe.opd-chart-frame")
+        assert not driver.find_element(By.CSS_SELECTOR, ".opd-chart-static").is_displayed()
+
+        def settled() -> tuple[float, float]:
+            outer = frame.size["height"]
+            driver.switch_to.frame(frame)
+            try:
+                inner, scroll, client = driver.execute_script(
+                    "return [document.getElementById('opd-chart').getBoundingClientRect().height,"
+                    " document.documentElement.scrollHeight, document.documentElement.clientHeight]"
+                )
+            finally:
+                driver.switch_to.default_content()
+            return outer, inner, scroll - client
+
+        deadline = time.monotonic() + 10
+        while True:
+            outer, inner, overflow = settled()
+            if abs(outer - inner) <= 8 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert abs(outer - inner) <= 8 and overflow <= 0, (outer, inner, overflow)
+    finally:
+        driver.quit()

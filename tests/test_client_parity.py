@@ -29,7 +29,7 @@ from opd_nb.errors import OpdError
 
 MISSING = "ft-202001010000-0000"
 # What Bailian lacks: None there, from both clients.
-LOCAL_ONLY = {"metrics", "models", "rollouts"}
+LOCAL_ONLY = {"metrics", "models", "rollouts", "traces"}
 OPTIONAL = {"checkpoints"}  # Bailian's public API, asked on both planes: None where the route is missing
 CHANGES_THE_JOB = {"delete"}  # run on a fresh job per client, so the second sees what the first did
 # Deployments and the chat API: about models, not jobs (their own test below, on real deployments).
@@ -472,6 +472,8 @@ def test_finished_job(local, finished_jobs, name):
     elif name == "rollouts":  # the latest step's samples, each token with both log-probs
         assert outcome["type"] == "RolloutPage" and outcome["step"] == outcome["steps"][-1]
         assert outcome["rollouts"] and all("teacher_logprob" in t for t in outcome["rollouts"][0]["tokens"])
+    elif name == "traces":  # a job without functions traces nothing: an empty page, the same from both
+        assert outcome["type"] == "TracesPage" and outcome["job_id"] == job_id
     elif name == "events":
         assert outcome[-1]["kind"] == "status" and json.loads(outcome[-1]["data"])["status"] == "SUCCEEDED"
 

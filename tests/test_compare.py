@@ -54,20 +54,25 @@ def test_compare_cli_json_and_text(swept, local_server):
 
 
 @pytest.mark.slow
-def test_compare_view_widget_state(swept, local_server):
+def test_compare_view_is_its_snapshot(swept, local_server):
+    """A comparison is complete when shown: the view is final (its output the snapshot alone, so a saved
+    notebook reopens as it; tests/test_saved_views.py runs it in a kernel) and its chart overlays every
+    job, each named as the table names it, by the job's name where it has one."""
     from opd_nb.notebook.experiment_views import CompareView
     from opd_nb.notebook.magics import run_line
 
     view = run_line(f"compare {' '.join(swept.job_ids)} --local {local_server.base_url}")
-    assert isinstance(view, CompareView)
-    box = view.widget()
-    table, plot = box.children
-    assert "wins" in table.value and "learning_rate=5e-07" in table.value and LOSS in table.value
-    curves = plot.data["series"]  # the curves, overlaid: every compared job, named as the table names it
+    assert isinstance(view, CompareView) and view.final and view.widget() is None
+    curves = view.chart.data()["series"]
     assert {c["job"] for c in curves} == set(swept.job_ids) and {c["metric"] for c in curves} >= {LOSS}
-    assert any("learning_rate=5e-07" in c["label"] for c in curves)
+    names = {j.job_id: j.job_name for j in view.comparison.jobs}
+    for c in curves:
+        assert "learning_rate=" in c["label"] and c["label"].endswith(f"({names[c['job']] or c['job']})")
     assert view.state["winner"] in swept.job_ids and view.state["has_plot"]
-    assert 'class="opd-chart-frame"' in view._repr_mimebundle_()["text/html"]  # the saved snapshot
+    snapshot = view._repr_mimebundle_()["text/html"]
+    assert (
+        "wins" in snapshot and 'class="opd-chart-frame"' in snapshot and 'class="opd-chart-img"' in snapshot
+    )
 
 
 def _job(job_id: str, status: str = "SUCCEEDED", **hp: object) -> Job:

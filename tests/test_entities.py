@@ -132,7 +132,11 @@ def test_reuse_change_stale_fresh(local_server, tmp_path):
     before = set(_uploads(local_server))  # the session's server holds other tests' uploads too
     zips = len(before)
     first, err, fn = submit()
-    assert not fn["reused"] and "registering reward-1: no entity remembered" in err
+    assert (
+        not fn["reused"]
+        and "registering reward-1: new on " in err
+        and "no earlier registration to reuse" in err
+    )
     rw1 = fn["entity_id"]
     (received,) = set(_uploads(local_server)) - before  # upload names are random: not sortable by age
     assert rw1.startswith("rw-")

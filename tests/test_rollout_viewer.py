@@ -120,6 +120,7 @@ def test_cloud_says_the_console_shows_trajectories(local_server, viewed_job) -> 
     viewer.widget()
     assert CLOUD_NOTE in viewer._widgets.header.value and viewer._widgets.step.disabled
     assert CLOUD_NOTE in viewer.to_html() and "Bailian console" in str(viewer)
+    assert viewer.final  # nothing to pick or refresh: shown (and saved) as its note alone
 
 
 def test_the_magic_opens_the_viewer(local_server, viewed_job) -> None:

@@ -273,13 +273,16 @@ def test_monitor_follows_a_job_to_succeeded(server, job_ws: Path) -> None:
     monitor = JobMonitor([job_id], _client(server), poll_s=0.5)
     cloud = JobMonitor(job_id, _client(server, kind="cloud"), poll_s=0.5).start()
     w = monitor._ensure_widgets()
-    seen_status, seen_steps = set(), []
+    seen_status, seen_steps, guard_enabled = set(), [], []
     monitor.start()
     while not monitor._done.wait(0.3):
         view = monitor.state["jobs"][job_id]
         seen_status.add(view["status"])
         seen_steps.append(view["step"])
+        guard_enabled.append(not w["guard"].disabled)
     monitor.wait(timeout_s=5)
+    # the guard acts on unfinished jobs only: its switch is off limits once every job ended
+    assert any(guard_enabled) and w["guard"].disabled
     view = monitor.state["jobs"][job_id]
     assert view["status"] == "SUCCEEDED" and monitor.done
     assert seen_steps == sorted(seen_steps) and view["step"] >= 1

@@ -19,6 +19,7 @@ from opd_nb.constants import (
     LOSS,
     REWARD_FAILURE_RATE,
     REWARD_MEAN,
+    TOOL_ERROR_RATE,
     TRAIN_REWARD_MEAN,
     TRUNCATED_FRACTION,
     VALID_TOKEN_RATE,
@@ -77,6 +78,7 @@ SCENARIOS: tuple[tuple[str, list[dict[str, Any]]], ...] = (
     (TRUNCATED_FRACTION, _rows(4, {TRUNCATED_FRACTION: lambda s: 0.9, LOSS: lambda s: 1.0 / s})),
     (LOSS, _rows(6, {LOSS: lambda s: 1.0 + 0.1 * s})),
     (REWARD_FAILURE_RATE, _rows(4, {REWARD_FAILURE_RATE: lambda s: 0.6, LOSS: lambda s: 1.0 / s})),
+    (TOOL_ERROR_RATE, _rows(4, {TOOL_ERROR_RATE: lambda s: 0.25, LOSS: lambda s: 1.0 / s})),
     (
         REWARD_MEAN,
         _rows(4, {REWARD_MEAN: lambda s: 0.0, TRAIN_REWARD_MEAN: lambda s: 0.0, LOSS: lambda s: 1.0 / s}),
@@ -90,6 +92,7 @@ _WHY = {
     "truncated": health.truncation_alert,
     "loss_not_decreasing": health.loss_trend_alert,
     "reward_failures": health.reward_failure_alert,
+    "tool_failures": health.tool_failure_alert,
     "reward_zero": health.reward_zero_alert,
     "zero_variance_groups": health.zero_variance_alert,
 }

@@ -23,6 +23,7 @@ from opd_nb.cli import report as _report  # noqa: F401
 from opd_nb.cli import rollouts as _rollouts  # noqa: F401
 from opd_nb.cli import serve as _serve  # noqa: F401
 from opd_nb.cli import session as _session  # noqa: F401
+from opd_nb.cli import traces as _traces  # noqa: F401
 from opd_nb.cli._app import NOTEBOOK_PANEL, app
 from opd_nb.cli._argv import normalize
 from opd_nb.cli._output import echo, reset_magic, set_magic

@@ -9,7 +9,11 @@ never printed, only where to put it.
 
 from __future__ import annotations
 
+import contextlib
 import html
+import json
+import os
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -29,6 +33,7 @@ from opd_nb.server import (
     start_background,
     stop_background,
 )
+from opd_nb.server.otlp_forward import forward_url
 from opd_nb.server.records import (
     API_KEY_ENV,
     CHECKPOINT_TTL_ENV,
@@ -207,6 +212,35 @@ CheckpointTtlFlag = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+OtlpForwardFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--otlp-forward",
+        metavar="URL",
+        help="also send the jobs' spans to this OTLP/HTTP collector (Jaeger, Phoenix, Langfuse: http://host:4318)",
+    ),
+]
+OtlpHeaderFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--otlp-header", metavar="K=V", help="a header for --otlp-forward, e.g. its key (repeatable)"
+    ),
+]
+
+
+@contextlib.contextmanager
+def _forward_headers(items: list[str] | None) -> Iterator[None]:
+    """``--otlp-header`` values in the server's environment only (they may hold a collector's key):
+    set while the server starts, then taken out of this process again."""
+    from opd_nb.server.otlp_forward import HEADERS_ENV, parse_headers
+
+    headers = parse_headers(items)
+    if headers:
+        os.environ[HEADERS_ENV] = json.dumps(headers)
+    try:
+        yield
+    finally:
+        os.environ.pop(HEADERS_ENV, None)
 
 
 @app.command("serve")
@@ -221,6 +255,8 @@ def serve(
     max_interruptions: MaxInterruptionsFlag = MAX_INTERRUPTIONS,
     max_deployments: MaxDeploymentsFlag = None,
     checkpoint_ttl_days: CheckpointTtlFlag = None,
+    otlp_forward: OtlpForwardFlag = None,
+    otlp_header: OtlpHeaderFlag = None,
     as_json: JsonFlag = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
@@ -236,11 +272,16 @@ def serve(
         max_interruptions=max_interruptions,
         max_deployments=max_deployments,
         checkpoint_ttl_days=checkpoint_ttl_days,
+        otlp_forward=forward_url(otlp_forward) if otlp_forward else None,
     )
+    if otlp_header and not otlp_forward:
+        raise OpdError("--otlp-header needs --otlp-forward URL", fix="add --otlp-forward http://host:4318")
     if action == "run":
-        return run_foreground(options, api_key or None)
+        with _forward_headers(otlp_header):
+            return run_foreground(options, api_key or None)
     if action == "start":
-        return emit(start_info(options, api_key or None), as_json=as_json)
+        with _forward_headers(otlp_header):
+            return emit(start_info(options, api_key or None), as_json=as_json)
     if action == "stop":
         return emit(stop_info(), as_json=as_json)
     info = status_info()

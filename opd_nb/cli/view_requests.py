@@ -71,6 +71,35 @@ class RolloutsRequest(ResultMixin):
 
 
 @dataclass(frozen=True)
+class TracesRequest(ResultMixin):
+    """Open the trajectory view on `job_id` over `target`: `step` (None: the latest), one record's
+    `group`/`sample` when given."""
+
+    job_id: str
+    target: Target
+    step: int | None = None
+    kind: str | None = None
+    group: int | None = None
+    sample: int | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "view": "traces",
+            "job_id": self.job_id,
+            "target": self.target.kind,
+            "base_url": self.target.base_url,
+            "step": self.step,
+            "kind": self.kind,
+            "group": self.group,
+            "sample": self.sample,
+        }
+
+    def __str__(self) -> str:
+        at = f" step {self.step}" if self.step is not None else ""
+        return f"traces of {self.job_id}{at} on {self.target.kind} {self.target.base_url}"
+
+
+@dataclass(frozen=True)
 class FormRequest(ResultMixin):
     """Open the config form over `config` in `workspace`, checked against `target`'s rules."""
 

@@ -30,6 +30,7 @@ from opd_nb.client.target import Target
 from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
 from opd_nb.errors import UNREACHABLE, OpdError
 from opd_nb.terminal_text import printable
+from opd_nb.traces.page import TracesPage
 from opd_nb.wire.jobs import JobMetrics
 from opd_nb.wire.models import ModelListing
 
@@ -200,6 +201,28 @@ def job_rollouts(
         _job_path(job_id, "/rollouts"),
         f"rollouts of {job_id}",
         lambda out: RolloutPage.from_output(job_id, out),
+        params=params or None,
+        local_only=True,
+        job_id=job_id,
+    )
+
+
+def job_traces(
+    job_id: str,
+    step: int | None = None,
+    kind: str | None = None,
+    group: int | None = None,
+    sample: int | None = None,
+    limit: int | None = None,
+) -> Call[TracesPage]:
+    """One step's traced calls as span trees (the latest step by default; `group`/`sample`: one record's)."""
+    pairs = (("step", step), ("kind", kind), ("group", group), ("sample", sample), ("limit", limit))
+    params = {k: v for k, v in pairs if v is not None}
+    return Call(
+        "GET",
+        _job_path(job_id, "/traces"),
+        f"traces of {job_id}",
+        TracesPage.model_validate,
         params=params or None,
         local_only=True,
         job_id=job_id,

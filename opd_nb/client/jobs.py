@@ -26,6 +26,7 @@ from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
 from opd_nb.client.target import Target, resolve_target
 from opd_nb.deploy_plans import check_plan
+from opd_nb.traces.page import TracesPage
 
 __all__ = [
     "AsyncJobClient",
@@ -218,6 +219,20 @@ class JobClient(_Base):
         shows trajectories)."""
         return self._run(self._plan(calls.job_rollouts(job_id, step, kind, limit)))
 
+    def traces(
+        self,
+        job_id: str,
+        step: int | None = None,
+        kind: str | None = None,
+        group: int | None = None,
+        sample: int | None = None,
+        limit: int | None = None,
+    ) -> TracesPage | None:
+        """A step's traced function calls as span trees, each tied to its rollout record (the latest step
+        by default; `group`/`sample`: one record's). Local control plane only; None where the API has
+        none (on Bailian the spans go to ARMS: the console's Trajectory tab)."""
+        return self._run(self._plan(calls.job_traces(job_id, step, kind, group, sample, limit)))
+
     def models(self) -> list[dict] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return self._run(self._plan(calls.list_models()))
@@ -397,6 +412,18 @@ class AsyncJobClient(_Base):
         or validation). Local control plane only; None where the API has none (Bailian's console
         shows trajectories)."""
         return await self._run(self._plan(calls.job_rollouts(job_id, step, kind, limit)))
+
+    async def traces(
+        self,
+        job_id: str,
+        step: int | None = None,
+        kind: str | None = None,
+        group: int | None = None,
+        sample: int | None = None,
+        limit: int | None = None,
+    ) -> TracesPage | None:
+        """A step's traced function calls as span trees (see :meth:`JobClient.traces`)."""
+        return await self._run(self._plan(calls.job_traces(job_id, step, kind, group, sample, limit)))
 
     async def models(self) -> list[dict] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""

@@ -295,6 +295,10 @@ class RolloutPage(ResultMixin, BaseModel):
             f"recorded steps {_span(self.steps)}"
         )
 
+    def trace_line(self, group: Any, sample: Any) -> str:
+        """The command that shows one sample's spans (a local control plane keeps the SDK's traces)."""
+        return f"opd traces {self.job_id} --step {self.step} --group {group} --sample {sample}"
+
     def __str__(self) -> str:
         lines = [self.title()]
         for i, s in enumerate(self.summaries()):
@@ -305,6 +309,7 @@ class RolloutPage(ResultMixin, BaseModel):
             )
             lines.append(f"  prompt: {s['prompt']!r}")
             lines.append(f"  completion: {s['completion']!r}")
+            lines.append(f"  trajectory: {self.trace_line(s['group'], s['sample'])}")
         return "\n".join(lines)
 
     def __rich__(self) -> Any:
@@ -313,6 +318,10 @@ class RolloutPage(ResultMixin, BaseModel):
         from rich.text import Text
 
         parts: list[Any] = [Text(self.title(), style="bold"), Text(LEGEND, style="dim")]
+        if self.step is not None:
+            parts.append(
+                Text(f"a sample's trajectory (its traced calls): {self.trace_line('G', 'S')}", style="dim")
+            )
         if self.step is None:
             parts.append(Text("the engine records rollouts from the first step; try again in a moment"))
         for i, s in enumerate(self.summaries()):

@@ -71,9 +71,11 @@ class SubmitResult(ResultMixin, BaseModel):
     def client(self) -> JobClient | None:
         return self._client
 
-    def headline(self) -> str:
-        status = self.job.status if self.job else "submitted"
-        return f"submitted {self.job_id} ({status}) to {self.target_kind} {self.base_url}"
+    def headline(self, *, status: bool = True) -> str:
+        """The submit in one line; `status`: with the job's status as the submit read it back (a line
+        that stays on screen while the job moves on, like the monitor's notes, leaves it out)."""
+        said = f" ({self.job.status if self.job else 'submitted'})" if status else ""
+        return f"submitted {self.job_id}{said} to {self.target_kind} {self.base_url}"
 
     def note_lines(self) -> list[str]:
         """What the submit skipped or changed, then each function's note (reused or registered)."""

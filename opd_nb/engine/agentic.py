@@ -31,6 +31,7 @@ from opd_nb.engine.agentic_records import StepRollouts, to_record
 from opd_nb.engine.agentic_samples import turn_samples_of
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.rollout_host import RolloutHost
+from opd_nb.traces import ids as trace_ids
 
 __all__ = ["Agentic", "StepRollouts"]
 
@@ -56,16 +57,20 @@ class Agentic:
         """(reward metrics, total per trajectory or None, record fields per trajectory or None): the job's
         reward functions, else the rollout's own ``reward_score`` when every trajectory carries one."""
         from opd_nb.engine import rewards
+        from opd_nb.engine.rollouts import ranks
 
         job, groups, trajs = self.host.job, rnd.groups, rnd.trajs
         if job.rewards:
+            rank = ranks(
+                groups
+            )  # the call's index within its row: its rollout id, as the rollout call had it
             samples = [
                 rewards.Sample(
                     messages=t["messages"],
                     rollout_extra=rows[groups[i]].rollout_extra,
                     group=groups[i],
-                    sample_id=f"{where}-{groups[i]}",
-                    rollout_id=str(i),
+                    sample_id=trace_ids.sample_id(where, groups[i]),
+                    rollout_id=str(rank[i]),
                 )
                 for i, t in zip(rnd.ok, trajs, strict=True)
             ]

@@ -21,6 +21,7 @@ from opd_nb.engine.api import EngineError
 from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory
+from opd_nb.traces import ids as trace_ids
 
 # A call's result: (agent_output, None) or (None, what went wrong).
 CallResult = tuple[dict | None, str | None]
@@ -104,7 +105,7 @@ class RolloutCalls:
             },
             "request_metadata": {
                 "job_id": self.host.job.job_id,
-                "sample_id": f"{where}-{g}",
+                "sample_id": trace_ids.sample_id(where, g),
                 "rollout_id": str(k),
                 "attempt_id": "0",
             },

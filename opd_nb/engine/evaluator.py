@@ -15,6 +15,7 @@ from typing import Any
 
 from opd_nb.constants import REWARD_MEAN, VALIDATION_ACCURACY, VALIDATION_RECORD_SECONDS
 from opd_nb.engine.api import EngineJob
+from opd_nb.traces import ids as trace_ids
 
 CHUNK = 512  # validation prompts per greedy decode
 
@@ -66,18 +67,19 @@ class Evaluator:
         """Score the answers with the job's reward functions -> their per-sample records."""
         from opd_nb.engine import rewards
 
+        where = trace_ids.where("validation", step)
         samples = [
             rewards.Sample(
                 messages=r.messages + [{"role": "assistant", "content": t.replace("\x00", "")}],
                 rollout_extra=r.rollout_extra,
                 group=i,
-                sample_id=f"val-{i}",
+                sample_id=trace_ids.sample_id(where, i),
                 rollout_id="0",
             )
             for i, (t, r) in enumerate(zip(texts, self.rows, strict=True))
         ]
         res = self.reward_caller.submit(
-            self.job.rewards, samples, self.job.job_id, where=f"validation at step {step}", log=self.log
+            self.job.rewards, samples, self.job.job_id, where=where, log=self.log
         ).result()
         ok = [x for x in res.totals if not math.isnan(x)]
         if ok:

@@ -57,14 +57,18 @@ def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: in
 def reward_samples(rows: list, b: Any, where: str) -> list:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
+    from opd_nb.engine.rollouts import ranks
+    from opd_nb.traces.ids import sample_id
 
+    groups = b.group.tolist()
+    rank = ranks(groups)  # a sample's index within its prompt's group: the record's `sample`
     return [
         rewards.Sample(
             messages=b.messages[i],
             rollout_extra=rows[g].rollout_extra,
             group=g,
-            sample_id=f"{where}-{g}",
-            rollout_id=str(i),
+            sample_id=sample_id(where, g),
+            rollout_id=str(rank[i]),
         )
-        for i, g in enumerate(b.group.tolist())
+        for i, g in enumerate(groups)
     ]

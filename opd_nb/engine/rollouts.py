@@ -152,6 +152,18 @@ def _env_int(name: str, default: int, log: Callable[[str, str], None] | None) ->
     return value
 
 
+def keep_steps(log: Callable[[str, str], None] | None = None) -> int:
+    """How many train steps are kept (``OPD_ROLLOUTS_KEEP_STEPS``; the traces of a step follow the same rule)."""
+    return _env_int(KEEP_ENV, DEFAULT_KEEP, log)
+
+
+def expired_steps(train: Sequence[int], evals: set[int], keep: int) -> list[int]:
+    """The train steps retention removes: all but the newest `keep`, except the train step of every
+    evaluation (`evals`)."""
+    ordered = sorted(train)
+    return [s for s in ordered[: max(0, len(ordered) - keep)] if s not in evals]
+
+
 def fair_sample(groups: Sequence[int], limit: int, step: int) -> list[int]:
     """Indices of at most `limit` samples: round-robin over the groups, each group's samples in order.
 
@@ -307,7 +319,7 @@ class Recorder:
     ):
         self.dir = Path(output_dir) / DIRNAME
         self.per_step = _env_int(PER_STEP_ENV, DEFAULT_PER_STEP, log)
-        self.keep = _env_int(KEEP_ENV, DEFAULT_KEEP, log)
+        self.keep = keep_steps(log)
         self.texts = TokenTexts(_own_copy(tokenizer))
         self.log = log
         self.background = background
@@ -447,7 +459,6 @@ class Recorder:
     def _retain(self) -> None:
         files = _files(self.dir.parent)
         evals = {s for k, s, _ in files if k == "validation"}
-        train = sorted((s, p) for k, s, p in files if k == "train")
-        for s, p in train[: max(0, len(train) - self.keep)]:
-            if s not in evals:
-                p.unlink(missing_ok=True)
+        train = {s: p for k, s, p in files if k == "train"}
+        for s in expired_steps(list(train), evals, self.keep):
+            train[s].unlink(missing_ok=True)

@@ -62,6 +62,7 @@ from opd_nb.engine import hparams as hp_mod
 from opd_nb.engine.api import METRICS_FILE, EngineError, EngineEvents, EngineJob, EngineResult
 from opd_nb.engine.checkpoints import STATE_FILE
 from opd_nb.engine.scoring import TokenScores
+from opd_nb.traces import ids as trace_ids
 
 __all__ = ["METRICS_FILE", "STATE_FILE", "ListEvents", "TokenScores", "Trainer", "run"]
 
@@ -248,7 +249,7 @@ class Trainer:
         from opd_nb.engine.native_records import reward_samples
 
         t0 = time.perf_counter()
-        where = f"step {self.step + 1}"
+        where = trace_ids.where("train", self.step + 1)  # also the calls' sample ids (their spans' link)
         metrics: dict[str, Any] = {}
         adv_task = traj = res = pending = None
         if self.agentic is not None:
@@ -304,7 +305,7 @@ class Trainer:
         if not self.data.validation:
             return {}
         if self.agentic is not None:  # validation rollouts go through the rollout function, as in training
-            return self.agentic.validate(self.data.validation, where=f"validation at step {self.step}")
+            return self.agentic.validate(self.data.validation, where=trace_ids.where("validation", self.step))
         return self.evaluator.evaluate(self.step, self.recorder)
 
     # ---- the loop -------------------------------------------------------------------------------

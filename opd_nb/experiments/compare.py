@@ -104,10 +104,12 @@ class Comparison(ResultMixin, BaseModel):
             "notes": self.notes,
         }
 
-    def label(self, job: ComparedJob) -> str:
-        """A job as the table and the plot legend name it: its differing values, then its id."""
+    def label(self, job: ComparedJob, *, by_name: bool = False) -> str:
+        """A job as the table and the plot legend name it: its differing values, then its id (`by_name`:
+        its name where it has one, as the chart's legend shows it; the legend's tooltip keeps the id)."""
         values = ", ".join(f"{k}={render.fmt(v)}" for k, v in job.params.items())
-        return f"{values} ({job.job_id})" if values else job.job_id
+        who = (job.job_name or job.job_id) if by_name else job.job_id
+        return f"{values} ({who})" if values else who
 
     def table_rows(self) -> list[tuple[str, list[str]]]:
         """(row name, one cell per job): the side-by-side view every renderer draws."""

@@ -6,7 +6,9 @@ One JavaScript file (``static/chart.js``, ours, no library and no network) draws
   the latest poll (a sequence number per delta; a view that missed one asks for the whole ``data``
   again, so a reloaded page catches up), which works in JupyterLab, Notebook 7, VS Code and Colab;
 * saved, as ``text/html``: the same script and the points inlined in an ``<iframe srcdoc>``, so a
-  saved notebook or its ``nbconvert --to html`` export keeps hover, zoom and smoothing with no kernel.
+  saved notebook or its ``nbconvert --to html`` export keeps hover, zoom and smoothing with no kernel;
+  next to it a static SVG picture of the curves (:mod:`opd_nb.chart_svg`), which is what stays where a
+  sanitizer strips scripts and frames (an untrusted notebook, GitHub's viewer).
 
 anywidget is imported on the first chart, never by ``%load_ext opd_nb``. The widget is only ever
 changed by trait assignments, so the monitor's polling thread may feed it.
@@ -23,26 +25,45 @@ from functools import cache
 from typing import Any
 
 from opd_nb.chart_data import ChartFeed, Rows
-from opd_nb.notebook.snapshot import static_js
+from opd_nb.chart_svg import curves_img
+from opd_nb.notebook.snapshot import MAKE_INTERACTIVE, static_js
 
-__all__ = ["MetricChart", "chart_page", "chart_iframe"]
+__all__ = ["MetricChart", "chart_page", "chart_html"]
 
 PANEL_HEIGHT = 215  # px per row of panels (each about 190 px high, plus its gap)
 CHROME_HEIGHT = 110  # px for the title, the controls, one legend row and the note
 LEGEND_PER_ROW, LEGEND_ROW_HEIGHT = 3, 22  # legend entries that fit one row of a notebook-wide chart
 
-# The anywidget module: the chart script, then the glue that feeds it from the model's traits.
+# The anywidget module: the chart script, then the glue that feeds it from the model's traits. Each
+# delta is also folded into the view's own copy of ``data`` (set locally, never sent back): the widget
+# state a notebook saves (JupyterLab's "Save Widget State Automatically") then holds every point shown,
+# and a view restored without a kernel draws them all instead of asking a kernel that is not there.
 _GLUE = """
+function opdMerge(doc, points, seq) {
+  const out = Object.assign({}, doc, { series: (doc.series || []).slice(), seq });
+  const at = new Map(out.series.map((s, i) => [s.job + "\\u0000" + s.metric, i]));
+  for (const p of points || []) {
+    const key = p.job + "\\u0000" + p.metric, i = at.get(key);
+    if (i === undefined) { at.set(key, out.series.length); out.series.push(p); continue; }
+    const s = out.series[i];
+    out.series[i] = Object.assign({}, s, p, { steps: s.steps.concat(p.steps), values: s.values.concat(p.values) });
+  }
+  return out;
+}
 export default {
   render({ model, el }) {
     const chart = opdChart(el, model.get("data"));
     let seq = model.get("data").seq || 0;
-    const onData = () => { const d = model.get("data"); chart.replace(d); seq = d.seq || 0; };
+    const onData = () => { const d = model.get("data"); if ((d.seq || 0) === seq && d.merged) return; chart.replace(d); seq = d.seq || 0; };
     const onDelta = () => {
       const d = model.get("delta");
       if (!d || !d.seq || d.seq <= seq) return;
-      if (d.seq === seq + 1) { chart.append(d.points); seq = d.seq; }
-      else model.send({ kind: "sync" });  // a missed delta: ask for everything again
+      if (d.seq === seq + 1) {
+        chart.append(d.points); seq = d.seq;
+        if ((model.get("data").seq || 0) < seq) model.set("data", Object.assign(opdMerge(model.get("data"), d.points, seq), { merged: true }));
+      } else {
+        try { model.send({ kind: "sync" }); } catch (err) { /* restored without a kernel: draw what is held */ }
+      }
     };
     model.on("change:data", onData);
     model.on("change:delta", onDelta);
@@ -63,6 +84,28 @@ def _script_json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
+# In the page: tell the notebook around it how tall the chart is (an iframe cannot size itself).
+_POST_HEIGHT = (
+    "(function(){var root=document.getElementById('opd-chart'),last=0;if(window.parent===window)return;"
+    "function post(){var h=Math.ceil(root.getBoundingClientRect().height)+4;"
+    "if(h!==last){last=h;window.parent.postMessage({opdChartHeight:h},'*');}}"
+    "if(window.ResizeObserver)new ResizeObserver(post).observe(root);post();})();"
+)
+# In the notebook, after the frame (a trusted output runs it; a sanitizer drops it with the frame):
+# hide the static picture, and size the frame to the height its page reports.
+_HOST = (
+    "(function(root){if(!root)return;var frame=root.querySelector('iframe.opd-chart-frame'),"
+    "still=root.querySelector('.opd-chart-static');if(!frame)return;if(still)still.style.display='none';"
+    "function on(e){if(!frame.isConnected){window.removeEventListener('message',on);return;}"
+    "if(e.source===frame.contentWindow&&e.data&&typeof e.data.opdChartHeight==='number')"
+    "frame.style.height=Math.max(40,Math.min(20000,e.data.opdChartHeight))+'px';}"
+    "window.addEventListener('message',on);})(document.currentScript&&document.currentScript.parentNode);"
+)
+STATIC_NOTE = (
+    f"A static picture of the curves: for the interactive chart (hover, zoom, smoothing), {MAKE_INTERACTIVE}."
+)
+
+
 def chart_page(data: Mapping[str, Any]) -> str:
     """A whole HTML page that draws `data` with no kernel and no network."""
     return (
@@ -73,27 +116,36 @@ def chart_page(data: Mapping[str, Any]) -> str:
         + chart_js()
         + "\nopdChart(document.getElementById('opd-chart'), "
         + _script_json(data)
-        + ");</script></body></html>"
+        + ");</script><script>"
+        + _POST_HEIGHT
+        + "</script></body></html>"
     )
 
 
 def chart_height(data: Mapping[str, Any]) -> int:
-    """The iframe's height for two columns of panels (an iframe cannot size itself to its page)."""
+    """The frame's first height, for two columns of panels, until its page reports its own."""
     rows = max(1, math.ceil(len(data.get("panels") or []) / 2))
     jobs = {s.get("job") for s in data.get("series") or []}
     legend_rows = max(0, math.ceil(len(jobs) / LEGEND_PER_ROW) - 1)  # a sweep's legend wraps
     return CHROME_HEIGHT + LEGEND_ROW_HEIGHT * legend_rows + PANEL_HEIGHT * rows
 
 
-def chart_iframe(data: Mapping[str, Any]) -> str:
-    """The saved-notebook form: the page in an ``<iframe srcdoc>`` (scripts allowed, nothing else)."""
+def chart_html(data: Mapping[str, Any]) -> str:
+    """The saved-notebook form ("" with no points): the interactive page in an ``<iframe srcdoc>``
+    (scripts allowed, nothing else), sized to its content, and a static SVG picture of the same curves
+    with a line saying how to get the interactive one. Where scripts run, the picture is hidden; where
+    a sanitizer strips scripts and frames (an untrusted notebook, GitHub), the picture is what stays."""
     if not data.get("series"):
         return ""
+    title = html.escape(str(data.get("title") or "metric curves"))
+    picture = curves_img(data, alt=f"{title} (static picture)")
     return (
+        '<div class="opd-chart-snap">'
+        f'<div class="opd-chart-static">{picture}<div><small>{html.escape(STATIC_NOTE)}</small></div></div>'
         '<iframe class="opd-chart-frame" sandbox="allow-scripts" '
-        f'style="width:100%;height:{chart_height(data)}px;border:0" '
-        f'title="{html.escape(str(data.get("title") or "metric curves"))}" '
+        f'style="width:100%;height:{chart_height(data)}px;border:0" title="{title}" '
         f'srcdoc="{html.escape(chart_page(data), quote=True)}"></iframe>'
+        f"<script>{_HOST}</script></div>"
     )
 
 
@@ -169,6 +221,11 @@ class MetricChart:
                 self._widget.on_msg(self._on_msg)
             return self._widget
 
+    def forget_widget(self) -> None:
+        """Drop the widget (its view closes it); a later :meth:`widget` builds a new one from all points."""
+        with self._lock:
+            self._widget = None
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         """A view that missed a delta asks for everything again."""
         if isinstance(content, dict) and content.get("kind") == "sync":
@@ -182,4 +239,4 @@ class MetricChart:
 
     def to_html(self) -> str:
         """The saved snapshot ("" while there is nothing to draw)."""
-        return chart_iframe(self.data())
+        return chart_html(self.data())

@@ -3,8 +3,13 @@
 Like the job monitor: the answer streams in a background thread that **only sets widget state**
 (the assistant bubble's HTML, the buttons), so the kernel stays free and nothing lands in another
 cell; ``_repr_mimebundle_`` returns the widget view plus a static ``text/html`` snapshot of the
-conversation, refreshed through the output's ``display_id`` after each answer, so a saved notebook
-shows it. History is kept (every turn goes to the model), and Reset starts over.
+conversation, refreshed through the output's ``display_id`` after each answer. History is kept
+(every turn goes to the model), and Reset starts over.
+
+A question asked from code (``%opd chat NAME "question"``, or ``chat.send``) is a question and an
+answer: once the answer arrived the view is :attr:`final`, and its output becomes the conversation's
+snapshot alone, which a saved notebook reopens as anywhere. ``chat.send`` asks again (the live view
+comes back while the answer streams). A chat someone types in (its Send button) stays a live widget.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class ChatWidget(LiveView):
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._w: dict[str, Any] | None = None
+        self._typed = False  # its Send button was used: a conversation in the widget, kept live
 
     @property
     def client(self) -> Any:
@@ -61,6 +67,17 @@ class ChatWidget(LiveView):
     @property
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def final(self) -> bool:
+        """An answer arrived to a question asked from code, and none is streaming."""
+        with self._lock:
+            answered = any(m["role"] == "assistant" for m in self.messages)
+            return answered and self.partial is None and not self._typed
+
+    def _drop_widgets(self) -> Any:
+        old, self._w = self._w, None
+        return None if old is None else old["box"]
 
     # ---- talking ------------------------------------------------------------------------------
     def send(self, text: str, *, wait: bool = False, timeout_s: float | None = 600) -> str | None:
@@ -75,6 +92,8 @@ class ChatWidget(LiveView):
         self._thread = threading.Thread(target=self._answer, name="opd-chat", daemon=True)
         self._thread.start()
         self._render()
+        if not self._shown_live:  # it was showing its snapshot: the live view streams the answer
+            self._refresh_static()
         if wait:
             self.wait(timeout_s)
             if self.error:
@@ -135,7 +154,13 @@ class ChatWidget(LiveView):
         return "".join(parts)
 
     def to_html(self) -> str:
-        return render.box(self._conversation_html(), title=f"chat with {self.model}")
+        more = ""
+        if self.final:  # the snapshot alone: say how to go on
+            more = (
+                "<div><small>ask again with <code>.send(&quot;…&quot;)</code> on this chat, or open a chat "
+                f"box with <code>%opd chat {render.esc(self.model)}</code></small></div>"
+            )
+        return render.box(self._conversation_html() + more, title=f"chat with {self.model}")
 
     def __str__(self) -> str:
         lines = [f"chat with {self.model}"]
@@ -176,6 +201,7 @@ class ChatWidget(LiveView):
     def _on_send(self) -> None:
         w = self._w or {}
         text = w["text"].value if w else ""
+        self._typed = True
         try:
             self.send(text)
             w["text"].value = ""

@@ -1,9 +1,9 @@
 """Eval view (``%opd eval WS --model A --model B``): the models side by side, rows that differ first.
 
 The evaluation (:func:`opd_nb.evaluation.evaluate`) runs in a background thread that only sets
-widget state (a progress bar, a status line, the result's HTML); the kernel stays free. The output
-keeps a static snapshot (the result's side-by-side HTML once it is done, refreshed through the
-output's ``display_id``), so a saved notebook shows the comparison.
+widget state (a progress bar, a status line, the result's HTML); the kernel stays free. Once it is
+done the output becomes the result's side-by-side snapshot alone (through the output's
+``display_id``; its tables sort with no kernel), so a saved notebook reopens as the comparison.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.notebook.display import LiveView
-from opd_nb.notebook.snapshot import interactive
+from opd_nb.notebook.snapshot import hint, interactive
 
 
 class EvalView(LiveView):
@@ -89,6 +89,15 @@ class EvalView(LiveView):
     def done(self) -> bool:
         return self._finished.is_set()
 
+    @property
+    def final(self) -> bool:
+        """The evaluation finished (or failed): the output becomes the side-by-side snapshot."""
+        return self.done
+
+    def _drop_widgets(self) -> Any:
+        old, self._w = self._w, None
+        return None if old is None else old["box"]
+
     # ---- views --------------------------------------------------------------------------------
     def _status(self) -> str:
         if self.error is not None:
@@ -99,7 +108,10 @@ class EvalView(LiveView):
 
     def to_html(self) -> str:
         if self.result is not None:
-            return interactive(self.result._repr_html_())
+            return interactive(
+                hint("saved view: click a column to sort its rows", "sort the tables")
+                + self.result._repr_html_()
+            )
         return render.box(self._status(), title=f"eval of {self.workspace}")
 
     def __str__(self) -> str:

@@ -3,8 +3,9 @@
 `%opd sweep` opens the multi-job monitor (:class:`~opd_nb.notebook.monitor.JobMonitor`: the jobs'
 curves overlaid, polled in the background) with the sweep's own table on top: which value went to
 which job, and what each did with the functions. `%opd compare` shows the side-by-side table with
-the compared metrics overlaid. Like the monitor, both leave a static HTML snapshot in a saved
-notebook, and their widgets are only ever updated by trait assignments.
+the compared metrics overlaid, as its snapshot alone (a comparison is final when shown). Like the
+monitor, the sweep becomes its snapshot when its jobs end, and its widgets are only ever updated by
+trait assignments.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ class SweepMonitor(JobMonitor):
     def __str__(self) -> str:
         return str(self.sweep) + "\n" + super().__str__()
 
+    def _drop_widgets(self) -> Any:
+        self._header = None
+        return super()._drop_widgets()
+
     def _ensure_widgets(self) -> dict[str, Any] | None:
         widgets = super()._ensure_widgets()
         if widgets is not None and self._header is None:
@@ -50,7 +55,10 @@ class SweepMonitor(JobMonitor):
 
 
 class CompareView(LiveView):
-    """A comparison's table (winner and notes included) and its overlaid curves, as a widget."""
+    """A comparison's table (winner and notes included) and its overlaid curves.
+
+    A comparison is complete when it is shown, so the view is :attr:`final` from the start: its output
+    is the snapshot alone (the chart interactive with no kernel), in the live notebook and reopened."""
 
     def __init__(self, comparison: Comparison):
         from opd_nb.notebook.chart import MetricChart
@@ -62,41 +70,23 @@ class CompareView(LiveView):
         self.chart.update(
             rows,
             [m for m in KEY_METRICS if m in comparison.metrics],
-            labels={j.job_id: comparison.label(j) for j in comparison.jobs},
+            labels={j.job_id: comparison.label(j, by_name=True) for j in comparison.jobs},
             offsets=comparison.step_offsets,
         )
-        self._widgets: dict[str, Any] | None = None
+
+    @property
+    def final(self) -> bool:
+        return True
 
     @property
     def state(self) -> dict[str, Any]:
         """What the view shows, as plain data (the comparison's JSON plus whether there are curves)."""
         return {**self.comparison.to_payload(), "has_plot": self.chart.feed.points > 0}
 
-    def table_html(self) -> str:
-        return render.box(self.comparison.html(), title=f"{len(self.comparison.jobs)} jobs compared")
-
     def to_html(self) -> str:
         return render.box(
             self.comparison.html() + self.chart.to_html(), title=f"{len(self.comparison.jobs)} jobs compared"
         )
-
-    def _ensure_widgets(self) -> dict[str, Any] | None:
-        if self._widgets is None:
-            try:
-                import ipywidgets as W
-            except ImportError:
-                return None
-            table = W.HTML(self.table_html())
-            chart = self.chart.widget() if self.state["has_plot"] else None
-            box = W.VBox([table, chart] if chart is not None else [table])
-            box.add_class("opd-compare")
-            self._widgets = {"box": box, "table": table, "plot": chart}
-        return self._widgets
-
-    def widget(self) -> Any:
-        """The ipywidgets VBox: the table, then the chart (None without ipywidgets)."""
-        w = self._ensure_widgets()
-        return None if w is None else w["box"]
 
     def __str__(self) -> str:
         return str(self.comparison)

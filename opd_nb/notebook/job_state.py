@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from opd_nb.chart_data import series_points
 from opd_nb.client.rollout_results import CLOUD_NOTE, best_and_worst
 from opd_nb.constants import STEP_SECONDS, SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.health import job_alerts, pick_checkpoint
@@ -88,6 +90,20 @@ def progress_of(st: JobState) -> dict[str, Any]:
     return {"step": step, "epoch": epoch, "total_steps": total, "n_epochs": n_epochs, "eta_s": eta}
 
 
+def latest_values(rows: list[dict], metrics: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each metric's latest finite value and the step it was logged at. A metric logged only at some
+    steps (the validation reward, every eval_steps) keeps its last value between them."""
+    out: dict[str, dict[str, Any]] = {}
+    for metric in metrics:
+        for i in range(len(rows) - 1, -1, -1):  # from the end: an eval metric is a few rows back
+            steps, values = series_points(rows[i : i + 1], metric, first_index=i)
+            if values:
+                step = int(steps[0]) if float(steps[0]).is_integer() else steps[0]
+                out[metric] = {"value": values[0], "step": step}
+                break
+    return out
+
+
 def _checkpoint_view(c: Checkpoint) -> dict[str, Any]:
     """One checkpoint row: with its expiry (Bailian deletes it then) and the name it was exported as."""
     expires = c.expires_in_days()
@@ -125,8 +141,9 @@ def samples_view(st: JobState) -> dict[str, Any] | None:
     return {"note": None, "step": st.rollouts_step, "records": st.rollouts, "best": pair[0], "worst": pair[1]}
 
 
-def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
-    """The plain snapshot of one job: status, progress, alerts, checkpoints, samples, logs, events."""
+def job_view(st: JobState, *, log_tail: int, latest: Iterable[str] = ()) -> dict[str, Any]:
+    """The plain snapshot of one job: status, progress, alerts, checkpoints, samples, logs, events;
+    `latest`: the metrics whose last logged value (and its step) the view carries."""
     job = st.job
     alerts = job_alerts(
         st.metrics,
@@ -143,6 +160,7 @@ def job_view(st: JobState, *, log_tail: int) -> dict[str, Any]:
         "metrics_available": st.metrics_available,
         "n_metric_rows": len(st.metrics),
         "last_metrics": dict(st.metrics[-1]) if st.metrics else {},
+        "latest": latest_values(st.metrics, latest),
         "alerts": [a.to_payload() for a in alerts],
         "checkpoints": [_checkpoint_view(c) for c in st.checkpoints],
         **_best_view(st),

@@ -7,8 +7,8 @@ Design (see notebook-anchors.md §6 for the complaints this avoids):
   stays free.
 * Its output (:class:`~opd_nb.notebook.display.LiveView`) is the widget view *and* a static
   ``text/html`` snapshot (the curves an interactive page of their own, :mod:`opd_nb.notebook.chart`)
-  and ``text/plain``. When the jobs end, the snapshot is refreshed through the output's
-  ``display_id``, so a saved/reopened notebook (or a frontend without widgets) shows the final state.
+  and ``text/plain``. When the jobs end, the output becomes the snapshot alone through its
+  ``display_id``, so a saved notebook reopens as the final state, with no kernel and no widget state.
 * Where the API has no metrics (Bailian: ``client.metrics()`` is None) it shows status, events
   and logs, and says so.
 
@@ -31,11 +31,13 @@ from opd_nb.notebook.chart import MetricChart
 from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.job_state import JobState, job_view
 from opd_nb.notebook.monitor_guard import MonitorGuard
-from opd_nb.notebook.monitor_html import CLOUD_NOTE
+from opd_nb.notebook.monitor_html import CLOUD_NOTE, STATUS_METRICS
 from opd_nb.notebook.monitor_polling import JobPolling
 from opd_nb.notebook.monitor_report import MonitorReport
 
 __all__ = ["JobMonitor", "CLOUD_NOTE"]
+
+STATUS_KEYS = tuple(metric for _, metric in STATUS_METRICS)
 
 
 def _trackers(report_to: str | Sequence[str]) -> list[str]:
@@ -101,7 +103,10 @@ class JobMonitor(JobPolling, LiveView):
         """A plain snapshot: per-job status, progress, alerts, checkpoints, logs; plus poll counters."""
         with self._lock:
             return {
-                "jobs": {jid: job_view(st, log_tail=self.log_tail) for jid, st in self._jobs.items()},
+                "jobs": {
+                    jid: job_view(st, log_tail=self.log_tail, latest=STATUS_KEYS)
+                    for jid, st in self._jobs.items()
+                },
                 "notes": list(self.notes),
                 "done": self.done,
                 "polls": self.polls,
@@ -121,10 +126,12 @@ class JobMonitor(JobPolling, LiveView):
                 for jid, st in self._jobs.items()
                 if jid not in self._offsets and st.job is not None and st.metrics
             }
+            # the legend names a job as its submit did (--job-name, else the workspace's name)
+            labels = {jid: st.job.job_name for jid, st in self._jobs.items() if st.job and st.job.job_name}
         if models:  # once per job: where a continued job's steps start (its parent's last step)
             self._offsets.update(client_offsets(self.client, models))
         names = monitor_html.plot_names(rows_by_job, panel_names(rows_by_job))
-        if self._chart.update(rows_by_job, names, offsets=self._offsets):
+        if self._chart.update(rows_by_job, names, labels=labels, offsets=self._offsets):
             with self._lock:
                 self.plot_updates += 1
 
@@ -179,3 +186,14 @@ class JobMonitor(JobPolling, LiveView):
         """The ipywidgets VBox (None without ipywidgets)."""
         w = self._ensure_widgets()
         return None if w is None else w["box"]
+
+    @property
+    def final(self) -> bool:
+        """Every job ended: the output becomes the snapshot (its chart interactive with no kernel)."""
+        return self.done
+
+    def _drop_widgets(self) -> Any:
+        with self._lock:
+            old, self._widgets = self._widgets, None
+        self._chart.forget_widget()
+        return None if old is None else old.box

@@ -32,32 +32,45 @@ CLOUD_NOTE = (
 )
 
 
+# The status table's metric columns (header, metric): each shows its latest logged value.
+STATUS_METRICS = (
+    ("loss", LOSS),
+    ("valid_token_rate", VALID_TOKEN_RATE),
+    ("reward mean@1", REWARD_MEAN),
+    ("teacher_kl", TEACHER_KL),
+    ("entropy", ENTROPY),
+    ("zero-variance groups", ZERO_VARIANCE_GROUPS),
+)
+
+
+def epoch_text(epoch: Any, n_epochs: Any) -> str:
+    """Epochs done as the engine reports them (a fraction while one runs): "0.91/2", "2/2"."""
+    if epoch is None:
+        return ""
+    done = render.fmt(epoch) if isinstance(epoch, int) or float(epoch).is_integer() else f"{epoch:.2f}"
+    done = done.removesuffix(".0")
+    return f"{done}/{n_epochs}" if n_epochs else done
+
+
+def latest_text(v: dict[str, Any], metric: str) -> str:
+    """A metric's latest value; with the step it was logged at when that is not the current step (the
+    validation reward is logged every eval_steps, and stays shown in between)."""
+    found = (v.get("latest") or {}).get(metric)
+    if found is None:
+        return ""
+    value = render.fmt(found["value"])
+    return value if found["step"] == v["step"] else f"{value} (step {found['step']})"
+
+
 def _status_row(jid: str, v: dict[str, Any]) -> tuple[Any, ...]:
     status = f'<span class="{STATUS_CLASS.get(v["status"], "")}"><b>{render.esc(v["status"])}</b></span>'
     if v["cancel_requested"] and not v["terminal"]:
         status += " (cancel sent)"
     total = v["total_steps"]
     step = f"{v['step']}/{total}" if total else str(v["step"])
-    epoch = (
-        f"{v['epoch']}/{v['n_epochs']}"
-        if v["n_epochs"] and v["epoch"] is not None
-        else render.fmt(v["epoch"])
-    )
     eta = f"{v['eta_s']:.0f}s" if v["eta_s"] is not None else ""
-    last = v["last_metrics"]
-    return (
-        render.esc(jid),
-        status,
-        step,
-        epoch,
-        eta,
-        render.fmt(last.get(LOSS)),
-        render.fmt(last.get(VALID_TOKEN_RATE)),
-        render.fmt(last.get(REWARD_MEAN)),
-        render.fmt(last.get(TEACHER_KL)),
-        render.fmt(last.get(ENTROPY)),
-        render.fmt(last.get(ZERO_VARIANCE_GROUPS)),
-    )
+    metrics = tuple(latest_text(v, metric) for _, metric in STATUS_METRICS)
+    return (render.esc(jid), status, step, epoch_text(v["epoch"], v["n_epochs"]), eta, *metrics)
 
 
 def plot_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]], names: Sequence[str]) -> list[str]:
@@ -69,19 +82,7 @@ def plot_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]], names: Se
 def status_html(state: dict[str, Any]) -> str:
     """One row per job: status, step, epoch, ETA, the key metrics and diagnostics; then the functions it runs."""
     return render.table(
-        [
-            "job",
-            "status",
-            "step",
-            "epoch",
-            "ETA",
-            "loss",
-            "valid_token_rate",
-            "reward mean@1",
-            "teacher_kl",
-            "entropy",
-            "zero-variance groups",
-        ],
+        ["job", "status", "step", "epoch", "ETA", *(header for header, _ in STATUS_METRICS)],
         [_status_row(jid, v) for jid, v in state["jobs"].items()],
         raw_cols=(0, 1),
     ) + "".join(
@@ -194,15 +195,19 @@ def logs_html(state: dict[str, Any]) -> str:
 def snapshot_html(job_ids: list[str], state: dict[str, Any], chart_html: str) -> str:
     """The static snapshot: self-contained HTML, the chart (`chart_html`) an interactive page."""
     title = f"opd job monitor: {', '.join(job_ids)}" + ("" if state["done"] else " (live)")
-    return render.box(
-        status_html(state)
-        + notes_html(state)
-        + alerts_html(state)
-        + chart_html
-        + samples_html(state)
-        + checkpoints_html(state)
-        + logs_html(state),
-        title=title,
+    return (
+        '<div class="opd-monitor-snap">'
+        + render.box(
+            status_html(state)
+            + notes_html(state)
+            + alerts_html(state)
+            + chart_html
+            + samples_html(state)
+            + checkpoints_html(state)
+            + logs_html(state),
+            title=title,
+        )
+        + "</div>"
     )
 
 
@@ -211,10 +216,10 @@ def snapshot_text(state: dict[str, Any]) -> str:
     lines = list(state.get("notes") or [])
     for jid, v in state["jobs"].items():
         total = f"/{v['total_steps']}" if v["total_steps"] else ""
-        last = v["last_metrics"]
+        loss = latest_text(v, LOSS)
         lines.append(
-            f"{jid}: {v['status']} step {v['step']}{total} epoch {render.fmt(v['epoch'])}"
-            + (f" loss {render.fmt(last.get(LOSS))}" if LOSS in last else "")
+            f"{jid}: {v['status']} step {v['step']}{total} epoch {epoch_text(v['epoch'], v['n_epochs'])}"
+            + (f" loss {loss}" if loss else "")
         )
         lines += [f"  ! {a['message']} (fix: {a['fix']})" for a in v["alerts"]]
         if v["best_checkpoint"]:
@@ -244,15 +249,14 @@ def rich_table(state: dict[str, Any]) -> Any:
     for col in ("job", "status", "step", "epoch", "loss", "valid_token_rate", "reward mean@1", "alerts"):
         table.add_column(col)
     for jid, v in state["jobs"].items():
-        last = v["last_metrics"]
         table.add_row(
             Text(jid),
             Text(v["status"]),
             str(v["step"]),
-            render.fmt(v["epoch"]),
-            render.fmt(last.get(LOSS)),
-            render.fmt(last.get(VALID_TOKEN_RATE)),
-            render.fmt(last.get(REWARD_MEAN)),
+            epoch_text(v["epoch"], v["n_epochs"]),
+            latest_text(v, LOSS),
+            latest_text(v, VALID_TOKEN_RATE),
+            latest_text(v, REWARD_MEAN),
             Text("; ".join(a["message"] for a in v["alerts"])),
         )
     return table

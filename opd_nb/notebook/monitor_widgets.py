@@ -130,3 +130,5 @@ class MonitorWidgets:
             widget.value = render.box(fragment) if fragment else ""
         for jid, button in self.cancel.items():
             button.disabled = state["jobs"][jid]["terminal"]
+        # The guard acts only on unfinished jobs: once every job ended there is nothing to switch.
+        self.guard.disabled = all(v["terminal"] for v in state["jobs"].values())

@@ -8,13 +8,15 @@ fragments. Every piece of user text (prompts, completions, reward errors) goes t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opd_nb import render
 from opd_nb.client.rollout_results import LEGEND, summary, tokens_html
+from opd_nb.notebook import snapshot
 
 SNAPSHOT_SAMPLES = 64  # samples whose pane a saved viewer carries (each is a few KB of shaded tokens)
+_SCROLL = "max-height:22em;overflow-y:auto"  # about 14 rows: a saved viewer's table scrolls in this
 _PANE = "flex:1 1 0;min-width:0;border:1px solid #ddd;padding:4px 8px;margin:2px"
 
 
@@ -73,8 +75,9 @@ def reward_html(record: Mapping[str, Any]) -> str:
     return table + err
 
 
-def sample_html(record: Mapping[str, Any]) -> str:
-    """One sample: its prompt and shaded completion, with the reward's verdict beside it."""
+def sample_html(record: Mapping[str, Any], trajectory: str = "") -> str:
+    """One sample: its prompt and shaded completion, with the reward's verdict beside it (and its
+    `trajectory`'s HTML below, when given)."""
     left = (
         messages_html(record.get("messages") or ())
         + "<div><b>completion</b> (hover a token for both log-probs)</div>"
@@ -83,7 +86,7 @@ def sample_html(record: Mapping[str, Any]) -> str:
     return (
         '<div style="display:flex;flex-wrap:wrap;gap:4px">'
         f'<div style="{_PANE};flex-grow:3">{left}</div>'
-        f'<div style="{_PANE};flex-grow:1">{reward_html(record)}</div></div>'
+        f'<div style="{_PANE};flex-grow:1">{reward_html(record)}</div></div>' + trajectory
     )
 
 
@@ -116,6 +119,7 @@ def table_html(
         ["#", "kind", "prompt", "completion", "reward", "length", "truncated", "mean log-ratio"],
         rows,
         row_data=[str(i) for i in order] if clickable else None,
+        text_cols=(1, 2, 3),
     )
 
 
@@ -123,7 +127,11 @@ def legend_html() -> str:
     return f'<div style="font-size:11px;color:#555">{render.esc(LEGEND)}</div>'
 
 
-def viewer_html(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+def viewer_html(
+    state: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    trajectory: Callable[[int], str] | None = None,
+) -> str:
     """The viewer's static snapshot: where it stands, the table, the selected sample."""
     title = f"rollouts of {state['job_id']}"
     if state["note"]:
@@ -139,14 +147,23 @@ def viewer_html(state: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) 
     panes = list(order[:SNAPSHOT_SAMPLES])
     if selected is not None and selected not in panes:
         panes.append(selected)
-    hint = (
-        f"<div><small>saved view: click a column to sort, a row to show its sample "
-        f"({'all' if len(panes) >= len(order) else f'the first {SNAPSHOT_SAMPLES}'} in this order)</small></div>"
+    which = "all" if len(panes) >= len(order) else f"the first {SNAPSHOT_SAMPLES}"
+    hint = snapshot.hint(
+        f"saved view: click a column to sort, a row to show its sample below ({which} in this order)",
+        "sort the table and show another sample",
     )
-    parts = [f"<div>{where}</div>", legend_html(), hint, table_html(records, order, selected, clickable=True)]
+    table = table_html(records, order, selected, clickable=True)
+    # the table scrolls in a box of its own, so the sample under it stays in sight
+    parts = [
+        f"<div>{where}</div>",
+        legend_html(),
+        hint,
+        f'<div class="opd-scroll" style="{_SCROLL}">{table}</div>',
+    ]
     for i in panes:
         shown = "" if i == selected else ' style="display:none"'
-        parts.append(f'<div class="opd-sample" data-sample="{i}"{shown}>{sample_html(records[i])}</div>')
+        pane = sample_html(records[i], trajectory(i) if trajectory else "")
+        parts.append(f'<div class="opd-sample" data-sample="{i}"{shown}>{pane}</div>')
     return render.box("".join(parts), title=title)
 
 

@@ -8,8 +8,9 @@ disagrees (tooltip: both log-probs), the reward's score, metrics and error besid
 It reads ``JobClient.rollouts`` (the local control plane's recorded rollouts), from a running job
 (``refresh()`` picks up new steps) or a finished one. Every control change runs on the kernel's
 own thread and only sets widget values. Its output (:class:`~opd_nb.notebook.display.LiveView`)
-carries a static HTML snapshot next to the widget, so a saved notebook (or a frontend without
-widgets) still shows the table and the selected sample. A control plane without the endpoint (Bailian) gets a note that the Bailian
+carries a static HTML snapshot next to the widget, so a frontend without widgets (or an export)
+still shows the table and the selected sample, sortable and clickable with no kernel; a saved
+notebook reopens the live widget from its saved widget state (JupyterLab's saveState, on in binder/). A control plane without the endpoint (Bailian) gets a note that the Bailian
 console shows trajectories.
 """
 
@@ -19,9 +20,10 @@ from typing import Any
 
 from opd_nb.client.rollout_results import CLOUD_NOTE, KINDS, SORTS, RolloutPage, sort_order, summary
 from opd_nb.errors import OpdError
-from opd_nb.notebook import rollout_html
+from opd_nb.notebook import rollout_html, trajectory_view
 from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import interactive
+from opd_nb.traces.page import TracesPage
 
 ALL = "all"  # the kind filter's "both kinds"
 
@@ -49,6 +51,7 @@ class RolloutViewer(LiveView):
         self.kind = kind
         self.sort = sort
         self.page: RolloutPage | None = None
+        self.traces: TracesPage | None = None
         self.available: bool | None = None  # False: this control plane has no rollouts endpoint
         self.selected: int | None = None
         self.loads = 0
@@ -74,6 +77,7 @@ class RolloutViewer(LiveView):
         self.loads += 1
         self.available = page is not None
         self.page = page
+        self.traces = trajectory_view.fetch(self.client, self.job_id, self.step)  # each sample's spans
         order = self.order
         self.selected = order[0] if order else None
         self._sync()
@@ -167,8 +171,12 @@ class RolloutViewer(LiveView):
             "sample": selected,
         }
 
+    def trajectory_html(self, index: int) -> str:
+        """Record `index`'s trajectory: the spans of its rollout and reward calls (a waterfall)."""
+        return trajectory_view.record_pane_html(self.traces, self.records[index])
+
     def to_html(self) -> str:
-        return interactive(rollout_html.viewer_html(self.state, self.records))
+        return interactive(rollout_html.viewer_html(self.state, self.records, self.trajectory_html))
 
     def __str__(self) -> str:
         if self.available is False:
@@ -183,6 +191,11 @@ class RolloutViewer(LiveView):
 
     def __repr__(self) -> str:
         return f"RolloutViewer({self.job_id!r}, step={self.step!r}, kind={self.kind!r})"
+
+    @property
+    def final(self) -> bool:
+        """A control plane without rollouts (Bailian): nothing to pick or refresh, only the note."""
+        return self.available is False
 
     # ------------------------------------------------------------ widgets
     def widget(self) -> Any:

@@ -136,5 +136,7 @@ class ViewerWidgets:
         self.table.value = state["selected"]
         chosen = state["selected"]
         self.sample.value = (
-            render.box(rollout_html.sample_html(records[chosen])) if chosen is not None else ""
+            render.box(rollout_html.sample_html(records[chosen], self.viewer.trajectory_html(chosen)))
+            if chosen is not None
+            else ""
         )

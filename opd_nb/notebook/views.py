@@ -19,6 +19,7 @@ from opd_nb.cli.view_requests import (
     PlaygroundRequest,
     RolloutsRequest,
     SweepRequest,
+    TracesRequest,
     WatchRequest,
 )
 
@@ -32,7 +33,7 @@ def _monitor(request: WatchRequest) -> Any:
     guard = request.guard if request.guard is not None else False
     submitted = request.submitted
     client = submitted.client if submitted is not None else None
-    notes = [submitted.headline(), *submitted.note_lines()] if submitted is not None else []
+    notes = [submitted.headline(status=False), *submitted.note_lines()] if submitted is not None else []
     monitor = JobMonitor(
         list(request.job_ids),
         client or JobClient(request.target),
@@ -49,6 +50,21 @@ def _rollouts(request: RolloutsRequest) -> Any:
 
     client = JobClient(request.target)
     return RolloutViewer(request.job_id, client, step=request.step, kind=request.kind, sort=request.sort)
+
+
+def _traces(request: TracesRequest) -> Any:
+    from opd_nb.client import JobClient
+    from opd_nb.notebook.trajectory_view import TrajectoryView
+
+    client = JobClient(request.target)
+    return TrajectoryView(
+        request.job_id,
+        client,
+        step=request.step,
+        kind=request.kind,
+        group=request.group,
+        sample=request.sample,
+    )
 
 
 def _form(request: FormRequest) -> Any:
@@ -121,6 +137,7 @@ _OPENERS: dict[type, Any] = {
     SweepRequest: _sweep,
     CompareRequest: _compare,
     RolloutsRequest: _rollouts,
+    TracesRequest: _traces,
     FormRequest: _form,
     PlaygroundRequest: _playground,
     ConfigCellRequest: _config_cell,

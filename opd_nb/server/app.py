@@ -31,10 +31,22 @@ from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.openapi import document
+from opd_nb.server.otlp_forward import Forwarder, headers_from_env
 from opd_nb.server.records import ServeOptions
 from opd_nb.server.responses import install_error_handlers
-from opd_nb.server.routers import deployments, files, functions, health, inference, jobs, models, rollouts
+from opd_nb.server.routers import (
+    deployments,
+    files,
+    functions,
+    health,
+    inference,
+    jobs,
+    models,
+    rollouts,
+    traces,
+)
 from opd_nb.server.store import Store
+from opd_nb.server.trace_intake import TraceIntake
 
 log = logging.getLogger("opd_nb.server")
 # One router per resource. Order matters: `/fine-tunes/create/{kind}` and friends before
@@ -46,6 +58,7 @@ ROUTERS = (
     jobs.router,
     models.router,
     rollouts.router,
+    traces.router,
     deployments.router,
     inference.router,
 )
@@ -81,6 +94,8 @@ def build_services(options: ServeOptions) -> Services:
     store = Store(data_dir)
     registry = ModelRegistry(store, options.model_map)
     launcher = Launcher(data_dir)  # workers and serving processes, forked from one warm process
+    forward = Forwarder(options.otlp_forward, headers_from_env()) if options.otlp_forward else None
+    intake = TraceIntake(data_dir, store, forward)
     return Services(
         data_dir=data_dir,
         store=store,
@@ -92,6 +107,7 @@ def build_services(options: ServeOptions) -> Services:
             max_running=options.max_running,
             resume=options.resume,
             max_interruptions=options.max_interruptions,
+            worker_env=intake.worker_env,
         ),
         instances=InstanceManager(store, data_dir),
         max_zip_bytes=int(os.environ.get("OPD_MAX_ZIP_BYTES") or MAX_ZIP_BYTES),  # tests lower it
@@ -99,6 +115,7 @@ def build_services(options: ServeOptions) -> Services:
             store, registry, data_dir, launcher, max_deployments=options.max_deployments
         ),
         launcher=launcher,
+        traces=intake,
     )
 
 
@@ -130,6 +147,7 @@ def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
         await run_in_threadpool(services.instances.stop_all)
         await run_in_threadpool(services.deployments.stop_all)
         await run_in_threadpool(services.launcher.close)
+        await run_in_threadpool(services.traces.close)
 
     app = ControlPlane(
         title="opd-nb local control plane",

@@ -16,6 +16,7 @@ import secrets
 from typing import Any
 
 from opd_nb.server.responses import err
+from opd_nb.server.trace_env import OTLP_PREFIX  # span exports: checked by their job's token instead
 
 OSS_PREFIX = "/api/v1/local-oss/"  # the signed-URL zip PUT: checked by its token, not by the key
 
@@ -37,7 +38,7 @@ class BearerAuth:
 
     def _problem(self, scope: dict) -> str | None:
         path = scope.get("path", "")
-        if path.startswith(OSS_PREFIX):
+        if path.startswith((OSS_PREFIX, OTLP_PREFIX)):
             return None
         if self._key is None and not path.startswith(("/api/", "/compatible-mode/")):
             return None

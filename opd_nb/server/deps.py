@@ -23,6 +23,7 @@ from opd_nb.server.jobs import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.store import Store
+from opd_nb.server.trace_intake import TraceIntake
 
 MAX_PAGE = 10**9  # paging numbers stay far inside SQLite's 64-bit INTEGER
 
@@ -39,6 +40,7 @@ class Services:
     max_zip_bytes: int
     deployments: DeploymentManager
     launcher: Launcher
+    traces: TraceIntake  # the SDK's spans of the jobs' function calls (routers/traces.py)
     uploads: UploadSigner = field(default_factory=UploadSigner)  # tokens of this run's zip upload URLs
 
 

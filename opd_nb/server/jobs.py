@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES, UNKNOWN
@@ -56,6 +57,7 @@ class JobManager(JobEndings):
         poll_s: float = 0.25,
         resume: bool = True,
         max_interruptions: int = MAX_INTERRUPTIONS,
+        worker_env: Callable[[str], dict[str, str]] | None = None,
     ):
         self.store = store
         self.data_dir = data_dir
@@ -64,6 +66,7 @@ class JobManager(JobEndings):
         self.poll_s = poll_s
         self.resume = resume
         self.max_interruptions = max(1, max_interruptions)
+        self.worker_env = worker_env  # per job: what its worker passes its function servers (tracing)
         self._procs: dict[str, ChildProcess] = {}
         self._cancel_at: dict[str, float] = {}
         self._resume: list[str] = []  # RUNNING jobs to start again (oldest first), before any PENDING
@@ -234,6 +237,7 @@ class JobManager(JobEndings):
             return
         env = process_tree.child_env(self.data_dir, process_tree.job_owner(job_id))
         env["OPD_SERVER_PID"] = str(os.getpid())  # the worker exits when this process is gone
+        env.update(self.worker_env(job_id) if self.worker_env else {})
         # The scheduler's own thread: it may wait for the fork server's first import (a fresh
         # process would spend the same time importing).
         proc = self.launcher.start(

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 from opd_nb.server.auth import OSS_PREFIX
 from opd_nb.server.decoding import body_problem
 from opd_nb.server.responses import INVALID, err
+from opd_nb.server.trace_env import OTLP_PREFIX
 
 MAX_JSON_BYTES = 16 * 2**20  # any non-multipart body
 MAX_FORM_BYTES = 512 * 2**20  # a multipart dataset upload (POST /files)
@@ -78,7 +79,11 @@ class BodyGuard:
         if body is None:
             await err(413, "RequestTooLarge", too_large(what, cap))(scope, receive, send)
             return
-        # Every body, whatever its Content-Type: a route may read any body as JSON.
+        # Every body, whatever its Content-Type: a route may read any body as JSON (only a span export
+        # in protobuf is binary, and its route reads it as nothing else).
+        if ctype.startswith("application/x-protobuf") and scope.get("path", "").startswith(OTLP_PREFIX):
+            await self.app(scope, _replay(body, receive), send)
+            return
         big = len(body) > _THREAD_ABOVE
         problem = await anyio.to_thread.run_sync(body_problem, body) if big else body_problem(body)
         if problem:

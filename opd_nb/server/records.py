@@ -49,6 +49,7 @@ class ServeOptions(BaseModel):
     max_deployments: int | None = None  # None: $OPD_MAX_DEPLOYMENTS, else DEFAULT_MAX_DEPLOYMENTS
     checkpoint_ttl_days: float | None = None  # None: $OPD_CHECKPOINT_TTL_DAYS, else 15
     log_level: str = "warning"
+    otlp_forward: str | None = None  # also send the jobs' spans to this OTLP/HTTP collector (headers: env)
 
     @field_validator("data_dir", mode="before")
     @classmethod

@@ -108,10 +108,16 @@ class StepRows(Database):
         return self._one("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)[0]
 
     def add_metrics(self, job_id: str, step: int, row: dict) -> None:
+        """Write a step's metrics; keys already there that `row` lacks stay (the engine's row and the
+        trace numbers of the same step arrive separately, in either order)."""
         with self.tx() as conn:
+            old = conn.execute(
+                "SELECT row FROM metrics WHERE job_id = ? AND step = ?", (job_id, step)
+            ).fetchone()
+            merged = {**json.loads(old[0]), **row} if old else row
             conn.execute(
                 "INSERT OR REPLACE INTO metrics(job_id, step, row) VALUES (?,?,?)",
-                (job_id, step, json.dumps(row)),
+                (job_id, step, json.dumps(merged)),
             )
 
     def metrics(self, job_id: str) -> list[dict]:

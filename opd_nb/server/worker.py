@@ -29,6 +29,7 @@ from opd_nb.server.disk_space import DISK_FULL
 from opd_nb.server.job_failures import fail_job, full_disk_failure
 from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome, cancel_message
 from opd_nb.server.store import Store, now_text
+from opd_nb.server.trace_env import function_env
 from opd_nb.server.worker_exits import EXIT_INTERRUPTED
 
 _STOP_POLL_S = 0.5
@@ -304,12 +305,17 @@ def _start_functions(
     rollout: RolloutEndpoint | None = None
     for spec in specs:
         events.log(f"starting {spec.kind} function {spec.name!r} ({spec.processor})")
+        tracing = function_env(os.environ, f"opd {job_dir.name} {spec.kind} {spec.name}")
+        if tracing:
+            events.log(
+                f"{spec.kind} function {spec.name!r}: its spans are traced (opd traces {job_dir.name})"
+            )
         server = FunctionServer.start(
             spec.code_dir,
             spec.kind,
             spec.processor,
             log_path=job_dir / "functions" / f"{spec.entity_id}.log",
-            env=spec.env,
+            env={**(spec.env or {}), **tracing},
             startup_timeout=90.0,
         )
         servers.append(server)

@@ -513,7 +513,7 @@ def plan_entities(functions: list, workspace: Path, target: str, fresh: bool) ->
         if fresh:
             note = f"registering {name}: --fresh"
         elif record is None:
-            note = f"registering {name}: no entity remembered for {target}"
+            note = f"registering {name}: new on {target} (no earlier registration to reuse)"
         elif record.get("code_hash") != code or not record.get("entity_id"):
             note = f"registering {name}: code changed since {record.get('entity_id')} was registered"
         else:

@@ -3,9 +3,8 @@
  * so it defines one global, opdChart(el, data), and nothing else. */
 function opdChart(el, data) {
   "use strict";
-  // mid-luminance hues: they read on white and on dark themes
-  const PALETTE = ["#3b82f6", "#f97316", "#10b981", "#ef4444", "#8b5cf6",
-    "#06b6d4", "#ec4899", "#84cc16", "#d97706", "#64748b"];
+  // one colour per job, in order of first appearance: the document's palette (chart_data.PALETTE)
+  const PALETTE = (data && data.palette && data.palette.length) ? data.palette.slice() : ["#3b82f6"];
   const PANEL_H = 190, MIN_COL = 340, GAP = 12, TOP = 26, BOTTOM = 20, RIGHT = 16, SUFFIX = ["", "k", "M", "G", "T"];
   // scoped under .opd-chart ("&": the root); currentColor follows the host's theme
   const CSS = `&{position:relative;font:12px/1.4 system-ui,sans-serif;background:transparent;padding:2px}
@@ -13,6 +12,8 @@ function opdChart(el, data) {
 .opd-title{font-size:13px;font-weight:600;margin:0 0 4px}
 .opd-controls{display:flex;flex-wrap:wrap;align-items:center;gap:4px 16px;margin:0 0 4px}
 .opd-ctl,.opd-legend-item{display:inline-flex;align-items:center;gap:6px;cursor:pointer;user-select:none;white-space:nowrap}
+.opd-legend-item{max-width:100%}
+.opd-legend-label{overflow:hidden;text-overflow:ellipsis;min-width:0}
 .opd-smoothing{width:110px;margin:0}
 input[type=checkbox]{margin:0}
 .opd-smoothing-value,.opd-range{min-width:2.4em;font-variant-numeric:tabular-nums}
@@ -40,9 +41,10 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
 .opd-note{margin-top:4px;font-size:11px}
 .opd-title:empty,.opd-note:empty{display:none}
 .opd-empty:not(:empty){padding:16px 4px;opacity:.6}
-.opd-tip{position:absolute;z-index:10;display:none;pointer-events:none;white-space:nowrap;font-size:11.5px;padding:5px 8px;border-radius:4px;border:1px solid #8886;box-shadow:0 2px 8px #0003;background:var(--jp-layout-color1,var(--vscode-editor-background,Canvas));color:var(--jp-ui-font-color1,var(--vscode-editor-foreground,CanvasText))}
+.opd-tip{position:absolute;z-index:10;display:none;pointer-events:none;max-width:460px;overflow-wrap:anywhere;font-size:11.5px;padding:5px 8px;border-radius:4px;border:1px solid #8886;box-shadow:0 2px 8px #0003;background:var(--jp-layout-color1,var(--vscode-editor-background,Canvas));color:var(--jp-ui-font-color1,var(--vscode-editor-foreground,CanvasText))}
 .opd-tip-head{font-weight:600;margin-bottom:2px}
-.opd-tip-row{display:flex;align-items:center;gap:6px;font-variant-numeric:tabular-nums}`
+.opd-tip-row{display:flex;align-items:baseline;gap:6px;font-variant-numeric:tabular-nums}
+.opd-tip-row>span:last-child{min-width:0}`
     .split("\n").map((r) => r.slice(0, r.indexOf("{")).split(",")
       .map((x) => (x[0] === "&" ? ".opd-chart" + x.slice(1) : ".opd-chart " + x)).join(",") + r.slice(r.indexOf("{")))
     .join("\n");
@@ -88,8 +90,8 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
   function fmtStep(s) { return Number.isInteger(s) ? String(s) : strip(s.toFixed(3)); }
 
   // ticks at 1, 2 or 5 times a power of ten: {p: axis position, t: label}
-  function linTicks(lo, hi, count) {
-    const raw = (hi - lo) / M.max(1, count), p = M.pow(10, M.floor(M.log10(raw))), f = raw / p;
+  function linTicks(lo, hi, count, least) {
+    const raw = M.max((hi - lo) / M.max(1, count), least || 0), p = M.pow(10, M.floor(M.log10(raw))), f = raw / p;
     const step = p * (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10), out = [];
     for (let k = M.ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k++) out.push({ p: k * step, t: fmt(k * step, step) });
     return out;
@@ -206,11 +208,17 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
     view.drawn = 0;
     for (const m of model.panels) view.drawn += drawPanel(panels.get(m), vis.filter((s) => s.metric === m), W, dom);
     view.xdomain = dom.slice();
-    const edge = (v) => (dom[1] - dom[0] >= 20 ? String(M.round(v)) : strip(v.toFixed(2)));
-    rangeEl.textContent = ui.zoom ? "steps " + edge(dom[0]) + "\u2013" + edge(dom[1]) : "";
+    rangeEl.textContent = ui.zoom ? rangeText(dom) : "";
     resetEl.disabled = !ui.zoom;
     cost = Date.now() - t0;
     if (hover && !drag) showTip(hover); // keep the read-out current
+  }
+
+  // the zoom's edges in whole steps: the first and last step inside it
+  function rangeText(dom) {
+    const a = M.ceil(dom[0] - 1e-6), b = M.floor(dom[1] + 1e-6);
+    return a <= b ? (a === b ? "step " + a : "steps " + a + "\u2013" + b)
+      : "between steps " + M.floor(dom[0]) + " and " + M.ceil(dom[1]);
   }
 
   function updateLegend(held) {
@@ -220,8 +228,8 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
     if (key !== legendKey) { // rebuilt only on change, so a click keeps its target
       legendKey = key;
       legendEl.innerHTML = [...jobs].map(([job, label]) =>
-        `<span class="opd-legend-item" data-job="${esc(job)}" title="${esc(job)} (click: hide/show)">` +
-        `<span class="opd-swatch" style="background:${colorOf(job)}"></span>${esc(label)}</span>`).join("");
+        `<span class="opd-legend-item" data-job="${esc(job)}" title="${esc(label === job ? job : label + " (" + job + ")")} (click: hide/show)">` +
+        `<span class="opd-swatch" style="background:${colorOf(job)}"></span><span class="opd-legend-label">${esc(label)}</span></span>`).join("");
     }
     for (const it of legendEl.children) it.classList.toggle("off", ui.hidden.has(it.getAttribute("data-job")));
   }
@@ -237,20 +245,26 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
   // one panel as one string: one innerHTML is far cheaper than many DOM calls
   function drawPanel(p, items, W, dom) {
     const logy = ui.logy, ph = PANEL_H - TOP - BOTTOM, parts = [];
-    // pass 1: the points in the x-domain set the y range; one more each side keeps lines to the edges
+    // pass 1: the points in the x-domain, raw and smoothed, set the y range (a zoom must keep the
+    // smoothed line, which carries earlier points, inside the plot); one more point each side keeps
+    // lines to the edges
     let ylo = Infinity, yhi = -Infinity, neg = 0, drawn = 0;
+    const fit = (v) => {
+      if (logy) { if (!(v > 0)) return false; v = M.log10(v); }
+      if (v < ylo) ylo = v;
+      if (v > yhi) yhi = v;
+      return true;
+    };
     for (const s of items) {
-      const o = xoff(s), st = s.steps, n = st.length;
+      const o = xoff(s), st = s.steps, n = st.length, sm = smoothed(s, ui.smoothing);
       const a = bound(st, dom[0] - o), b = bound(st, dom[1] - o, true) - 1;
       if (a > b && (a === 0 || a === n)) continue; // wholly outside the view
       const i0 = M.max(0, a - 1), i1 = M.min(n - 1, b + 1);
       for (let i = a <= b ? a : i0; i <= (a <= b ? b : i1); i++) { // none inside: the segment across
-        let v = s.values[i];
-        if (logy) { if (v <= 0) { neg++; continue; } v = M.log10(v); }
-        if (v < ylo) ylo = v;
-        if (v > yhi) yhi = v;
+        if (!fit(s.values[i])) neg++;
+        fit(sm[i]);
       }
-      parts.push({ s, o, i0, i1, sm: smoothed(s, ui.smoothing) });
+      parts.push({ s, o, i0, i1, sm });
     }
     if (!(ylo <= yhi)) { ylo = logy ? -1 : 0; yhi = 1; }
     else if (yhi - ylo <= 1e-12 * M.max(1, M.abs(yhi))) { // all equal: a band around the value
@@ -258,7 +272,7 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
     } else { const pad = (yhi - ylo) * 0.06; ylo -= pad; yhi += pad; }
     const yt = logy ? logTicks(ylo, yhi, 4) : linTicks(ylo, yhi, 4);
     const ml = M.round(M.max(34, 12 + 6.2 * M.max(0, ...yt.map((t) => t.t.length)))), pw = M.max(20, W - ml - RIGHT);
-    const xt = linTicks(dom[0], dom[1], M.max(2, M.round(pw / 85))), kx = pw / (dom[1] - dom[0]), ky = ph / (yhi - ylo);
+    const xt = linTicks(dom[0], dom[1], M.max(2, M.round(pw / 85)), 1), kx = pw / (dom[1] - dom[0]), ky = ph / (yhi - ylo);
     const Y = (v) => (yhi - (logy ? M.log10(v) : v)) * ky;
     // pass 2: paths in the plot's own coordinates (a nested <svg> clips them, no ids needed)
     let raws = "", lines = "", g = "";
@@ -350,7 +364,7 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
       if (x < I.dom[0] || x > I.dom[1]) continue;
       const text = `${q.s.label} \u00b7 step ${fmtStep(x)}${q.o ? ` (job step ${fmtStep(st[i])})` : ""}` +
         ` \u00b7 value ${fmtVal(v)} (smoothed ${fmtVal(m)})`;
-      rows += `<div class="opd-tip-row"><span class="opd-swatch" style="background:${c}"></span>${esc(text)}</div>`;
+      rows += `<div class="opd-tip-row"><span class="opd-swatch" style="background:${c}"></span><span>${esc(text)}</span></div>`;
       if (!I.logy || m > 0) dots += `<circle r="3.2" cx="${r1(I.ml + ((x - I.dom[0]) * I.pw) / span)}" cy="${r1(TOP + I.Y(m))}" fill="${c}"/>`;
     }
     if (!rows) return hideTip();
@@ -360,6 +374,7 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
     rule.setAttribute("x1", r1(vx)); rule.setAttribute("x2", r1(vx)); rule.style.display = "";
     p.svg.querySelector(".opd-dots").innerHTML = dots;
     tipEl.innerHTML = `<div class="opd-tip-head">${esc(p.metric)}</div>${rows}`;
+    tipEl.style.maxWidth = M.max(120, M.min(460, el.clientWidth - 8)) + "px"; // long labels wrap inside
     tipEl.style.display = "block";
     // near the cursor, flipped left (or up) rather than clipped at the root's edge
     const r = el.getBoundingClientRect(), cx = h.x - r.left, cy = h.y - r.top, tw = tipEl.offsetWidth, th = tipEl.offsetHeight;

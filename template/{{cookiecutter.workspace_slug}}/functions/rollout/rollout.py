@@ -6,6 +6,12 @@ OpenAI-compatible endpoint serving the current student. We call it, run any tool
 for, feed the result back, and return the whole conversation; the teacher then scores the student's
 turns. Failures are reported through ``status``/``error``, never raised.
 
+Tracing: ``@observe_processor`` (the whole rollout), ``@observe_llm`` (each model call: the messages
+the student saw, its answer, token usage) and ``@observe_tool`` (each tool run: arguments, result, an
+error span if it raises) are the SDK's documented wrappers. They cost nothing unless tracing is on:
+`opd serve` turns it on and shows the spans (``opd traces JOB``, the rollout viewer's trajectory);
+on Bailian they go to the console's Trajectory tab.
+
 Only the SDK, ``httpx`` (an SDK dependency) and the standard library are imported: this file runs
 in Function Compute.
 """
@@ -26,7 +32,12 @@ from dashscope.finetune.reinforcement import (
     RolloutOutput,
     TaskStatus,
 )
-from dashscope.finetune.reinforcement.component.observability import observe_processor
+from dashscope.finetune.reinforcement.component.observability import (
+    observe_llm,
+    observe_processor,
+    observe_tool,
+    openai_completion_to_output_messages,
+)
 
 MAX_TURNS = 4  # model calls per rollout; a conversation still asking for tools after that is cut
 REQUEST_TIMEOUT_S = 60.0
@@ -34,6 +45,7 @@ REQUEST_TIMEOUT_S = 60.0
 RESERVED_KEYS = {"model", "messages", "tools", "stream"}
 
 
+@observe_tool
 def count_digits(digits: str) -> dict[str, int]:
     """Example tool: how often each digit occurs (enough to write the sorted answer)."""
     counts = Counter(ch for ch in str(digits) if ch.isdigit())
@@ -91,6 +103,32 @@ class RolloutError(Exception):
     """The model endpoint failed or answered something unusable."""
 
 
+def llm_span_result(invocation: Any, completion: dict[str, Any]) -> None:
+    """What an LLM span records of a chat-completions answer (a plain dict here): its messages and usage."""
+    usage = completion.get("usage") or {}
+    invocation.input_tokens = usage.get("prompt_tokens")
+    invocation.output_tokens = usage.get("completion_tokens")
+    invocation.response_model_name = completion.get("model")
+    invocation.response_id = completion.get("id")
+    invocation.output_messages = openai_completion_to_output_messages(completion)
+
+
+@observe_llm(provider="openai", result_mapper=llm_span_result)
+async def chat_completion(client: httpx.AsyncClient, url: str, headers: dict[str, str], *, model: str,
+                          messages: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
+    """One chat-completions call (an LLM span with `model` and `messages` when tracing is on)."""
+    response = await client.post(url, json=body, headers=headers)
+    if response.status_code != 200:
+        raise RolloutError(f"HTTP {response.status_code}: {response.text[:300]}")
+    try:
+        completion = response.json()
+        if not isinstance(completion["choices"][0]["message"], dict):
+            raise TypeError("the message is not an object")
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise RolloutError(f"not a chat-completions answer ({exc!r}): {response.text[:300]}") from None
+    return completion
+
+
 class {{ cookiecutter.rollout_class }}(AbstractRolloutProcessor):
     """Multi-turn rollout with tool calls against the OpenAI-compatible student endpoint."""
 
@@ -143,13 +181,9 @@ class {{ cookiecutter.rollout_class }}(AbstractRolloutProcessor):
     @staticmethod
     async def _complete(client: httpx.AsyncClient, url: str, headers: dict[str, str],
                         body: dict[str, Any]) -> dict[str, Any]:
-        response = await client.post(url, json=body, headers=headers)
-        if response.status_code != 200:
-            raise RolloutError(f"HTTP {response.status_code}: {response.text[:300]}")
-        try:
-            message = response.json()["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise RolloutError(f"not a chat-completions answer ({exc!r}): {response.text[:300]}") from None
+        completion = await chat_completion(client, url, headers, model=body["model"],
+                                           messages=body["messages"], body=body)
+        message = completion["choices"][0]["message"]
         result = {"role": "assistant", "content": message.get("content") or ""}
         if message.get("tool_calls"):
             result["tool_calls"] = message["tool_calls"]

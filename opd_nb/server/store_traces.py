@@ -1,0 +1,96 @@
+"""A job's spans on disk: one JSONL file per step and kind, kept like its rollout records.
+
+``jobs/<job_id>/traces/train-000012.jsonl`` holds the spans of train step 12's calls (validation:
+``validation-000012.jsonl``), one :class:`~opd_nb.traces.spans.Span` per line, appended as export
+batches arrive. Retention is the rollouts' rule (:func:`opd_nb.engine.rollouts.expired_steps`: the
+newest ``OPD_ROLLOUTS_KEEP_STEPS`` train steps, plus every evaluation's); a step's file stops growing
+at :data:`MAX_STEP_BYTES`. The files live in the job's directory, so they survive a restart and go with
+the job when it is deleted. A line a killed server left half-written is skipped on reading.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from opd_nb.engine.rollouts import expired_steps, keep_steps
+from opd_nb.traces.ids import KINDS
+from opd_nb.traces.spans import Span
+
+DIRNAME = "traces"
+MAX_STEP_BYTES = 32 * 2**20  # one step's spans; past it a step's further spans are dropped (and counted)
+_FILE = re.compile(r"^(train|validation)-(\d+)\.jsonl$")
+
+
+def file_name(kind: str, step: int) -> str:
+    return f"{kind}-{step:06d}.jsonl"
+
+
+class TraceFiles:
+    """Appends, reads and retains the span files of every job under ``data_dir/jobs``."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self._lock = threading.Lock()  # appends and retention of all jobs (one writer: this server)
+
+    def dir(self, job_id: str) -> Path:
+        return self.data_dir / "jobs" / job_id / DIRNAME
+
+    def steps(self, job_id: str) -> dict[str, list[int]]:
+        """The steps with spans on disk, per kind, ascending."""
+        out: dict[str, list[int]] = {k: [] for k in KINDS}
+        try:
+            names = os.listdir(self.dir(job_id))
+        except (FileNotFoundError, NotADirectoryError):
+            return out
+        for name in names:
+            if m := _FILE.match(name):
+                out[m.group(1)].append(int(m.group(2)))
+        return {k: sorted(v) for k, v in out.items()}
+
+    def add(self, job_id: str, kind: str, step: int, spans: Iterable[Span]) -> int:
+        """Append `spans` to the step's file; returns how many were dropped (the step's file is full)."""
+        lines = [s.model_dump_json() + "\n" for s in spans]
+        if not lines:
+            return 0
+        path = self.dir(job_id) / file_name(kind, step)
+        with self._lock:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            size = path.stat().st_size if path.exists() else 0
+            kept = []
+            for line in lines:
+                size += len(line.encode())
+                if size > MAX_STEP_BYTES:
+                    break
+                kept.append(line)
+            if kept:
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write("".join(kept))
+            if kind == "train":
+                self._retain(job_id)
+        return len(lines) - len(kept)
+
+    def read(self, job_id: str, kind: str, step: int) -> list[Span]:
+        """The spans of one step and kind (none when nothing was received, or retention removed them)."""
+        path = self.dir(job_id) / file_name(kind, step)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(Span.model_validate_json(line))
+            except (ValidationError, ValueError):
+                continue  # half a line: the server was killed while appending
+        return out
+
+    def _retain(self, job_id: str) -> None:
+        on_disk = self.steps(job_id)
+        for step in expired_steps(on_disk["train"], set(on_disk["validation"]), keep_steps()):
+            (self.dir(job_id) / file_name("train", step)).unlink(missing_ok=True)

@@ -1,0 +1,164 @@
+"""The control plane's side of tracing: who may send spans, where they go, and what a step's say.
+
+One :class:`TraceIntake` per server. It gives each job's worker the OTLP endpoint and the job's token
+(:meth:`worker_env`), accepts an export (:meth:`accept`: the token names the job; each span finds its
+step and rollout sample by the SDK's baggage ids, :mod:`opd_nb.traces.ids`), appends the spans to the
+job's files (:mod:`opd_nb.server.store_traces`), folds a train step's numbers into its metrics row
+(:mod:`opd_nb.traces.summary`) and hands the body on to ``--otlp-forward``. Spans that belong to no
+call of the job (the function server's own HTTP spans) are dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from opd_nb.server.otlp_decode import Decoded, decode, media_type, response_body
+from opd_nb.server.otlp_forward import Forwarder
+from opd_nb.server.records import read_owner
+from opd_nb.server.store import Store
+from opd_nb.server.store_traces import TraceFiles
+from opd_nb.server.trace_env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, TRACING_ENV, missing_packages
+from opd_nb.server.trace_keys import TraceKeys
+from opd_nb.traces.ids import SampleRef
+from opd_nb.traces.page import TracesPage
+from opd_nb.traces.spans import Span, trajectories
+from opd_nb.traces.summary import StepTraces
+
+KEPT_SUMMARIES = 16  # steps whose running numbers stay in memory (an older step's are rebuilt from its file)
+
+
+class Refused(Exception):
+    """An export this server does not take: (HTTP status, code, message)."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class TraceIntake:
+    def __init__(self, data_dir: Path, store: Store, forwarder: Forwarder | None = None):
+        self.data_dir = data_dir
+        self.store = store
+        self.files = TraceFiles(data_dir)
+        self.keys = TraceKeys()
+        self.forwarder = forwarder
+        self.missing = missing_packages()
+        self._steps: OrderedDict[tuple[str, int], StepTraces] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ---- the worker's side ------------------------------------------------------------------------
+    def endpoint(self) -> str | None:
+        """This server's OTLP URL, once it listens (None for an app without a socket, e.g. a test client)."""
+        owner = read_owner(self.data_dir)
+        if owner is None or owner.pid != os.getpid():
+            return None
+        return owner.base_url + OTLP_PATH
+
+    def worker_env(self, job_id: str) -> dict[str, str]:
+        """What a job's worker needs to start its function servers with tracing on (empty: off)."""
+        url = self.endpoint()
+        if url is None or self.missing or os.environ.get(TRACING_ENV, "").strip() == "0":
+            return {}
+        return {ENDPOINT_ENV: url, TOKEN_ENV: self.keys.token(job_id)}
+
+    # ---- an export -----------------------------------------------------------------------------------
+    def accept(self, token: str | None, body: bytes, content_type: str | None) -> tuple[bytes, str]:
+        """Store (and forward) one export; returns the OTLP answer and its media type."""
+        job_id = self.keys.job_of(token)
+        if job_id is None:
+            raise Refused(
+                401,
+                "InvalidTraceToken",
+                "this route takes only the token opd serve gives a job's function servers",
+            )
+        if self.missing:
+            raise Refused(
+                501,
+                "TracingNotInstalled",
+                f"opd serve lacks {', '.join(self.missing)}: install opd-nb[tracing]",
+            )
+        try:
+            kind = media_type(content_type)
+            decoded = decode(body, kind)
+        except ValueError as exc:
+            raise Refused(400, "InvalidParameter", str(exc)) from None
+        if self.store.job(job_id) is None:
+            raise Refused(404, "JobNotFound", f"fine-tune job {job_id!r} does not exist (deleted?)")
+        self._store(job_id, decoded)
+        if self.forwarder is not None:
+            self.forwarder.send(body, kind)
+        return response_body(decoded, kind), kind
+
+    def _store(self, job_id: str, decoded: Decoded) -> None:
+        by_trace = {s.trace_id: ref for s in decoded.spans if (ref := s.sample()) is not None}
+        groups: dict[tuple[str, int], list[Span]] = {}
+        for s in decoded.spans:
+            ref = by_trace.get(s.trace_id)
+            if ref is not None:
+                groups.setdefault((ref.kind, ref.step), []).append(s)
+        for (kind, step), spans in groups.items():
+            dropped = self.files.add(job_id, kind, step, spans)
+            decoded.rejected += dropped
+            if dropped:
+                decoded.reason = f"step {step} holds as many spans as opd serve keeps for one step"
+            if kind == "train":
+                self._fold(job_id, step, spans[: len(spans) - dropped])
+
+    def _fold(self, job_id: str, step: int, spans: list[Span]) -> None:
+        """Add spans to the step's running numbers and write them into its metrics row."""
+        with self._lock:
+            acc = self._steps.pop((job_id, step), None)
+            if acc is None:  # the first batch of the step here, or the server restarted: its file has all
+                acc = StepTraces()
+                acc.add(self.files.read(job_id, "train", step))
+            else:
+                acc.add(spans)
+            self._steps[(job_id, step)] = acc
+            while len(self._steps) > KEPT_SUMMARIES:
+                self._steps.popitem(last=False)
+            metrics = acc.metrics()
+        if metrics:
+            self.store.add_metrics(job_id, step, {"step": step, **metrics})
+
+    # ---- reading ------------------------------------------------------------------------------------
+    def page(
+        self, job_id: str, step: int | None, kind: str | None, ref: tuple[int | None, int | None], limit: int
+    ) -> TracesPage:
+        """A step's trajectories (default: the latest step with spans), optionally one group/sample's."""
+        by_kind = self.files.steps(job_id)
+        steps = by_kind[kind] if kind else sorted(set(by_kind["train"]) | set(by_kind["validation"]))
+        shown = step if step is not None else (steps[-1] if steps else None)
+        if shown is None:
+            return TracesPage(job_id=job_id, kind=kind, steps_by_kind=by_kind)
+        spans = [
+            s
+            for k in ((kind,) if kind else ("train", "validation"))
+            for s in self.files.read(job_id, k, shown)
+        ]
+        group, sample = ref
+        trajs = [t for t in trajectories(spans) if _matches(t.sample, group, sample)]
+        acc = StepTraces()
+        acc.add(s for s in spans if (r := s.sample()) is not None and r.kind == "train")
+        return TracesPage(
+            job_id=job_id,
+            step=shown,
+            kind=kind,
+            steps_by_kind=by_kind,
+            trajectories=trajs[:limit],
+            metrics=acc.metrics(),
+        )
+
+    def close(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.close()
+
+
+def _matches(ref: SampleRef | None, group: int | None, sample: int | None) -> bool:
+    if group is None and sample is None:
+        return True
+    if ref is None:
+        return False
+    return (group is None or ref.group == group) and (sample is None or ref.sample == sample)
