@@ -15,6 +15,7 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -93,6 +94,11 @@ def inline_commands() -> list[str]:
     return [s for s in spans if s.split(" ", 1)[0] in WORDS]
 
 
+# The README's `source .venv/bin/activate`, for the environment this suite runs in: setup.sh makes `.venv`
+# unless OPD_VENV names another folder (CI's `.venv-ci`), and the README's command means that one.
+ACTIVATE = shlex.quote(str(Path(sys.prefix) / "bin" / "activate"))
+
+
 @dataclass
 class Shell:
     """Fresh shells: `env -i`, a temp HOME, the README's activation, the exports the README made so far."""
@@ -101,7 +107,7 @@ class Shell:
     exports: list[str] = field(default_factory=list)
 
     def script(self, command: str, cwd: Path) -> str:
-        steps = [f"cd {shlex.quote(str(REPO))}", "source .venv/bin/activate", f"cd {shlex.quote(str(cwd))}"]
+        steps = [f"cd {shlex.quote(str(REPO))}", f"source {ACTIVATE}", f"cd {shlex.quote(str(cwd))}"]
         return " && ".join([*steps, *self.exports]) + f"\n{command}"
 
     def run(self, command: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -197,8 +198,13 @@ def test_the_template_keeps_the_smoke_sizes_of_the_estimate():
 # ---------------------------------------------------------------- checks that run where users meet them
 
 
+SMALLER_TEACHER_RULES = ["config.teacher-smaller", "config.teacher-undocumented"]
+
+
 def _smaller_teacher(tmp_path: Path) -> Path:
-    """A clean workspace but for one warning: a teacher smaller than the student (config.teacher-smaller)."""
+    """A clean workspace but for the warnings of one mistake: a teacher smaller than the student
+    (config.teacher-smaller), which is also a teacher the OPD docs do not list (config.teacher-undocumented:
+    the one documented teacher is the largest model)."""
     ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=48)  # 6 steps: 3 evaluations
     cfg = yaml.safe_load((ws / "config.yaml").read_text())
     cfg["model"]["name"], cfg["teacher_model"] = "qwen3.5-27b", "qwen3.5-9b"
@@ -235,7 +241,7 @@ def test_a_dry_run_shows_its_warnings_and_submit_job_py_does_the_same(tmp_path, 
     with pytest.raises(SystemExit):
         main(["submit", str(ws), "--dry-run", "--cloud", "--json"])
     payload = json.loads(capsys.readouterr().out)
-    assert [f["rule"] for f in payload["preflight"]] == ["config.teacher-smaller"]
+    assert sorted(f["rule"] for f in payload["preflight"]) == SMALLER_TEACHER_RULES
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
     script = [sys.executable, "submit_job.py", "--dry-run"]
     shown = subprocess.run(script, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
@@ -285,8 +291,11 @@ def test_a_paid_submit_shows_its_warnings_before_it_sends_and_says_where_the_gat
     )
     local = JobClient(resolve_target("local", base_url=local_server.api_base))
     try:
-        ((line, sent_then),) = shown
-        assert "config.teacher-smaller" in line and sent_then == before  # shown before any request
+        assert (
+            sorted(re.findall(r"config\.teacher-[a-z]+", " ".join(ln for ln, _ in shown)))
+            == SMALLER_TEACHER_RULES
+        )
+        assert all(sent_then == before for _, sent_then in shown)  # every warning shown before any request
         assert any(m == "POST" and "fine-tunes" in p for m, p in bailian.requests[before:])  # then sent
         assert any("config.teacher-smaller" in note for note in result.notes)
         script_said = "\n".join(result.log_tail)

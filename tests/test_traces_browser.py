@@ -96,12 +96,11 @@ def test_the_saved_trajectory_view_opens_span_by_span_with_no_kernel(
 def test_the_live_trajectory_view_in_jupyterlab(tmp_path: Path, finished_job, local_server) -> None:  # noqa: ANN001
     """JupyterLab with a kernel: `%opd traces` on a finished reward job renders its widget; a click on the
     reward span opens it, with nothing fetched from beyond 127.0.0.1."""
-    import secrets
     import time
 
-    import httpx
+    from jupyter_browser import jupyter_lab
     from selenium.webdriver.common.by import By
-    from test_browser import PROBE, _free_port, _probe_widgets, _write_settings
+    from test_browser import PROBE, _probe_widgets
 
     ARTIFACTS.mkdir(exist_ok=True)
     job = finished_job("reward")
@@ -110,81 +109,21 @@ def test_the_live_trajectory_view_in_jupyterlab(tmp_path: Path, finished_job, lo
     cells = [f"import ipywidgets\nipywidgets.Label({PROBE!r})", "%load_ext opd_nb",
              f"%opd use local --base-url {local_server.api_base}", f"%opd traces {job.job_id} --kind train"]  # fmt: skip
     (root / "live.ipynb").write_text(json.dumps(notebook_doc(cells)))
-    _write_settings(tmp_path / "lab-settings")
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
-    env.update(JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"), JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrt"),
-               DASHSCOPE_API_KEY="local")  # fmt: skip
-    with open(tmp_path / "lab.log", "wb") as log:
-        lab = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root",
-             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    driver = None
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if (
-                    httpx.get(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=1).status_code
-                    == 200
-                ):
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        driver = chromium(f"--user-data-dir={tmp_path / 'chrome'}", window="1400,1800")
-        driver.set_page_load_timeout(60)
-        driver.get(f"http://127.0.0.1:{port}/lab/tree/live.ipynb?token={token}")
-
-        def wait_for(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
-            end = time.monotonic() + timeout
-            last = None
-            while time.monotonic() < end:
-                try:
-                    if last := fn():
-                        return last
-                except Exception as exc:  # not rendered yet / went stale
-                    last = exc
-                time.sleep(0.25)
-            driver.save_screenshot(str(ARTIFACTS / "failure_trajectory_live.png"))
-            raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-        idle = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, idle), 120, "an idle kernel")
-        end = time.monotonic() + 15
-        while time.monotonic() < end:  # JupyterLab may ask which kernel to start: the notebook's own
-            if buttons := driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog .jp-mod-accept"):
-                buttons[0].click()
-                break
-            time.sleep(0.5)
-        wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, idle), 90, "an idle kernel")
-        wait_for(lambda: not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"), 30, "no dialog")
-        _probe_widgets(driver, wait_for)
+    with jupyter_lab(root, tmp_path, window="1400,1800") as lab:
+        lab.open("lab/tree/live.ipynb")
+        _probe_widgets(lab)
         for _ in range(3):  # the rest of the cells, one Shift+Enter each, as a user steps through them
-            driver.switch_to.active_element.send_keys("\ue008\ue007")  # Shift+Enter
+            lab.driver.switch_to.active_element.send_keys("\ue008\ue007")  # Shift+Enter
             time.sleep(1.0)
-        view = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, ".opd-trajectory-view"), 180, "the view")
-        wait_for(lambda: "invoke_reward RewardProcessor" in view.text, 60, "the reward spans")
+        view = lab.wait_for(
+            lambda: lab.driver.find_element(By.CSS_SELECTOR, ".opd-trajectory-view"), 180, "the view"
+        )
+        lab.wait_for(lambda: "invoke_reward RewardProcessor" in view.text, 60, "the reward spans")
         row = next(
             r for r in view.find_elements(By.CSS_SELECTOR, "details.opd-span") if "invoke_reward" in r.text
         )
-        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
+        lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)
         row.find_element(By.TAG_NAME, "summary").click()
-        wait_for(lambda: row.get_attribute("open") and "reward score" in row.text, 20, "the span's pane")
+        lab.wait_for(lambda: row.get_attribute("open") and "reward score" in row.text, 20, "the span's pane")
         view.screenshot(str(ARTIFACTS / "trajectory_live.png"))
-        elsewhere = driver.execute_script(
-            "return performance.getEntriesByType('resource').map(e => e.name)"
-            ".filter(u => !/^(http:\\/\\/127\\.0\\.0\\.1[:/]|data:|blob:)/.test(u))"
-        )
-        assert elsewhere == [], elsewhere[:5]
-    finally:
-        if driver is not None:
-            driver.quit()
-        lab.terminate()
-        try:
-            lab.wait(15)
-        except subprocess.TimeoutExpired:
-            lab.kill()
+        assert lab.offsite_requests() == []

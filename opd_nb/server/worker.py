@@ -12,6 +12,7 @@ resumes it from its last checkpoint at its next start. Only the store's cancel f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -124,15 +125,18 @@ class StopFlag:
         return self._stopped
 
 
-def _watch_parent(parent: int) -> None:
+def _watch_parent(parent: int, data_dir: Path, job_id: str) -> None:
     """If the control plane dies (even by SIGKILL), end our children and exit; the next server resumes the job.
 
     ``parent`` comes from the environment (``WATCH_ENV`` or ``OPD_SERVER_PID``): a server killed while this worker was
-    still importing torch is already gone by the time a thread could ask ``getppid()``.
+    still importing torch is already gone by the time a thread could ask ``getppid()``. The job's log says
+    why the worker stopped whichever noticed first, this watch or a step that failed with the kill.
     """
     while True:
         if os.getppid() != parent:
             _end_children()
+            with contextlib.suppress(Exception):  # a log line is all it adds: the exit must happen anyway
+                _orphaned_exit(StoreEvents(Store(data_dir), job_id), "its watch saw the server process gone")
             os._exit(3)
         time.sleep(0.5)
 
@@ -410,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m opd_nb.server.worker DATA_DIR JOB_ID", file=sys.stderr)
         return 2
     parent = int(os.environ.get(WATCH_ENV) or os.environ.get(PARENT_ENV) or os.getppid())
-    threading.Thread(target=_watch_parent, args=(parent,), name="opd-watch-parent", daemon=True).start()
+    watch = (parent, Path(args[0]), args[1])
+    threading.Thread(target=_watch_parent, args=watch, name="opd-watch-parent", daemon=True).start()
     keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
     _lower_priority(os.environ.get("OPD_WORKER_NICE", "10"))
     try:
