@@ -1,4 +1,4 @@
-"""Facts that several layers share, defined once: job statuses, default URLs, metric names.
+"""Facts that several layers share, defined once: job statuses, default URLs, estimator and metric names.
 
 The engine writes these metric names, the server stores them, the client, the plots, the monitor and
 `opd watch` read them; a rename here is a rename everywhere. Bailian's names are kept verbatim.
@@ -31,6 +31,13 @@ CANCEL_REASON_MAX_CHARS = (
     1000  # who cancelled a local job and why (the cancel body's `reason`, opd serve only)
 )
 LOCAL_OUTPUT_PREFIX = "opd-local/"  # + job id: a finished local job's finetuned_output (continues training)
+
+# The local engine's loss estimators, by name: what `opd check`, the server and the engine accept. The
+# engine's registry (engine/estimators.py: REGISTRY) has a class for each and checks so at import.
+CLOUD_ESTIMATOR = "pg_opd"  # the cloud's (the default)
+LOCAL_ESTIMATORS = (
+    "gkd",
+)  # only on the local engine, where `algorithm` may name them (the spec's local choices)
 
 # Metric names (Bailian's, plus the local engine's extras).
 LOSS = "actor/distillation/loss"

@@ -367,9 +367,9 @@ def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
     prompts = [row.prompt_ids for row in r.data.validation]
     default = bm.MIN_SHARED_PREFIX
     try:
-        shared = r.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
+        shared = r.sampler.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
         bm.MIN_SHARED_PREFIX = 10**9
-        plain = r.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
+        plain = r.sampler.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=16)
     finally:
         bm.MIN_SHARED_PREFIX = default
     assert shared == plain
@@ -388,22 +388,27 @@ def test_a_seeded_request_samples_the_same_tokens_whatever_shares_its_batch(tmp_
     assert r.max_total == r.models.student.config.max_position_embeddings
     prompts = [row.prompt_ids for row in r.data.validation[:4]]
     kw = {"temperature": 2.5, "top_p": 0.95, "max_new": 16}  # hot: the tiny student is sure of itself
-    batched = r.generate_ids(prompts, seeds=[11, 12, 13, 14], **kw)
-    alone = [r.generate_ids([p], seeds=[s], **kw)[0] for p, s in zip(prompts, [11, 12, 13, 14], strict=True)]
-    reordered = r.generate_ids(prompts[::-1], seeds=[14, 13, 12, 11], **kw)[::-1]
+    batched = r.sampler.generate_ids(prompts, seeds=[11, 12, 13, 14], **kw)
+    alone = [
+        r.sampler.generate_ids([p], seeds=[s], **kw)[0]
+        for p, s in zip(prompts, [11, 12, 13, 14], strict=True)
+    ]
+    reordered = r.sampler.generate_ids(prompts[::-1], seeds=[14, 13, 12, 11], **kw)[::-1]
     assert batched == alone == reordered
-    other = r.generate_ids(prompts, seeds=[21, 22, 23, 24], **kw)
+    other = r.sampler.generate_ids(prompts, seeds=[21, 22, 23, 24], **kw)
     assert other != batched  # the seed is what decides: other streams sample other tokens
     assert len({tuple(ids) for ids, _ in batched + other}) > 2  # sampled, not greedy
 
     # a long prompt in the batch leaves little room: each row keeps the budget its own prompt leaves
     long = (prompts[0] * (r.max_total // len(prompts[0]) + 1))[: r.max_total - 3]
     kw["max_new"] = r.max_total
-    short = r.generate_ids(prompts[:1], seeds=[11], **kw)[0]
-    with_long = r.generate_ids([prompts[0], long], seeds=[11, 12], **kw)
+    short = r.sampler.generate_ids(prompts[:1], seeds=[11], **kw)[0]
+    with_long = r.sampler.generate_ids([prompts[0], long], seeds=[11, 12], **kw)
     assert with_long[0] == short and len(short[0]) > 3
     assert len(with_long[1][0]) <= 3  # the long prompt's row stops at the context limit
-    capped = r.generate_ids([prompts[0], long], seeds=[11, 12], temperature=2.5, top_p=0.95, max_new=[2, 2])
+    capped = r.sampler.generate_ids(
+        [prompts[0], long], seeds=[11, 12], temperature=2.5, top_p=0.95, max_new=[2, 2]
+    )
     assert [len(ids) for ids, _ in capped] == [2, 2]  # a per-row budget is kept too
 
 

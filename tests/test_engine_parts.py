@@ -157,11 +157,12 @@ def test_row_draws_make_each_row_independent_of_its_batch():
 
 def test_the_lean_and_the_transformers_decode_loops_agree(trainer):
     """The fallback loop (architectures the lean forward does not cover) decodes the same greedy tokens."""
-    from opd_nb.engine.sampling import Sampler
+    from opd_nb.engine.sampling import TorchSampler
 
     s = trainer.sampler
+    assert isinstance(s, TorchSampler)
     assert s.lean is not None  # the bundled pair is Llama-family
-    hf = Sampler(s.model, None, s.tok, s.eos_ids, s.max_total, s.device)
+    hf = TorchSampler(s.model, None, s.tok, s.eos_ids, s.max_total, s.device)
     prompts = [r.prompt_ids for r in trainer.data.validation]
     lean_rows = s.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=12)
     assert hf.generate_ids(prompts, temperature=0.0, top_p=1.0, max_new=12) == lean_rows
@@ -170,7 +171,7 @@ def test_the_lean_and_the_transformers_decode_loops_agree(trainer):
 
 def test_native_rollouts_mark_the_completion_and_its_messages(trainer):
     rows = trainer.data.train[:2]
-    b = trainer.sampler.rollouts(rows, 3, 1.0)
+    b = trainer.source.sample(rows, 3, 1.0)
     assert b.group.tolist() == [0, 0, 0, 1, 1, 1]
     assert len(b.messages) == 6 and b.messages[4][-1] == {"role": "assistant", "content": b.texts[4]}
     assert b.messages[4][:-1] == rows[1].messages
@@ -183,11 +184,11 @@ def test_a_deployment_decodes_with_the_trainers_sampler():
     """serving.Generator's greedy tokens are the training sampler's for the same model and prompt."""
     from opd_nb.engine import serving
     from opd_nb.engine.data import template_ids
-    from opd_nb.engine.sampling import Sampler
+    from opd_nb.engine.sampling import TorchSampler
 
     student, _ = default_pair()
     gen = serving.Generator(str(student), "cpu")
-    assert isinstance(gen.sampler, Sampler)
+    assert isinstance(gen.sampler, TorchSampler)
     prompt = template_ids(
         gen.tok, [{"role": "user", "content": "Sort these digits: 3 1 2"}], add_generation_prompt=True
     )
@@ -208,7 +209,7 @@ def test_a_deployment_decodes_with_the_trainers_sampler():
 def test_the_teacher_scores_in_chunks_like_one_pass(trainer):
     from opd_nb.engine.scoring import TeacherScorer
 
-    b = trainer.sampler.rollouts(trainer.data.train[:2], 2, 1.0)
+    b = trainer.source.sample(trainer.data.train[:2], 2, 1.0)
     t = trainer.teacher_scorer
     whole = t.score(b, b.window)
     tiny = TeacherScorer(t.teacher, t.lean, b.input_ids.shape[1], logprobs=True)  # one row per forward
@@ -234,7 +235,7 @@ def _mini_batch(trainer):
     from opd_nb.engine.batch import targets_window
     from opd_nb.engine.estimators import Records
 
-    b = trainer.sampler.rollouts(trainer.data.train[:2], 2, 1.0)
+    b = trainer.source.sample(trainer.data.train[:2], 2, 1.0)
     w = b.window
     ids, tm, _ = targets_window(b, w)
     h, lp, ent = trainer.student_scorer.logprobs(b, w, entropy=True)
@@ -251,7 +252,10 @@ def test_pg_opd_has_nothing_to_learn_from_a_teacher_that_agrees(trainer):
 
     kw, rec = _mini_batch(trainer)
     teacher = kw["lp_old"]  # the teacher's log-probs are the student's own
-    loss, extra, k1_sum = PgOpd(trainer.plan).loss(MiniBatch(teacher=teacher, at=None, **kw), rec)
+    m = trainer.models
+    loss, extra, k1_sum = PgOpd(trainer.plan, m.student, m.teacher).loss(
+        MiniBatch(teacher=teacher, at=None, **kw), rec
+    )
     assert k1_sum == 0.0 and float(loss.detach()) == 0.0
     assert set(extra) == {"actor/pg_clipfrac", "actor/ppo_kl"}
     assert rec.student is kw["lp_old"]  # one update: the pass is the sampling policy's record
@@ -278,10 +282,12 @@ def test_an_update_steps_the_student_and_reports_its_diagnostics(trainer):
     from opd_nb.engine.estimators import PgOpd
     from opd_nb.engine.updates import Updater
 
-    b = trainer.sampler.rollouts(trainer.data.train[:2], 2, 1.0)
+    b = trainer.source.sample(trainer.data.train[:2], 2, 1.0)
     t_vals = trainer.teacher_scorer.score(b, b.window)
     plan = trainer.plan.model_copy(update={"ppo_mini_batch_size": 2})  # two updates: frozen log-probs
-    up = Updater(trainer.student_scorer, PgOpd(plan), plan, 10)
+    up = Updater(
+        trainer.student_scorer, PgOpd(plan, trainer.models.student, trainer.models.teacher), plan, 10
+    )
     before = [q.detach().clone() for q in trainer.models.student.parameters()]
     metrics: dict = {}
     scores = up.update(b, t_vals, None, b.window, metrics, 0)
@@ -303,7 +309,7 @@ def test_evaluation_answers_every_validation_prompt_and_records_them(trainer):
     from opd_nb.engine import rollouts
 
     assert trainer.recorder.enabled
-    out = trainer.evaluator.evaluate(0, trainer.recorder)
+    out = trainer.source.evaluate(trainer.data.validation, 0, trainer.recorder)
     assert 0.0 <= out["validation/accuracy"] <= 1.0 and "timing_s/validation_record" in out
     trainer.recorder.flush()
     recs = rollouts.read_rollouts(trainer.out, 0, "validation")
@@ -364,24 +370,18 @@ def test_each_epoch_has_its_own_fixed_order(trainer):
     assert d.steps_per_epoch == -(-len(d.train) // trainer.plan.batch_size)
 
 
-def test_the_trainer_is_the_agentic_rollout_host(trainer):
-    """Every member agentic mode reads (rollout_host.RolloutHost) is there."""
-    from opd_nb.engine.rollout_host import RolloutHost
+def test_the_run_gives_its_rollout_source_parts_not_itself(trainer):
+    """A job without a rollout function gets native rollouts; the source holds the run's parts (its
+    sampler, scorer, log) and no reference to the trainer, and offers what the loop asks of it."""
+    from dataclasses import fields
 
-    members = set(RolloutHost.__annotations__) | {
-        k for k, v in vars(RolloutHost).items() if callable(v) or isinstance(v, property)
-    }
-    members -= {"__init__", "__subclasshook__", "_is_protocol", "__class_getitem__", "__init_subclass__"}
-    assert members >= {
-        "job",
-        "tok",
-        "max_total",
-        "device",
-        "plan",
-        "recorder",
-        "reward_caller",
-        "step",
-        "log",
-    }
-    missing = [m for m in sorted(members) if not m.startswith("_") and not hasattr(trainer, m)]
-    assert missing == []
+    from opd_nb.engine.native import NativeRollouts
+    from opd_nb.engine.rollout_source import RolloutParts, RolloutSource
+
+    src = trainer.source
+    assert isinstance(src, NativeRollouts)
+    assert src.parts.sampler is trainer.sampler and src.parts.job is trainer.job
+    assert all(getattr(src.parts, f.name) is not trainer for f in fields(RolloutParts))
+    wanted = {k for k, v in vars(RolloutSource).items() if callable(v) and not k.startswith("_")}
+    assert wanted == {"collect", "evaluate", "close"}
+    assert all(callable(getattr(src, k)) for k in wanted)

@@ -13,15 +13,19 @@ import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.constants import ROLLOUT_FAILURE_RATE, ROLLOUT_METRIC_PREFIX
 from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.keepalive import KeptConnections
-from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory
 from opd_nb.traces import ids as trace_ids
+
+if TYPE_CHECKING:
+    from opd_nb.engine.api import RolloutEndpoint
+    from opd_nb.engine.data import Row
+    from opd_nb.engine.rollout_source import RolloutParts
 
 # A call's result: (agent_output, None) or (None, what went wrong).
 CallResult = tuple[dict | None, str | None]
@@ -73,11 +77,13 @@ def rollout_metrics(results: list[CallResult]) -> dict[str, float]:
 class RolloutCalls:
     """Calls the job's rollout function on a thread pool while the engine thread serves the student."""
 
-    def __init__(self, host: RolloutHost, endpoint: StudentEndpoint, generation: Generation):
-        self.host = host
+    def __init__(
+        self, parts: RolloutParts, rollout: RolloutEndpoint, endpoint: StudentEndpoint, generation: Generation
+    ):
+        self.parts, self.rollout = parts, rollout
         self.endpoint = endpoint
         self.generation = generation
-        ep = host.job.rollout
+        ep = rollout
         self._pool = ThreadPoolExecutor(max_workers=max(1, ep.concurrency), thread_name_prefix="opd-rollout")
         self._conns = KeptConnections(ep.url)
 
@@ -85,7 +91,7 @@ class RolloutCalls:
         self._pool.shutdown()
         self._conns.close()
 
-    def _payload(self, row: Any, g: int, k: int, token: str, where: str, temperature: float) -> dict:
+    def _payload(self, row: Row, g: int, k: int, token: str, where: str, temperature: float) -> dict:
         """The request of the `k`-th call for row `g`, whose api key is `token`."""
         return {
             "func_type": "rollout",
@@ -96,7 +102,7 @@ class RolloutCalls:
             "sampling_params": {
                 "temperature": temperature,
                 "top_p": 1.0,
-                "max_tokens": self.host.max_total - len(row.prompt_ids),
+                "max_tokens": self.parts.max_total - len(row.prompt_ids),
             },
             "model_resource": {
                 "model_name": self.endpoint.model_name,
@@ -104,7 +110,7 @@ class RolloutCalls:
                 "api_key": token,
             },
             "request_metadata": {
-                "job_id": self.host.job.job_id,
+                "job_id": self.parts.job.job_id,
                 "sample_id": trace_ids.sample_id(where, g),
                 "rollout_id": str(k),
                 "attempt_id": "0",
@@ -115,14 +121,14 @@ class RolloutCalls:
         """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
         self.generation.call_started()
         try:
-            reply = self._conns.post_json(payload, self.host.job.rollout.timeout)
+            reply = self._conns.post_json(payload, self.rollout.timeout)
         finally:
             self.generation.call_ended()
         return (None, reply) if isinstance(reply, str) else agent_output(*reply)
 
     def _call_all(self, payloads: list[dict], tokens: list[str], where: str) -> list[CallResult]:
         """Make the calls while serving their generation requests on this (the engine's) thread."""
-        job = self.host.job
+        job = self.parts.job
         self.endpoint.tokens.update(tokens)
         # what a call samples depends on the job's seed, the round and the call, not on timing
         self.generation.start_round({tok: f"{job.seed}|{where}|{i}" for i, tok in enumerate(tokens)})
@@ -149,7 +155,7 @@ class RolloutCalls:
             raise EngineError(f"rollouts failed in {where}: {errors[0]}")
         return results
 
-    def run(self, rows: list, n: int, where: str, temperature: float) -> RolloutRound:
+    def run(self, rows: list[Row], n: int, where: str, temperature: float) -> RolloutRound:
         """Call the rollout function n times per row."""
         tokens, payloads, groups = [], [], []
         for g, r in enumerate(rows):
@@ -161,10 +167,10 @@ class RolloutCalls:
         results = self._call_all(payloads, tokens, where)
         metrics = rollout_metrics(results)
         results = self._drop_malformed(results, where)
-        name = self.host.job.rollout.name
+        name = self.rollout.name
         failed = [(i, e) for i, (_, e) in enumerate(results) if e is not None]
         if failed:
-            self.host.log(
+            self.parts.log(
                 f"rollout function {name!r}: {len(failed)}/{len(results)} rollouts failed in {where}; "
                 f"first error: {failed[0][1]}",
                 "WARNING",
@@ -195,7 +201,7 @@ class RolloutCalls:
             )
         lines = [pr.line(count, len(results), where) for pr, count in kinds.values()]
         for line in lines:
-            self.host.log(line, "WARNING")
+            self.parts.log(line, "WARNING")
         if lines and all(e is not None for _, e in out) and n_returned:
             raise EngineError(lines[0])
         return out

@@ -17,14 +17,18 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body
-from opd_nb.engine.rollout_host import RolloutHost
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from opd_nb.engine.samplers import Sampler
 
 BATCH_WAIT_S = 0.05  # longest a generation request waits for the other rollouts in flight to ask
 MODEL_NAME = "opd-local-student"  # the model name the rollout function is given
@@ -55,7 +59,7 @@ def stream_seed(call_key: str, turn: int) -> int:
 class StudentEndpoint:
     """The OpenAI-compatible endpoint; hands generation to the engine thread through a queue."""
 
-    def __init__(self, tokenizer: Any, model_name: str, max_total: int):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, model_name: str, max_total: int):
         import uvicorn
 
         from opd_nb.function_server import free_port
@@ -77,7 +81,7 @@ class StudentEndpoint:
             time.sleep(0.01)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
-    def _app(self, tokenizer: Any, max_total: int) -> FastAPI:
+    def _app(self, tokenizer: PreTrainedTokenizerBase, max_total: int) -> FastAPI:
         app = FastAPI()
         model_name = self.model_name
 
@@ -121,8 +125,8 @@ class StudentEndpoint:
 class Generation:
     """Answers the endpoint's queued requests on the engine thread and records what each rollout got."""
 
-    def __init__(self, host: RolloutHost, endpoint: StudentEndpoint):
-        self.host = host
+    def __init__(self, sampler: Sampler, tok: PreTrainedTokenizerBase, endpoint: StudentEndpoint):
+        self.sampler, self.tok = sampler, tok
         self.endpoint = endpoint
         self.records: dict[str, Completions] = {}  # rollout token -> its completions, in order
         self.offered: dict[str, list] = {}  # rollout token -> the tools its requests offered
@@ -157,7 +161,7 @@ class Generation:
                 turns[r.token] = turns.get(r.token, len(self.records.get(r.token, []))) + 1
                 seeds.append(stream_seed(self._call_seeds.get(r.token, r.token), turns[r.token]))
             try:
-                outs = self.host.generate_ids(
+                outs = self.sampler.generate_ids(
                     [r.prompt_ids for r in reqs],
                     temperature=temp,
                     top_p=top_p,
@@ -174,7 +178,7 @@ class Generation:
                 if r.tools:
                     self.offered[r.token] = r.tools
                 text_ids = ids[:-1] if ended else ids
-                r.future.set_result((ids, self.host.tok.decode(text_ids, skip_special_tokens=True), finish))
+                r.future.set_result((ids, self.tok.decode(text_ids, skip_special_tokens=True), finish))
 
     def pump(self, done: threading.Event) -> None:
         """Serve queued requests in batches until `done` is set and the queue is empty."""

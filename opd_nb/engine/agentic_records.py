@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opd_nb.engine.agentic_samples import TurnRef
-from opd_nb.engine.rollout_host import RolloutHost
 
 if TYPE_CHECKING:
+    from opd_nb.engine.rollouts import Rollout
     from opd_nb.engine.scoring import TokenScores
 
 
@@ -31,19 +31,18 @@ class StepRollouts:
     rewards: list[dict] | None  # per trajectory: reward_score / reward_metrics / reward_status / reward_error
 
 
-def to_record(
-    host: RolloutHost, info: StepRollouts, scores: TokenScores | None, limit: int | None, step: int
-) -> list:
+def to_record(info: StepRollouts, scores: TokenScores | None, limit: int | None, step: int) -> list[Rollout]:
     """:class:`rollouts.Rollout` per call (a fair sample of at most `limit`; None: all), failed ones included."""
+    from opd_nb.engine.native_records import turns
     from opd_nb.engine.rollouts import Rollout, Turn, fair_sample, ranks
 
     calls = list(range(len(info.groups)))
     sel = calls if limit is None else fair_sample(info.groups, limit, step)
     pos = {i: j for j, i in enumerate(info.ok)}
     rows_needed = [t[0] for i in sel if i in pos for t in info.turns[pos[i]] if t[0] is not None]
-    scored = host.turns(scores, rows_needed)
+    scored = turns(scores, rows_needed)
     rank = ranks(info.groups)
-    out = []
+    out: list[Rollout] = []
     for i in sel:
         g = info.groups[i]
         j = pos.get(i)

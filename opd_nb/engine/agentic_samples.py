@@ -8,12 +8,17 @@ and user turns are context only (:func:`opd_nb.engine.trajectory.turn_samples`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from opd_nb.engine.agentic_calls import RolloutRound
 from opd_nb.engine.agentic_endpoint import Generation
 from opd_nb.engine.api import EngineError
-from opd_nb.engine.rollout_host import RolloutHost
 from opd_nb.engine.trajectory import turn_samples
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from opd_nb.engine.data import Row
 
 # Per assistant turn of a trajectory: (batch row holding its trained tokens or None, message index,
 # generated ids cut to fit max_length, generated without EOS).
@@ -33,9 +38,15 @@ class TurnSamples:
 
 
 def turn_samples_of(
-    host: RolloutHost, generation: Generation, rows: list, rnd: RolloutRound, where: str
+    tok: PreTrainedTokenizerBase,
+    max_total: int,
+    generation: Generation,
+    rows: list[Row],
+    rnd: RolloutRound,
+    where: str,
 ) -> TurnSamples:
-    """Training samples, one per assistant turn, with the ids the student actually generated."""
+    """Training samples, one per assistant turn, with the ids the student actually generated (cut to
+    the context limit `max_total`)."""
     out = TurnSamples([], [], [], [], [], 0)
     for j, (i, t) in enumerate(zip(rnd.ok, rnd.trajs, strict=True)):
         msgs = t["messages"]
@@ -43,7 +54,7 @@ def turn_samples_of(
         # the tools the rollout offered the endpoint (the row's own when it offered none)
         tools = generation.offered.get(token) or rows[rnd.groups[i]].tools
         try:
-            cut = turn_samples(host.tok, msgs, tools, generation.records.get(token, []), host.max_total)
+            cut = turn_samples(tok, msgs, tools, generation.records.get(token, []), max_total)
         except Exception as exc:  # noqa: BLE001
             raise EngineError(
                 f"{where}: the chat template failed on a trajectory returned by the rollout function: {exc}"

@@ -49,7 +49,10 @@ class EngineJob(BaseModel):
     validation_file: str | None = None
     # typed and checked where the job was read (a mapping given here is read the same way)
     hyper_parameters: TrainingPlan = Field(default_factory=TrainingPlan)
-    algorithm: Literal["pg_opd", "gkd"] | None = None  # None: from hyper_parameters.algorithm
+    algorithm: str | None = (
+        None  # an estimator in engine/estimators.py's REGISTRY; None: hyper_parameters.algorithm
+    )
+    sampler: str = "torch"  # the generation backend: a name in engine/samplers.py's SAMPLERS
     rewards: list[RewardEndpoint] = Field(default_factory=list)
     rollout: RolloutEndpoint | None = None
     output_dir: str  # checkpoints/ and metrics.jsonl go here

@@ -11,7 +11,8 @@ each logged at the start of a job:
   Overrides, in order: ``EngineJob.local_learning_rate``, then the ``OPD_LOCAL_LR`` env variable.
 * ``algorithm`` (gspo | grpo) picks the policy loss of the PG terms as on the cloud. The
   *estimator* is ``pg_opd`` (the cloud's) unless ``EngineJob.algorithm`` (or an ``algorithm``
-  value of ``pg_opd``/``gkd``) asks for the local-only full-vocabulary ``gkd``.
+  value naming an estimator of :data:`opd_nb.engine.estimators.REGISTRY`) asks for another, such
+  as the local-only full-vocabulary ``gkd``.
 * ``opd_teacher_max_model_len``: a response token at absolute position >= it (0-based, prompt
   included) gets no teacher score, exactly as a truncating teacher would; it is not trained on
   and lowers ``trace/distillation/valid_token_rate``.
@@ -32,7 +33,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from opd_nb.constants import CLOUD_ESTIMATOR
 from opd_nb.engine.api import EngineError
+from opd_nb.engine.estimators import REGISTRY, unknown_estimator
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.training_plan import HyperParameterError, TrainingPlan
 
@@ -60,7 +63,6 @@ ENGINE_KEYS = (
     "opd_teacher_max_model_len",
     "opd_teacher_max_num_batched_tokens",
 )
-ESTIMATORS = ("pg_opd", "gkd")  # pg_opd: the cloud's; gkd: the local engine's full-vocabulary reverse KL
 POLICY_LOSSES = ("gspo", "grpo")
 
 
@@ -72,7 +74,7 @@ def cloud_defaults() -> dict[str, Any]:
 class Plan(BaseModel):
     """The resolved local training plan of one job."""
 
-    estimator: Literal["pg_opd", "gkd"]
+    estimator: str  # a name in opd_nb.engine.estimators.REGISTRY
     policy_loss: Literal["gspo", "grpo"]
     cloud_learning_rate: float
     learning_rate: float
@@ -104,9 +106,9 @@ class Plan(BaseModel):
 def _estimator(algorithm: str, estimator: str | None) -> tuple[str, str]:
     """(estimator, policy loss): `algorithm` picks the policy loss (or names the estimator, local only)."""
     policy_loss = algorithm if algorithm in POLICY_LOSSES else "gspo"
-    est = estimator or (algorithm if algorithm in ESTIMATORS else "pg_opd")
-    if est not in ESTIMATORS:
-        raise EngineError(f"unknown estimator {est!r}; use pg_opd (the cloud's) or gkd (local full-vocab KL)")
+    est = estimator or (algorithm if algorithm in REGISTRY else CLOUD_ESTIMATOR)
+    if est not in REGISTRY:
+        raise unknown_estimator(est)
     return est, policy_loss
 
 

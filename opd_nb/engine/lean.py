@@ -308,7 +308,7 @@ class _Steps:
         B, n0 = key_valid.shape
         pos = last_pos + torch.arange(1, n + 1, device=last_pos.device)  # [B, n]
         # a short prompt batched with a long one may decode past the table; those tokens lie beyond
-        # its row's own budget and are dropped (Sampler.generate_ids), so any rotary row will do for them
+        # its row's own budget and are dropped (TorchSampler.generate_ids), so any rotary row will do for them
         pos = pos.clamp(max=lm.cos.shape[0] - 1)
         self.cos, self.sin = lm.cos[pos], lm.sin_signed[pos]  # [B, n, D]
         g = lm.nh // lm.kvh

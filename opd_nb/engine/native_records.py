@@ -2,25 +2,34 @@
 
 Why here and not in :mod:`opd_nb.engine.rollouts`: that module (the records' shapes, writer and
 reader) imports without torch for the control plane; these read a step's batch and its
-:class:`~opd_nb.engine.scoring.TokenScores`. Agentic rollouts have their own (:mod:`opd_nb.engine.agentic`).
+:class:`~opd_nb.engine.scoring.TokenScores`. Agentic rollouts have their own records
+(:mod:`opd_nb.engine.agentic_records`), whose turns are :func:`turns` too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opd_nb.engine.batch import SeqBatch
+    from opd_nb.engine.data import Row
+    from opd_nb.engine.rewards import Sample
+    from opd_nb.engine.rollouts import Rollout, Turn
+    from opd_nb.engine.scoring import TokenScores
 
 
-def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
-    """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows`."""
+def turns(scores: TokenScores | None, rows: list[int]) -> dict[int, Turn]:
+    """A :class:`rollouts.Turn` (trained tokens and both log-probs) per batch row in `rows` (none without
+    scores: a round with nothing trained)."""
     import torch
 
     from opd_nb.engine.rollouts import Turn
 
-    if not rows:
+    if not rows or scores is None:
         return {}
     idx = torch.tensor(rows, device=scores.ids.device)
     cols = [x[idx].tolist() for x in (scores.ids, scores.mask, scores.valid, scores.student, scores.teacher)]
-    out = {}
+    out: dict[int, Turn] = {}
     for r, ids, tm, va, s, t in zip(rows, *cols, strict=True):
         keep = [j for j, m in enumerate(tm) if m]
         out[r] = Turn(
@@ -31,16 +40,23 @@ def turns(scores: Any, rows: list[int]) -> dict[int, Any]:
     return out
 
 
-def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: int | None, step: int) -> list:
+def native_rollouts(
+    rows: list[Row],
+    b: SeqBatch,
+    scores: TokenScores,
+    per: list[dict[str, Any]] | None,
+    limit: int | None,
+    step: int,
+) -> list[Rollout]:
     """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
     order of groups; `per`: each sample's reward record, if scored."""
     from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
 
-    groups = b.group.tolist()
+    groups: list[int] = b.group.tolist()
     sel = list(range(len(groups))) if limit is None else fair_sample(groups, limit, step)
     scored = turns(scores, sel)
     rank = ranks(groups)
-    trunc = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
+    trunc: list[bool] = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
     return [
         Rollout(
             group=groups[j],
@@ -54,7 +70,7 @@ def native_rollouts(rows: list, b: Any, scores: Any, per: list | None, limit: in
     ]
 
 
-def reward_samples(rows: list, b: Any, where: str) -> list:
+def reward_samples(rows: list[Row], b: SeqBatch, where: str) -> list[Sample]:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
     from opd_nb.engine.rollouts import ranks

@@ -1,10 +1,10 @@
 """Decoding and sampling from one causal LM: what training rollouts, agentic serving and deployments share.
 
-Why one module: the trainer's native rollouts, the agentic endpoint (through the trainer's
-``generate_ids``) and a deployment's serving process (:mod:`opd_nb.engine.serving`) all left-pad
-prompts, filter the next-token distribution by temperature and top-p, and run the same KV-cache
-decode loop: through :mod:`opd_nb.engine.lean` for Llama-family models, else a ``transformers``
-loop. Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
+Why one module: the native rollouts, the agentic endpoint (through ``generate_ids``) and a
+deployment's serving process (:mod:`opd_nb.engine.serving`) all left-pad prompts, filter the
+next-token distribution by temperature and top-p, and run the same KV-cache decode loop: through
+:mod:`opd_nb.engine.lean` for Llama-family models, else a ``transformers`` loop. :class:`TorchSampler`
+is the engine's generation backend (:mod:`opd_nb.engine.samplers` names the seam). Why not ``generate``: at small scale its per-token bookkeeping costs as much as the model.
 
 Draws: training samples by inverse CDF from the job's global RNG (the same distribution as
 ``torch.multinomial`` at a sixth of its cost here), or from one seeded stream per row
@@ -22,7 +22,11 @@ still not a distribution (no finite positive mass) is picked by argmax rather th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opd_nb.engine.batch import SeqBatch
+    from opd_nb.engine.models import Models
 
 Pick = Callable[[Any], Any]  # logits [B, V] -> next token ids [B]
 GREEDY_BELOW = 1e-5  # a temperature or top-p under this is greedy decoding
@@ -150,8 +154,9 @@ def hf_decode(
     return torch.cat([ids, torch.stack(toks, 1)], dim=1)
 
 
-class Sampler:
-    """Batched decoding from one model: the raw loop (serving) and the trainer's rollouts and completions."""
+class TorchSampler:
+    """Batched decoding from one model in this process: the raw loop (serving) and the engine's
+    :class:`~opd_nb.engine.samplers.Sampler` (rollouts, validation answers, agentic completions)."""
 
     def __init__(self, model: Any, lean: Any, tok: Any, eos_ids: list[int], max_total: int, device: str):
         import torch
@@ -159,6 +164,11 @@ class Sampler:
         self.torch = torch
         self.model, self.lean, self.tok = model, lean, tok
         self.eos_ids, self.max_total, self.device = eos_ids, max_total, device
+
+    @classmethod
+    def for_student(cls, models: Models, max_total: int) -> TorchSampler:
+        """The sampler of a job's student (the registry's factory, :data:`opd_nb.engine.samplers.SAMPLERS`)."""
+        return cls(models.student, models.s_lean, models.tok, models.eos_ids, max_total, models.device)
 
     def pad(self, prompt_ids: list[list[int]]) -> tuple[Any, Any]:
         return pad_prompts(self.torch, prompt_ids, self.tok.pad_token_id, self.device)
@@ -253,7 +263,7 @@ class Sampler:
 
     def generate(
         self, prompt_ids: list[list[int]], groups: list[int], *, temperature: float, logprobs: bool = False
-    ):
+    ) -> SeqBatch:
         """Native rollouts as a SeqBatch (temperature 0: greedy); completions are marked up to and including EOS.
 
         `logprobs` (greedy): keep the student's log-prob of each chosen token (``SeqBatch.logprobs``).
@@ -277,15 +287,4 @@ class Sampler:
         b = SeqBatch(out, att_full, tmask, torch.tensor(groups, device=self.device), texts, ~has_eos)
         if lps:
             b.logprobs = torch.stack(lps, 1)  # [B, C]: the completion columns, which are the window
-        return b
-
-    def rollouts(self, rows: list, n: int, temperature: float):
-        """`n` sampled native rollouts per row, as a SeqBatch whose ``messages`` end with each answer."""
-        prompt_ids = [r.prompt_ids for r in rows for _ in range(n)]
-        groups = [g for g in range(len(rows)) for _ in range(n)]
-        b = self.generate(prompt_ids, groups, temperature=temperature)
-        b.messages = [
-            rows[g].messages + [{"role": "assistant", "content": t}]
-            for g, t in zip(groups, b.texts, strict=True)
-        ]
         return b

@@ -78,7 +78,7 @@ class Generator:
     """The model, its tokenizer and a batched decode loop with a per-token callback.
 
     Decoding, padding and the next-token distribution are the trainer's
-    (:class:`opd_nb.engine.sampling.Sampler`); a request draws with ``torch.multinomial`` from a
+    (:class:`opd_nb.engine.sampling.TorchSampler`, whose raw loop streams); a request draws with ``torch.multinomial`` from a
     generator seeded with its ``seed``, and its prompt's prefix is not shared with the batch's.
     """
 
@@ -86,7 +86,7 @@ class Generator:
         import torch
 
         from opd_nb.engine import lean, models
-        from opd_nb.engine.sampling import Sampler
+        from opd_nb.engine.sampling import TorchSampler
 
         self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -98,7 +98,9 @@ class Generator:
         self.max_total = int(max_pos)
         eos = models.eos_ids(self.model, self.tok)
         self.eos = set(eos)
-        self.sampler = Sampler(self.model, lean.wrap(self.model), self.tok, eos, self.max_total, self.device)
+        self.sampler = TorchSampler(
+            self.model, lean.wrap(self.model), self.tok, eos, self.max_total, self.device
+        )
 
     def decode(
         self,

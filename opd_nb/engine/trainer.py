@@ -1,18 +1,20 @@
 """The local OPD engine: what Bailian does to an OPD job, on local Hugging Face models.
 
-One step: take ``batch_size`` prompts, sample ``n_rollouts`` completions each from the student
-(one batched decode loop, KV cache: :mod:`opd_nb.engine.sampling`) or, in agentic mode, let the
-user's rollout function drive the student through a local OpenAI-compatible endpoint
-(:mod:`opd_nb.engine.agentic`); score every student token with the teacher (one no-grad forward per
-``opd_teacher_max_num_batched_tokens`` budget, heads only on the response window:
-:mod:`opd_nb.engine.scoring`); optionally score each trajectory with the reward functions; then make
-``ceil(batch_size x n_rollouts / ppo_mini_batch_size)`` optimizer updates (:mod:`opd_nb.engine.updates`).
+One step: take ``batch_size`` prompts and get ``n_rollouts`` rollouts each from the job's
+:class:`~opd_nb.engine.rollout_source.RolloutSource`: the student samples them itself
+(:mod:`opd_nb.engine.native`; one batched decode loop, KV cache: :mod:`opd_nb.engine.sampling`) or,
+in agentic mode, the user's rollout function drives the student through a local OpenAI-compatible
+endpoint (:mod:`opd_nb.engine.agentic`); the loop never asks which. Score every student token with
+the teacher (one no-grad forward per ``opd_teacher_max_num_batched_tokens`` budget, heads only on
+the response window: :mod:`opd_nb.engine.scoring`); optionally score each trajectory with the reward
+functions; then make ``ceil(batch_size x n_rollouts / ppo_mini_batch_size)`` optimizer updates
+(:mod:`opd_nb.engine.updates`).
 
-Estimators (:mod:`opd_nb.engine.estimators`): ``pg_opd`` (default, the cloud's): per-token advantage
--(log pi_s - log pi_t) on the sampled tokens, discount 0, GSPO-token clipped policy loss. ``gkd``
-(local): exact reverse KL over the full vocabulary, computed in chunks. A task reward adds a
-group-normalised advantage. The local meaning of the cloud's hyper-parameters is in
-:mod:`opd_nb.engine.hparams`.
+Estimators (:mod:`opd_nb.engine.estimators`, picked by name from its registry): ``pg_opd``
+(default, the cloud's): per-token advantage -(log pi_s - log pi_t) on the sampled tokens, discount
+0, GSPO-token clipped policy loss. ``gkd`` (local): exact reverse KL over the full vocabulary,
+computed in chunks. A task reward adds a group-normalised advantage. The local meaning of the
+cloud's hyper-parameters is in :mod:`opd_nb.engine.hparams`.
 
 Each step also records a fair sample of its rollouts, and each evaluation
 (:mod:`opd_nb.engine.evaluator`) every validation answer, with per-token student/teacher log-probs
@@ -27,9 +29,9 @@ prompts' shared prefix runs once (:mod:`opd_nb.engine.batch`), and the process k
 for reuse (:mod:`opd_nb.engine.allocator`).
 
 This module: :func:`run` (the engine's entry point) and the :class:`Trainer` that builds the parts
-(:class:`~opd_nb.engine.models.Models`, :class:`~opd_nb.engine.sampling.Sampler`, the scorers,
-the :class:`~opd_nb.engine.updates.Updater`, the :class:`~opd_nb.engine.evaluator.Evaluator`,
-:class:`~opd_nb.engine.checkpoints.Checkpoints`) and runs the loop.
+(:class:`~opd_nb.engine.models.Models`, a :class:`~opd_nb.engine.samplers.Sampler`, the scorers,
+the :class:`~opd_nb.engine.updates.Updater`, :class:`~opd_nb.engine.checkpoints.Checkpoints`, the
+rollout source) and runs the loop; :func:`rollout_source` is the one place the mode is chosen.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.constants import (
     GEN_SECONDS,
@@ -56,15 +58,19 @@ from opd_nb.constants import (
     UPDATE_SECONDS,
     VALID_TOKEN_RATE,
     VALIDATION_ACCURACY,
-    ZERO_VARIANCE_GROUPS,
 )
 from opd_nb.engine import hparams as hp_mod
 from opd_nb.engine.api import METRICS_FILE, EngineError, EngineEvents, EngineJob, EngineResult
 from opd_nb.engine.checkpoints import STATE_FILE
+from opd_nb.engine.rollout_source import RolloutParts, RolloutSource
 from opd_nb.engine.scoring import TokenScores
 from opd_nb.traces import ids as trace_ids
 
-__all__ = ["METRICS_FILE", "STATE_FILE", "ListEvents", "TokenScores", "Trainer", "run"]
+if TYPE_CHECKING:
+    from opd_nb.engine.batch import SeqBatch
+    from opd_nb.engine.data import Row
+
+__all__ = ["METRICS_FILE", "STATE_FILE", "ListEvents", "TokenScores", "Trainer", "rollout_source", "run"]
 
 
 class ListEvents:
@@ -122,13 +128,19 @@ def _resolve_plan(job: EngineJob, n_student: int, log: Callable[..., None]) -> h
         f"update ({p.updates_per_step} update(s) per step); teacher max_model_len={p.teacher_max_model_len}, "
         f"max_num_batched_tokens={p.teacher_max_num_batched_tokens}"
     )
-    if job.rewards and p.n_rollouts < 2 and job.rollout is None:
-        log(
-            "n_rollouts = 1 with a reward: the group-normalised task advantage is always 0; "
-            "use n_rollouts >= 2 for the reward to matter",
-            "WARNING",
-        )
     return p
+
+
+def rollout_source(parts: RolloutParts, n_rollouts: int) -> RolloutSource:
+    """The job's rollouts: the user's rollout function when it registered one (agentic), else native."""
+    rollout = parts.job.rollout
+    if rollout is not None:
+        from opd_nb.engine.agentic import Agentic
+
+        return Agentic(parts, rollout)
+    from opd_nb.engine.native import NativeRollouts
+
+    return NativeRollouts(parts, n_rollouts)
 
 
 def _step_line(row: dict[str, Any], total: int, epoch: int, n_epochs: int, eta: float) -> str:
@@ -143,7 +155,7 @@ def _step_line(row: dict[str, Any], total: int, epoch: int, n_epochs: int, eta: 
     )
 
 
-def _step_metrics(metrics: dict[str, Any], b: Any, pending: Any, t: tuple[float, ...]) -> None:
+def _step_metrics(metrics: dict[str, Any], b: SeqBatch, reward_seconds: float, t: tuple[float, ...]) -> None:
     """A step's response lengths, stage times (`t`: its six time stamps) and throughput."""
     t0, t1, t2, t3, t4, t5 = t
     metrics[RESPONSE_LENGTH] = float(b.target_mask.sum(-1).float().mean())
@@ -151,7 +163,7 @@ def _step_metrics(metrics: dict[str, Any], b: Any, pending: Any, t: tuple[float,
         metrics[TRUNCATED_FRACTION] = float(b.truncated.float().mean())
     metrics[GEN_SECONDS] = t1 - t0
     metrics[TEACHER_SECONDS] = t2 - t1
-    metrics[REWARD_SECONDS] = 0.0 if pending is None else pending.seconds  # beside the teacher
+    metrics[REWARD_SECONDS] = reward_seconds  # beside the teacher
     metrics[UPDATE_SECONDS] = t4 - t3
     metrics[RECORD_SECONDS] = t5 - t4
     metrics[STEP_SECONDS] = t5 - t0
@@ -159,9 +171,7 @@ def _step_metrics(metrics: dict[str, Any], b: Any, pending: Any, t: tuple[float,
 
 
 class Trainer:
-    """One job run: builds the parts, then runs the loop; also the agentic mode's
-    :class:`~opd_nb.engine.rollout_host.RolloutHost` (job, tok, max_total, device, plan, recorder,
-    reward_caller, the live ``step``, log, generate_ids, score_tokens, turns)."""
+    """One job run: builds the parts, then runs the loop over them (whatever the rollouts' source)."""
 
     def __init__(self, job: EngineJob, events: EngineEvents, should_stop: Callable[[], bool]):
         import torch
@@ -170,16 +180,13 @@ class Trainer:
         from opd_nb.engine.checkpoints import Checkpoints
         from opd_nb.engine.data import JobData
         from opd_nb.engine.estimators import make_estimator
-        from opd_nb.engine.evaluator import Evaluator
         from opd_nb.engine.models import Models
-        from opd_nb.engine.rewards import RewardCaller
         from opd_nb.engine.rollouts import Recorder
-        from opd_nb.engine.sampling import Sampler
+        from opd_nb.engine.samplers import make_sampler
         from opd_nb.engine.scoring import StudentScorer, TeacherScorer
         from opd_nb.engine.updates import Updater
 
         allocator.keep_freed_memory()
-        self.torch = torch
         self.job, self.events, self.should_stop = job, events, should_stop
         self.out = Path(job.output_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -196,117 +203,62 @@ class Trainer:
         self.step = 0
         self.metrics_tail: dict[str, float] = {}
         self.best: tuple[float, str] | None = None
-        self.agentic: Any = None
         self._t_start, self._steps_here = 0.0, 0  # the loop's start and steps so far (ETA)
         self.max_total = m.max_total(p.max_length)
-        self.sampler = Sampler(m.student, m.s_lean, m.tok, m.eos_ids, self.max_total, self.device)
+        self.sampler = make_sampler(job.sampler, m, self.max_total)
         self.checkpoints = Checkpoints(self.out, job, p, m, self.updater, self.data, events, self.log)
         random.seed(job.seed)
         torch.manual_seed(job.seed)
         self.resumed = self.checkpoints.load(Path(job.resume_from)) if job.resume_from else None
         if self.resumed is not None:
             self.step, self.metrics_tail = self.resumed.step, self.resumed.metrics_tail
-        self.reward_caller = RewardCaller() if job.rewards else None
         self.recorder = Recorder(self.out, m.tok, self.log)
         if self.recorder.enabled:
             self.recorder.start(self.step)
-        self.evaluator = Evaluator(
-            job, self.data.validation, self.sampler, self.score_tokens, self.reward_caller, self.log
+        parts = RolloutParts(
+            job, m.tok, self.max_total, self.device, self.sampler, self.score_tokens, self.log
         )
+        self.source = rollout_source(parts, p.n_rollouts)
 
-    # ---- what agentic rollouts use (RolloutHost) ------------------------------------------------
     def log(self, message: str, level: str = "INFO") -> None:
         self.events.log(message, level)
 
-    def generate_ids(
-        self,
-        prompt_ids: list[list[int]],
-        *,
-        temperature: float,
-        top_p: float,
-        max_new: int | list[int],
-        seeds: list[int] | None = None,
-    ) -> list[tuple[list[int], bool]]:
-        """The student's completions per prompt (see :meth:`Sampler.generate_ids`)."""
-        return self.sampler.generate_ids(
-            prompt_ids, temperature=temperature, top_p=top_p, max_new=max_new, seeds=seeds
-        )
-
-    def score_tokens(self, b: Any) -> TokenScores:
+    def score_tokens(self, b: SeqBatch) -> TokenScores:
         """No-grad student and teacher log-probs of a batch's tokens (validation records)."""
         from opd_nb.engine.scoring import score_tokens
 
         return score_tokens(self.student_scorer, self.teacher_scorer, b, self.plan.teacher_max_model_len)
 
-    def turns(self, scores: TokenScores, rows: list[int]) -> dict[int, Any]:
-        from opd_nb.engine.native_records import turns
-
-        return turns(scores, rows)
-
     # ---- one step -------------------------------------------------------------------------------
-    def train_step(self, rows: list, epoch: int) -> dict[str, Any]:
+    def train_step(self, rows: list[Row], epoch: int) -> dict[str, Any]:
         """Rollouts, teacher scores (beside the reward functions), updates and records of one step."""
-        from opd_nb.engine.native_records import reward_samples
-
         t0 = time.perf_counter()
         where = trace_ids.where("train", self.step + 1)  # also the calls' sample ids (their spans' link)
-        metrics: dict[str, Any] = {}
-        adv_task = traj = res = pending = None
-        if self.agentic is not None:
-            b, m, adv_task, traj = self.agentic.collect(rows, self.plan.n_rollouts, where)
-            metrics.update(m)
-        else:
-            b = self.sampler.rollouts(rows, self.plan.n_rollouts, self.plan.temperature)
+        got = self.source.collect(rows, self.plan.n_rollouts, self.plan.temperature, where)
+        metrics: dict[str, Any] = dict(got.metrics)
+        b = got.batch
         t1 = time.perf_counter()
-        if self.job.rewards and self.agentic is None:
-            samples = reward_samples(rows, b, where)
-            pending = self.reward_caller.submit(
-                self.job.rewards, samples, self.job.job_id, where=where, log=self.log
-            )
         window = b.window
         t_vals = self.teacher_scorer.score(b, window)  # while the reward functions score the same rollouts
         t2 = time.perf_counter()
-        if pending is not None:
-            res = pending.result()
-            adv_task = self._task_advantage(res, b, metrics)
+        adv_task = got.task_advantage(metrics)
         t3 = time.perf_counter()
         metrics[LEARNING_RATE] = self.updater.lr()
         scores = self.updater.update(b, t_vals, adv_task, window, metrics, self.step)
         self.updater.sched.step()
         t4 = time.perf_counter()
         if self.recorder.enabled:
-            self._record(rows, b, scores, traj, res)
+            step = self.step + 1
+            self.recorder.write("train", step, got.records(scores, self.recorder.per_step, step))
         t5 = time.perf_counter()
-        _step_metrics(metrics, b, pending, (t0, t1, t2, t3, t4, t5))
+        _step_metrics(metrics, b, got.reward_seconds, (t0, t1, t2, t3, t4, t5))
         return metrics
 
-    def _task_advantage(self, res: Any, b: Any, metrics: dict[str, Any]) -> Any:
-        """The reward functions' metrics into `metrics`; their group-normalised advantage per sample."""
-        from opd_nb.engine import rewards
-
-        metrics.update(res.metrics)
-        groups = b.group.tolist()
-        metrics[ZERO_VARIANCE_GROUPS] = rewards.zero_variance_fraction(res.totals, groups)
-        adv = rewards.group_advantages(res.totals, groups)
-        return self.torch.tensor(adv, dtype=self.torch.float32, device=self.device)
-
-    def _record(self, rows: list, b: Any, scores: TokenScores, traj: Any, res: Any) -> None:
-        from opd_nb.engine.native_records import native_rollouts
-
-        step, limit = self.step + 1, self.recorder.per_step
-        if traj is not None:
-            recs = self.agentic.to_record(traj, scores, limit, step)
-        else:
-            recs = native_rollouts(rows, b, scores, res.per_sample if res is not None else None, limit, step)
-        self.recorder.write("train", step, recs)
-
     def evaluate(self) -> dict[str, float]:
-        """Validation metrics now (greedy answers; agentic jobs validate through the rollout function)."""
+        """Validation metrics now (greedy answers, through the rollout function in agentic jobs)."""
         if not self.data.validation:
             return {}
-        if self.agentic is not None:  # validation rollouts go through the rollout function, as in training
-            return self.agentic.validate(self.data.validation, where=trace_ids.where("validation", self.step))
-        return self.evaluator.evaluate(self.step, self.recorder)
+        return self.source.evaluate(self.data.validation, self.step, self.recorder)
 
     # ---- the loop -------------------------------------------------------------------------------
     def emit(self, row: dict[str, Any]) -> None:
@@ -319,19 +271,12 @@ class Trainer:
         self.events.metrics(clean)
 
     def run(self) -> EngineResult:
-        """The loop, with the agentic endpoint up in agentic mode; the recorder and callers closed after."""
-        if self.job.rollout is not None:
-            from opd_nb.engine.agentic import Agentic
-
-            self.agentic = Agentic(self)
+        """The loop; the recorder and the rollout source (its endpoint, its callers) closed after."""
         try:
             return self._loop()
         finally:
             self.recorder.close()
-            if self.reward_caller is not None:
-                self.reward_caller.close()
-            if self.agentic is not None:
-                self.agentic.close()
+            self.source.close()
 
     def _loop(self) -> EngineResult:
         p, data = self.plan, self.data

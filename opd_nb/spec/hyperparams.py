@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from opd_nb.constants import LOCAL_ESTIMATORS
+
 ParamType = Literal["int", "float", "str", "bool"]
 Section = Literal["hyper_parameters", "resources"]
 
@@ -109,8 +111,7 @@ PARAMS: list[ParamSpec] = [
         "unused by pure distillation.",
         group="algorithm",
         choices=["gspo", "grpo"],
-        # the local engine's estimators by name: its exact full-vocabulary reverse KL, or the cloud's pg_opd
-        local_choices=["gkd", "pg_opd"],
+        local_choices=list(LOCAL_ESTIMATORS),  # estimators only the local engine has (gkd: exact reverse KL)
         default="gspo",
         small="gspo",
         large="gspo",

@@ -18,6 +18,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from opd_nb.constants import CLOUD_ESTIMATOR
 from opd_nb.spec.hyperparams import HP, PARAMS_BY_NAME, ParamSpec, params_in, value_problem
 
 FIX = "fix training.hyper_parameters in config.yaml"
@@ -144,6 +145,8 @@ def read_submitted(submitted: Mapping[str, Any]) -> dict[str, Any]:
         raw = given[spec.name]
         value = _coerced(spec, raw)
         problem = value_problem(spec.name, raw if value is None else value)
+        if spec.name == "algorithm" and value == CLOUD_ESTIMATOR:
+            problem = None  # the local engine reads the cloud's estimator by name too
         if value is None and problem is None:
             problem = f"expected a {spec.type}"
         if problem:
