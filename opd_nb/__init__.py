@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from opd_nb._version import __version__
 
 # name -> "module:attribute"; resolved on first access so `import opd_nb` costs nothing.
 _LAZY: dict[str, str] = {

@@ -11,7 +11,7 @@ One module for the rule, so that ``opd deploy --plan`` checks a plan before anyt
   ``deploy_spec`` (from ``GET /deployments/models``) and a ``billing_method`` (e.g. ``POST_PAY``).
 
 On Bailian every deployment costs money while it runs (or per token on ``lora``), so a cloud deploy
-needs the caller's consent (``spend.require_consent``, ``--yes``); a local one costs nothing.
+needs the caller's consent (``consent.require_consent``, ``--yes``); a local one costs nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from opd_nb import spend
+from opd_nb import consent
 from opd_nb.errors import OpdError
 
 LORA, PTU, MU = "lora", "ptu", "mu"
@@ -98,9 +98,9 @@ def charge_type(plan: str | None, billing_method: str | None = None) -> str:
 
 
 def require_consent(target_kind: str, plan: str | None, capacity: int, yes: bool) -> None:
-    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.spend`)."""
+    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.consent`)."""
     billed = "per token" if (plan or LORA) == LORA else "by the hour while it runs"
-    spend.require_consent(
+    consent.require_consent(
         target_kind,
         yes,
         f"a paid Bailian deployment (plan {plan or LORA}, capacity {capacity}, billed {billed})",

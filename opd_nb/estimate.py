@@ -14,12 +14,12 @@ numbers (it must work without opd-nb; a test keeps them equal). The steps formul
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from opd_nb import settings
 from opd_nb.dataset_scan import scan_jsonl
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
@@ -28,7 +28,7 @@ from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.job import workspace_config
 from opd_nb.spec.training_plan import steps_per_epoch, training_steps
 
-PRICE_VAR = "OPD_PRICE_PER_UNIT_HOUR"  # money per training unit per hour, in the account's currency
+PRICE_VAR = settings.PRICE_PER_UNIT_HOUR.name  # money per training unit per hour, in the account's currency
 SMOKE_STEPS = 2  # a smoke run's default training rows: enough for this many steps
 SMOKE_VALIDATION_ROWS = 4  # validation rows a smoke run keeps
 SMOKE_SUFFIX = "-smoke"  # appended to a smoke run's job name
@@ -50,8 +50,8 @@ def price_from_env(price: float | None) -> float | None:
     """`--price` if given, else `OPD_PRICE_PER_UNIT_HOUR`; a value that is not a positive number is a user error."""
     if price is not None:
         raw, where = str(price), "--price"
-    elif os.environ.get(PRICE_VAR):
-        raw, where = os.environ[PRICE_VAR], PRICE_VAR
+    elif settings.PRICE_PER_UNIT_HOUR.raw():
+        raw, where = settings.PRICE_PER_UNIT_HOUR.raw() or "", PRICE_VAR
     else:
         return None
     try:

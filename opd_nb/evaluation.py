@@ -349,7 +349,7 @@ def require_eval_consent(
 ) -> str | None:
     """On Bailian every row is a paid call: without `yes` an OpdError (code needs-confirmation) says how
     many, and nothing is sent; with it, the notice to show. None on a local target (nothing billed)."""
-    from opd_nb.spend import is_paid, require_consent
+    from opd_nb.consent import is_paid, require_consent
 
     if not is_paid(target_kind):
         return None
@@ -425,8 +425,12 @@ def evaluate(
     concurrency: int = DEFAULT_CONCURRENCY,
     max_tokens: int | None = None,
     progress: Progress | None = None,
+    yes: bool = False,
 ) -> EvalResult:
-    """Answer every validation row with every model (greedy) and score the answers (see the module)."""
+    """Answer every validation row with every model (greedy) and score the answers (see the module).
+
+    On Bailian every row is a paid call: without `yes` nothing is sent (:func:`require_eval_consent`),
+    whichever front end calls this."""
     ws = Path(workspace)
     models = list(dict.fromkeys(m.strip() for m in models if m and m.strip()))
     if not models:
@@ -437,6 +441,7 @@ def evaluate(
         from opd_nb.client import JobClient
 
         client = JobClient()
+    require_eval_consent(client.target.kind, ws, models, rows, yes)
     data = load_rows(ws, rows)
     limit = max_tokens or _max_tokens(ws)
     scorer = _Scorer(ws)

@@ -21,15 +21,19 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from opd_nb import settings
 from opd_nb.errors import OpdError
 from opd_nb.log_cap import keep_own_log_under
 
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
-PARENT_ENV = "OPD_FUNCTION_PARENT"  # the pid that started a function server: it stops once that is gone
+PARENT_ENV = (
+    settings.FUNCTION_PARENT.name
+)  # the pid that started a function server: it stops once that is gone
 PARENT_POLL_S = 0.5
-CLEAN_ROUTE_ENV = "OPD_CLEAN_ROUTE"  # "1": also serve CLEAN_PATH (the playground asks for it)
+CLEAN_ROUTE_ENV = settings.CLEAN_ROUTE.name  # "1": also serve CLEAN_PATH (the playground asks for it)
 CLEAN_PATH = "/opd/clean"
+TRAJECTORY_ENV = "ENABLE_TRAJECTORY"  # the SDK's switch for its spans (see opd_nb.server.trace_env)
 CLEANERS = ("strip_reasoning", "strip_thinking", "clean_answer", "clean_text", "clean")  # first one found
 
 
@@ -235,14 +239,31 @@ def _serve_watching_parent(argv: list[str]) -> None:
     import uvicorn
 
     keep_own_log_under()
-    if os.environ.pop(CLEAN_ROUTE_ENV, "") == "1":
+    if os.environ.get(TRAJECTORY_ENV, "").strip().lower() in ("true", "1", "yes"):
+        _no_http_spans()
+    if settings.CLEAN_ROUTE.pop():
         _add_clean_route()
-    parent = int(os.environ.pop(PARENT_ENV, "0") or 0)
+    parent = settings.FUNCTION_PARENT.pop() or 0
     if parent:
         threading.Thread(
             target=_stop_when_orphaned, args=(parent,), name="opd-parent-watch", daemon=True
         ).start()
     uvicorn.main(args=argv, prog_name="uvicorn")
+
+
+def _no_http_spans() -> None:
+    """Keep FastAPI (>= 0.165 traces every request natively once a tracer provider exists) from tracing
+    the SDK app's requests: three spans per call (``POST /api/v1``, ``fastapi.endpoint``,
+    ``fastapi.dependencies``) that belong to no rollout sample, so ``opd serve`` drops them, yet the
+    server made, encoded and sent them on every call: 60% of a reward job's spans. The SDK's own
+    spans (``invoke_agentic_rl`` and below) are untouched. FastAPI takes this setting only when the
+    app is made (``FastAPI(telemetry=...)``), and the SDK makes it: so its config is changed in place."""
+    import importlib
+
+    app = importlib.import_module(SDK_SERVER_APP.partition(":")[0]).app
+    config = getattr(app, "_telemetry", None)
+    if isinstance(config, dict):  # an older FastAPI has no native telemetry: nothing to turn off
+        config.update(tracing=False, operation_spans=False)
 
 
 def _add_clean_route() -> None:

@@ -24,8 +24,11 @@ import sys
 import threading
 import time
 
-MAX_LOG_ENV = "OPD_MAX_LOG_BYTES"  # a function server's or job worker's log cap (tests lower it)
-MAX_LOG_BYTES = 32 * 2**20
+from opd_nb import settings
+from opd_nb.errors import OpdError
+
+MAX_LOG_ENV = settings.MAX_LOG_BYTES.name  # a function server's or job worker's log cap (tests lower it)
+MAX_LOG_BYTES: int = settings.MAX_LOG_BYTES.default or 0
 LOG_KEEP_BYTES = 64 * 2**10  # the newest output kept when a log is cut
 LOG_POLL_S = 0.2
 
@@ -92,10 +95,10 @@ class _CappedRaw(io.RawIOBase):
 def keep_own_log_under(max_bytes: int | None = None) -> None:
     """Cap this process's log at ``max_bytes`` (``$OPD_MAX_LOG_BYTES``); nothing happens when stdout is no file."""
     try:
-        limit = max_bytes or int(os.environ.get(MAX_LOG_ENV) or MAX_LOG_BYTES)
+        limit = max_bytes or settings.MAX_LOG_BYTES.get() or MAX_LOG_BYTES
         if not stat.S_ISREG(os.fstat(1).st_mode):
             return
-    except (OSError, ValueError):
+    except (OSError, OpdError):  # `opd serve` refused a bad value at its start
         return
     log = _CappedLog(1, limit)
     for name in ("stdout", "stderr") if _same_file(1, 2) else ("stdout",):

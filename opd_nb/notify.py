@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import SecretStr
 
+from opd_nb import settings
 from opd_nb.errors import OpdError
 from opd_nb.webhook_services import (
     FORMATS,
@@ -39,8 +40,8 @@ from opd_nb.webhook_url import check_url, masked
 
 log = logging.getLogger("opd_nb.notify")
 
-URL_VAR = "OPD_NOTIFY_URL"  # how a detached watcher receives the URL (never on a command line)
-SECRET_VAR = "OPD_NOTIFY_SECRET"  # and the robot's signing secret
+URL_VAR = settings.NOTIFY_URL.name  # how a detached watcher receives the URL (never on a command line)
+SECRET_VAR = settings.NOTIFY_SECRET.name  # and the robot's signing secret
 ATTEMPTS = 4  # one post and up to three retries
 MAX_WAIT_S = 60.0  # a Retry-After longer than this is not waited for: the message is reported failed
 UNSIGNED = {"wecom": "WeCom robots", "slack": "Slack incoming webhooks", "json": "plain JSON webhooks"}

@@ -1,4 +1,4 @@
-"""What stands between a user and a bill: the preflight gate and the consent rule for paid starts.
+"""What stands between a user and a bill: the preflight gate, and the consent rule (:mod:`opd_nb.consent`).
 
 One source of both rules for every path that starts a job (`opd submit`, `%opd submit`, sweeps,
 continued training, `opd eval --cloud`): the gate refuses a workspace whose preflight has errors
@@ -8,37 +8,26 @@ without it the error says in one line what would have started. Local targets nee
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from opd_nb.checks import CheckReport, check
+from opd_nb.consent import NEEDS_CONFIRMATION, PAID_KIND, is_paid, require_consent
 from opd_nb.errors import OpdError
 
-PAID_KIND = "cloud"  # the target kind that bills (Bailian); `opd serve` is free
-NEEDS_CONFIRMATION = "needs-confirmation"  # OpdError.code of a paid start refused for want of --yes
+__all__ = [
+    "NEEDS_CONFIRMATION",
+    "PAID_KIND",
+    "PREFLIGHT_FAILED",
+    "gate",
+    "is_paid",
+    "require_consent",
+    "warning_lines",
+]
+
 PREFLIGHT_FAILED = "preflight-failed"  # OpdError.code of a start the gate refused
 DRY_RUN_NEEDS_NOT = ("env.no-api-key",)  # findings about what only sending needs
-
-
-def is_paid(target_kind: str) -> bool:
-    return target_kind == PAID_KIND
-
-
-def require_consent(
-    target_kind: str, yes: bool, what: str, *, fix: str = "", warnings: Sequence[str] = ()
-) -> None:
-    """Refuse a paid start without `yes` (exit 1, nothing sent); `what` says in one line what would start,
-    and `warnings` (the gate's, :func:`warning_lines`) follow it: the user consents knowing them."""
-    if is_paid(target_kind) and not yes:
-        raise OpdError(
-            f"nothing sent: Bailian bills this, so it needs --yes: {what}"
-            + "".join(f"\n{w}" for w in warnings),
-            fix=fix
-            or "add --yes to start it (in a notebook too: %opd submit ... --yes), or --dry-run to see it",
-            code=NEEDS_CONFIRMATION,
-            exit_code=1,
-        )
 
 
 def warning_lines(report: CheckReport) -> list[str]:

@@ -21,17 +21,19 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from opd_nb import settings
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
-DIR_VAR = "OPD_WATCH_DIR"
+DIR_VAR = settings.WATCH_DIR.name
 
 
 def watch_dir() -> Path:
     """``$OPD_WATCH_DIR``, else ``$XDG_CACHE_HOME/opd-nb/watchers``."""
-    if os.environ.get(DIR_VAR):
-        return Path(os.environ[DIR_VAR]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opd-nb" / "watchers"
+    return (
+        settings.WATCH_DIR.get()
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opd-nb" / "watchers"
+    )
 
 
 class Watcher(ResultMixin, BaseModel):

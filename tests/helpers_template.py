@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,24 @@ ROLLOUT = {
     "tests/test_rollout.py",
 }
 
-# (mode, with_reward) for every valid combination; names are cycled over them (ccds pattern).
-COMBINATIONS = [("pure-distill", False), ("reward", True), ("agentic", True), ("agentic", False)]
+
+def _choices() -> tuple[list[str], list[bool]]:
+    """The template's own choices (cookiecutter.json): its modes, and both values of its `with_reward` flag."""
+    spec = json.loads((template_dir() / "cookiecutter.json").read_text(encoding="utf-8"))
+    assert isinstance(spec["with_reward"], bool), "with_reward is a yes/no question"
+    return list(spec["mode"]), [True, False]
+
+
+def _valid(mode: str, with_reward: bool) -> bool:
+    """`opd new`'s rule (opd_nb.workspace.create; test_template checks it refuses the rest): a reward
+    workspace always has a reward, a pure-distill one never; agentic either way."""
+    return not ((mode == "pure-distill" and with_reward) or (mode == "reward" and not with_reward))
+
+
+MODES, REWARD_CHOICES = _choices()
+ALL_PAIRS = list(itertools.product(MODES, REWARD_CHOICES))
+# (mode, with_reward) for every valid combination of the template's choices; names are cycled over them (ccds).
+COMBINATIONS = [pair for pair in ALL_PAIRS if _valid(*pair)]
 AWKWARD_NAMES = ["3d printing lab", "Ünïcødé 数据 workspace", "  spaced   out  ", 'it\'s "quoted" & <b>']
 CASES = list(zip(COMBINATIONS, itertools.cycle(AWKWARD_NAMES), strict=False))
 CASE_IDS = [f"{mode}-{'reward' if r else 'noreward'}" for (mode, r), _ in CASES]

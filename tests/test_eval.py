@@ -173,6 +173,29 @@ def test_cloud_eval_says_what_it_costs_and_needs_yes(tmp_path):
     assert "opd deploy MODEL --cloud" in proc.stderr
 
 
+def test_a_cloud_eval_from_python_sends_nothing_without_consent(local_server, tmp_path):
+    """The consent rule sits in the paid call itself: `evaluate` from Python (no CLI, no magic) on
+    Bailian's counting stand-in sends nothing without `yes`, and makes its calls with it."""
+    from bailian_standin import CountingProxy
+
+    from opd_nb.errors import OpdError
+    from opd_nb.evaluation import evaluate
+
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", val_rows=2)
+    proxy = CountingProxy(local_server.base_url)
+    try:
+        cloud = JobClient(Target(kind="cloud", base_url=proxy.api_base, api_key=SecretStr("sk-standin-0000")))
+        with pytest.raises(OpdError) as refused:
+            evaluate(ws, [BASE], client=cloud)
+        assert refused.value.code == "needs-confirmation" and "makes 2 calls" in str(refused.value)
+        assert proxy.requests == []
+        result = evaluate(ws, [BASE], client=cloud, yes=True)
+    finally:
+        proxy.close()
+    assert [m.model for m in result.models] == [BASE] and len(result.rows) == 2
+    assert sum(1 for method, path in proxy.requests if method == "POST") == 2  # one chat call per row
+
+
 def test_magic_eval_view_runs_in_the_background(client, local_server, tmp_path):
     pytest.importorskip("ipywidgets")
     from opd_nb.cli import invoke

@@ -61,7 +61,11 @@ FILLED = {
     "{deployed} --model qwen3.5-9b --rows 2 --json",
     "opd undeploy NAME": "opd undeploy {deployed} && opd undeploy {deployed_ptu}",
 }
-EXIT_CODES = {"opd check my-ws": 1, "opd check my-ws --json": 1}  # no API key yet: the README says so
+EXIT_CODES = {  # no API key yet: the README says so
+    "opd check my-ws": 1,
+    "opd check my-ws --json": 1,
+    "opd check my-ws --set n_epochs=3": 1,
+}
 CLOUD_BLOCK = "opd estimate my-ws --price 12.5"  # the block of "To the cloud"
 CLOUD_KEY = "sk-" + "readme0test0not0sent"  # never sent: the block's paid submits are NOT_RUN
 INLINE_WORDS = ("opd", "pytest", "python", "deactivate")  # named bare in the prose: they must exist

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers_template import CASE_IDS, CASES, bake, expected_files, files_of
+from helpers_template import ALL_PAIRS, CASE_IDS, CASES, COMBINATIONS, MODES, bake, expected_files, files_of
 
 from opd_nb.engine.task import is_correct, make_rows
 from opd_nb.workspace import create, template_dir
@@ -21,6 +21,19 @@ PY = sys.executable
 START_LR = {"pure-distill": 1.0e-6, "reward": 1.0e-6, "agentic": 3.0e-7}
 FAKE_KEY = "sk-" + "fake0123456789abcdefSECRET"  # assembled: no key-like literal in the repo
 DOTENV_KEY = "sk-" + "dotenv9876543210fedcbaSECRET"
+
+
+def test_the_matrix_is_every_choice_of_the_template_that_opd_new_accepts(tmp_path: Path) -> None:
+    """The matrix comes from cookiecutter.json: every mode is in it, and each pair left out is one that
+    `opd new` refuses (before it writes anything)."""
+    from opd_nb.errors import OpdError
+    from opd_nb.workspace_rules import MODES as RULE_MODES
+
+    assert set(MODES) == set(RULE_MODES) and {mode for mode, _ in COMBINATIONS} == set(MODES)
+    for mode, with_reward in (pair for pair in ALL_PAIRS if pair not in COMBINATIONS):
+        with pytest.raises(OpdError):
+            create(mode, tmp_path / f"{mode}-{with_reward}", with_reward=with_reward)
+        assert not (tmp_path / f"{mode}-{with_reward}").exists()
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ def build() -> Any:
     """The MCPServer with every tool and resource registered (imports the `mcp` SDK)."""
     from mcp.server.mcpserver import MCPServer
 
-    from opd_nb import __version__
+    from opd_nb._version import __version__
     from opd_nb.agent import resources, tools_jobs, tools_read, tools_work
 
     app = MCPServer(NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")

@@ -175,14 +175,18 @@ def evaluate(
     """Answer the workspace's validation rows with each model and score them with its reward (`opd
     eval`). On Bailian every row is a paid call: two calls, as `submit`."""
     from opd_nb.evaluation import evaluate as run_eval
-    from opd_nb.evaluation import require_eval_consent
 
     client = client_for(target, base_url, workspace)
 
     def start(yes: bool) -> EvalResult:
-        require_eval_consent(client.target.kind, workspace, models, rows, yes)
-        return run_eval(
-            workspace, models, client=client, rows=rows, concurrency=concurrency, max_tokens=max_tokens
+        return run_eval(  # on Bailian, refused without `yes` before any call (the core's consent)
+            workspace,
+            models,
+            client=client,
+            rows=rows,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            yes=yes,
         )
 
     arguments = {"models": models, "rows": rows, "concurrency": concurrency, "max_tokens": max_tokens}

@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import html
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from opd_nb.findings import Finding, Severity
 from opd_nb.results import ResultMixin
 
-Severity = Literal["error", "warning", "info"]
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 _COLOR = {"error": "red", "warning": "yellow", "info": "cyan"}
 _HTML_COLOR = {"error": "#c62828", "warning": "#b26a00", "info": "#1565c0"}
-
-
-class Finding(BaseModel):
-    """One problem (or note): stable rule id, severity, where (file:line or key path), what and how to fix."""
-
-    rule: str
-    severity: Severity
-    where: str
-    message: str
-    fix: str = ""
-
-    def __str__(self) -> str:
-        text = f"{self.severity:<7} {self.rule:<34} {self.where}: {self.message}"
-        return text + (f"\n        fix: {self.fix}" if self.fix else "")
 
 
 class CheckReport(ResultMixin, BaseModel):

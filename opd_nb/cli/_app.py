@@ -55,6 +55,6 @@ def _root() -> None:
 @app.command("version")
 def version() -> None:
     """Print the opd-nb version."""
-    from opd_nb import __version__
+    from opd_nb._version import __version__
 
     typer.echo(__version__)

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT
 from opd_nb.cli._output import emit, in_magic
@@ -62,7 +63,7 @@ def mcp_cmd(
         str | None,
         typer.Option(
             "--api-key",
-            envvar="OPD_SERVE_API_KEY",
+            envvar=settings.SERVE_API_KEY.name,
             show_default=False,
             help="--http: the key every request must carry (needed off loopback); prefer the variable",
         ),

@@ -81,7 +81,7 @@ def eval_cmd(
     if notice:
         echo(f"note: {notice}", err=True)
     if in_magic():
-        return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens)
+        return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens, yes)
     with _progress() as tick:
         result = evaluate(
             workspace,
@@ -91,5 +91,6 @@ def eval_cmd(
             concurrency=concurrency,
             max_tokens=max_tokens,
             progress=tick,
+            yes=yes,
         )
     return emit(result, as_json=as_json)

@@ -342,10 +342,10 @@ def _hooks(
     price: float | None = None,
     reconnect_minutes: float = RECONNECT_MINUTES,
 ) -> Hooks:
+    from opd_nb.consent import is_paid
     from opd_nb.estimate import price_from_env
     from opd_nb.guard import Guard
     from opd_nb.meter import Meter
-    from opd_nb.spend import is_paid
 
     paid = is_paid(client.target.kind)
     meter = Meter(paid=paid, price=price_from_env(price)) if paid else None

@@ -37,6 +37,7 @@ from opd_nb.server.otlp_forward import forward_url
 from opd_nb.server.records import (
     API_KEY_ENV,
     CHECKPOINT_TTL_ENV,
+    DEFAULT_CHECKPOINT_TTL_DAYS,
     DEFAULT_MAX_DEPLOYMENTS,
     MAX_DEPLOYMENTS_ENV,
     MAX_INTERRUPTIONS,
@@ -197,18 +198,16 @@ MaxDeploymentsFlag = Annotated[
     int | None,
     typer.Option(
         min=1,
-        envvar=MAX_DEPLOYMENTS_ENV,
-        show_envvar=True,
-        help=f"how many deployments may run at once (past that, a deploy is a 400) [default: {DEFAULT_MAX_DEPLOYMENTS}]",
+        help="how many deployments may run at once (past that, a deploy is a 400) "
+        f"[default: ${MAX_DEPLOYMENTS_ENV}, else {DEFAULT_MAX_DEPLOYMENTS}]",
     ),
 ]
 CheckpointTtlFlag = Annotated[
     float | None,
     typer.Option(
         min=0.0,
-        envvar=CHECKPOINT_TTL_ENV,
-        show_envvar=True,
-        help="days a checkpoint lives (its expire_time; nothing is deleted locally) [default: 15]",
+        help="days a checkpoint lives (its expire_time; nothing is deleted locally) "
+        f"[default: ${CHECKPOINT_TTL_ENV}, else {DEFAULT_CHECKPOINT_TTL_DAYS:g}]",
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="print the result as JSON")]

@@ -195,6 +195,7 @@ class EvalRequest(ResultMixin):
     rows: int | None = None
     concurrency: int = 8
     max_tokens: int | None = None
+    yes: bool = False  # consent to a cloud evaluation's paid calls (the core asks for it again)
 
     def to_payload(self) -> dict[str, Any]:
         return {

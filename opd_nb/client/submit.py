@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, PrivateAttr
 
-from opd_nb.checks.report import Finding
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
 from opd_nb.errors import OpdError
+from opd_nb.findings import Finding
 from opd_nb.results import ResultMixin
 
 _RUNNER = r"""
@@ -179,8 +179,9 @@ def _before_start(
     `--no-check`) and `--yes` for what was decided here, so it does neither twice, and the `sets`,
     `fresh` and `smoke` flags (refused here where the workspace's script lacks them).
     """
+    from opd_nb.consent import is_paid, require_consent
     from opd_nb.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
-    from opd_nb.spend import is_paid, require_consent, warning_lines
+    from opd_nb.spend import warning_lines
 
     done = how.get("preflight_done", False)  # the caller ran the gate (a sweep, once per value)
     report = _preflight(ws, target, config, overrides, sets=how["sets"], no_check=how["no_check"] or done)

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, SecretStr
 
+from opd_nb import settings
 from opd_nb.constants import API_PATH, DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
 from opd_nb.dotenv_file import read_dotenv
 from opd_nb.errors import OpdError
@@ -22,7 +23,7 @@ from opd_nb.results import ResultMixin
 
 BASE_URL_VAR = "DASHSCOPE_HTTP_BASE_URL"  # what the dashscope SDK and this client read
 API_KEY_VAR = "DASHSCOPE_API_KEY"
-_PLACEHOLDER_MARK = "OPD_NB_LOCAL_KEY"  # set while `use local` supplied the placeholder key itself
+_PLACEHOLDER_MARK = settings.LOCAL_KEY_MARK.name  # set while `use local` supplied the placeholder key itself
 
 
 class Target(BaseModel):
@@ -172,7 +173,7 @@ def use_target(kind: str, base_url: str | None = None, *, shell_exports: bool = 
     if kind == "local" and not os.environ.get(API_KEY_VAR):
         os.environ[API_KEY_VAR] = LOCAL_API_KEY
         os.environ[_PLACEHOLDER_MARK] = "1"
-    elif kind == "cloud" and os.environ.pop(_PLACEHOLDER_MARK, None):
+    elif kind == "cloud" and settings.LOCAL_KEY_MARK.pop():
         if os.environ.get(API_KEY_VAR) == LOCAL_API_KEY:
             del os.environ[API_KEY_VAR]
     key_set, source = _key_status(kind, api)
@@ -185,7 +186,7 @@ def _key_status(kind: Literal["local", "cloud"], api: str) -> tuple[bool, str]:
     target = resolve_target(kind, base_url=api)
     if target.api_key is None or not target.api_key.get_secret_value():
         return False, ""
-    placeholder = os.environ.get(_PLACEHOLDER_MARK) and os.environ.get(API_KEY_VAR) == LOCAL_API_KEY
+    placeholder = settings.LOCAL_KEY_MARK.get() and os.environ.get(API_KEY_VAR) == LOCAL_API_KEY
     if kind == "local" and placeholder:
         return True, "placeholder for the local server"
     return True, "environment or .env"

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import sys
+
+from opd_nb import settings
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
@@ -31,7 +32,7 @@ def keep_freed_memory() -> bool:
     if _done is not None:
         return _done
     _done = False
-    if not sys.platform.startswith("linux") or os.environ.get("OPD_ENGINE_MALLOC", "1") == "0":
+    if not sys.platform.startswith("linux") or not settings.ENGINE_MALLOC.get():
         return _done
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

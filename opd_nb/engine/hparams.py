@@ -27,12 +27,12 @@ each logged at the start of a job:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from opd_nb import settings
 from opd_nb.constants import CLOUD_ESTIMATOR
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.estimators import REGISTRY, unknown_estimator
@@ -42,7 +42,7 @@ from opd_nb.spec.training_plan import HyperParameterError, TrainingPlan
 TINY_PARAMS = 50_000_000
 LR_SCALE = 1000.0
 LR_MIN, LR_MAX = 1e-4, 3e-3
-LR_ENV = "OPD_LOCAL_LR"  # a local learning rate for every job of this process (after the job's own)
+LR_ENV = settings.LOCAL_LR.name  # a local learning rate for every job of this process (after the job's own)
 
 # The keys the local engine reads; their types, ranges, choices and defaults are the spec's table.
 ENGINE_KEYS = (
@@ -117,7 +117,7 @@ def local_learning_rate_rule(
 ) -> tuple[float, str]:
     """(local learning rate, the rule that gave it): the job's override, ``OPD_LOCAL_LR``, the tiny-student
     mapping, or the cloud rate unchanged (see the module docstring)."""
-    env_lr = os.environ.get(LR_ENV)
+    env_lr = settings.LOCAL_LR.raw()
     if local_learning_rate is not None:
         return (
             float(local_learning_rate),

@@ -13,22 +13,22 @@ biases on the MLP, ...) make :func:`wrap` return ``None`` and the engine uses ``
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from opd_nb import settings
 from opd_nb.engine.lean_attention import attend, attention_bias, causal_mask
 from opd_nb.engine.lean_weights import FusedWeights
 
 SUPPORTED = {"qwen3", "qwen2", "llama"}
-DISABLE_ENV = "OPD_ENGINE_LEAN"  # "0": always use the transformers forward (a debugging escape hatch)
+DISABLE_ENV = settings.ENGINE_LEAN.name  # "0": always use the transformers forward (a debugging escape hatch)
 
 
 def wrap(model: Any) -> LeanLM | None:
     """A :class:`LeanLM` over `model`, or None where this module would not match it exactly."""
-    if os.environ.get(DISABLE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if not settings.ENGINE_LEAN.get():
         return None
     cfg = model.config
     if getattr(cfg, "model_type", None) not in SUPPORTED:

@@ -67,13 +67,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
+from opd_nb.errors import OpdError
+
 DIRNAME = "rollouts"
 FORMAT = "opd-rollouts/1"
 KINDS = ("train", "validation")
-PER_STEP_ENV = "OPD_ROLLOUTS_PER_STEP"
-DEFAULT_PER_STEP = 16
-KEEP_ENV = "OPD_ROLLOUTS_KEEP_STEPS"
-DEFAULT_KEEP = 50
+PER_STEP_ENV = settings.ROLLOUTS_PER_STEP.name
+KEEP_ENV = settings.ROLLOUTS_KEEP_STEPS.name
 _FILE = re.compile(r"^(train|validation)-(\d+)\.json\.gz$")
 
 
@@ -137,24 +138,19 @@ def read_rollouts(
 # ---- writing (the engine's side) ------------------------------------------------------------------
 
 
-def _env_int(name: str, default: int, log: Callable[[str, str], None] | None) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
+def _env_int(setting: settings.Setting[int], log: Callable[[str, str], None] | None) -> int:
+    """`opd serve` refused a bad value at its start; a job run some other way logs it and uses the default."""
     try:
-        value = int(raw)
-        if value < 0:
-            raise ValueError
-    except ValueError:
+        return setting.get() or 0
+    except OpdError as exc:
         if log is not None:
-            log(f"{name}={raw!r} is not a whole number >= 0; using {default}", "WARNING")
-        return default
-    return value
+            log(f"{exc}; using {setting.default}", "WARNING")
+        return setting.default or 0
 
 
 def keep_steps(log: Callable[[str, str], None] | None = None) -> int:
     """How many train steps are kept (``OPD_ROLLOUTS_KEEP_STEPS``; the traces of a step follow the same rule)."""
-    return _env_int(KEEP_ENV, DEFAULT_KEEP, log)
+    return _env_int(settings.ROLLOUTS_KEEP_STEPS, log)
 
 
 def expired_steps(train: Sequence[int], evals: set[int], keep: int) -> list[int]:
@@ -318,7 +314,7 @@ class Recorder:
         background: bool = True,
     ):
         self.dir = Path(output_dir) / DIRNAME
-        self.per_step = _env_int(PER_STEP_ENV, DEFAULT_PER_STEP, log)
+        self.per_step = _env_int(settings.ROLLOUTS_PER_STEP, log)
         self.keep = keep_steps(log)
         self.texts = TokenTexts(_own_copy(tokenizer))
         self.log = log

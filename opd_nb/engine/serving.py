@@ -34,6 +34,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from opd_nb import settings
 from opd_nb.engine.openai_wire import (
     MAX_TOP_LOGPROBS,
     MAX_WHOLE,
@@ -44,7 +45,7 @@ from opd_nb.engine.openai_wire import (
 )
 from opd_nb.engine.sampling import is_greedy
 
-TOKEN_ENV = "OPD_SERVING_TOKEN"
+TOKEN_ENV = settings.SERVING_TOKEN.name
 DEFAULT_TEMPERATURE = 0.7  # Bailian's defaults for Qwen chat models
 DEFAULT_TOP_P = 0.8
 BATCH_WAIT_S = 0.003  # let requests that arrive together join one batch
@@ -395,7 +396,7 @@ def serve(model: str, name: str, ready_file: str | None, *, max_batch: int, devi
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     engine = Engine(Generator(model, device), max_batch=max_batch)
     engine.thread.start()
-    app = create_app(engine, name, os.environ.pop(TOKEN_ENV, ""))
+    app = create_app(engine, name, settings.SERVING_TOKEN.pop() or "")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(256)

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from opd_nb import render
+from opd_nb.consent import require_consent
 from opd_nb.entities import Registration, registration_plan
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import EffectiveJob, effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, ParamSpec, closest
 from opd_nb.spec.job import workspace_config
-from opd_nb.spend import gate, require_consent, warning_lines
+from opd_nb.spend import gate, warning_lines
 
 if TYPE_CHECKING:  # the client is imported when a sweep submits, not to plan one
     from opd_nb.client import SubmitResult, Target

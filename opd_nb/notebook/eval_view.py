@@ -28,11 +28,12 @@ class EvalView(LiveView):
         rows: int | None = None,
         concurrency: int = 8,
         max_tokens: int | None = None,
+        yes: bool = False,
     ):
         self.workspace = str(workspace)
         self.models = list(models)
         self._client = client
-        self.options = {"rows": rows, "concurrency": concurrency, "max_tokens": max_tokens}
+        self.options = {"rows": rows, "concurrency": concurrency, "max_tokens": max_tokens, "yes": yes}
         self.done_calls, self.total_calls = 0, 0
         self.result: Any = None  # EvalResult once finished
         self.error: OpdError | None = None

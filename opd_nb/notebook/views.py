@@ -127,6 +127,7 @@ def _eval(request: EvalRequest) -> Any:
         rows=request.rows,
         concurrency=request.concurrency,
         max_tokens=request.max_tokens,
+        yes=request.yes,
     ).start()
 
 

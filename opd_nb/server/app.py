@@ -11,7 +11,6 @@ FC answers under ``output``, ``POST /files`` under ``data``, errors as non-200 w
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
+from opd_nb import settings
 from opd_nb.server import process_tree
 from opd_nb.server.auth import BearerAuth
 from opd_nb.server.deployments import DeploymentManager
@@ -110,7 +110,7 @@ def build_services(options: ServeOptions) -> Services:
             worker_env=intake.worker_env,
         ),
         instances=InstanceManager(store, data_dir),
-        max_zip_bytes=int(os.environ.get("OPD_MAX_ZIP_BYTES") or MAX_ZIP_BYTES),  # tests lower it
+        max_zip_bytes=settings.MAX_ZIP_BYTES.get() or MAX_ZIP_BYTES,  # tests lower it
         deployments=DeploymentManager(
             store, registry, data_dir, launcher, max_deployments=options.max_deployments
         ),

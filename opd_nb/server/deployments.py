@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from opd_nb import settings
 from opd_nb.constants import DELETED, FAILED, PENDING, RUNNING
 from opd_nb.deploy_plans import LORA, charge_type
 from opd_nb.server import process_tree
@@ -51,7 +52,7 @@ from opd_nb.server.store import Store
 from opd_nb.wire.deployments import DeploymentEvent, DeploymentLocal, DeploymentOutput
 
 MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours
-TOKEN_ENV = "OPD_SERVING_TOKEN"  # read by the serving process (never on its command line)
+TOKEN_ENV = settings.SERVING_TOKEN.name  # read by the serving process (never on its command line)
 STARTUP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
 BATCH_PER_CAPACITY = 8
@@ -65,11 +66,7 @@ def owner(name: str) -> str:
 
 
 def max_deployments_from_env() -> int:
-    raw = os.environ.get(MAX_DEPLOYMENTS_ENV, "").strip()
-    try:
-        return max(1, int(raw)) if raw else DEFAULT_MAX_DEPLOYMENTS
-    except ValueError:
-        return DEFAULT_MAX_DEPLOYMENTS
+    return settings.MAX_DEPLOYMENTS.get() or DEFAULT_MAX_DEPLOYMENTS
 
 
 def _slug(model: str, resolved: ResolvedModel) -> str:

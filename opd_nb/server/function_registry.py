@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from opd_nb import settings
 from opd_nb.server import process_tree
 from opd_nb.server.errors import ApiError
 from opd_nb.server.limits import (
@@ -32,7 +33,9 @@ from opd_nb.server.store import Store
 from opd_nb.spec.ids import ENTITY_PREFIX, entity_kind
 from opd_nb.wire.functions import Instance
 
-MAX_ZIP_BYTES = 200 * 1024 * 1024  # the SDK's own hard limit (FC_OSS_FILE_SIZE_WARNING)
+MAX_ZIP_BYTES: int = (
+    settings.MAX_ZIP_BYTES.default or 0
+)  # the SDK's own hard limit (FC_OSS_FILE_SIZE_WARNING)
 KIND_PREFIX = {kind: prefix.rstrip("-") for kind, prefix in ENTITY_PREFIX.items()}  # the documented forms
 
 

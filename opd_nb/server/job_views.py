@@ -3,14 +3,14 @@ listing shape (:mod:`opd_nb.wire.jobs`, :mod:`opd_nb.wire.checkpoints`)."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
 from opd_nb.constants import FAILED, SUCCEEDED
 from opd_nb.server.job_record import JobRecord
-from opd_nb.server.records import CHECKPOINT_TTL_ENV, DEFAULT_CHECKPOINT_TTL_DAYS
+from opd_nb.server.records import DEFAULT_CHECKPOINT_TTL_DAYS
 from opd_nb.wire.checkpoints import CheckpointEntry, CheckpointLocal
 from opd_nb.wire.jobs import JobFunctionRef, JobLocal, JobOutput
 
@@ -73,11 +73,8 @@ def job_output(job: JobRecord, usage: int | None = None) -> JobOutput:
 
 def checkpoint_ttl_days() -> float:
     """How long a checkpoint lives: ``$OPD_CHECKPOINT_TTL_DAYS`` (``opd serve --checkpoint-ttl-days``), else 15."""
-    raw = os.environ.get(CHECKPOINT_TTL_ENV, "").strip()
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_CHECKPOINT_TTL_DAYS
-    except ValueError:
-        return DEFAULT_CHECKPOINT_TTL_DAYS
+    days = settings.CHECKPOINT_TTL_DAYS.get()
+    return DEFAULT_CHECKPOINT_TTL_DAYS if days is None else days
 
 
 def expire_time(create_time: str | None, ttl_days: float) -> str | None:

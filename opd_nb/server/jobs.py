@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from opd_nb import settings
 from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.server import process_tree
 from opd_nb.server.disk_space import ensure_reserve
@@ -236,7 +237,7 @@ class JobManager(JobEndings):
         elif not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
             return
         env = process_tree.child_env(self.data_dir, process_tree.job_owner(job_id))
-        env["OPD_SERVER_PID"] = str(os.getpid())  # the worker exits when this process is gone
+        env[settings.SERVER_PID.name] = str(os.getpid())  # the worker exits when this process is gone
         env.update(self.worker_env(job_id) if self.worker_env else {})
         # The scheduler's own thread: it may wait for the fork server's first import (a fresh
         # process would spend the same time importing).

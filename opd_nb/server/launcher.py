@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from opd_nb import settings
 from opd_nb.server import process_tree
 
 FORKSERVER_MODULE = "opd_nb.server.forkserver"
 FORKSERVER_OWNER = "forkserver"
-ENABLED_ENV = "OPD_FORKSERVER"  # "0": every process is a fresh `python -m` (slower, nothing shared)
+ENABLED_ENV = settings.FORKSERVER.name  # "0": every process is a fresh `python -m` (slower, nothing shared)
 REPLY_TIMEOUT_S = 30.0
 UNKNOWN_EXIT = 255  # the fork server that would have reported this child's exit code is gone
 
@@ -186,7 +187,7 @@ class Launcher:
     def __init__(self, data_dir: Path, *, enabled: bool | None = None):
         self.data_dir = data_dir
         if enabled is None:
-            enabled = sys.platform == "linux" and os.environ.get(ENABLED_ENV, "1") != "0"
+            enabled = sys.platform == "linux" and bool(settings.FORKSERVER.get())
         self.enabled = enabled
         self._server: _ForkServer | None = None
         self._lock = threading.Lock()

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
 from opd_nb.server.records import (
     API_KEY_ENV,
     ServeOptions,
@@ -325,7 +326,7 @@ def _launch(
     options = options.model_copy(update={"data_dir": str(data_dir)})
     log = Path(log_path) if log_path else data_dir / "server.log"
     ready = _ready_path()
-    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    api_key = api_key or settings.SERVE_API_KEY.get()
     with open(log, "ab") as out:
         process = subprocess.Popen(
             _command(options, ready, detach=detach),

@@ -25,6 +25,7 @@ import unicodedata
 from pathlib import Path
 from typing import Literal
 
+from opd_nb import settings
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
 from opd_nb.spec.models import documented
@@ -85,10 +86,9 @@ class ModelNotFound(ModelNotServable):
 
 def default_pair() -> tuple[Path, Path]:
     """The (student, teacher) stand-ins: ``$OPD_STANDIN_STUDENT``/``$OPD_STANDIN_TEACHER``, else the bundled pair."""
-    import os
-
-    if os.environ.get("OPD_STANDIN_STUDENT") and os.environ.get("OPD_STANDIN_TEACHER"):
-        return Path(os.environ["OPD_STANDIN_STUDENT"]), Path(os.environ["OPD_STANDIN_TEACHER"])
+    student, teacher = settings.STANDIN_STUDENT.get(), settings.STANDIN_TEACHER.get()
+    if student and teacher:
+        return student, teacher
     try:
         from opd_nb.engine.models import default_pair as engine_pair
 

@@ -9,17 +9,16 @@ queue is full the oldest export is dropped and counted, and failures are logged 
 
 from __future__ import annotations
 
-import json
-import os
 import queue
 import sys
 import threading
 import time
 from urllib.parse import urlsplit, urlunsplit
 
+from opd_nb import settings
 from opd_nb.errors import OpdError
 
-HEADERS_ENV = "OPD_OTLP_FORWARD_HEADERS"  # JSON object: the collector's headers (may hold its key)
+HEADERS_ENV = settings.OTLP_FORWARD_HEADERS.name  # JSON object: the collector's headers (may hold its key)
 QUEUE_SIZE = 256  # export requests waiting to be forwarded
 TIMEOUT_S = 10.0
 LOG_EVERY_S = 60.0
@@ -53,12 +52,7 @@ def parse_headers(items: list[str] | None) -> dict[str, str]:
 
 def headers_from_env() -> dict[str, str]:
     """The headers `opd serve` passed in :data:`HEADERS_ENV` (taken out of the environment: no child gets them)."""
-    raw = os.environ.pop(HEADERS_ENV, "")
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return settings.OTLP_FORWARD_HEADERS.pop() or {}
 
 
 class Forwarder:

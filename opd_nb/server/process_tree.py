@@ -31,7 +31,9 @@ from pathlib import Path
 
 import psutil
 
-OWNER_VAR = "OPD_PROCESS_OWNER"
+from opd_nb import settings
+
+OWNER_VAR = settings.PROCESS_OWNER.name
 GRACE_S = 3.0
 
 
@@ -63,7 +65,7 @@ def child_env(data_dir: str | Path, owner: str, base: Mapping[str, str] | None =
 def title(argv: list[str], env: Mapping[str, str]) -> str:
     """The process title of a tree's root forked by the fork server, whose ``/proc/PID/environ`` is the
     fork server's: the tag leads (a title too long for its space is cut at the end), the command follows."""
-    return f"{OWNER_VAR}={env[OWNER_VAR]} " + " ".join(argv)
+    return f"{OWNER_VAR}={settings.PROCESS_OWNER.raw(env)} " + " ".join(argv)
 
 
 def _tag_of(proc: psutil.Process) -> str | None:
@@ -71,7 +73,7 @@ def _tag_of(proc: psutil.Process) -> str | None:
     head = cmdline[0].split(" ", 1)[0] if cmdline else ""
     if head.startswith(OWNER_VAR + "="):
         return head[len(OWNER_VAR) + 1 :]
-    return proc.environ().get(OWNER_VAR)
+    return settings.PROCESS_OWNER.raw(proc.environ())
 
 
 def alive(pid: int) -> bool:

@@ -15,17 +15,18 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from opd_nb import settings
 from opd_nb.constants import API_PATH, LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
 
-API_KEY_ENV = "OPD_SERVE_API_KEY"  # the server key; the only way it reaches a launched server
+API_KEY_ENV = settings.SERVE_API_KEY.name  # the server key; the only way it reaches a launched server
 LOCK_FILE = "server.lock"
 OWNER_FILE = "server.json"
 MAX_INTERRUPTIONS = 3  # a job interrupted this many times (server restarts) fails instead of resuming
-MAX_DEPLOYMENTS_ENV = "OPD_MAX_DEPLOYMENTS"  # or `opd serve --max-deployments`
-CHECKPOINT_TTL_ENV = "OPD_CHECKPOINT_TTL_DAYS"  # or `opd serve --checkpoint-ttl-days`
-DEFAULT_CHECKPOINT_TTL_DAYS = 15.0  # Bailian's documented example: expire_time is 15 days after create_time
-DEFAULT_MAX_DEPLOYMENTS = 3
+MAX_DEPLOYMENTS_ENV = settings.MAX_DEPLOYMENTS.name  # or `opd serve --max-deployments`
+CHECKPOINT_TTL_ENV = settings.CHECKPOINT_TTL_DAYS.name  # or `opd serve --checkpoint-ttl-days`
+DEFAULT_CHECKPOINT_TTL_DAYS: float = settings.CHECKPOINT_TTL_DAYS.default or 0.0
+DEFAULT_MAX_DEPLOYMENTS: int = settings.MAX_DEPLOYMENTS.default or 1
 
 
 class ServeOptions(BaseModel):
@@ -97,9 +98,7 @@ def parse_model_map(items: list[str] | None) -> dict[str, str]:
 
 def default_data_dir() -> Path:
     """``$OPD_DATA_DIR``, else ``$XDG_CACHE_HOME/opd-nb/server`` (``~/.cache/opd-nb/server``)."""
-    if os.environ.get("OPD_DATA_DIR"):
-        return Path(os.environ["OPD_DATA_DIR"]).expanduser()
-    return _cache_dir() / "server"
+    return settings.DATA_DIR.get() or _cache_dir() / "server"
 
 
 def state_file() -> Path:

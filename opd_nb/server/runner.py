@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from opd_nb import settings
+from opd_nb.errors import OpdError
 from opd_nb.server.db_safety import DB_FILE, backup_database, check_database
 from opd_nb.server.keys import KEY_RECIPE, key_problem
 from opd_nb.server.lifecycle import owned_message
@@ -99,8 +101,15 @@ def serve_forever(
 
     `exit_with_parent`: stop as on SIGTERM once the process that started this one is gone, so that a
     demo or a test killed with SIGKILL leaves no control plane (and no training job) behind."""
-    api_key = api_key or os.environ.get(API_KEY_ENV) or None
-    os.environ.pop(API_KEY_ENV, None)  # in memory only: no worker or user function inherits the key
+    try:
+        settings.check_environment()  # the processes it starts inherit these: each bad value is one line now
+    except OpdError as exc:
+        print(f"opd serve: {exc}", file=sys.stderr)
+        return 2
+    api_key = (
+        api_key or settings.SERVE_API_KEY.pop()
+    )  # in memory only: no worker or user function inherits it
+    os.environ.pop(API_KEY_ENV, None)
     refusal = refuse_open_bind(options.host, api_key)
     if refusal:
         print(refusal, file=sys.stderr)

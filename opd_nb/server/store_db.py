@@ -2,7 +2,8 @@
 
 The per-resource row classes (:mod:`store_jobs`, :mod:`store_functions`, :mod:`store_deployments`)
 all build on :class:`Database`, so one :class:`~opd_nb.server.store.Store` shares one connection
-per thread across them; SQL lives in these modules only.
+per thread across them; SQL lives in these modules only (and in `db_safety.py`, which checks and copies
+the file before a store opens it).
 """
 
 from __future__ import annotations

@@ -14,11 +14,14 @@ import importlib.util
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from opd_nb import settings
+from opd_nb.function_server import TRAJECTORY_ENV
+
 OTLP_PREFIX = "/otlp/"  # checked by the job's token, not by the API key (auth.py)
 OTLP_PATH = OTLP_PREFIX + "v1/traces"  # the route (OTLP/HTTP's own path, under a prefix that says what it is)
-TRACING_ENV = "OPD_TRACING"  # "0": function servers start without tracing (bench/tracing_overhead.py)
-ENDPOINT_ENV = "OPD_OTLP_ENDPOINT"  # worker env: where its function servers export
-TOKEN_ENV = "OPD_OTLP_TOKEN"  # worker env: their credential (see trace_keys)
+TRACING_ENV = settings.TRACING.name  # "0": function servers start without tracing (bench/tracing_overhead.py)
+ENDPOINT_ENV = settings.OTLP_ENDPOINT.name  # worker env: where its function servers export
+TOKEN_ENV = settings.OTLP_TOKEN.name  # worker env: their credential (see trace_keys)
 SCHEDULE_DELAY_MS = 500  # how often a function server sends what it traced (the SDK's default is 5 s)
 EXPORT_BATCH = (
     64  # spans per request: an LLM span holds up to 2 x 128 KB of messages; this stays under 16 MiB
@@ -51,7 +54,7 @@ def function_env(worker_env: Mapping[str, str], service: str) -> dict[str, str]:
 
     `service`: the spans' ``service.name`` (a forwarded span says which job and function sent it). The
     user's own OTEL settings for content capture win; the endpoint and credential are always ours."""
-    endpoint, token = worker_env.get(ENDPOINT_ENV, ""), worker_env.get(TOKEN_ENV, "")
+    endpoint, token = settings.OTLP_ENDPOINT.raw(worker_env) or "", settings.OTLP_TOKEN.raw(worker_env) or ""
     if not endpoint or not token:
         return {}
     env = {
@@ -63,7 +66,7 @@ def function_env(worker_env: Mapping[str, str], service: str) -> dict[str, str]:
     env = {k: worker_env.get(k) or v for k, v in env.items()}
     env.update(
         {
-            "ENABLE_TRAJECTORY": "true",
+            TRAJECTORY_ENV: "true",
             "AGENTIC_RL_FORCE_FLUSH_MODE": "shutdown",  # what a stopping server traced is still sent
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",

@@ -15,12 +15,13 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from opd_nb import settings
 from opd_nb.server.otlp_decode import Decoded, decode, media_type, response_body
 from opd_nb.server.otlp_forward import Forwarder
 from opd_nb.server.records import read_owner
 from opd_nb.server.store import Store
 from opd_nb.server.store_traces import TraceFiles
-from opd_nb.server.trace_env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, TRACING_ENV, missing_packages
+from opd_nb.server.trace_env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
 from opd_nb.server.trace_keys import TraceKeys
 from opd_nb.traces.ids import SampleRef
 from opd_nb.traces.page import TracesPage
@@ -60,7 +61,7 @@ class TraceIntake:
     def worker_env(self, job_id: str) -> dict[str, str]:
         """What a job's worker needs to start its function servers with tracing on (empty: off)."""
         url = self.endpoint()
-        if url is None or self.missing or os.environ.get(TRACING_ENV, "").strip() == "0":
+        if url is None or self.missing or not settings.TRACING.get():
             return {}
         return {ENDPOINT_ENV: url, TOKEN_ENV: self.keys.token(job_id)}
 

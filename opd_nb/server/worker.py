@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
 from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
 from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEndpoint
 from opd_nb.errors import OpdError
@@ -34,10 +35,10 @@ from opd_nb.server.trace_env import function_env
 from opd_nb.server.worker_exits import EXIT_INTERRUPTED
 
 _STOP_POLL_S = 0.5
-PARENT_ENV = "OPD_SERVER_PID"  # the control plane that started this worker
+PARENT_ENV = settings.SERVER_PID.name  # the control plane that started this worker
 # The parent whose end means the control plane is gone: the fork server, when one stands between
 # (it exits with the server); without it the server itself (``PARENT_ENV``).
-WATCH_ENV = "OPD_WATCH_PID"
+WATCH_ENV = settings.WATCH_PID.name
 FUNCTION_EXIT_S = 1.0  # how long a failed step watches for one of its function servers to exit
 ORPHAN_SETTLE_S = 2.0  # how long a step failed by a dead function server waits to see if the server died
 
@@ -234,10 +235,10 @@ def _orphaned(wait_s: float = 0.0) -> bool:
     and writing FAILED would race the next server's resume (and could land after it). A step that
     failed because a function server died waits ``wait_s`` first: a server killed with SIGKILL on a
     loaded machine can take a moment to be gone (to re-parent us), while its children die at once."""
-    parent = os.environ.get(WATCH_ENV) or os.environ.get(PARENT_ENV)
+    parent = settings.WATCH_PID.get() or settings.SERVER_PID.get()
     deadline = time.monotonic() + wait_s
     while parent:
-        if os.getppid() != int(parent):
+        if os.getppid() != parent:
             return True
         if time.monotonic() >= deadline:
             return False
@@ -413,11 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m opd_nb.server.worker DATA_DIR JOB_ID", file=sys.stderr)
         return 2
-    parent = int(os.environ.get(WATCH_ENV) or os.environ.get(PARENT_ENV) or os.getppid())
+    parent = settings.WATCH_PID.get() or settings.SERVER_PID.get() or os.getppid()
     watch = (parent, Path(args[0]), args[1])
     threading.Thread(target=_watch_parent, args=watch, name="opd-watch-parent", daemon=True).start()
     keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
-    _lower_priority(os.environ.get("OPD_WORKER_NICE", "10"))
+    _lower_priority(settings.WORKER_NICE.raw() or str(settings.WORKER_NICE.default))
     try:
         import torch
 
@@ -449,12 +450,14 @@ def torch_threads() -> int:
     """``OPD_TORCH_THREADS``, else the standard ``OMP_NUM_THREADS``, else 2 (at the tiny pair's size more
     threads only add synchronisation). Two jobs at once on two cores want 1 each: their OpenMP threads
     spin while they wait, so 2 x 2 threads on 2 cores slowed a 55 s job past six minutes."""
-    for name in ("OPD_TORCH_THREADS", "OMP_NUM_THREADS"):
-        try:
-            return max(1, int(os.environ[name]))
-        except (KeyError, ValueError):
-            continue
-    return 2
+    try:  # `opd serve` refused a bad value at its start; here a bad one falls through
+        threads = settings.TORCH_THREADS.get()
+    except OpdError:
+        threads = None
+    try:
+        return threads or max(1, int(os.environ["OMP_NUM_THREADS"]))
+    except (KeyError, ValueError):
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,18 +9,18 @@ summaries (TensorBoard has no table type: each table is Markdown).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from opd_nb import settings
 from opd_nb.health import HealthAlert
 from opd_nb.trackers.backends import SAMPLE_COLUMNS
 from opd_nb.trackers.records import RunInfo
 
-DIR_VAR = "OPD_TENSORBOARD_DIR"
-DEFAULT_DIR = "runs"
+DIR_VAR = settings.TENSORBOARD_DIR.name
+DEFAULT_DIR = str(settings.TENSORBOARD_DIR.default)
 CONFIG_TAG = "opd/config"
 STATUS_TAG = "opd/final_status"
 ALERT_TAG = "opd/alerts"
@@ -28,7 +28,7 @@ SAMPLES_TAG = "rollouts/samples"
 
 
 def log_root() -> Path:
-    return Path(os.environ.get(DIR_VAR) or DEFAULT_DIR).expanduser()
+    return settings.TENSORBOARD_DIR.get() or Path(DEFAULT_DIR)
 
 
 def _cell(value: Any) -> str:

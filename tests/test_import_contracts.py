@@ -1,0 +1,74 @@
+"""What a module loads when it is imported, in a fresh interpreter: the import-linter contracts in
+pyproject.toml see every import, even inside a function; these see what an import really loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+
+
+def _loaded_after(*modules: str) -> set[str]:
+    """The module names in ``sys.modules`` after a fresh interpreter imports `modules`."""
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print(__import__('json').dumps(sorted(sys.modules)))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(json.loads(proc.stdout))
+
+
+def test_the_version_comes_from_a_leaf_and_is_the_installed_one() -> None:
+    from opd_nb._version import __version__
+
+    ours = {m for m in _loaded_after("opd_nb._version") if m.startswith("opd_nb")}
+    assert ours == {"opd_nb", "opd_nb._version"}
+    assert metadata.version("opd-nb") == __version__  # pyproject reads the same file (hatch)
+    proc = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "version"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.strip() == __version__
+
+
+def test_importing_the_client_leaves_the_checks_out() -> None:
+    loaded = _loaded_after("opd_nb.client")
+    assert not {m for m in loaded if m.startswith(("opd_nb.checks", "opd_nb.spend", "opd_nb.spec"))}
+    assert "opd_nb.client" in loaded and "opd_nb.consent" in loaded  # its paid calls hold the consent rule
+
+
+def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:
+    loaded = _loaded_after(
+        "opd_nb.server.app",
+        "opd_nb.server.runner",
+        "opd_nb.cli",
+        "opd_nb.notebook.magics",
+        "opd_nb.agent.server",
+    )
+    assert {"opd_nb.server.app", "opd_nb.cli", "opd_nb.notebook.magics"} <= loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("torch", "transformers")}
+
+
+def test_sql_runs_only_in_the_store_and_the_database_check() -> None:
+    """ARCHITECTURE.md: all SQL on the records is the store's (`store*.py`); `db_safety.py` checks and
+    copies the file before a store opens it. No other module connects to SQLite or runs a statement."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "opd_nb"
+    allowed = {"db_safety.py"}
+    runs_sql = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if (
+                    node.func.attr in ("execute", "executemany", "executescript")
+                    or ast.unparse(node.func) == "sqlite3.connect"
+                ):
+                    runs_sql.add(path.relative_to(package).as_posix())
+    outside = {p for p in runs_sql if not p.startswith("server/store") and Path(p).name not in allowed}
+    assert outside == set()
+    assert "server/db_safety.py" in runs_sql and "server/store_db.py" in runs_sql
