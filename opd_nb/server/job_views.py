@@ -65,7 +65,7 @@ def job_output(job: JobRecord, usage: int | None = None) -> JobOutput:
             functions=[  # the registered functions the job runs (a reused entity shows up here)
                 JobFunctionRef(name=f.name, type=f.kind, entity_id=f.entity_id) for f in meta.functions
             ],
-            plan=job.plan,
+            plan=job.plan.model_dump(mode="json"),
         ),
         **failure,
     )

@@ -4,13 +4,15 @@ its server-sent stream."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict
 
 from opd_nb.constants import UNKNOWN
-from opd_nb.spec.training_plan import TrainingPlan
-from opd_nb.wire.base import Scalar, Wire, absent_when_none
+from opd_nb.wire.base import JsonObject, Scalar, Wire, absent_when_none
+
+if TYPE_CHECKING:
+    from opd_nb.spec.training_plan import TrainingPlan
 
 FunctionType = Literal["reward", "group_reward", "rollout"]
 
@@ -47,7 +49,9 @@ class JobLocal(Wire):
     final_checkpoint: str | None = None
     parents: list[str] = []  # the job it continued, that job's parent, ...
     functions: list[JobFunctionRef] = []
-    plan: TrainingPlan | None = absent_when_none()  # an older server did not send it
+    # the job's TrainingPlan as read at submission, as JSON (an older server did not send it); typed by
+    # JobOutput.plan, so importing the client does not load the spec's table
+    plan: JsonObject | None = absent_when_none()
 
 
 class JobOutput(Wire):
@@ -85,8 +89,10 @@ class JobOutput(Wire):
     def plan(self) -> TrainingPlan:
         """The job's hyper-parameters, typed: as the local plane read them at submission, else read from
         the echo (leniently: a value another service took is shown, not refused)."""
+        from opd_nb.spec.training_plan import TrainingPlan
+
         if self.local is not None and self.local.plan is not None:
-            return self.local.plan
+            return TrainingPlan.model_validate(self.local.plan)
         return TrainingPlan.lenient(self.hyper_parameters)
 
 
