@@ -142,6 +142,12 @@ def to_rows(
     `solution` names the ground-truth column (None: no rollout_extra.solution); `extra` columns are
     copied into `rollout_extra`.
     """
+    if not messages and not prompt:
+        raise OpdError(
+            "to_rows needs the user's text: prompt=None and no messages column",
+            where="to_rows",
+            fix="name the prompt column (prompt='question') or a chat column (messages='chat')",
+        )
     records, cols = _columns(source)
     wanted = [c for c in ([messages] if messages else [prompt]) + [solution, system, *extra] if c]
     if solution == "solution" and "solution" not in cols:
@@ -166,7 +172,7 @@ def to_rows(
             sys_text = rec[system] if system else system_prompt
             if sys_text:
                 msgs.append({"role": "system", "content": str(sys_text)})
-            text = rec[prompt]
+            text = rec[prompt or ""]  # prompt is set when messages is not (checked above)
             if text is None or (isinstance(text, float) and math.isnan(text)):
                 raise OpdError(
                     f"record {i} has no value in column {prompt!r}",
@@ -194,7 +200,7 @@ def _plain(value: Any) -> Any:
             return value.item()
         except (ValueError, AttributeError):
             pass
-    if hasattr(value, "tolist"):
+    if not isinstance(value, list | dict | str) and hasattr(value, "tolist"):
         return value.tolist()
     return value
 

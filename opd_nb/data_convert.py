@@ -237,14 +237,14 @@ def _array_records(text: str, path: Path) -> Iterator[tuple[int, Any]]:
     """The elements of a JSON array, each with the file line it starts on (a pretty-printed array
     spreads one record over many lines, so its index is not a line)."""
     decoder = json.JSONDecoder()
-    pos, line, seen = _SPACE.match(text).end() + 1, 1, 0  # type: ignore[union-attr]
+    pos, line, seen = _SPACE.match(text).end() + 1, 1, 0  # pyright: ignore[reportOptionalMemberAccess]
 
     def advance(to: int) -> None:
         nonlocal pos, line, seen
         line += text.count("\n", seen, to)
         pos = seen = to
 
-    advance(_SPACE.match(text, pos).end())  # type: ignore[union-attr]
+    advance(_SPACE.match(text, pos).end())  # pyright: ignore[reportOptionalMemberAccess]
     if text.startswith("]", pos):
         return
     while True:
@@ -257,9 +257,9 @@ def _array_records(text: str, path: Path) -> Iterator[tuple[int, Any]]:
                 fix=_JSON_FIX,
             ) from None
         yield line, value
-        advance(_SPACE.match(text, end).end())  # type: ignore[union-attr]
+        advance(_SPACE.match(text, end).end())  # pyright: ignore[reportOptionalMemberAccess]
         if text.startswith(",", pos):
-            advance(_SPACE.match(text, pos + 1).end())  # type: ignore[union-attr]
+            advance(_SPACE.match(text, pos + 1).end())  # pyright: ignore[reportOptionalMemberAccess]
             continue
         if text.startswith("]", pos) and not text[pos + 1 :].strip():
             return

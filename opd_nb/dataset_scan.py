@@ -92,9 +92,10 @@ def _json_error(raw: bytes) -> str:
     """The standard parser's message (with column) for a line that failed to parse."""
     try:
         text = raw.decode("utf-8").rstrip("\r\n")  # the line alone: an error at its end stays on it
-        json.loads(text)
     except UnicodeDecodeError as exc:
         return f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    try:
+        json.loads(text)
     except json.JSONDecodeError as exc:
         body = text.rstrip()
         if exc.pos >= len(body) - 1 and body.endswith(","):

@@ -264,10 +264,13 @@ def _mean(values: Sequence[float]) -> float | None:
 def _summaries(models: Sequence[str], rows: Sequence[RowResult]) -> list[ModelScore]:
     out = []
     for model in models:
-        scores = [r.scores[model] for r in rows if r.scores.get(model) is not None]
+        scores = [score for r in rows if (score := r.scores.get(model)) is not None]
         keys = sorted({k for r in rows for k in (r.metrics.get(model) or {})})
-        metrics = {
-            k: _mean([r.metrics[model][k] for r in rows if k in (r.metrics.get(model) or {})]) for k in keys
+        metrics = {  # each key is some row's, so no mean is of nothing
+            k: mean
+            for k in keys
+            if (mean := _mean([r.metrics[model][k] for r in rows if k in (r.metrics.get(model) or {})]))
+            is not None
         }
         failed = sum(model in r.errors for r in rows)
         out.append(
@@ -391,15 +394,15 @@ class _Scorer:
     ) -> tuple[float | None, dict, str | None]:
         """(score, reward_metrics, error)."""
         solution = _solution(row)
-        if self.server is None:
+        if self.server is None or self.fn is None:  # no reward function: exact match
             if solution is None:
                 return None, {}, None
             hit = float(clean_answer(answer) == clean_answer(str(solution)))
             return hit, {EXACT_MATCH: hit}, None
-        return self._reward(row, answer, model, index)
+        return self._reward(row, answer, model, index, url=self.server.url, timeout=self.fn.timeout)
 
     def _reward(
-        self, row: dict[str, Any], answer: str, model: str, index: int
+        self, row: dict[str, Any], answer: str, model: str, index: int, *, url: str, timeout: float
     ) -> tuple[float | None, dict, str | None]:
         from opd_nb import reward_call
 
@@ -411,8 +414,8 @@ class _Scorer:
             sample_id=str(index),
             rollout_id=model,
         )
-        send = reward_call.post_once(self.server.url)
-        (outcome,) = reward_call.call(send, request, self.fn.timeout, url=self.server.url)
+        send = reward_call.post_once(url)
+        (outcome,) = reward_call.call(send, request, timeout, url=url)
         return outcome.score, outcome.numeric_metrics, outcome.error
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,7 @@ class Guard:
     _blind_said: bool = False
     _pending: HealthAlert | None = None  # an alert whose cancel did not go through yet
 
-    def poll(self, job: Any, rows: list[dict[str, Any]] | None) -> list[str]:
+    def poll(self, job: Any, rows: Sequence[Mapping[str, Any]] | None) -> list[str]:
         """Lines to show after one poll (a cancel, or once on a plane without metrics what is unseen)."""
         if self.tripped is not None or job.terminal:
             return []
@@ -65,7 +66,7 @@ class Guard:
             lines.append(self._cancel(job, alert, rows))
         return lines
 
-    def _metric_alert(self, job: Any, rows: list[dict[str, Any]]) -> HealthAlert | None:
+    def _metric_alert(self, job: Any, rows: Sequence[Mapping[str, Any]]) -> HealthAlert | None:
         found = guard_alerts(rows, eval_steps=job.plan.eval_steps, thresholds=self.thresholds)
         return found[0] if found else None
 
@@ -74,7 +75,7 @@ class Guard:
         self._log_offset = page.next_offset
         return next((a for line in page.lines if (a := log_error_alert(line, self.job_id))), None)
 
-    def _cancel(self, job: Any, alert: HealthAlert, rows: list[dict[str, Any]] | None) -> str:
+    def _cancel(self, job: Any, alert: HealthAlert, rows: Sequence[Mapping[str, Any]] | None) -> str:
         """Cancel with the reason recorded (by `opd serve`; Bailian's cancel takes none), then say so.
         Tripped only once the cancel went through: a lost answer is tried again at the next poll."""
         step = (rows[-1].get("step") if rows else None) or (job.progress.step if job.progress else None)

@@ -23,6 +23,10 @@ import stat
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # what RawIOBase.write takes (collections.abc.Buffer from 3.12)
 
 from opd_nb import settings
 from opd_nb.errors import OpdError
@@ -46,7 +50,7 @@ class _CappedLog:
         except OSError:
             self._reader = None
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: Buffer) -> int:
         with self._lock:
             written = os.write(self.fd, data)
             self._cut_if_over()
@@ -88,7 +92,7 @@ class _CappedRaw(io.RawIOBase):
     def fileno(self) -> int:
         return self._log.fd
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: Buffer, /) -> int:
         return self._log.write(data)
 
 

@@ -22,7 +22,7 @@ class ResultMixin:
         if callable(dump):
             return dump(mode="json")
         if dataclasses.is_dataclass(self):
-            return dataclasses.asdict(self)  # type: ignore[arg-type]
+            return dataclasses.asdict(self)
         raise TypeError(f"{type(self).__name__} must define to_payload()")
 
     def to_json(self) -> str:

@@ -161,12 +161,12 @@ def _scored(reward: Any, what: str, shown: Any) -> CallOutcome:
     """A success reply's score, or the wrong-shape error that names the field it lacks."""
     raw = reward.get("reward_score") if isinstance(reward, dict) else None
     try:
-        score = float(raw)  # type: ignore[arg-type]
+        score = float(raw)  # pyright: ignore[reportArgumentType]
     except (TypeError, ValueError):
         score = math.nan
     if math.isnan(score):
         return _failed(f"the function returned no numeric {what}: {str(shown)[:SNIPPET]}")
-    metrics = reward.get("reward_metrics") or {}  # type: ignore[union-attr]
+    metrics = reward.get("reward_metrics") or {}
     return CallOutcome(
         score=score, metrics=metrics if isinstance(metrics, dict) else {"reward_metrics": metrics}
     )

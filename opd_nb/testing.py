@@ -294,7 +294,7 @@ def _probe_payloads(ws: Path, limit: int = 3) -> list[dict]:
                 continue
             if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
                 continue
-            extra = row.get("rollout_extra") if isinstance(row.get("rollout_extra"), dict) else None
+            extra = given if isinstance(given := row.get("rollout_extra"), dict) else None
             solution = extra.get("solution") if extra else None
             messages = [m for m in row["messages"] if isinstance(m, dict) and m.get("role") != "assistant"]
             for answer in (str(solution or ""), "no answer"):
@@ -332,7 +332,7 @@ def probe_reward(workspace: str | Path, timeout_s: float = 120.0) -> tuple[list[
         return [], []
     classpath = reward_classpath_of(parsed.config) if parsed.config is not None else None
     payloads = _probe_payloads(ws) if classpath else []
-    if not payloads:
+    if not payloads or classpath is None:
         return [], []
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ws), env.get("PYTHONPATH", "")) if p)

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -144,6 +144,10 @@ def validate(
     return slugify(name)
 
 
+def _is_mode(mode: str) -> TypeGuard[Mode]:
+    return mode in MODES
+
+
 def create(
     mode: str,
     dest: str | Path,
@@ -164,7 +168,7 @@ def create(
     if str(dest).strip() == "":
         raise OpdError("no destination directory given", fix="e.g. opd new reward my-ws")
     dest_path = dest_path.resolve()
-    if mode not in MODES:  # before touching the file system
+    if not _is_mode(mode):  # before touching the file system
         raise OpdError(f"unknown mode {mode!r}", fix=f"choose one of {', '.join(MODES)}")
     if mode == "pure-distill" and with_reward:
         raise OpdError("pure-distill workspaces have no reward function", fix="use mode reward (or agentic)")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set up a fresh machine and run every test: lint, unit and end-to-end tests, the browser test and
-# the tutorial notebooks (nbval). `--fast` (first argument) runs lint and every test that is not
-# marked slow, for the edit-test loop. Other arguments go to pytest.
+# Set up a fresh machine and run every test: lint (ruff, import contracts, pyright), unit and end-to-end
+# tests, the browser test and the tutorial notebooks (nbval). `--fast` (first argument) runs lint and
+# every test that is not marked slow, for the edit-test loop. Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${OPD_VENV:-.venv}"
@@ -17,6 +17,11 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/lint-imports"
+# The type checker ([tool.pyright] in pyproject.toml), timed: it reads torch and transformers, so it
+# is the slowest of the lint steps.
+start=$SECONDS
+"$VENV/bin/pyright" --pythonpath "$VENV/bin/python"
+echo "pyright: $((SECONDS - start)) s"
 # Two workers, a file each (module fixtures stay together), the longest files first (conftest orders
 # them by tests/durations.json; xdist's own reorder is off); one torch thread per process: two jobs
 # at once with two OpenMP threads each spin against each other on two cores.

@@ -61,6 +61,12 @@ def test_rows_from_dicts_dataframe_and_dataset():
         data.to_rows(records, prompt="prompt")
 
 
+def test_rows_without_a_prompt_or_messages_column_is_a_clear_error():
+    with pytest.raises(OpdError, match="prompt=None and no messages column") as err:
+        data.to_rows([{"question": "hi"}], prompt=None, solution=None)
+    assert "prompt='question'" in (err.value.fix or "")
+
+
 def test_rows_from_a_messages_column():
     records = [{"chat": [{"role": "user", "content": "hi"}], "solution": "x"}]
     assert data.to_rows(records, messages="chat") == [

@@ -107,6 +107,11 @@ def test_bad_rows_name_file_line_and_key(tmp_path):
     p.write_text("{not json\n")
     with pytest.raises(EngineError, match=r"bad.jsonl:1: not valid JSON"):
         read_rows(p)
+    user = [{"role": "user", "content": "hi"}]
+    for tools in ({"name": "f"}, ["search"]):  # not a list; a list whose entry is no schema object
+        p.write_text(json.dumps({"messages": user}) + "\n" + json.dumps({"messages": user, "tools": tools}))
+        with pytest.raises(EngineError, match=r"bad.jsonl:2: key 'tools' must be a list of tool schemas"):
+            read_rows(p)
 
 
 # ---- fast: chunked losses match the plain computation --------------------------------------------

@@ -60,7 +60,12 @@ FILLED = {
     "opd eval my-ws --model NAME --model qwen3.5-9b [--rows N] [--json]": "opd eval my-ws --model "
     "{deployed} --model qwen3.5-9b --rows 2 --json",
     "opd undeploy NAME": "opd undeploy {deployed} && opd undeploy {deployed_ptu}",
+    "opd watch JOB --report-to trackio,wandb,tensorboard,mlflow": "opd watch {job} --report-to "
+    "trackio,wandb,tensorboard,mlflow",
+    "opd report JOB --to mlflow [--project NAME]": "opd report {job} --to mlflow && "
+    "opd report {job} --to mlflow --project readme-tour",
 }
+TRACKER_BLOCK = "opd report JOB --to mlflow [--project NAME]"  # reports the tour's local job
 EXIT_CODES = {  # no API key yet: the README says so
     "opd check my-ws": 1,
     "opd check my-ws --json": 1,
@@ -186,10 +191,13 @@ def test_the_readme_tour_in_a_fresh_shell(shell: Shell, server: int, tmp_path: P
     folder that holds my-ws (the exports of one command stay for the next, as in one terminal)."""
     values: dict[str, str] = {"port": str(server)}
     (tmp_path / "chats.json").write_text(json.dumps(SHAREGPT, indent=2), encoding="utf-8")
+    local: list[str] = []
     for block in readme_blocks():
         cloud = CLOUD_BLOCK in block
         if cloud:  # "To the cloud": the user's own key in the environment, no local base URL
-            shell.exports = [f"export DASHSCOPE_API_KEY={CLOUD_KEY}"]
+            local, shell.exports = shell.exports, [f"export DASHSCOPE_API_KEY={CLOUD_KEY}"]
+        elif TRACKER_BLOCK in block:  # the trackers get the tour's local job (a new terminal, as before)
+            shell.exports = local
         for command in block:
             if command in NOT_RUN and command not in FILLED or command == "opd serve":
                 continue  # `opd serve` is the `server` fixture
@@ -230,6 +238,11 @@ def _after(command: str, out: str, values: dict[str, str], shell: Shell, cwd: Pa
         values["deployed_ptu"] = re.findall(r"^(\S+) RUNNING", out, flags=re.M)[-1]
     elif command.startswith("opd deployments"):
         assert values["deployed"] in out and values["deployed_ptu"] in out  # whole, at 80 columns
+    elif command.startswith(("opd watch JOB --report-to", "opd report JOB")):
+        watch = "--report-to" in command  # a watch says `report-to NAME: where`, a report `  NAME: where`
+        names = command.split("--report-to ")[-1].split()[0].split(",") if watch else ["mlflow"]
+        for name in names:  # where each tracker's run is, and how to view it
+            assert re.search(rf"^{'report-to ' if watch else '  '}{name}: \S", out, flags=re.M), out
     elif command.startswith("opd eval"):
         assert {m["model"] for m in json.loads(out)["models"]} == {values["deployed"], "qwen3.5-9b"}
 

@@ -184,7 +184,7 @@ def sweep(
     client = client_for(target, base_url, workspace)
 
     def start(yes: bool) -> SweepResult:
-        return run_sweep(  # type: ignore[return-value]
+        return run_sweep(  # pyright: ignore[reportReturnType]
             workspace, params, client.target, grid=grid, yes=yes, fresh=fresh, config=config
         )
 

@@ -103,7 +103,7 @@ def sample_view(index: int, record: Mapping[str, Any]) -> SampleInfo:
     """One sample: text, reward, and its tokens' log-probs summarised (the most disagreeing first)."""
     tokens = [t for t in record.get("tokens") or () if isinstance(t, Mapping)]
     scored = [t for t in tokens if log_ratio(t) is not None]
-    worst = sorted(scored, key=lambda t: log_ratio(t))[:DISAGREEING_TOKENS]  # type: ignore[arg-type, return-value]
+    worst = sorted(scored, key=lambda t: log_ratio(t))[:DISAGREEING_TOKENS]  # pyright: ignore[reportArgumentType, reportCallIssue]
     return SampleInfo(
         index=index,
         kind=record.get("kind"),

@@ -119,7 +119,7 @@ def _models(ctx: CheckContext) -> None:
     model = raw.get("model")
     student = model.get("name") if isinstance(model, dict) else None
     teacher = raw.get("teacher_model")
-    training = raw.get("training") if isinstance(raw.get("training"), dict) else {}
+    training = given if isinstance(given := raw.get("training"), dict) else {}
     rep = ctx.report
     not_a_mapping = model is not None and not isinstance(model, dict)  # already a config.schema error
     if not student and not not_a_mapping and ("model",) not in ctx.explained:
@@ -602,7 +602,7 @@ def _whole(value: Any) -> float | None:
 def _runtime_sanity(ctx: CheckContext, i: int, f: dict[str, Any]) -> None:
     """Values the SDK passes on unchecked but that no function deployment can honour."""
     rep = ctx.report
-    runtime = f.get("runtime") if isinstance(f.get("runtime"), dict) else {}
+    runtime = given if isinstance(given := f.get("runtime"), dict) else {}
     lo, hi, cap = (_whole(runtime.get(k)) for k in ("min_capacity", "max_capacity", "capacity"))
     if lo is not None and hi is not None and lo > hi:
         rep.add(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opd_nb.checks.config import dataset_files
 from opd_nb.checks.context import CheckContext
-from opd_nb.checks.report import CheckReport
+from opd_nb.checks.report import CheckReport, Severity
 from opd_nb.dataset_scan import (
     RULE_FIX,
     RULE_TEXT,
@@ -17,7 +17,7 @@ from opd_nb.dataset_scan import (
     scan_jsonl,
 )
 
-_SEVERITY = {"data.blank-line": "warning"}
+_SEVERITY: dict[str, Severity] = {"data.blank-line": "warning"}
 
 
 def _scan_findings(rep: CheckReport, res: ScanResult, shown: str) -> None:
@@ -109,7 +109,7 @@ def check_data(ctx: CheckContext) -> None:
     """Scan every local dataset of the config; set `ctx.train_rows` for the config rules."""
     rep = ctx.report
     files = dataset_files(ctx)
-    datasets = ctx.raw.get("datasets") if isinstance(ctx.raw.get("datasets"), list) else []
+    datasets = given if isinstance(given := ctx.raw.get("datasets"), list) else []
     kinds = [d.get("type", "training") for d in datasets if isinstance(d, dict)]
     if ctx.raw and "validation" not in kinds:
         rep.add(

@@ -252,7 +252,7 @@ def check_functions(ctx: CheckContext) -> None:
         kind = str(f.get("type", "rollout"))
         if kind not in BASES:
             continue
-        fc = f.get("fcmodel") if isinstance(f.get("fcmodel"), dict) else {}
+        fc = given if isinstance(given := f.get("fcmodel"), dict) else {}
         zipdir = ctx.resolve(str(fc.get("zipdir") or "./"))
         if not zipdir.is_dir():
             rep.add(
@@ -506,11 +506,12 @@ def _excluded_imports(ctx: CheckContext, zipdir: Path, members: list[Path], patt
         if tree is None:
             continue
         for node in ast.walk(tree):
-            mods: list[tuple[str, int]] = []
             if isinstance(node, ast.Import):
                 mods = [(a.name, 0) for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 mods = [(node.module, node.level)]
+            else:
+                continue
             for mod, level in mods:
                 base = zipdir if level == 0 else path.parent
                 for _ in range(max(0, level - 1)):

@@ -322,7 +322,7 @@ def _entries(ctx: CheckContext) -> dict[Path, list[Path]]:
     """zipdir -> the class files of the functions that are zipped from it (reused entities are not)."""
     out: dict[Path, list[Path]] = {}
     for f in ctx.raw_functions():
-        fc = f.get("fcmodel") if isinstance(f.get("fcmodel"), dict) else {}
+        fc = given if isinstance(given := f.get("fcmodel"), dict) else {}
         if f.get("entity_id") or str(f.get("type", "rollout")) not in BASES:
             continue
         zipdir = ctx.resolve(str(fc.get("zipdir") or "./"))

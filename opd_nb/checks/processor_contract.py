@@ -10,6 +10,7 @@ was checked where it is defined, or is the SDK's).
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
 
 from opd_nb.checks.context import CheckContext
@@ -84,14 +85,14 @@ class Flow:
             and method.attr == "update"
             and isinstance(method.value, ast.Name)
         ):
-            call: ast.Call = node  # type: ignore[assignment]
+            call: ast.Call = node  # pyright: ignore[reportAssignmentType]
             self.merged.setdefault(method.value.id, []).extend(
                 [*call.args, *(k.value for k in call.keywords)]
             )
             if any(k.arg == "reward_score" for k in call.keywords):
                 self.read.add(method.value.id)
-        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and node.args:  # type: ignore[union-attr]
-            if _is_score(node.args[0]):  # type: ignore[union-attr]
+        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and node.args:  # pyright: ignore[reportAttributeAccessIssue]
+            if _is_score(node.args[0]):  # pyright: ignore[reportAttributeAccessIssue]
                 if method.attr == "pop":
                     self.popped.add(method.value.id)
                 elif method.attr in ("get", "__getitem__"):
@@ -281,7 +282,7 @@ def _text_metrics(fn: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(fn):
         if _call_name(node) != "Reward":
             continue
-        for kw in node.keywords:  # type: ignore[union-attr]
+        for kw in node.keywords:  # pyright: ignore[reportAttributeAccessIssue]
             if kw.arg == "reward_metrics" and isinstance(kw.value, ast.Dict):
                 for key, value in zip(kw.value.keys, kw.value.values, strict=True):
                     text = isinstance(value, ast.JoinedStr) or (
@@ -383,7 +384,7 @@ def _process_shape(
         )
 
 
-def _reward_metrics(ctx: CheckContext, shown: str, methods: list[ast.AST], tree: ast.Module) -> None:
+def _reward_metrics(ctx: CheckContext, shown: str, methods: Sequence[ast.AST], tree: ast.Module) -> None:
     """What a reward puts in reward_metrics, in any method of the class: numbers only, and never the main
     score again (followed through the code's data flow, not one spelling)."""
     for fn in methods:

@@ -340,7 +340,7 @@ def expected_kind(path: KeyPath) -> tuple[Kind | None, bool]:
         spec = PARAMS_BY_NAME.get(str(path[2]))
         if spec is None or spec.section != path[1]:
             return None, True
-        return {"str": "text", "int": "number", "float": "number", "bool": "bool"}[spec.type], True  # type: ignore[return-value]
+        return {"str": "text", "int": "number", "float": "number", "bool": "bool"}[spec.type], True  # pyright: ignore[reportReturnType]
     annotation: Any = JobConfig
     for part in path:
         annotation = _step(annotation, part)
@@ -399,4 +399,4 @@ def _kind(annotation: Any) -> tuple[Kind | None, bool]:
             kinds.add("any")
     if len(kinds) != 1:
         return ("any" if kinds else None), nullable
-    return kinds.pop(), nullable  # type: ignore[return-value]
+    return kinds.pop(), nullable  # pyright: ignore[reportReturnType]

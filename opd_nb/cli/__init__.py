@@ -38,7 +38,7 @@ def command(*, for_magic: bool = False) -> Any:
 
     For the magic, the notebook-only commands are unhidden so that ``%opd --help`` lists them.
     """
-    group = typer.main.get_command(app)
+    group = typer.main.get_group(app)
     if for_magic:
         for cmd in group.commands.values():
             if getattr(cmd, "rich_help_panel", None) == NOTEBOOK_PANEL:
@@ -95,7 +95,7 @@ def invoke_cell(argv: list[str], body: str, *, prog_name: str = "%%opd") -> Any:
 
 def _message(exc: BaseException) -> str:
     fmt = getattr(exc, "format_message", None)
-    return fmt() if callable(fmt) else str(exc)
+    return str(fmt()) if callable(fmt) else str(exc)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -112,8 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as exc:
         sys.exit(getattr(exc, "exit_code", 0))
     except typer.TyperException as exc:  # usage errors: show usage line + message, exit 2
-        if hasattr(exc, "show"):
-            exc.show()
+        show = getattr(exc, "show", None)  # click's usage errors print themselves
+        if callable(show):
+            show()
         else:
             echo(f"error: {_message(exc)}", err=True)
         sys.exit(getattr(exc, "exit_code", 2))

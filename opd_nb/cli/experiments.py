@@ -49,7 +49,7 @@ def sweep_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Submit one job per value, each config.yaml plus that one change; the first registers the functions."""
-    from opd_nb.experiments import run_sweep
+    from opd_nb.experiments import SweepResult, run_sweep
 
     client = _client(local, cloud, workspace)
 
@@ -70,7 +70,7 @@ def sweep_cmd(
         on_submitted=None if quiet else progress,
         on_note=None if quiet else (lambda line: echo(line, err=True)),
     )
-    if in_magic() and not dry_run and not as_json:  # the notebook opens the multi-job monitor on it
+    if in_magic() and isinstance(result, SweepResult) and not as_json:  # the notebook's multi-job monitor
         return SweepRequest(sweep=result, target=client.target)
     return emit(result, as_json=as_json)
 

@@ -115,7 +115,7 @@ class Hooks:
         if self.notifier is not None:
             lines += [line for a in fresh if (line := self.notifier.alert(job.job_id, a))]
         if self.guard is not None:
-            said = self.guard.poll(job, None if rows is None else list(rows))
+            said = self.guard.poll(job, rows)
             lines += said
             if self.notifier is not None and said and self.guard.tripped is not None:
                 cancel = HealthAlert("guard_cancel", "error", said[-1], f"opd logs {job.job_id}")

@@ -31,6 +31,7 @@ from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
 from opd_nb.errors import UNREACHABLE, OpdError
 from opd_nb.terminal_text import printable
 from opd_nb.traces.page import TracesPage
+from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.jobs import JobMetrics
 from opd_nb.wire.models import ModelListing
 
@@ -79,7 +80,7 @@ class Call(Generic[T]):
 
 # ---- the calls ---------------------------------------------------------------------------------
 def _job_path(job_id: str, tail: str = "") -> str:
-    if not isinstance(job_id, str) or not job_id.strip():
+    if not isinstance(job_id, str) or not job_id.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(
             f"job id {job_id!r} is empty",
             fix="pass a job id such as ft-202410291653-1c7f (`opd jobs` lists them)",
@@ -160,7 +161,7 @@ def job_checkpoints(job_id: str) -> Call[list[Checkpoint]]:
 
 def export_call(job_id: str, checkpoint: str, model_name: str | None) -> Call[None]:
     """Bailian's export (``output: true``); the deployable name is read from the checkpoint list after."""
-    if not isinstance(checkpoint, str) or not checkpoint.strip():
+    if not isinstance(checkpoint, str) or not checkpoint.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(
             f"checkpoint {checkpoint!r} is empty",
             fix=f"pass a checkpoint such as checkpoint-20 (`opd checkpoints {job_id}` lists them)",
@@ -239,7 +240,7 @@ def list_models() -> Call[list[dict[str, Any]]]:
 
 # ---- deployments and chat ----------------------------------------------------------------------
 def _name_path(name: str, tail: str = "") -> str:
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str) or not name.strip():  # pyright: ignore[reportUnnecessaryIsInstance] - a notebook passes anything
         raise OpdError(f"deployment name {name!r} is empty", fix="`opd deployments` lists the deployed names")
     return f"/deployments/{quote(name.strip(), safe='')}{tail}"
 
@@ -278,7 +279,9 @@ def delete_deployment(name: str) -> Call[Deployment]:
     return Call("DELETE", _name_path(name), f"undeploy {name}", Deployment.from_output)
 
 
-def chat_body(model: str, messages: str | list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+def chat_body(
+    model: str, messages: str | list[dict[str, Any]], stream: bool, **params: Any
+) -> dict[str, Any]:
     """OpenAI's chat body; a plain string is one user message."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
@@ -315,12 +318,13 @@ def stream_delta(line: str) -> str | None:
         chunk = json.loads(data)
     except ValueError:
         return None
-    if isinstance(chunk, dict) and chunk.get("error"):
-        err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+    event = json_object(chunk)
+    if error := event.get("error"):
+        err = json_object(error) or {"message": error}  # an object, or the error's words alone
         raise OpdError(f"the answer stopped: {err.get('message')}", code=err.get("code"))
-    choices = chunk.get("choices") if isinstance(chunk, dict) else None
-    delta = (choices[0].get("delta") or {}) if choices else {}
-    return delta.get("content") or None
+    choices = json_objects(event.get("choices"))
+    content = json_object(choices[0].get("delta")).get("content") if choices else None
+    return str(content) if content else None
 
 
 def wait_deployed(
@@ -352,7 +356,7 @@ def error_for(resp: httpx.Response, what: str) -> OpdError:
         body = resp.json()
     except ValueError:
         body = {}
-    body = body if isinstance(body, dict) else {}
+    body = cast(dict[str, Any], body) if isinstance(body, dict) else {}  # a JSON object
     if isinstance(body.get("error"), dict):  # the compatible-mode API answers OpenAI's error object
         body = {**body["error"], **{k: v for k, v in body.items() if k in ("code", "message")}}
     code = str(body["code"]) if body.get("code") else None
@@ -431,7 +435,8 @@ def perform(call: Call[T], target: Target, retries: int) -> Plan[T | None]:
         raise error
     try:
         body = resp.json()
-        out = body.get("output", body.get("data", body)) if isinstance(body, dict) else body
+        reply = json_object(body)
+        out: object = reply.get("output", reply.get("data", reply)) if isinstance(body, dict) else body
         return call.parse(out)
     except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
         raise _unexpected(call, target, resp, exc) from None
@@ -449,9 +454,15 @@ def _job_must_exist(call: Call[Any], target: Target, retries: int, error: OpdErr
         raise
 
 
+def required(call: Call[T], target: Target, retries: int) -> Plan[T]:
+    """Run a call that is neither local-only nor optional: its result, which is never None."""
+    assert not (call.local_only or call.optional), f"{call.what} may answer None: use perform"
+    out = yield from perform(call, target, retries)
+    return cast(T, out)  # perform returns None only for local-only or optional calls
+
+
 def read_job(job_id: str, target: Target, retries: int) -> Plan[Job]:
-    job = yield from perform(get_job(job_id), target, retries)
-    return cast(Job, job)  # not local-only, so never None
+    return (yield from required(get_job(job_id), target, retries))
 
 
 def cancel(job_id: str, target: Target, retries: int, reason: str | None = None) -> Plan[Job]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from opd_nb.constants import RUNNING, UNKNOWN
 from opd_nb.results import ResultMixin
 from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.deployments import DeploymentListing, DeploymentOutput
 from opd_nb.wire.inference import ChatCompletion
 
@@ -34,7 +35,7 @@ class Deployment(ResultMixin, DeploymentOutput):
 
     @classmethod
     def from_output(cls, out: Any) -> Deployment:
-        out = out if isinstance(out, dict) else {}
+        out = json_object(out)
         dep = cls.model_validate({**out, "raw": out})
         if dep.local is not None and dep.local.message:
             dep.message = dep.local.message
@@ -74,11 +75,13 @@ class DeploymentList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> DeploymentList:
-        out = out if isinstance(out, dict) else {}
+        out = json_object(out)
         listing = DeploymentListing.model_validate(out)
-        raw = [d for d in out.get("deployments") or [] if isinstance(d, dict)]
         return cls(
-            deployments=[Deployment.from_output(d) for d in raw], total=listing.total, page=page, size=size
+            deployments=[Deployment.from_output(d) for d in json_objects(out.get("deployments"))],
+            total=listing.total,
+            page=page,
+            size=size,
         )
 
     def _rows(self) -> list[tuple[str, ...]]:
@@ -115,13 +118,13 @@ class ChatReply(ResultMixin, BaseModel):
     model: str
     content: str = ""
     finish_reason: str | None = None
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     usage: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)  # the answer as sent
 
     @classmethod
     def from_output(cls, out: Any, *, model: str) -> ChatReply:
-        out = out if isinstance(out, dict) else {}
+        out = json_object(out)
         answer = ChatCompletion.model_validate({"model": model, **out} if not out.get("model") else out)
         choice = answer.choices[0] if answer.choices else None
         message = choice.message if choice else None

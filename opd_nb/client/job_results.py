@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.results import ResultMixin
 from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.checkpoints import CheckpointEntry
 from opd_nb.wire.jobs import JobFunctionRef, JobListing, JobLogs, JobOutput
 
@@ -109,9 +110,9 @@ class JobList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> JobList:
-        listing = JobListing.model_validate(out if isinstance(out, dict) else {})
-        raw_jobs = (out or {}).get("jobs") or [] if isinstance(out, dict) else []
-        jobs = [Job.from_output(raw) for raw in raw_jobs if isinstance(raw, dict)]
+        out = json_object(out)
+        listing = JobListing.model_validate(out)
+        jobs = [Job.from_output(raw) for raw in json_objects(out.get("jobs"))]
         return cls(jobs=jobs, total=listing.total or 0, page=page, size=size)
 
     def _repr_html_(self) -> str:
@@ -239,5 +240,5 @@ class Checkpoint(ResultMixin, BaseModel):
     @classmethod
     def listing(cls, out: Any) -> list[Checkpoint]:
         """``output``: Bailian's list of checkpoints (an older local server's ``{"checkpoints": [...]}`` too)."""
-        entries = out.get("checkpoints") if isinstance(out, dict) else out
-        return [cls.from_entry(e) for e in entries or [] if isinstance(e, dict)]
+        entries: object = json_object(out).get("checkpoints", out)  # a list: json_object(list) is {}
+        return [cls.from_entry(e) for e in json_objects(entries)]

@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -57,20 +57,25 @@ class _Base:
             headers["Authorization"] = f"Bearer {self.target.api_key.get_secret_value()}"
         return headers
 
-    def _url(self, step: Send | calls.Call) -> str:
+    def _url(self, step: Send | calls.Call[Any]) -> str:
         if step.api == "compatible":
             return calls.compatible_base(self.target.base_url) + step.path
         return self.target.base_url + step.path
 
-    def _timeout(self, step: Send | calls.Call) -> float:
+    def _timeout(self, step: Send | calls.Call[Any]) -> float:
         """Model calls generate (and may start a model first): they get longer than the others."""
         return max(self.timeout, CHAT_TIMEOUT_S) if step.api == "compatible" else self.timeout
 
-    def _stream_call(self, model: str, messages: str | list[dict], params: dict) -> calls.Call:
+    def _stream_call(
+        self, model: str, messages: str | list[dict[str, Any]], params: dict[str, Any]
+    ) -> calls.Call[ChatReply]:
         return calls.chat(model, calls.chat_body(model, messages, True, **params))
 
     def _plan(self, call: calls.Call[T]) -> Plan[T | None]:
         return calls.perform(call, self.target, self.retries)
+
+    def _required(self, call: calls.Call[T]) -> Plan[T]:
+        return calls.required(call, self.target, self.retries)
 
     def _wait_plan(
         self, job_id: str, poll_s: float, timeout_s: float | None, on_update: Callable[[Job], None] | None
@@ -85,7 +90,7 @@ class _Base:
         capacity: int,
         suffix: str | None,
         plan: str | None,
-        deploy_spec: dict | None,
+        deploy_spec: dict[str, Any] | None,
         billing_method: str | None,
     ) -> Plan[Deployment]:
         """The plan's fields are checked here, before anything is sent (both clients)."""
@@ -93,7 +98,7 @@ class _Base:
         call = calls.deploy(
             model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
         )
-        return self._plan(call)
+        return self._required(call)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
@@ -164,10 +169,10 @@ class JobClient(_Base):
         return self._run(calls.read_job(job_id, self.target, self.retries))
 
     def list(self, page: int = 1, size: int = 20) -> JobList:
-        return self._run(self._plan(calls.list_jobs(page, size)))
+        return self._run(self._required(calls.list_jobs(page, size)))
 
     def logs(self, job_id: str, offset: int = 0, lines: int = 200) -> LogPage:
-        return self._run(self._plan(calls.job_logs(job_id, offset, lines)))
+        return self._run(self._required(calls.job_logs(job_id, offset, lines)))
 
     def events(self, job_id: str) -> Iterator[JobEvent]:
         """Server-sent events until the job ends (`status` events, then `log` lines)."""
@@ -199,7 +204,7 @@ class JobClient(_Base):
     ) -> Job:
         return self._run(self._wait_plan(job_id, poll_s, timeout_s, on_update))
 
-    def metrics(self, job_id: str) -> list[dict] | None:
+    def metrics(self, job_id: str) -> list[dict[str, Any]] | None:
         """Per-step metrics (local control plane only; None where the API has none, e.g. the cloud)."""
         return self._run(self._plan(calls.job_metrics(job_id)))
 
@@ -233,7 +238,7 @@ class JobClient(_Base):
         none (on Bailian the spans go to ARMS: the console's Trajectory tab)."""
         return self._run(self._plan(calls.job_traces(job_id, step, kind, group, sample, limit)))
 
-    def models(self) -> list[dict] | None:
+    def models(self) -> list[dict[str, Any]] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return self._run(self._plan(calls.list_models()))
 
@@ -245,7 +250,7 @@ class JobClient(_Base):
         suffix: str | None = None,
         *,
         plan: str | None = None,
-        deploy_spec: dict | None = None,
+        deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
@@ -254,10 +259,10 @@ class JobClient(_Base):
         return self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
 
     def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
-        return self._run(self._plan(calls.list_deployments(page, size)))
+        return self._run(self._required(calls.list_deployments(page, size)))
 
     def deployment(self, deployed_model: str) -> Deployment:
-        return self._run(self._plan(calls.get_deployment(deployed_model)))
+        return self._run(self._required(calls.get_deployment(deployed_model)))
 
     def wait_deployed(
         self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
@@ -268,21 +273,21 @@ class JobClient(_Base):
         )
 
     def scale(self, deployed_model: str, capacity: int) -> Deployment:
-        return self._run(self._plan(calls.scale_deployment(deployed_model, capacity)))
+        return self._run(self._required(calls.scale_deployment(deployed_model, capacity)))
 
     def undeploy(self, deployed_model: str) -> Deployment:
-        return self._run(self._plan(calls.delete_deployment(deployed_model)))
+        return self._run(self._required(calls.delete_deployment(deployed_model)))
 
     def chat(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         seed: int | None = None,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> ChatReply:
         """One answer from the compatible-mode chat API (a base model, or a deployed name)."""
         params = {
@@ -293,12 +298,12 @@ class JobClient(_Base):
             "tools": tools,
         }
         body = calls.chat_body(model, messages, False, **params)
-        return self._run(self._plan(calls.chat(model, body)))
+        return self._run(self._required(calls.chat(model, body)))
 
     def chat_stream(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
@@ -355,10 +360,10 @@ class AsyncJobClient(_Base):
         return await self._run(calls.read_job(job_id, self.target, self.retries))
 
     async def list(self, page: int = 1, size: int = 20) -> JobList:
-        return await self._run(self._plan(calls.list_jobs(page, size)))
+        return await self._run(self._required(calls.list_jobs(page, size)))
 
     async def logs(self, job_id: str, offset: int = 0, lines: int = 200) -> LogPage:
-        return await self._run(self._plan(calls.job_logs(job_id, offset, lines)))
+        return await self._run(self._required(calls.job_logs(job_id, offset, lines)))
 
     async def events(self, job_id: str) -> AsyncIterator[JobEvent]:
         """Server-sent events until the job ends (`status` events, then `log` lines)."""
@@ -391,7 +396,7 @@ class AsyncJobClient(_Base):
     ) -> Job:
         return await self._run(self._wait_plan(job_id, poll_s, timeout_s, on_update))
 
-    async def metrics(self, job_id: str) -> list[dict] | None:
+    async def metrics(self, job_id: str) -> list[dict[str, Any]] | None:
         """Per-step metrics (local control plane only; None where the API has none, e.g. the cloud)."""
         return await self._run(self._plan(calls.job_metrics(job_id)))
 
@@ -425,7 +430,7 @@ class AsyncJobClient(_Base):
         """A step's traced function calls as span trees (see :meth:`JobClient.traces`)."""
         return await self._run(self._plan(calls.job_traces(job_id, step, kind, group, sample, limit)))
 
-    async def models(self) -> list[dict] | None:
+    async def models(self) -> list[dict[str, Any]] | None:
         """What the local engine can run (local control plane only; None where the API has none)."""
         return await self._run(self._plan(calls.list_models()))
 
@@ -437,7 +442,7 @@ class AsyncJobClient(_Base):
         suffix: str | None = None,
         *,
         plan: str | None = None,
-        deploy_spec: dict | None = None,
+        deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
@@ -446,10 +451,10 @@ class AsyncJobClient(_Base):
         return await self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
 
     async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
-        return await self._run(self._plan(calls.list_deployments(page, size)))
+        return await self._run(self._required(calls.list_deployments(page, size)))
 
     async def deployment(self, deployed_model: str) -> Deployment:
-        return await self._run(self._plan(calls.get_deployment(deployed_model)))
+        return await self._run(self._required(calls.get_deployment(deployed_model)))
 
     async def wait_deployed(
         self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
@@ -460,21 +465,21 @@ class AsyncJobClient(_Base):
         )
 
     async def scale(self, deployed_model: str, capacity: int) -> Deployment:
-        return await self._run(self._plan(calls.scale_deployment(deployed_model, capacity)))
+        return await self._run(self._required(calls.scale_deployment(deployed_model, capacity)))
 
     async def undeploy(self, deployed_model: str) -> Deployment:
-        return await self._run(self._plan(calls.delete_deployment(deployed_model)))
+        return await self._run(self._required(calls.delete_deployment(deployed_model)))
 
     async def chat(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
         seed: int | None = None,
-        tools: list[dict] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> ChatReply:
         """One answer from the compatible-mode chat API (a base model, or a deployed name)."""
         params = {
@@ -485,12 +490,12 @@ class AsyncJobClient(_Base):
             "tools": tools,
         }
         body = calls.chat_body(model, messages, False, **params)
-        return await self._run(self._plan(calls.chat(model, body)))
+        return await self._run(self._required(calls.chat(model, body)))
 
     async def chat_stream(
         self,
         model: str,
-        messages: str | list[dict],
+        messages: str | list[dict[str, Any]],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,

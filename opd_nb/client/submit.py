@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, JsonValue, PrivateAttr
 
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
@@ -307,7 +307,7 @@ def dry_run(
 def _read_result(path: Path) -> dict[str, Any]:
     """The result the runner wrote to `path` ({} when it wrote none: it failed before submitting)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: JsonValue = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except ValueError:
@@ -321,7 +321,7 @@ def _last_json_line(stdout: str) -> dict[str, Any]:
     """A legacy submit_job.py's result: the last line of its output that parses as a JSON object."""
     for line in reversed(stdout.splitlines()):
         try:
-            data = json.loads(line)
+            data: JsonValue = json.loads(line)
         except ValueError:
             continue
         if isinstance(data, dict):
@@ -330,11 +330,11 @@ def _last_json_line(stdout: str) -> dict[str, Any]:
 
 
 def _runner_output(
-    proc: subprocess.CompletedProcess, data: dict[str, Any], legacy: bool
+    proc: subprocess.CompletedProcess[str], data: dict[str, Any], legacy: bool
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
     """(job id, functions, stderr tail) from the runner's result `data`; a failed run is an OpdError."""
     tail = (proc.stderr or "").splitlines()[-15:]
-    job_id, functions = data.get("job_id"), data.get("functions") or []
+    job_id, functions = data.get("job_id"), list[dict[str, Any]](data.get("functions") or [])
     if not job_id and data.get("message"):
         tail.append(f"service: [{data.get('code')}] {data.get('message')}")
     if proc.returncode != 0 or not job_id:
@@ -366,7 +366,7 @@ def _runner_command(
 
 def _run_runner(
     ws: Path, cmd: list[str], env: dict[str, str], timeout_s: float, result_file: Path | None
-) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """Run the runner: its process and its result (from `result_file`; None: a legacy script's output)."""
     try:
         proc = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -439,5 +439,5 @@ def submit(
             *(line for line in tail if line.startswith("smoke run:")),
         ],
     )
-    result._client = client
+    result._client = client  # pyright: ignore[reportPrivateUsage] - SubmitResult's own module binds it
     return result

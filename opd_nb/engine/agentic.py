@@ -159,6 +159,7 @@ class Agentic:
     ) -> None:
         """Write the validation trajectories, their tokens scored by one no-grad student and teacher pass."""
         from opd_nb.engine.batch import left_pad
+        from opd_nb.engine.models import pad_id
 
         parts = self.parts
         try:
@@ -169,7 +170,7 @@ class Agentic:
         info.turns = ts.turns
         scores = None
         if ts.seqs:
-            pad = parts.tok.pad_token_id
+            pad = pad_id(parts.tok)
             scores = parts.score_tokens(left_pad(ts.seqs, ts.masks, [0] * len(ts.seqs), pad, parts.device))
         recorder.write("validation", step, to_record(info, scores, None, step))
 
@@ -178,6 +179,7 @@ class Agentic:
         and the :class:`StepRollouts` for the records."""
         from opd_nb.engine import rewards
         from opd_nb.engine.batch import left_pad
+        from opd_nb.engine.models import pad_id
 
         parts = self.parts
         rnd = self.calls.run(rows, n, where, temperature)
@@ -199,7 +201,7 @@ class Agentic:
         if not ts.seqs:
             raise EngineError(f"{where}: the rollout trajectories contain no assistant turns to train on")
         groups = [rnd.groups[rnd.ok[j]] for j in ts.owner]
-        b = left_pad(ts.seqs, ts.masks, groups, parts.tok.pad_token_id, parts.device)
+        b = left_pad(ts.seqs, ts.masks, groups, pad_id(parts.tok), parts.device)
         b.texts = ts.texts
         import torch
 

@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import JsonValue
+
 from opd_nb.constants import ROLLOUT_FAILURE_RATE, ROLLOUT_METRIC_PREFIX
 from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from opd_nb.engine.rollout_source import RolloutParts
 
 # A call's result: (agent_output, None) or (None, what went wrong).
-CallResult = tuple[dict | None, str | None]
+CallResult = tuple[dict[str, Any] | None, str | None]
 
 
 @dataclass
@@ -38,7 +40,7 @@ class RolloutRound:
     tokens: list[str]  # the api key of each call
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a well-formed trajectory
-    trajs: list[dict]  # their agent_output, parallel to ok
+    trajs: list[dict[str, Any]]  # their agent_output, parallel to ok
     metrics: dict[str, float]  # the rollout function's own rollout_metrics (means) and the failure rate
     errors: dict[int, str]  # call index -> error, for failed calls
 
@@ -46,7 +48,7 @@ class RolloutRound:
 def agent_output(status: int, data: bytes) -> CallResult:
     """The trajectory in a rollout function's reply, or what is wrong with the reply."""
     try:
-        body = json.loads(data)
+        body: JsonValue = json.loads(data)
     except ValueError:
         body = None
     if status != 200 or not isinstance(body, dict):
@@ -59,7 +61,7 @@ def agent_output(status: int, data: bytes) -> CallResult:
     if str(body.get("status", "success")) != "success":
         return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
     ao = body.get("agent_output") or {}
-    if not isinstance(ao.get("messages"), list) or not ao["messages"]:
+    if not isinstance(ao, dict) or not isinstance(messages := ao.get("messages"), list) or not messages:
         return None, "agent_output.messages is empty; return the full trajectory"
     return ao, None
 
@@ -68,7 +70,8 @@ def rollout_metrics(results: list[CallResult]) -> dict[str, float]:
     """The mean of each numeric ``rollout_metrics`` key over the calls that reported it."""
     rsum: dict[str, list[float]] = {}
     for t, _ in results:
-        for k, v in ((t or {}).get("rollout_metrics") or {}).items():
+        reported: JsonValue = t.get("rollout_metrics") if t else None
+        for k, v in reported.items() if isinstance(reported, dict) else ():
             if isinstance(v, int | float):
                 rsum.setdefault(k, []).append(float(v))
     return {f"{ROLLOUT_METRIC_PREFIX}{k}": sum(v) / len(v) for k, v in rsum.items()}
@@ -91,7 +94,9 @@ class RolloutCalls:
         self._pool.shutdown()
         self._conns.close()
 
-    def _payload(self, row: Row, g: int, k: int, token: str, where: str, temperature: float) -> dict:
+    def _payload(
+        self, row: Row, g: int, k: int, token: str, where: str, temperature: float
+    ) -> dict[str, Any]:
         """The request of the `k`-th call for row `g`, whose api key is `token`."""
         return {
             "func_type": "rollout",
@@ -117,7 +122,7 @@ class RolloutCalls:
             },
         }
 
-    def _call(self, payload: dict) -> CallResult:
+    def _call(self, payload: dict[str, Any]) -> CallResult:
         """One rollout call (on a thread of the pool): (agent_output, None) or (None, error)."""
         self.generation.call_started()
         try:
@@ -126,7 +131,7 @@ class RolloutCalls:
             self.generation.call_ended()
         return (None, reply) if isinstance(reply, str) else agent_output(*reply)
 
-    def _call_all(self, payloads: list[dict], tokens: list[str], where: str) -> list[CallResult]:
+    def _call_all(self, payloads: list[dict[str, Any]], tokens: list[str], where: str) -> list[CallResult]:
         """Make the calls while serving their generation requests on this (the engine's) thread."""
         job = self.parts.job
         self.endpoint.tokens.update(tokens)
@@ -157,7 +162,9 @@ class RolloutCalls:
 
     def run(self, rows: list[Row], n: int, where: str, temperature: float) -> RolloutRound:
         """Call the rollout function n times per row."""
-        tokens, payloads, groups = [], [], []
+        tokens: list[str] = []
+        payloads: list[dict[str, Any]] = []
+        groups: list[int] = []
         for g, r in enumerate(rows):
             for k in range(n):
                 tok = "opd-" + secrets.token_hex(12)
@@ -180,8 +187,10 @@ class RolloutCalls:
                 f"rollout function {name!r} failed every call ({len(results)}) in {where}: "
                 f"{failed[0][1]}. Fix the rollout code (run its tests with `opd test`) and resubmit"
             )
-        ok = [i for i, (_, e) in enumerate(results) if e is None]
-        trajs = [results[i][0] for i in ok]
+        ok = [
+            i for i, (t, e) in enumerate(results) if e is None and t is not None
+        ]  # a call without error has one
+        trajs = [t for t, e in results if e is None and t is not None]
         metrics[ROLLOUT_FAILURE_RATE] = len(failed) / len(results)
         return RolloutRound(tokens, groups, ok, trajs, metrics, dict(failed))
 
@@ -189,9 +198,10 @@ class RolloutCalls:
         """Turn malformed trajectories into failed calls, logging one ``malformed trajectory:`` line per
         kind; a round whose every returned trajectory is malformed fails the job with the first line."""
         kinds: dict[str, tuple[Any, int]] = {}
-        out, n_returned = [], 0
+        out: list[CallResult] = []
+        n_returned = 0
         for traj, err in results:
-            problems = check_trajectory(traj["messages"]) if err is None else []
+            problems = check_trajectory(traj["messages"]) if err is None and traj is not None else []
             n_returned += err is None
             for pr in problems:
                 first, count = kinds.get(pr.kind, (pr, 0))

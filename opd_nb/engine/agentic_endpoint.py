@@ -17,10 +17,11 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import JsonValue
 
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body
@@ -37,6 +38,9 @@ MODEL_NAME = "opd-local-student"  # the model name the rollout function is given
 Completions = list[tuple[list[int], list[int], bool]]
 
 
+Generated = tuple[list[int], str, str]  # a completion: its ids, its text, its finish reason
+
+
 @dataclass
 class GenRequest:
     """One chat request waiting for the engine thread to generate its completion."""
@@ -46,8 +50,8 @@ class GenRequest:
     temperature: float
     top_p: float
     max_tokens: int
-    tools: list | None = None  # the tools the rollout offered with this request
-    future: Future = field(default_factory=Future)
+    tools: list[dict[str, Any]] | None = None  # the tools the rollout offered with this request
+    future: Future[Generated] = field(default_factory=Future[Generated])
 
 
 def stream_seed(call_key: str, turn: int) -> int:
@@ -89,7 +93,7 @@ class StudentEndpoint:
             return JSONResponse({"error": {"message": msg, "type": kind}}, status_code=status)
 
         @app.get("/v1/models")
-        async def models() -> dict:
+        async def models() -> dict[str, Any]:
             return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "opd-nb"}]}
 
         @app.post("/v1/chat/completions")
@@ -101,7 +105,7 @@ class StudentEndpoint:
                     401, "invalid or expired api_key (use model_resource.api_key)", "authentication_error"
                 )
             try:
-                body = await request.json()
+                body: JsonValue = await request.json()
             except ValueError:
                 return err(400, "body is not JSON")
             if isinstance(body, dict) and body.get("stream"):
@@ -110,7 +114,10 @@ class StudentEndpoint:
                 ids, temperature, top_p, max_tokens = chat_inputs(tokenizer, body, max_total)
             except ChatRequestError as exc:
                 return err(400, str(exc))
-            req = GenRequest(token, ids, temperature, top_p, max_tokens, body.get("tools") or None)
+            tools = body.get("tools") if isinstance(body, dict) else None  # rendered by the template above
+            req = GenRequest(
+                token, ids, temperature, top_p, max_tokens, cast("list[dict[str, Any]] | None", tools or None)
+            )
             self.q.put(req)
             comp_ids, text, finish = await asyncio.wrap_future(req.future)
             return completion_body(self.model_name, len(ids), len(comp_ids), text, finish)
@@ -129,7 +136,7 @@ class Generation:
         self.sampler, self.tok = sampler, tok
         self.endpoint = endpoint
         self.records: dict[str, Completions] = {}  # rollout token -> its completions, in order
-        self.offered: dict[str, list] = {}  # rollout token -> the tools its requests offered
+        self.offered: dict[str, list[dict[str, Any]]] = {}  # rollout token -> the tools its requests offered
         self._call_seeds: dict[str, str] = {}  # rollout token -> the key of its calls' random streams
         self._lock = threading.Lock()
         self._in_flight = 0  # rollout calls under way (counted by the pool's threads, read by the pump)
@@ -156,7 +163,7 @@ class Generation:
             by.setdefault((r.temperature, r.top_p), []).append(r)
         for (temp, top_p), reqs in by.items():
             turns: dict[str, int] = {}
-            seeds = []
+            seeds: list[int] = []
             for r in reqs:  # a rollout's n-th request draws from the n-th stream of its call
                 turns[r.token] = turns.get(r.token, len(self.records.get(r.token, []))) + 1
                 seeds.append(stream_seed(self._call_seeds.get(r.token, r.token), turns[r.token]))
@@ -178,7 +185,9 @@ class Generation:
                 if r.tools:
                     self.offered[r.token] = r.tools
                 text_ids = ids[:-1] if ended else ids
-                r.future.set_result((ids, self.tok.decode(text_ids, skip_special_tokens=True), finish))
+                # one sequence decodes to one string (transformers types decode for batches too, kwargs untyped)
+                text = str(self.tok.decode(text_ids, skip_special_tokens=True))  # pyright: ignore[reportUnknownMemberType]
+                r.future.set_result((ids, text, finish))
 
     def pump(self, done: threading.Event) -> None:
         """Serve queued requests in batches until `done` is set and the queue is empty."""

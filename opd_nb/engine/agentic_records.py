@@ -7,11 +7,12 @@ and mark which assistant turns were trained on and what was cut to fit ``max_len
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opd_nb.engine.agentic_samples import TurnRef
 
 if TYPE_CHECKING:
+    from opd_nb.engine.data import Row
     from opd_nb.engine.rollouts import Rollout
     from opd_nb.engine.scoring import TokenScores
 
@@ -20,15 +21,17 @@ if TYPE_CHECKING:
 class StepRollouts:
     """What one round of rollout calls produced, kept for the rollout records (:func:`to_record`)."""
 
-    rows: list  # the rows the calls were made for
+    rows: list[Row]  # the rows the calls were made for
     groups: list[int]  # row index per call
     ok: list[int]  # calls that returned a trajectory
-    trajs: list[dict]  # their agent_output, parallel to ok
+    trajs: list[dict[str, Any]]  # their agent_output, parallel to ok
     errors: dict[int, str]  # call index -> error, for failed calls
     # per trajectory, per assistant turn: (batch row holding its trained tokens or None, message index,
     # generated ids cut to fit max_length, generated without EOS)
     turns: list[list[TurnRef]]
-    rewards: list[dict] | None  # per trajectory: reward_score / reward_metrics / reward_status / reward_error
+    rewards: (
+        list[dict[str, Any]] | None
+    )  # per trajectory: reward_score / reward_metrics / reward_status / reward_error
 
 
 def to_record(info: StepRollouts, scores: TokenScores | None, limit: int | None, step: int) -> list[Rollout]:
@@ -50,11 +53,12 @@ def to_record(info: StepRollouts, scores: TokenScores | None, limit: int | None,
             msgs = info.rows[g].messages
             out.append(Rollout(g, rank[i], msgs, [], agentic=True, error=info.errors.get(i, "failed")))
             continue
-        turns, truncated = [], False
+        trained: list[Turn] = []
+        truncated = False
         for row, a, dropped, no_eos in info.turns[j]:
             base = scored[row] if row is not None else Turn([], [], [])
-            turns.append(Turn(base.ids, base.student, base.teacher, message=a, dropped=dropped))
+            trained.append(Turn(base.ids, base.student, base.teacher, message=a, dropped=dropped))
             truncated = truncated or bool(dropped) or no_eos
         reward = info.rewards[j] if info.rewards else None
-        out.append(Rollout(g, rank[i], info.trajs[j]["messages"], turns, truncated, reward, agentic=True))
+        out.append(Rollout(g, rank[i], info.trajs[j]["messages"], trained, truncated, reward, agentic=True))
     return out

@@ -30,7 +30,7 @@ class TurnSamples:
     """The samples of a round's trajectories, and where each assistant turn went."""
 
     seqs: list[list[int]]  # token ids per sample
-    masks: list[list[int]]  # trained-token mask per sample
+    masks: list[list[bool]]  # trained-token mask per sample
     owner: list[int]  # owning trajectory (index into the round's ok) per sample
     texts: list[str]  # message text per sample
     turns: list[list[TurnRef]]  # per trajectory, per assistant turn

@@ -33,15 +33,15 @@ def keep_freed_memory() -> bool:
         return _done
     _done = False
     if not sys.platform.startswith("linux") or not settings.ENGINE_MALLOC.get():
-        return _done
+        return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # musl or another libc: nothing to tune
-        return _done
+        return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX) == 1
     ok = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and ok
     ok = mallopt(M_TOP_PAD, 64 * 1024 * 1024) == 1 and ok
     _done = ok
-    return _done
+    return ok

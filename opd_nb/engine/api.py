@@ -53,7 +53,7 @@ class EngineJob(BaseModel):
         None  # an estimator in engine/estimators.py's REGISTRY; None: hyper_parameters.algorithm
     )
     sampler: str = "torch"  # the generation backend: a name in engine/samplers.py's SAMPLERS
-    rewards: list[RewardEndpoint] = Field(default_factory=list)
+    rewards: list[RewardEndpoint] = Field(default_factory=list[RewardEndpoint])
     rollout: RolloutEndpoint | None = None
     output_dir: str  # checkpoints/ and metrics.jsonl go here
     resume_from: str | None = None  # a checkpoint-{step} directory with trainer state

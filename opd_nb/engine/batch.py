@@ -7,6 +7,7 @@ tokens always sit in the last ``window`` columns, so models only run their heads
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +20,11 @@ class SeqBatch:
     attention_mask: torch.Tensor  # [B, L] 1 = real token
     target_mask: torch.Tensor  # [B, L] bool: token is a trained (student-generated) token
     group: torch.Tensor  # [B] index of the prompt within the step (rollouts of a prompt share it)
-    texts: list[str] = field(default_factory=list)  # decoded completions (for rewards)
+    texts: list[str] = field(default_factory=list[str])  # decoded completions (for rewards)
     truncated: torch.Tensor | None = None  # [B] bool: hit the length budget without EOS
-    messages: list[list[dict]] = field(default_factory=list)  # full trajectory per sample (for rewards)
+    messages: list[list[dict[str, Any]]] = field(
+        default_factory=list[list[dict[str, Any]]]
+    )  # full trajectory per sample (for rewards)
     logprobs: torch.Tensor | None = (
         None  # [B, window] student log-prob of each generated token (greedy decode)
     )
@@ -43,7 +46,7 @@ class SeqBatch:
 
     def select(self, idx: Any) -> SeqBatch:
         idx_t = torch.as_tensor(idx, dtype=torch.long, device=self.input_ids.device)
-        il = idx_t.tolist()
+        il: list[int] = values(idx_t)
         return SeqBatch(
             self.input_ids[idx_t],
             self.attention_mask[idx_t],
@@ -55,10 +58,15 @@ class SeqBatch:
         )
 
 
+def values(t: torch.Tensor) -> list[Any]:
+    """A tensor's values as a (nested) Python list, elements of its dtype's Python type."""
+    return t.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType] - torch types tolist() as a bare list
+
+
 def left_pad(
-    seqs: list[list[int]], masks: list[list[bool]], groups: list[int], pad_id: int, device: str
+    seqs: list[list[int]], masks: Sequence[Sequence[int]], groups: list[int], pad_id: int, device: str
 ) -> SeqBatch:
-    """Build a SeqBatch from token lists (masks mark trained tokens)."""
+    """Build a SeqBatch from token lists (masks mark trained tokens, as bools or 0/1)."""
     n = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), n), dtype=torch.long)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from pydantic import JsonValue
 
 from opd_nb.engine.api import EngineError
 from opd_nb.spec.training_plan import steps_per_epoch, training_steps
@@ -20,10 +22,10 @@ ROLES = {"system", "user", "assistant", "tool"}
 
 @dataclass
 class Row:
-    messages: list[dict]  # the prompt turns
-    rollout_extra: dict[str, Any] = field(default_factory=dict)
-    tools: list[dict] | None = None
-    prompt_ids: list[int] = field(default_factory=list)
+    messages: list[dict[str, Any]]  # the prompt turns
+    rollout_extra: dict[str, Any] = field(default_factory=dict[str, Any])
+    tools: list[dict[str, Any]] | None = None
+    prompt_ids: list[int] = field(default_factory=list[int])
     line: int = 0
 
     @property
@@ -33,6 +35,16 @@ class Row:
 
 def _fail(path: Path, line: int, msg: str) -> EngineError:
     return EngineError(f"{path}:{line}: {msg}")
+
+
+def _tools(given: JsonValue, p: Path, n: int) -> list[dict[str, Any]] | None:
+    """A row's ``tools``: None, or a list of tool schemas (JSON objects)."""
+    if given is None:
+        return None
+    tools = [t for t in given if isinstance(t, dict)] if isinstance(given, list) else []
+    if not isinstance(given, list) or len(tools) != len(given):
+        raise _fail(p, n, "key 'tools' must be a list of tool schemas (JSON objects)")
+    return tools
 
 
 def read_rows(path: str | Path) -> list[Row]:
@@ -45,7 +57,7 @@ def read_rows(path: str | Path) -> list[Row]:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj: JsonValue = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise _fail(
                     p, n, f"not valid JSON ({exc.msg} at column {exc.colno}); write one JSON object per line"
@@ -55,12 +67,13 @@ def read_rows(path: str | Path) -> list[Row]:
             msgs = obj.get("messages")
             if not isinstance(msgs, list) or not msgs:
                 raise _fail(p, n, "key 'messages' is missing or empty; give a list of {role, content} turns")
+            prompt: list[dict[str, Any]] = []
             for i, m in enumerate(msgs):
                 if not isinstance(m, dict) or m.get("role") not in ROLES:
                     raise _fail(p, n, f"messages[{i}].role must be one of {sorted(ROLES)}")
                 if "content" not in m and not m.get("tool_calls"):
                     raise _fail(p, n, f"messages[{i}] has no 'content'")
-            prompt = list(msgs)
+                prompt.append(m)
             while prompt and prompt[-1]["role"] == "assistant":
                 prompt.pop()
             if not prompt:
@@ -68,10 +81,9 @@ def read_rows(path: str | Path) -> list[Row]:
             extra = obj.get("rollout_extra") or {}
             if not isinstance(extra, dict):
                 raise _fail(p, n, "key 'rollout_extra' must be a JSON object")
-            tools = obj.get("tools")
-            if tools is not None and not isinstance(tools, list):
-                raise _fail(p, n, "key 'tools' must be a list of tool schemas")
-            rows.append(Row(messages=prompt, rollout_extra=extra, tools=tools, line=n))
+            rows.append(
+                Row(messages=prompt, rollout_extra=extra, tools=_tools(obj.get("tools"), p, n), line=n)
+            )
     if not rows:
         raise EngineError(f"data file {str(p)!r} has no rows")
     return rows
@@ -79,9 +91,9 @@ def read_rows(path: str | Path) -> list[Row]:
 
 def template_ids(
     tokenizer: Any,
-    messages: list[dict],
+    messages: list[dict[str, Any]],
     *,
-    tools: list[dict] | None = None,
+    tools: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = False,
 ) -> list[int]:
     """Token ids of the chat template applied to `messages` (any transformers return shape)."""
@@ -153,4 +165,5 @@ class JobData:
         import torch
 
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return torch.randperm(len(self.train), generator=g).tolist()
+        order = cast("list[int]", torch.randperm(len(self.train), generator=g).tolist())  # pyright: ignore[reportUnknownMemberType] - torch types tolist() as a bare list
+        return order

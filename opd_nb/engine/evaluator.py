@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from opd_nb.engine.data import Row
     from opd_nb.engine.rewards import RewardCaller
     from opd_nb.engine.rollout_source import Log
-    from opd_nb.engine.rollouts import Recorder
+    from opd_nb.engine.rollouts import Recorder, Rollout
     from opd_nb.engine.samplers import Sampler
     from opd_nb.engine.scoring import TokenScores
 
@@ -47,6 +47,7 @@ class Evaluator:
         """Validation metrics on `rows` after `step` steps (records written through `recorder` when it is
         enabled)."""
         from opd_nb.engine import task
+        from opd_nb.engine.batch import values
 
         out: dict[str, float] = {}
         texts: list[str] = []
@@ -60,7 +61,7 @@ class Evaluator:
                 temperature=0.0,
                 logprobs=recorder.enabled,
             )
-            truncated: list[bool] = b.truncated.tolist() if b.truncated is not None else [False] * len(b)
+            truncated: list[bool] = values(b.truncated) if b.truncated is not None else [False] * len(b)
             texts.extend(t if not truncated[j] else "\x00" for j, t in enumerate(b.texts))
             batches.append(b)
         solved = [(t, r.solution) for t, r in zip(texts, rows, strict=True) if isinstance(r.solution, str)]
@@ -107,7 +108,7 @@ class Evaluator:
         from opd_nb.engine.native_records import native_rollouts
 
         t0 = time.perf_counter()
-        recs = []
+        recs: list[Rollout] = []
         for s, b in zip(range(0, len(rows), CHUNK), batches, strict=True):
             part = per[s : s + len(b)] if per else None
             recs.extend(native_rollouts(rows, b, self.score_tokens(b), part, None, step))

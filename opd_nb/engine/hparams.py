@@ -157,7 +157,7 @@ def resolve(
             raise EngineError(str(exc)) from None
     est, policy_loss = _estimator(hp.algorithm, estimator)
     lr, rule = local_learning_rate_rule(hp.learning_rate, student_params, local_learning_rate)
-    local = {
+    local: dict[str, Any] = {
         "estimator": est,
         "policy_loss": policy_loss,
         "cloud_learning_rate": hp.learning_rate,

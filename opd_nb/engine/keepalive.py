@@ -11,6 +11,7 @@ import http.client
 import json
 import threading
 import urllib.parse
+from typing import Any
 
 
 class KeptConnections:
@@ -67,7 +68,7 @@ class KeptConnections:
                 self._drop(conn)
             return resp.status, data
 
-    def post_json(self, payload: dict, timeout: float) -> tuple[int, bytes] | str:
+    def post_json(self, payload: dict[str, Any], timeout: float) -> tuple[int, bytes] | str:
         """(status, body) of POSTing `payload` as JSON, or in words why there is no reply: a failed
         call is counted by the caller, not raised."""
         try:

@@ -13,6 +13,8 @@ biases on the MLP, ...) make :func:`wrap` return ``None`` and the engine uses ``
 
 from __future__ import annotations
 
+# pyright: reportConstantRedefinition=false
+# (tensor shapes are named as in the papers, B, T, D, and shrink inside the layer loop: not constants)
 from typing import Any
 
 import torch
@@ -33,7 +35,7 @@ def wrap(model: Any) -> LeanLM | None:
     cfg = model.config
     if getattr(cfg, "model_type", None) not in SUPPORTED:
         return None
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope: dict[str, Any] = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     if (rope.get("rope_type") or rope.get("type") or "default") != "default":
         return None
     if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "mlp_bias", False):
@@ -70,7 +72,7 @@ class LeanLM:
         self.qk_norm = hasattr(a0, "q_norm")
         if getattr(a0.o_proj, "bias", None) is not None:
             raise ValueError("o_proj bias is not reproduced")
-        rope = getattr(cfg, "rope_parameters", None) or {}
+        rope: dict[str, Any] = getattr(cfg, "rope_parameters", None) or {}
         theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
         inv = 1.0 / (theta ** (torch.arange(0, self.D, 2, dtype=torch.float) / self.D))
         max_pos = int(getattr(cfg, "max_position_embeddings", 4096))
@@ -123,6 +125,8 @@ class LeanLM:
             S = T + kv.n_past
             mask = causal_mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
         bias = None if grad or mask is None else attention_bias(mask, self.nh, self.kvh, self.cos.dtype)
+        if pos is None:
+            raise ValueError("positions are needed where no step table is given")
         p = pos.reshape(-1) if pk is None else pos.reshape(-1).index_select(0, pk.idx)
         return self.cos[p][:, None, :], self.sin_signed[p][:, None, :], mask, bias
 
@@ -288,7 +292,7 @@ class LeanLM:
         )
         steps = _Steps(self, pos[:, -1:], max_new, key_valid, n0 + max_new)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
-        toks = []
+        toks: list[torch.Tensor] = []
         for _ in range(max_new):
             nxt = pick(self.logits(x[:, -1]).float()).masked_fill_(done, pad)
             toks.append(nxt)
@@ -357,8 +361,8 @@ class _Collect:
     n_past = 0
 
     def __init__(self, n_layers: int):
-        self.k: list[torch.Tensor] = [None] * n_layers  # type: ignore[list-item]
-        self.v: list[torch.Tensor] = [None] * n_layers  # type: ignore[list-item]
+        self.k: list[torch.Tensor] = [None] * n_layers  # pyright: ignore[reportAttributeAccessIssue]
+        self.v: list[torch.Tensor] = [None] * n_layers  # pyright: ignore[reportAttributeAccessIssue]
 
     def extend(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.k[i], self.v[i] = k, v

@@ -30,7 +30,7 @@ class Fused:
 class FusedWeights:
     """The fused weights of one model's decoder layers, read from (and training) its own parameters."""
 
-    def __init__(self, model: Any, layers: list, nh: int, kvh: int, D: int, qk_norm: bool):
+    def __init__(self, model: Any, layers: list[Any], nh: int, kvh: int, D: int, qk_norm: bool):
         self.model, self.base, self.layers = model, model.base_model, layers
         self.nh, self.kvh, self.D, self.qk_norm = nh, kvh, D, qk_norm
         self._fused: Fused | None = None
@@ -40,7 +40,12 @@ class FusedWeights:
     def build(self) -> Fused:
         """Fuse q|k|v and gate|up into one GEMM each and fold every RMSNorm weight into the matrix that
         consumes the normalised states: linear(norm(x) * w, W) == linear(norm(x), W * w)."""
-        qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w = [], [], [], [], [], []
+        qkv_w: list[torch.Tensor] = []
+        qkv_b: list[torch.Tensor | None] = []
+        gu_w: list[torch.Tensor] = []
+        o_wt: list[torch.Tensor] = []
+        down_wt: list[torch.Tensor] = []
+        qkn_w: list[torch.Tensor | None] = []
         for la in self.layers:
             a, m = la.self_attn, la.mlp
             w_in = la.input_layernorm.weight

@@ -9,13 +9,17 @@ the plain path (no recomputation) is taken.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint as _checkpoint  # pyright: ignore[reportUnknownVariableType]
 
 from opd_nb.constants import PG_CLIPFRAC, PPO_KL
+
+# torch leaves checkpoint()'s function argument untyped (so its result is unknown): it returns what the function does
+checkpoint = cast("Callable[..., Any]", _checkpoint)
 
 CHUNK_ELEMS = 1 << 24  # logits elements formed at once (64 MB in fp32)
 
@@ -41,7 +45,7 @@ def token_logprobs(
     rows = _rows_per_chunk(w.shape[0])
     if h.shape[0] <= rows:
         return _lp_chunk(h, w, b, ids)
-    outs = []
+    outs: list[torch.Tensor] = []
     for s in range(0, h.shape[0], rows):
         if torch.is_grad_enabled() and h.requires_grad:
             outs.append(checkpoint(_lp_chunk, h[s : s + rows], w, b, ids[s : s + rows], use_reentrant=False))
@@ -72,7 +76,8 @@ def token_logprobs_entropy(
     rows = _rows_per_chunk(w.shape[0])
     if h.shape[0] <= rows:
         return _lp_ent_chunk(h, w, b, ids)
-    lps, ents = [], []
+    lps: list[torch.Tensor] = []
+    ents: list[torch.Tensor] = []
     for s in range(0, h.shape[0], rows):
         args = (h[s : s + rows], w, b, ids[s : s + rows])
         if torch.is_grad_enabled() and h.requires_grad:
@@ -110,7 +115,7 @@ def reverse_kl(
     rows = _rows_per_chunk(ws.shape[0])
     if hs.shape[0] <= rows:
         return _rkl_chunk(hs, ws, bs, ht, wt, bt)
-    outs = []
+    outs: list[torch.Tensor] = []
     for s in range(0, hs.shape[0], rows):
         args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt)
         if torch.is_grad_enabled() and hs.requires_grad:
@@ -201,11 +206,11 @@ def reverse_kl_stats(
     rows = _rows_per_chunk(ws.shape[0])
     if hs.shape[0] <= rows:
         return _rkl_stats_chunk(hs, ws, bs, ht, wt, bt, ids)
-    parts = []
+    parts: list[tuple[torch.Tensor, ...]] = []
     for s in range(0, hs.shape[0], rows):
         args = (hs[s : s + rows], ws, bs, ht[s : s + rows], wt, bt, ids[s : s + rows])
         if torch.is_grad_enabled() and hs.requires_grad:
             parts.append(checkpoint(_rkl_stats_chunk, *args, use_reentrant=False))
         else:
             parts.append(_rkl_stats_chunk(*args))
-    return tuple(torch.cat(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
+    return tuple(torch.cat(x) for x in zip(*parts, strict=True))  # pyright: ignore[reportReturnType]

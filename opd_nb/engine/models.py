@@ -8,8 +8,9 @@ job's loaded pair; a deployment (:mod:`opd_nb.engine.serving`) loads one model w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from opd_nb.engine.api import EngineError
 
@@ -48,7 +49,8 @@ def load_tokenizer(path: str | Path, role: str = "student") -> Any:
     _quiet()
     p = _check_dir(path, role)
     try:
-        tok = AutoTokenizer.from_pretrained(str(p))
+        # transformers' Auto classes are typed loosely; what they load is used through its own attributes
+        tok = cast(Any, AutoTokenizer.from_pretrained(str(p)))  # pyright: ignore[reportUnknownMemberType]
     except Exception as exc:  # noqa: BLE001 - any loader failure is the user's directory
         raise EngineError(f"could not load the {role} tokenizer from {str(p)!r}: {exc}") from exc
     if tok.pad_token_id is None:
@@ -68,7 +70,7 @@ def load_model(path: str | Path, role: str, device: str, dtype: Any = None) -> A
     _quiet()
     p = _check_dir(path, role)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32)
+        model = cast(Any, AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype or torch.float32))  # pyright: ignore[reportUnknownMemberType]
     except Exception as exc:  # noqa: BLE001
         raise EngineError(f"could not load the {role} model from {str(p)!r}: {exc}") from exc
     return model.to(device)
@@ -98,14 +100,26 @@ def check_vocab(
         )
 
 
+def pad_id(tok: Any) -> int:
+    """The tokenizer's pad id (:func:`load_tokenizer` sets one: the EOS where the model has none)."""
+    pad = tok.pad_token_id
+    if not isinstance(pad, int):
+        raise EngineError(f"the tokenizer has no single pad token id (it has {pad!r})")
+    return pad
+
+
 def n_params(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
 def eos_ids(model: Any, tok: Any) -> list[int]:
     """The ids that end a completion: the model's generation EOS ids, plus the tokenizer's EOS."""
-    ids = model.generation_config.eos_token_id
-    ids = list(ids) if isinstance(ids, list | tuple) else ([ids] if ids is not None else [])
+    given = model.generation_config.eos_token_id  # an id, a list of ids or None (transformers' config)
+    ids = (
+        list(cast("Sequence[int]", given))
+        if isinstance(given, list | tuple)
+        else ([] if given is None else [int(given)])
+    )
     if tok.eos_token_id is not None and tok.eos_token_id not in ids:
         ids.append(tok.eos_token_id)
     return ids

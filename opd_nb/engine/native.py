@@ -42,10 +42,11 @@ class NativeStep:
         import torch
 
         from opd_nb.engine import rewards
+        from opd_nb.engine.batch import values
 
         res = self._scored = self.pending.result()
         metrics.update(res.metrics)
-        groups: list[int] = self.batch.group.tolist()
+        groups: list[int] = values(self.batch.group)
         metrics[ZERO_VARIANCE_GROUPS] = rewards.zero_variance_fraction(res.totals, groups)
         adv = rewards.group_advantages(res.totals, groups)
         return torch.tensor(adv, dtype=torch.float32, device=self.device)

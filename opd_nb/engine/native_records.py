@@ -50,13 +50,14 @@ def native_rollouts(
 ) -> list[Rollout]:
     """Records of native rollouts: a fair sample (seeded by `step`) of at most `limit` (None: all), in batch
     order of groups; `per`: each sample's reward record, if scored."""
+    from opd_nb.engine.batch import values
     from opd_nb.engine.rollouts import Rollout, fair_sample, ranks
 
-    groups: list[int] = b.group.tolist()
+    groups: list[int] = values(b.group)
     sel = list(range(len(groups))) if limit is None else fair_sample(groups, limit, step)
     scored = turns(scores, sel)
     rank = ranks(groups)
-    trunc: list[bool] = b.truncated.tolist() if b.truncated is not None else [False] * len(groups)
+    trunc: list[bool] = values(b.truncated) if b.truncated is not None else [False] * len(groups)
     return [
         Rollout(
             group=groups[j],
@@ -73,10 +74,11 @@ def native_rollouts(
 def reward_samples(rows: list[Row], b: SeqBatch, where: str) -> list[Sample]:
     """What the reward functions score for a step's native rollouts (``b.messages`` end with each answer)."""
     from opd_nb.engine import rewards
+    from opd_nb.engine.batch import values
     from opd_nb.engine.rollouts import ranks
     from opd_nb.traces.ids import sample_id
 
-    groups = b.group.tolist()
+    groups: list[int] = values(b.group)
     rank = ranks(groups)  # a sample's index within its prompt's group: the record's `sample`
     return [
         rewards.Sample(

@@ -13,16 +13,18 @@ import math
 import re
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
+
+from pydantic import JsonValue
 
 MAX_WHOLE = 2**63 - 1  # the largest whole number a request may carry (a torch seed, a token budget)
 MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's range)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[dict]]:
+def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     """Split `<tool_call>{json}</tool_call>` blocks out of generated text (OpenAI tool_calls shape)."""
-    calls = []
+    calls: list[dict[str, Any]] = []
     for m in _TOOL_CALL.finditer(text):
         try:
             obj = json.loads(m.group(1))
@@ -48,7 +50,7 @@ class ChatRequestError(ValueError):
     """A chat request the endpoint cannot serve; the message is the 400 answer's text."""
 
 
-def whole(body: dict, key: str, low: int, high: int) -> int | None:
+def whole(body: dict[str, Any], key: str, low: int, high: int) -> int | None:
     """``body[key]`` as a whole number in [low, high] (None when absent); a bool, a float or a string
     is refused, not coerced. Raises :class:`ChatRequestError`."""
     value = body.get(key)
@@ -59,7 +61,9 @@ def whole(body: dict, key: str, low: int, high: int) -> int | None:
     return value
 
 
-def _real(body: dict, key: str, default: float, low: float, high: float, *, open_low: bool = False) -> float:
+def _real(
+    body: dict[str, Any], key: str, default: float, low: float, high: float, *, open_low: bool = False
+) -> float:
     """``body[key]`` as a finite number in its range (`default` when absent), never coerced from text."""
     value = body.get(key)
     if value is None:
@@ -72,7 +76,7 @@ def _real(body: dict, key: str, default: float, low: float, high: float, *, open
 
 
 def chat_inputs(
-    tokenizer: Any, body: Any, max_total: int, *, temperature: float = 1.0, top_p: float = 1.0
+    tokenizer: Any, body: JsonValue, max_total: int, *, temperature: float = 1.0, top_p: float = 1.0
 ) -> tuple[list[int], float, float, int]:
     """(prompt ids, temperature, top_p, max_tokens) of an OpenAI chat request; `temperature`/`top_p`
     are the defaults for a request without them. Each is of its type (a bool or a string is no number)
@@ -83,13 +87,18 @@ def chat_inputs(
     from opd_nb.engine.data import template_ids
 
     msgs = body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(msgs, list) or not msgs:
+    if not isinstance(body, dict) or not isinstance(msgs, list) or not msgs:
         raise ChatRequestError("'messages' must be a non-empty list")
     temperature = _real(body, "temperature", temperature, 0.0, math.inf)
     top_p = _real(body, "top_p", top_p, 0.0, 1.0, open_low=True)
     wanted = whole(body, "max_tokens", 1, MAX_WHOLE) or whole(body, "max_completion_tokens", 1, MAX_WHOLE)
     try:
-        ids = template_ids(tokenizer, msgs, tools=body.get("tools"), add_generation_prompt=True)
+        # what the messages and tools hold is the chat template's to render or refuse (below)
+        turns, tools = (
+            cast("list[dict[str, Any]]", msgs),
+            cast("list[dict[str, Any]] | None", body.get("tools")),
+        )
+        ids = template_ids(tokenizer, turns, tools=tools, add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - the caller sent messages the template cannot render
         raise ChatRequestError(f"the chat template failed on these messages: {exc}") from None
     if len(ids) >= max_total:
@@ -97,7 +106,9 @@ def chat_inputs(
     return ids, temperature, top_p, max(1, min(wanted or max_total, max_total - len(ids)))
 
 
-def completion_body(model_name: str, n_prompt: int, n_completion: int, text: str, finish: str) -> dict:
+def completion_body(
+    model_name: str, n_prompt: int, n_completion: int, text: str, finish: str
+) -> dict[str, Any]:
     """An OpenAI ``chat.completion`` for generated `text` (tool calls parsed out of it)."""
     content, calls = parse_tool_calls(text)
     message: dict[str, Any] = {"role": "assistant", "content": content}

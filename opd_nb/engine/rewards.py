@@ -26,7 +26,7 @@ from opd_nb.reward_call import CallOutcome
 class Sample:
     """One scored trajectory: the full conversation (prompt turns + the student's turns)."""
 
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     rollout_extra: dict[str, Any]
     group: int
     sample_id: str
@@ -36,11 +36,13 @@ class Sample:
 @dataclass
 class RewardResult:
     totals: list[float]  # weighted sum over components per sample; NaN where a call failed
-    metrics: dict[str, float] = field(default_factory=dict)  # trace/reward_metrics/<key>, failure rate, mean
-    failures: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(
+        default_factory=dict[str, float]
+    )  # trace/reward_metrics/<key>, failure rate, mean
+    failures: list[str] = field(default_factory=list[str])
     # per sample, for rollout records: reward_score (None if a call failed), reward_metrics, reward_status,
     # reward_error (the first component's error)
-    per_sample: list[dict[str, Any]] = field(default_factory=list)
+    per_sample: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
 
 
 def _groups(samples: list[Sample]) -> list[list[int]]:
@@ -99,7 +101,7 @@ class RewardCaller:
     ) -> PendingScores:
         """Start scoring `samples` with every component; :meth:`PendingScores.result` waits for them."""
         started = time.perf_counter()
-        calls = []
+        calls: list[list[tuple[list[int], Future[list[CallOutcome]]]]] = []
         for ep in endpoints:
             pool, conns = self._calling(ep)
             calls.append(
@@ -126,7 +128,9 @@ class PendingScores:
     job_id: str
     where: str
     log: Any
-    calls: list[list[tuple[list[int], Future]]]  # per endpoint, per call: (its samples, its outcomes)
+    calls: list[
+        list[tuple[list[int], Future[list[CallOutcome]]]]
+    ]  # per endpoint, per call: (its samples, its outcomes)
     started: float
     seconds: float = 0.0  # wall time of the calls themselves, once done
 
@@ -251,7 +255,7 @@ def group_advantages(totals: list[float], groups: list[int], eps: float = 1e-4) 
     for t, g in zip(totals, groups, strict=True):
         if not math.isnan(t):
             by.setdefault(g, []).append(t)
-    out = []
+    out: list[float] = []
     for t, g in zip(totals, groups, strict=True):
         vals = by.get(g, [])
         if math.isnan(t) or len(vals) < 2:

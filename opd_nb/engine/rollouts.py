@@ -92,7 +92,7 @@ def _files(output_dir: str | Path) -> list[tuple[str, int, Path]]:
         entries = list(os.scandir(d))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    out = []
+    out: list[tuple[str, int, Path]] = []
     for e in entries:
         m = _FILE.match(e.name)
         if m:
@@ -112,7 +112,7 @@ def recorded_steps(output_dir: str | Path, kind: str | None = None) -> list[int]
 
 def read_rollouts(
     output_dir: str | Path, step: int | None = None, kind: str | None = None, limit: int | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Records of `step` (default: the latest recorded one of `kind`), train before validation, at most `limit`."""
     _check_kind(kind)
     if step is not None and step < 0:
@@ -124,7 +124,7 @@ def read_rollouts(
         if not steps:
             return []
         step = steps[-1]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for k in KINDS if kind is None else (kind,):
         path = Path(output_dir) / DIRNAME / file_name(k, step)
         try:
@@ -194,7 +194,7 @@ def fair_sample(groups: Sequence[int], limit: int, step: int) -> list[int]:
 def ranks(groups: Sequence[int]) -> list[int]:
     """Each sample's index within its group (its rollout number), in order of appearance."""
     seen: dict[int, int] = {}
-    out = []
+    out: list[int] = []
     for g in groups:
         out.append(seen.get(g, 0))
         seen[g] = out[-1] + 1
@@ -235,7 +235,8 @@ class TokenTexts:
 
     def _incremental(self, ids: Sequence[int]) -> list[str]:
         """Detokenize as a stream does: emit text once it stops ending in an incomplete character."""
-        texts, prefix, read = [], 0, 0
+        texts: list[str] = []
+        prefix, read = 0, 0
         for i in range(len(ids)):
             prev = self.decode(ids[prefix:read])
             new = self.decode(ids[prefix : i + 1])
@@ -247,7 +248,8 @@ class TokenTexts:
         return texts
 
     def _by_prefix(self, ids: Sequence[int], full: str) -> list[str]:
-        texts, done = [], 0
+        texts: list[str] = []
+        done = 0
         for i in range(len(ids)):
             n = len(os.path.commonprefix([self.decode(ids[: i + 1]), full]))
             texts.append(full[done:n] if n > done else "")
@@ -269,7 +271,7 @@ class Turn:
     student: list[float | None]  # student log-prob per trained token
     teacher: list[float | None]  # teacher log-prob per trained token, None where unscored
     message: int | None = None  # index of the assistant message in the trajectory (agentic)
-    dropped: list[int] = field(default_factory=list)  # generated but cut to fit max_length (agentic)
+    dropped: list[int] = field(default_factory=list[int])  # generated but cut to fit max_length (agentic)
 
 
 @dataclass
@@ -278,7 +280,7 @@ class Rollout:
 
     group: int
     sample: int
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     turns: list[Turn]
     truncated: bool = False
     reward: dict[str, Any] | None = None  # reward_score / reward_metrics / reward_status / reward_error
@@ -346,7 +348,7 @@ class Recorder:
             else r.messages
         )
         tokens: list[dict[str, Any]] = []
-        completion = []
+        completion: list[str] = []
         for t in r.turns:
             texts, text = self.texts(t.ids + t.dropped)
             completion.append(text)

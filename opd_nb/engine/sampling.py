@@ -25,6 +25,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from opd_nb.engine.batch import SeqBatch
     from opd_nb.engine.models import Models
 
@@ -59,7 +61,7 @@ def filtered_probs(torch: Any, logits: Any, temperature: float, top_p: float) ->
 
 
 def inverse_cdf_pick(
-    torch: Any, temperature: float, top_p: float, greedy: bool, lps: list | None, draws: Any, n: int
+    torch: Any, temperature: float, top_p: float, greedy: bool, lps: list[Tensor] | None, draws: Any, n: int
 ) -> Pick:
     """The training picker: argmax (`lps`: also keep the chosen token's log-prob) or an inverse-CDF draw.
 
@@ -123,7 +125,7 @@ def hf_decode(
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     ckw = cache_kw(model, cache)
-    toks = []
+    toks: list[Tensor] = []
     done = torch.zeros(B, dtype=torch.bool, device=ids.device)
     with torch.inference_mode():
         if prefix:
@@ -198,7 +200,7 @@ class TorchSampler:
         temperature: float,
         top_p: float,
         max_new: int,
-        lps: list | None = None,
+        lps: list[Tensor] | None = None,
         seeds: list[int] | None = None,
         decode_steps: int | None = None,
     ):
@@ -254,11 +256,13 @@ class TorchSampler:
             seeds=seeds,
             decode_steps=max(budgets),
         )
-        lens = before.sum(-1).tolist()
-        rows = []
+        from opd_nb.engine.batch import values
+
+        lens: list[int] = values(before.sum(-1))
+        rows: list[tuple[list[int], bool]] = []
         for j, budget in enumerate(budgets):
             n = min(lens[j], budget)  # the tokens after a row's budget were decoded for longer rows only
-            rows.append((out[j, P : P + n].tolist(), bool(has_eos[j]) and lens[j] <= budget))
+            rows.append((values(out[j, P : P + n]), bool(has_eos[j]) and lens[j] <= budget))
         return rows
 
     def generate(
@@ -268,17 +272,17 @@ class TorchSampler:
 
         `logprobs` (greedy): keep the student's log-prob of each chosen token (``SeqBatch.logprobs``).
         """
-        from opd_nb.engine.batch import SeqBatch
+        from opd_nb.engine.batch import SeqBatch, values
 
         torch = self.torch
-        lps: list | None = [] if is_greedy(temperature, 1.0) and logprobs else None
+        lps: list[Tensor] | None = [] if is_greedy(temperature, 1.0) and logprobs else None
         out, att, P, before, has_eos = self.complete(
             prompt_ids, temperature=temperature, top_p=1.0, max_new=self.max_total, lps=lps
         )
         tmask = torch.zeros_like(out, dtype=torch.bool)
         tmask[:, P:] = before
         att_full = torch.cat([att, before.long()], dim=1)
-        lengths = before.sum(-1).tolist()
+        lengths: list[int] = values(before.sum(-1))
         comp = out[:, P:]
         texts = self.tok.batch_decode(
             [comp[j, : lengths[j] - (1 if has_eos[j] else 0)].tolist() for j in range(len(prompt_ids))],

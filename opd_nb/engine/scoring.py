@@ -57,7 +57,7 @@ class TeacherScorer:
         L = b.input_ids.shape[1]
         rows = max(1, self.max_num_batched_tokens // L)
         w, bias = losses.head_params(self.teacher)
-        parts = []
+        parts: list[torch.Tensor] = []
         with torch.inference_mode():
             for s in range(0, len(b), rows):
                 sub = b if rows >= len(b) else b.select(list(range(s, min(len(b), s + rows))))
@@ -106,7 +106,10 @@ class StudentScorer:
                 self.logprobs(b.select(list(range(s, min(len(b), s + mb)))), window, entropy=True)
                 for s in range(0, len(b), mb)
             ]
-        return torch.cat([x[1] for x in parts]), torch.cat([x[2] for x in parts])
+        # need_logprobs and entropy: every part has both
+        logprobs = [lp for _, lp, _ in parts if lp is not None]
+        entropies = [e for _, _, e in parts if e is not None]
+        return torch.cat(logprobs), torch.cat(entropies)
 
 
 def score_tokens(student: StudentScorer, teacher: TeacherScorer, b: Any, max_model_len: int) -> TokenScores:

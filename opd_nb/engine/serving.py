@@ -29,10 +29,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import JsonValue
 
 from opd_nb import settings
 from opd_nb.engine.openai_wire import (
@@ -51,6 +52,13 @@ DEFAULT_TOP_P = 0.8
 BATCH_WAIT_S = 0.003  # let requests that arrive together join one batch
 
 
+# What the generation thread tells a request's handler, in order: text as it comes, then its end.
+Delta = tuple[Literal["delta"], str, int]  # (kind, new text, completion tokens so far)
+End = tuple[Literal["end"], str, int, str]  # (kind, finish reason, completion tokens, whole text)
+Failed = tuple[Literal["error"], str]  # (kind, what failed)
+Event = Delta | End | Failed
+
+
 @dataclass
 class _Request:
     """One chat request on its way through the generation thread."""
@@ -62,16 +70,16 @@ class _Request:
     seed: int | None
     stream: bool
     loop: asyncio.AbstractEventLoop
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    out: list[int] = field(default_factory=list)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue[Event])
+    out: list[int] = field(default_factory=list[int])
     sent: str = ""
     finish: str | None = None
     stop: tuple[str, ...] = ()  # stop strings: the answer ends before the first one (not included)
     top_logprobs: int | None = None  # None: no log-probs; 0..20: per token, with that many alternatives
-    logprobs: list[dict] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     cut: str | None = None  # the text up to a stop string, once one appeared
 
-    def put(self, item: tuple) -> None:
+    def put(self, item: Event) -> None:
         self.loop.call_soon_threadsafe(self.events.put_nowait, item)
 
 
@@ -153,7 +161,7 @@ class Engine:
                     batch.append(self.q.get_nowait())
                 except queue.Empty:
                     break
-            groups: dict[tuple, list[_Request]] = {}
+            groups: dict[tuple[float, float, int | None], list[_Request]] = {}
             for r in batch:  # greedy requests decode alike whatever their temperature and top-p
                 key = (
                     (0.0, 1.0, r.seed)
@@ -196,13 +204,13 @@ class Engine:
     def _text(self, r: _Request) -> str:
         return r.cut if r.cut is not None else self.gen.tok.decode(r.out, skip_special_tokens=True)
 
-    def _token(self, tok: int) -> dict:
+    def _token(self, tok: int) -> dict[str, Any]:
         text = self.gen.tok.decode([tok], skip_special_tokens=False)
         return {"token": text, "bytes": list(text.encode("utf-8"))}
 
-    def _logprob(self, logp: Any, tok: int, top: int) -> dict:
+    def _logprob(self, logp: Any, tok: int, top: int) -> dict[str, Any]:
         """OpenAI's per-token entry: the chosen token's log-prob and the `top` likeliest alternatives."""
-        entry = {**self._token(tok), "logprob": float(logp[tok]), "top_logprobs": []}
+        entry: dict[str, Any] = {**self._token(tok), "logprob": float(logp[tok]), "top_logprobs": []}
         if top:
             vals, ids = logp.topk(top)
             entry["top_logprobs"] = [
@@ -233,7 +241,13 @@ class Engine:
             r.finish = "length"
 
 
-def _chunk(cid: str, model: str, delta: dict, finish: str | None = None, usage: dict | None = None) -> str:
+def _chunk(
+    cid: str,
+    model: str,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> str:
     body: dict[str, Any] = {
         "id": cid,
         "object": "chat.completion.chunk",
@@ -253,20 +267,20 @@ async def _stream(r: _Request, model: str, tools: bool) -> AsyncIterator[str]:
     cid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
     n_prompt = len(r.ids)
 
-    def usage(n: int) -> dict:
+    def usage(n: int) -> dict[str, Any]:
         return {"prompt_tokens": n_prompt, "completion_tokens": n, "total_tokens": n_prompt + n}
 
     yield _chunk(cid, model, {"role": "assistant", "content": ""}, usage=usage(0))
     while True:
-        kind, *rest = await r.events.get()
-        if kind == "delta":
+        event = await r.events.get()
+        if event[0] == "delta":
             if not tools:
-                yield _chunk(cid, model, {"content": rest[0]}, usage=usage(rest[1]))
+                yield _chunk(cid, model, {"content": event[1]}, usage=usage(event[2]))
             continue
-        if kind == "error":
-            yield f"data: {json.dumps({'error': {'message': rest[0], 'type': 'server_error'}})}\n\n"
+        if event[0] == "error":
+            yield f"data: {json.dumps({'error': {'message': event[1], 'type': 'server_error'}})}\n\n"
             return
-        finish, n_completion, text = rest
+        _, finish, n_completion, text = event
         message = completion_body(model, len(r.ids), n_completion, text, finish)
         choice = message["choices"][0]
         delta: dict[str, Any] = {}
@@ -280,24 +294,24 @@ async def _stream(r: _Request, model: str, tools: bool) -> AsyncIterator[str]:
         return
 
 
-async def _end(r: _Request) -> tuple:
+async def _end(r: _Request) -> End | Failed:
     """Wait for a request's last event: ("end", finish, n_completion, text) or ("error", message)."""
     while True:
         event = await r.events.get()
-        if event[0] in ("end", "error"):
+        if event[0] != "delta":
             return event
 
 
-def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict:
+def _answer(model: str, reqs: list[_Request], ends: list[End]) -> dict[str, Any]:
     """One chat.completion with a choice per request (the usage adds their completions up)."""
     n_prompt = len(reqs[0].ids)
     bodies = [completion_body(model, n_prompt, e[2], e[3], e[1]) for e in ends]
-    choices = []
+    choices: list[dict[str, Any]] = []
     for i, (r, b) in enumerate(zip(reqs, bodies, strict=True)):
         choice = {**b["choices"][0], "index": i}
         choice["logprobs"] = {"content": r.logprobs} if r.top_logprobs is not None else None
         choices.append(choice)
-    out = {**bodies[0], "choices": choices}
+    out: dict[str, Any] = {**bodies[0], "choices": choices}
     n_completion = sum(e[2] for e in ends)
     out["usage"] = {
         "prompt_tokens": n_prompt,
@@ -307,7 +321,7 @@ def _answer(model: str, reqs: list[_Request], ends: list[tuple]) -> dict:
     return out
 
 
-def _options(body: dict) -> tuple[int | None, int, tuple[str, ...], int | None]:
+def _options(body: dict[str, Any]) -> tuple[int | None, int, tuple[str, ...], int | None]:
     """(seed, n, stop strings, top_logprobs or None) of a request, each of the right type, never coerced
     (the control plane checked their documented ranges; these are what this process can take)."""
     seed = whole(body, "seed", 0, MAX_WHOLE - 64)  # a choice i draws with seed + i
@@ -315,13 +329,18 @@ def _options(body: dict) -> tuple[int | None, int, tuple[str, ...], int | None]:
     if not isinstance(body.get("logprobs", False), bool):
         raise ChatRequestError(f"logprobs must be true or false, got {body['logprobs']!r}")
     top = (whole(body, "top_logprobs", 0, MAX_TOP_LOGPROBS) or 0) if body.get("logprobs") else None
-    stop = body.get("stop") or ()
-    stop = (stop,) if isinstance(stop, str) else stop
-    if not isinstance(stop, list | tuple) or not all(isinstance(x, str) for x in stop):
-        raise ChatRequestError("stop must be a string or a list of strings")
+    stop = _stop_strings(body.get("stop"))
     if body.get("stream") and (n > 1 or top is not None or stop):
         raise ChatRequestError("n > 1, logprobs and stop are not supported with stream on this server")
-    return seed, n, tuple(x for x in stop if x), top
+    return seed, n, stop, top
+
+
+def _stop_strings(value: JsonValue) -> tuple[str, ...]:
+    """A request's stop strings: a string or a list of strings (empty ones stop nothing)."""
+    items = [value] if isinstance(value, str) else (value or [])
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        raise ChatRequestError("stop must be a string or a list of strings")
+    return tuple(x for x in items if isinstance(x, str) and x)
 
 
 def _bad(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
@@ -334,11 +353,11 @@ def create_app(engine: Engine, name: str, token: str) -> FastAPI:
     gen = engine.gen
 
     @app.get("/health")
-    async def health() -> dict:
+    async def health() -> dict[str, Any]:
         return {"status": "healthy", "model": name, "max_total": gen.max_total}
 
     @app.get("/v1/models")
-    async def models() -> dict:
+    async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "opd-nb"}]}
 
     @app.post("/v1/chat/completions")
@@ -374,10 +393,10 @@ def create_app(engine: Engine, name: str, token: str) -> FastAPI:
                 headers={"Cache-Control": "no-cache"},
             )
         ends = [await _end(r) for r in reqs]
-        failed = next((e for e in ends if e[0] == "error"), None)
-        if failed:
-            return _bad(500, failed[1], "server_error")
-        return _answer(model, reqs, ends)
+        for e in ends:
+            if e[0] == "error":
+                return _bad(500, e[1], "server_error")
+        return _answer(model, reqs, [e for e in ends if e[0] == "end"])
 
     return app
 

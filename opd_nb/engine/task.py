@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from typing import Any
 
 SYSTEM_PROMPT = "Sort the digits."
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -34,7 +35,7 @@ def target_completion(digits: str) -> str:
     return f"{THINK_OPEN}n={len(digits)}{THINK_CLOSE}{solution_for(digits)}"
 
 
-def make_row(digits: str) -> dict:
+def make_row(digits: str) -> dict[str, Any]:
     """One dataset row in Bailian's OPD format."""
     return {
         "messages": [
@@ -50,12 +51,14 @@ def random_digits(rng: random.Random, min_digits: int = MIN_DIGITS, max_digits: 
     return "".join(rng.choice("0123456789") for _ in range(n))
 
 
-def make_rows(n: int, seed: int = 0, *, exclude: set[str] | None = None, tools: bool = False) -> list[dict]:
+def make_rows(
+    n: int, seed: int = 0, *, exclude: set[str] | None = None, tools: bool = False
+) -> list[dict[str, Any]]:
     """`n` distinct rows (by prompt), deterministic for a seed, skipping prompts in `exclude`;
     with `tools`, the tool-using variant (the example tool offered in each row's ``tools``)."""
     rng = random.Random(seed)
     seen: set[str] = set(exclude or ())
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     while len(rows) < n:
         digits = random_digits(rng)
         if digits in seen:
@@ -83,7 +86,7 @@ def is_correct(completion: str, solution: str) -> bool:
 # from the tool's per-digit counts. The name, schema and result format are the template rollout's
 # (template/.../functions/rollout/rollout.py), which cannot import this module (it runs in FC).
 TOOL_NAME = "count_digits"
-TOOL_SCHEMA: dict = {
+TOOL_SCHEMA: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": TOOL_NAME,
@@ -111,7 +114,7 @@ def tool_result(digits: str) -> str:
     return json.dumps(count_digits(digits))
 
 
-def tool_call_message(digits: str, call_id: str = "call-1") -> dict:
+def tool_call_message(digits: str, call_id: str = "call-1") -> dict[str, Any]:
     """The teacher's first turn when tools are offered: one call of the example tool on the digits."""
     args = json.dumps({"digits": digits})
     return {
@@ -129,12 +132,12 @@ def answer_from_counts(counts: dict[str, int]) -> str:
     return f"{THINK_OPEN}n={len(digits)}{THINK_CLOSE}{digits}"
 
 
-def make_tool_row(digits: str) -> dict:
+def make_tool_row(digits: str) -> dict[str, Any]:
     """One tool-using row: the plain row plus the example tool offered in ``tools``."""
     return {**make_row(digits), "tools": [TOOL_SCHEMA]}
 
 
-def tool_trajectory(digits: str, call_id: str = "call-1") -> list[dict]:
+def tool_trajectory(digits: str, call_id: str = "call-1") -> list[dict[str, Any]]:
     """The full conversation the teacher produces through the tool loop (prompt included)."""
     return [
         *make_row(digits)["messages"],

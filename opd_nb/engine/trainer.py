@@ -208,7 +208,7 @@ class Trainer:
         self.sampler = make_sampler(job.sampler, m, self.max_total)
         self.checkpoints = Checkpoints(self.out, job, p, m, self.updater, self.data, events, self.log)
         random.seed(job.seed)
-        torch.manual_seed(job.seed)
+        torch.manual_seed(job.seed)  # pyright: ignore[reportUnknownMemberType] - torch's stub leaves its Generator partly untyped
         self.resumed = self.checkpoints.load(Path(job.resume_from)) if job.resume_from else None
         if self.resumed is not None:
             self.step, self.metrics_tail = self.resumed.step, self.resumed.metrics_tail

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
+
 ROLES = ("system", "user", "assistant", "tool")
 MALFORMED = "malformed trajectory:"  # the prefix of every job-log line about a bad trajectory
 
@@ -46,16 +48,16 @@ class Problem:
         )
 
 
-def _call_ids(message: dict) -> list[str]:
+def _call_ids(message: dict[str, JsonValue]) -> list[str]:
     calls = message.get("tool_calls") or []
-    return [str(c.get("id", "")) for c in calls if isinstance(c, dict)]
+    return [str(c.get("id", "")) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
 def _unanswered(pending: list[str]) -> str:
     return f"call id(s) {', '.join(map(repr, pending))} have no tool message with a matching tool_call_id"
 
 
-def check_trajectory(messages: Sequence[Any]) -> list[Problem]:
+def check_trajectory(messages: Sequence[JsonValue]) -> list[Problem]:
     """Every shape problem of a trajectory (empty: well formed), first occurrence per kind."""
     found: dict[str, Problem] = {}
 
@@ -66,7 +68,7 @@ def check_trajectory(messages: Sequence[Any]) -> list[Problem]:
     caller = -1
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
-        if role not in ROLES:
+        if not isinstance(m, dict) or role not in ROLES:
             add("unknown role", i, f"role {role!r} is not one of {', '.join(ROLES)}")
             continue
         if role == "tool":
@@ -116,8 +118,8 @@ class TurnSample:
 
 def turn_samples(
     tokenizer: Any,
-    messages: list[dict],
-    tools: list | None,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
     records: Sequence[tuple[list[int], list[int], bool]],
     max_total: int,
 ) -> list[TurnSample]:

@@ -49,7 +49,7 @@ class Updater:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(plan, total_steps))
 
     def lr(self) -> float:
-        return self.sched.get_last_lr()[0]
+        return float(self.sched.get_last_lr()[0])  # torch types it float | Tensor; LambdaLR's is a float
 
     def update(self, b: Any, t_vals: Any, adv_task: Any, window: int, metrics: dict[str, Any], step: int):
         """Optimizer updates over mini-batches of the step's sequences -> :class:`TokenScores`.
@@ -81,7 +81,9 @@ class Updater:
         )
         batch = _StepBatch(b, window, t_vals, adv_task, ids_w, tmask, valid)
         d_sum = d_cnt = 0.0
-        norms, clipfracs, ppo_kls = [], [], []
+        norms: list[float] = []
+        clipfracs: list[float] = []
+        ppo_kls: list[float] = []
         for mb in mbs:
             loss, extra, d, n_valid = self._loss(batch, mb, len(mbs) == 1, rec)
             d_sum += d
@@ -130,7 +132,7 @@ class Updater:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(self.student.student.parameters(), 1.0))
-        self.opt.step()
+        self.opt.step()  # pyright: ignore[reportUnknownMemberType] - torch's step overloads leave the closure untyped
         return norm
 
     def _diagnostics(self, metrics: dict[str, Any], s: TokenScores, ent: Any) -> None:

@@ -238,7 +238,11 @@ def _compared_job(record: JobRecord, differing: list[str]) -> ComparedJob:
     pick = pick_checkpoint(record.checkpoints, rows) if record.checkpoints else None
     best_cp = pick.best if pick is not None else None
     # the reward measured at the best checkpoint's own step (the one rule: never a neighbour's score)
-    cp_reward = pick.scores[best_cp.checkpoint.name] if best_cp and pick.metric == REWARD_MEAN else None
+    cp_reward = (
+        pick.scores[best_cp.checkpoint.name]
+        if pick is not None and best_cp and pick.metric == REWARD_MEAN
+        else None
+    )
     steps = int(rows[-1].get("step", len(rows))) if rows else (job.progress.step if job.progress else None)
     return ComparedJob(
         job_id=job.job_id,

@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +52,14 @@ def _typed(spec: ParamSpec, text: str) -> ParamValue:
     return text
 
 
+def _refuse_value(spec: ParamSpec, label: str, problem: str) -> NoReturn:
+    raise OpdError(
+        f"{spec.name} value {label!r}: {problem}",
+        where=f"--param {spec.name}",
+        fix=f"{spec.name} takes {spec.range_text()}",
+    )
+
+
 def parse_param(text: str) -> tuple[ParamSpec, list[tuple[str, ParamValue]]]:
     """``NAME=V1,V2,...`` as (the table row, [(value as written, typed value)]), checked against the table."""
     name, sep, raw = text.partition("=")
@@ -79,15 +87,12 @@ def parse_param(text: str) -> tuple[ParamSpec, list[tuple[str, ParamValue]]]:
         try:
             value = _typed(spec, label)
         except ValueError as exc:
-            problem = str(exc) if spec.type == "bool" else f"expected {spec.type}, got {label!r}"
-        else:
-            problem = spec.problem(value)
-        if problem or not label:
-            raise OpdError(
-                f"{name} value {label!r}: {problem or 'empty value'}",
-                where=f"--param {name}",
-                fix=f"{name} takes {spec.range_text()}",
+            _refuse_value(
+                spec, label, str(exc) if spec.type == "bool" else f"expected {spec.type}, got {label!r}"
             )
+        problem = spec.problem(value)
+        if problem or not label:
+            _refuse_value(spec, label, problem or "empty value")
         if any(label == seen or value == v for seen, v in values):
             raise OpdError(f"{name} value {label!r} is given twice", where=f"--param {name}", fix=example)
         values.append((label, value))
@@ -207,7 +212,7 @@ def _point(base_name: str, combo: Sequence[tuple[ParamSpec, tuple[str, ParamValu
 
 def _effective(workspace: str, config: str, base: EffectiveJob, point: SweepPoint) -> EffectiveJob:
     """The effective job of one point: config.yaml plus its change (sources say where each came from)."""
-    blocks: dict[str, dict[str, Any]] = {}
+    blocks: dict[str, Any] = {}  # section -> its changed block, as effective_job's keyword overrides
     for key, value in point.sets.items():
         _, section, name = key.split(".", 2)
         blocks.setdefault(section, dict(getattr(base.config.training, section) or {}))[name] = value
@@ -420,6 +425,7 @@ def run_sweep(
         warnings=plan.warnings,
     )
     check_runner(plan.workspace)
-    for line in plan.warnings if on_note is not None else []:
-        on_note(line)
+    if on_note is not None:
+        for line in plan.warnings:
+            on_note(line)
     return submit_sweep(plan, target, fresh=fresh, on_submitted=on_submitted)

@@ -53,7 +53,7 @@ class JobState:
 
 def _eta_from_rows(st: JobState, total: int, step: int) -> float:
     """Seconds left at the measured time per step (or the time since first seen, per step)."""
-    times = [r.get(STEP_SECONDS) for r in st.metrics if isinstance(r.get(STEP_SECONDS), int | float)]
+    times = [t for r in st.metrics if isinstance(t := r.get(STEP_SECONDS), int | float)]
     per_step = (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
     return max(0.0, (total - step) * per_step)
 
@@ -126,8 +126,13 @@ def _best_view(st: JobState) -> dict[str, Any]:
     pick = pick_checkpoint(st.checkpoints, st.metrics) if st.checkpoints and st.metrics else None
     if pick is None:
         return {"best_checkpoint": None, "best_note": None, "unscored_checkpoints": []}
-    c = pick.best.checkpoint if pick.best else None
-    best = None if c is None else {"name": c.name, "step": c.step, "path": c.path, "reason": pick.best.reason}
+    chosen = pick.best
+    c = chosen.checkpoint if chosen else None
+    best = (
+        None
+        if chosen is None or c is None
+        else {"name": c.name, "step": c.step, "path": c.path, "reason": chosen.reason}
+    )
     return {"best_checkpoint": best, "best_note": pick.note or None, "unscored_checkpoints": pick.unscored()}
 
 

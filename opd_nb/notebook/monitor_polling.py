@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from opd_nb.errors import OpdError
 from opd_nb.notebook.job_state import NOT_FOUND, JobState
@@ -40,6 +40,10 @@ class JobPolling:
 
     _render: Callable[[], None]  # the monitor's views (methods of JobMonitor; no no-op stand-ins here)
     _refresh_static: Callable[[], None]
+    if TYPE_CHECKING:  # the monitor's snapshot (a property of JobMonitor), declared for the checker only
+
+        @property
+        def state(self) -> dict[str, Any]: ...
 
     # ------------------------------------------------------------------ data
     @property

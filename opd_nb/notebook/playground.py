@@ -233,7 +233,7 @@ def item_from_row(row: dict, candidate: str | None = None) -> dict:
     if not isinstance(messages, list):
         prompt = row.get("prompt")
         messages = [{"role": "user", "content": str(prompt)}] if prompt is not None else []
-    extra = row.get("rollout_extra") if isinstance(row.get("rollout_extra"), dict) else None
+    extra = given if isinstance(given := row.get("rollout_extra"), dict) else None
     truth = row.get("ground_truth", row.get("solution"))
     if truth is None and extra:
         truth = extra.get("solution")
@@ -442,9 +442,10 @@ class RewardPlayground(LiveView):
             (f"{s['_source']} #{i}: {_prompt_text(s.get('messages') or [])[:40]}", i)
             for i, s in enumerate(self.samples)
         ]
+        first = 0 if self.samples else -1
         sample = W.Dropdown(
             options=options,
-            value=0 if self.samples else -1,
+            value=first,
             description="sample",
             layout=W.Layout(width="70%"),
         )
@@ -503,7 +504,7 @@ class RewardPlayground(LiveView):
             "hist": hist,
             "failures": failures,
         }
-        self._on_sample(sample.value)
+        self._on_sample(first)
 
     def _on_sample(self, index: int) -> None:
         w = self._widgets

@@ -85,8 +85,9 @@ class RolloutViewer(LiveView):
 
     def refresh(self) -> RolloutViewer:
         """Reload (a running job has new steps): the latest step, or the same one if it was picked."""
-        follow = self.page is None or self.page.step is None or self.page.step == (self.steps or [None])[-1]
-        return self.load(None if follow else self.page.step)
+        page = self.page
+        follow = page is None or page.step is None or page.step == (self.steps or [None])[-1]
+        return self.load(None if follow or page is None else page.step)
 
     @property
     def steps(self) -> list[int]:

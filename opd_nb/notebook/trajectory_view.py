@@ -100,8 +100,9 @@ class TrajectoryView(LiveView):
         return self
 
     def refresh(self) -> TrajectoryView:
-        latest = self.page is None or self.page.step in (None, (self.page.steps or [None])[-1])
-        return self.load(None if latest else self.page.step)
+        page = self.page
+        latest = page is None or page.step in (None, (page.steps or [None])[-1])
+        return self.load(None if latest or page is None else page.step)
 
     def set_step(self, step: int) -> TrajectoryView:
         if self.page is not None and step not in self.page.steps:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
+from starlette.types import Message, Receive, Scope, Send
 
 from opd_nb import settings
 from opd_nb.server import process_tree
@@ -72,10 +72,10 @@ class ControlPlane(FastAPI):
     sent, the exception is logged here (traceback in the server log, never in the answer) instead.
     """
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         done = False
 
-        async def tracked(message: dict) -> None:
+        async def tracked(message: Message) -> None:
             nonlocal done
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 done = True
@@ -136,7 +136,7 @@ def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
     services = build_services(options)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         await run_in_threadpool(process_tree.reap_previous_run, services.data_dir)
         await run_in_threadpool(_reap_partial_files, services)
         await run_in_threadpool(services.instances.recover)

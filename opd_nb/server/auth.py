@@ -28,7 +28,7 @@ class BearerAuth:
         self.app = app
         self._key = api_key.encode() if api_key else None
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             problem = self._problem(scope)
             if problem:
@@ -36,7 +36,7 @@ class BearerAuth:
                 return
         await self.app(scope, receive, send)
 
-    def _problem(self, scope: dict) -> str | None:
+    def _problem(self, scope: dict[str, Any]) -> str | None:
         path = scope.get("path", "")
         if path.startswith((OSS_PREFIX, OTLP_PREFIX)):
             return None
@@ -60,7 +60,7 @@ def _same(token: str, key: bytes) -> bool:
     return hmac.compare_digest(token.encode("utf-8", "replace"), key)
 
 
-def _bearer(scope: dict) -> str:
+def _bearer(scope: dict[str, Any]) -> str:
     """The token of ``Authorization: Bearer <token>``, exactly: RFC 6750's ``"Bearer" 1*SP token``.
 
     The scheme in any case, one or more ASCII spaces, then the token as sent (HTTP already trims a

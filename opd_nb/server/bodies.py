@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     PrivateAttr,
     StrictBool,
     ValidationInfo,
@@ -74,7 +75,7 @@ class UploadUrlBody(Body):
 
 
 class LayerBody(Body):
-    layer_name: str | None = Field(None, max_length=256)
+    layer_name: str | None = Field(default=None, max_length=256)
     requirements_content: str | None = None  # the SDK sends null without a requirements file
 
     @field_validator("requirements_content")
@@ -111,7 +112,7 @@ class RegisterBody(Body):
         return value
 
 
-def _env(value: Any) -> Any:
+def _env(value: JsonValue) -> JsonValue:
     """A function's environment map: each name and value must be one an ``exec`` can carry.
 
     A NUL byte (in a name or a value), an ``=`` in a name or an empty name cannot become an
@@ -174,7 +175,7 @@ class CancelBody(Body):
 
     model_config = ConfigDict(extra="allow")
 
-    reason: str | None = Field(None, max_length=CANCEL_REASON_MAX_CHARS)
+    reason: str | None = Field(default=None, max_length=CANCEL_REASON_MAX_CHARS)
 
     @field_validator("reason")
     @classmethod
@@ -187,8 +188,8 @@ class CancelBody(Body):
 class InstanceLogQuery(Body):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    page_number: int = Field(1, alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)
-    page_size: int = Field(100, alias="pageSize", ge=1, le=1000)
+    page_number: int = Field(default=1, alias="pageNumber", ge=1, le=MAX_PAGE_NUMBER)
+    page_size: int = Field(default=100, alias="pageSize", ge=1, le=1000)
     keywords: list[str] | None = None
 
 
@@ -212,8 +213,8 @@ class FunctionRef(Body):
     rollout_id: str | None = None
     name: str | None = None
     weight: float | None = None
-    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
-    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S)
+    concurrency: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY)
     env: EnvMap = None
     reward_metric_weight: dict[str, float] | None = None
 
@@ -228,8 +229,8 @@ class JobBody(Body):
     teacher_model: str | None = None
     job_name: str | None = None
     training_datasets: list[DatasetRef] = Field(default_factory=list, validate_default=True)  # required
-    validation_datasets: list[DatasetRef] = Field(default_factory=list)
-    rewards: list[FunctionRef] = Field(default_factory=list)
+    validation_datasets: list[DatasetRef] = Field(default_factory=list[DatasetRef])
+    rewards: list[FunctionRef] = Field(default_factory=list[FunctionRef])
     rollout: FunctionRef | None = None
     hyper_parameters: dict[str, Any] | None = None  # as sent (echoed back); read into `plan`
     resource_config: dict[str, Any] | None = None
@@ -262,7 +263,7 @@ class JobBody(Body):
     @field_validator("training_datasets", "validation_datasets")
     @classmethod
     def _one_file(cls, value: list[DatasetRef], info: ValidationInfo) -> list[DatasetRef]:
-        kind = info.field_name.removesuffix("_datasets")
+        kind = (info.field_name or "").removesuffix("_datasets")
         if kind == "training" and not value:
             raise ValueError("training_datasets is empty; upload a training JSONL file first (POST /files)")
         if len(value) > 1:
@@ -325,12 +326,13 @@ def _capacity(value: Any) -> Any:
 Capacity = Annotated[int, BeforeValidator(_capacity)]
 
 
-def check_messages(value: Any, where: str = "messages") -> list[dict[str, Any]]:
+def check_messages(value: JsonValue, where: str = "messages") -> list[dict[str, Any]]:
     """A chat history: a non-empty list of ``{"role", "content"}`` objects (the message says how to fix it)."""
     if not isinstance(value, list) or not value:
         raise ValueError(
             f"{where} must be a non-empty list of {{role, content}} objects, {_MESSAGES_EXAMPLE}"
         )
+    checked: list[dict[str, Any]] = []
     for i, msg in enumerate(value):
         if not isinstance(msg, dict):
             raise ValueError(f"{where}[{i}] must be an object with role and content, {_MESSAGES_EXAMPLE}")
@@ -342,24 +344,26 @@ def check_messages(value: Any, where: str = "messages") -> list[dict[str, Any]]:
             raise ValueError(f"{where}[{i}] ({role}) has no content; give it a string, {_MESSAGES_EXAMPLE}")
         if content is not None and not isinstance(content, str | list):
             raise ValueError(f"{where}[{i}].content must be a string (or a list of text parts)")
-    return [_text_content(msg, f"{where}[{i}]") for i, msg in enumerate(value)]
+        checked.append(_text_content(msg, f"{where}[{i}]"))
+    return checked
 
 
-def _part_type(part: Any) -> str | None:
+def _part_type(part: JsonValue) -> str | None:
     """A content part's type: OpenAI's ``type``, else DashScope's one key (``{"text": ...}``, ``{"image": ...}``)."""
     if not isinstance(part, dict):
         return None
-    return part.get("type") or ("text" if "text" in part else next(iter(part), None))
+    given = part.get("type")
+    return str(given) if given else ("text" if "text" in part else next(iter(part), None))
 
 
 def _text_content(msg: dict[str, Any], where: str) -> dict[str, Any]:
     """The message with a list of text parts joined into one string (by newlines, as vLLM joins them);
     any other part (``image_url``, ``input_audio``, DashScope's ``{"image": ...}``) is a 400 that names
     it: the local models read text only, and a part dropped without a word would answer another question."""
-    parts = msg.get("content")
+    parts: JsonValue = msg.get("content")
     if not isinstance(parts, list):
         return msg
-    texts = []
+    texts: list[str] = []
     for j, part in enumerate(parts):
         kind = _part_type(part)
         if kind != "text":
@@ -368,9 +372,11 @@ def _text_content(msg: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{where}.content[{j}] is {what}; the local models read text only: send "
                 '{"type": "text", "text": "..."} parts (or a string), or run against Bailian'
             )
-        if not isinstance(part.get("text"), str):
+        if not isinstance(part, dict) or not isinstance(
+            text := part.get("text"), str
+        ):  # a dict: its kind is text
             raise ValueError(f"{where}.content[{j}].text must be a string")
-        texts.append(part["text"])
+        texts.append(text)
     return {**msg, "content": "\n".join(texts)}
 
 
@@ -401,7 +407,7 @@ def _is_off(value: Any, off: Any) -> bool:
     return isinstance(value, int | float) and isinstance(off, int | float) and value == off
 
 
-def _stop(value: Any) -> Any:
+def _stop(value: JsonValue) -> JsonValue:
     if value is None or isinstance(value, str):
         return [value] if value else None
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value) or len(value) > MAX_STOP:
@@ -417,9 +423,9 @@ class Sampling(Body):
 
     model_config = ConfigDict(extra="allow")
 
-    n: int = Field(1, ge=1, le=MAX_N, strict=True)
+    n: int = Field(default=1, ge=1, le=MAX_N, strict=True)
     logprobs: StrictBool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     stop: Stop = None
 
     @model_validator(mode="after")
@@ -526,10 +532,12 @@ class GenerationParameters(Sampling):
     """DashScope text generation's ``parameters`` (the unsupported ones are a 400, see ``UNSUPPORTED``)."""
 
     result_format: Literal["text", "message"] = "text"
-    max_tokens: int | None = Field(None, ge=1, strict=True)
-    temperature: float | None = Field(None, ge=0, lt=MAX_TEMPERATURE, strict=True)  # DashScope's [0, 2)
-    top_p: float | None = Field(None, gt=0, le=1, strict=True)
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    temperature: float | None = Field(
+        default=None, ge=0, lt=MAX_TEMPERATURE, strict=True
+    )  # DashScope's [0, 2)
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     incremental_output: StrictBool = False
     stream: StrictBool | None = None
     tools: list[dict[str, Any]] | None = None
@@ -563,11 +571,11 @@ class ChatBody(Sampling):
 
     model: str
     messages: list[dict[str, Any]]
-    max_tokens: int | None = Field(None, ge=1, strict=True)
-    max_completion_tokens: int | None = Field(None, ge=1, strict=True)
-    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE, strict=True)  # OpenAI's [0, 2]
-    top_p: float | None = Field(None, gt=0, le=1, strict=True)
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, strict=True)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
+    temperature: float | None = Field(default=None, ge=0, le=MAX_TEMPERATURE, strict=True)  # OpenAI's [0, 2]
+    top_p: float | None = Field(default=None, gt=0, le=1, strict=True)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, strict=True)
     stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None

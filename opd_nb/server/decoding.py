@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any
 
+from pydantic import JsonValue
+
 MAX_JSON_DEPTH = 64  # nesting levels of a JSON body
 MAX_JSON_INT = 2**63 - 1  # no field of any body means more: SQLite, numpy and torch stop at 64 bits
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -76,8 +78,8 @@ def _other_encoding(body: bytes) -> str | None:
     return name
 
 
-def _walk(value: Any) -> str | None:
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+def _walk(value: JsonValue) -> str | None:
+    stack: list[tuple[JsonValue, int, str]] = [(value, 1, "")]
     while stack:
         item, depth, where = stack.pop()
         if depth > MAX_JSON_DEPTH:

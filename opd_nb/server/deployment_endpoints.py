@@ -14,6 +14,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from opd_nb.constants import FAILED, PENDING, RUNNING
 from opd_nb.server.errors import ApiError
@@ -68,9 +69,9 @@ class DeploymentEndpoints:
     _procs: dict[str, ChildProcess]
     _used: dict[str, float]
 
-    def _launch(self, row: dict) -> None: ...  # DeploymentManager's
-    def _active(self) -> list[dict]: ...  # DeploymentManager's
-    def _refresh(self, row: dict) -> dict: ...  # DeploymentManager's
+    def _launch(self, row: dict[str, Any]) -> None: ...  # DeploymentManager's
+    def _active(self) -> list[dict[str, Any]]: ...  # DeploymentManager's
+    def _refresh(self, row: dict[str, Any]) -> dict[str, Any]: ...  # DeploymentManager's
     def _stop(self, name: str, proc: ChildProcess | None) -> None: ...  # DeploymentManager's
     def _resolve(self, model: str, not_found_status: int = 400) -> ResolvedModel: ...  # DeploymentManager's
 
@@ -84,7 +85,7 @@ class DeploymentEndpoints:
             raise not_deployed(self.store, model, resolved)
         return self._base(model, resolved)
 
-    def _deployed(self, row: dict) -> Endpoint:
+    def _deployed(self, row: dict[str, Any]) -> Endpoint:
         name = row["deployed_model"]
         if row["deleted"]:
             raise ApiError(
@@ -127,15 +128,19 @@ class DeploymentEndpoints:
                     "token": secrets.token_urlsafe(24),
                     "is_base": 1,
                 }
-                self.store.put_deployment(row)
-                self._launch(self.store.deployment(name))
+                self._launch(self.store.put_deployment(row))
             self._used[name] = time.monotonic()
         row = self._wait_ready(name)
         return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
 
-    def _wait_ready(self, name: str) -> dict:
+    def _wait_ready(self, name: str) -> dict[str, Any]:
         while True:
-            row = self._refresh(self.store.deployment(name))
+            current = self.store.deployment(name)
+            if current is None:
+                raise ApiError(
+                    400, "ModelUnavailable", f"the local endpoint {name!r} was removed while it started"
+                )
+            row = self._refresh(current)
             if row["status"] == RUNNING:
                 return row
             if row["status"] != PENDING:

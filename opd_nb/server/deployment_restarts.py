@@ -31,9 +31,9 @@ class DeploymentRestarts:
     _lock: Any
     _procs: dict[str, ChildProcess]
 
-    def _launch(self, row: dict) -> None: ...  # DeploymentManager's
-    def _active(self) -> list[dict]: ...  # DeploymentManager's
-    def _refresh(self, row: dict) -> dict: ...  # DeploymentManager's
+    def _launch(self, row: dict[str, Any]) -> None: ...  # DeploymentManager's
+    def _active(self) -> list[dict[str, Any]]: ...  # DeploymentManager's
+    def _refresh(self, row: dict[str, Any]) -> dict[str, Any]: ...  # DeploymentManager's
     def _dir(self, name: str) -> Path: ...  # DeploymentManager's
 
     def _start_watching(self) -> None:
@@ -53,7 +53,7 @@ class DeploymentRestarts:
                 except Exception:  # a transient store error: the next poll tries again
                     continue
 
-    def _on_exit(self, row: dict, proc: ChildProcess | None, reason: str) -> dict:
+    def _on_exit(self, row: dict[str, Any], proc: ChildProcess | None, reason: str) -> dict[str, Any]:
         """The serving process of ``row`` is gone: restart it (once, after a backoff) or mark it FAILED."""
         name = row["deployed_model"]
         if name in self._restarting or self._stopping.is_set():
@@ -96,6 +96,6 @@ class DeploymentRestarts:
         self.store.set_deployment(name, events=json.dumps(events))
 
 
-def deployment_events(row: dict) -> list[dict]:
+def deployment_events(row: dict[str, Any]) -> list[dict[str, Any]]:
     """What happened to a deployment's process (restarts, failures), oldest first."""
     return json.loads(row.get("events") or "[]")

@@ -30,6 +30,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from opd_nb import settings
 from opd_nb.constants import DELETED, FAILED, PENDING, RUNNING
@@ -129,7 +130,9 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
                 self.store.set_deployment(name, pid=None, port=None)
 
     # ---- the API ------------------------------------------------------------------------------
-    def create(self, model: str, capacity: int, suffix: str | None, plan: dict | None = None) -> dict:
+    def create(
+        self, model: str, capacity: int, suffix: str | None, plan: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Start a deployment of `model` (PENDING); `plan`: ``{"plan", "deploy_spec", "billing_method"}``
         as asked (the body checked it; locally every plan runs the same process)."""
         resolved = self._resolve(model)
@@ -166,11 +169,10 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
                 "plan": (plan or {}).get("plan") or LORA,
                 "plan_spec": json.dumps({k: v for k, v in (plan or {}).items() if k != "plan"}),
             }
-            self.store.put_deployment(row)
-            self._launch(self.store.deployment(name))
+            self._launch(self.store.put_deployment(row))
         return self.get(name)
 
-    def get(self, name: str) -> dict:
+    def get(self, name: str) -> dict[str, Any]:
         row = self.store.deployment(name)
         if row is None or row["is_base"]:
             raise ApiError(
@@ -186,17 +188,17 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
             )
         return self._refresh(row)
 
-    def list(self, offset: int, limit: int) -> tuple[list[dict], int]:
+    def list(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         rows, total = self.store.deployments(offset, limit)
         return [self._refresh(r) for r in rows], total
 
-    def scale(self, name: str, capacity: int) -> dict:
+    def scale(self, name: str, capacity: int) -> dict[str, Any]:
         """Record the new capacity (the running process keeps serving; its batch size follows on restart)."""
         if self.get(name)["capacity"] != capacity:
             self.store.set_deployment(name, capacity=capacity)
         return self.get(name)
 
-    def delete(self, name: str) -> dict:
+    def delete(self, name: str) -> dict[str, Any]:
         row = self.get(name)
         with self._lock:
             proc = self._procs.pop(name, None)
@@ -211,7 +213,7 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
             stop_group(proc)
         process_tree.end(self.data_dir, owner(name), grace_s=1.0)
 
-    def _active(self) -> list[dict]:
+    def _active(self) -> list[dict[str, Any]]:
         return [r for r in self.store.live_deployments() if r["status"] in (PENDING, RUNNING)]
 
     def _dir(self, name: str) -> Path:
@@ -219,7 +221,7 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _launch(self, row: dict) -> None:
+    def _launch(self, row: dict[str, Any]) -> None:
         """Start the serving process for `row` (caller holds the lock)."""
         name = row["deployed_model"]
         ddir = self._dir(name)
@@ -236,7 +238,7 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
         self._started[name] = time.monotonic()
         self.store.set_deployment(name, status=PENDING, pid=proc.pid, port=None, message=None)
 
-    def _refresh(self, row: dict) -> dict:
+    def _refresh(self, row: dict[str, Any]) -> dict[str, Any]:
         """Move PENDING to RUNNING once the process answers, to FAILED when it is gone."""
         name = row["deployed_model"]
         if row["status"] not in (PENDING, RUNNING) or row["deleted"]:
@@ -282,7 +284,7 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
         return None if resolved.kind == "path" else model
 
 
-def deployment_output(row: dict) -> DeploymentOutput:
+def deployment_output(row: dict[str, Any]) -> DeploymentOutput:
     """A deployment as Bailian answers it (every field dashscope's DeploymentOutput declares) plus ``local``."""
     running = row["status"] == RUNNING
     spec = json.loads(row.get("plan_spec") or "{}")

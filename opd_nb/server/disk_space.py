@@ -59,7 +59,7 @@ def release_reserve(data_dir: Path) -> None:
 
 
 def _largest(data_dir: Path, n: int = 3) -> list[tuple[Path, int]]:
-    sizes = []
+    sizes: list[tuple[Path, int]] = []
     for folder in ("jobs", "functions", "files", "uploads", "deployments"):
         for entry in (data_dir / folder).iterdir() if (data_dir / folder).is_dir() else ():
             total = sum(p.lstat().st_size for p in entry.rglob("*") if p.is_file()) if entry.is_dir() else 0

@@ -8,10 +8,10 @@ what ``python -m MODULE ARGS`` would have been: its own session, its log on fds 
 request's environment, working directory and process title (the tree's owner tag, see
 :func:`opd_nb.server.process_tree.title`), and ``runpy`` runs the module as ``__main__``.
 
-Protocol (single-threaded, JSON lines; the server side is :mod:`opd_nb.server.launcher`): it writes
-``{"ready": pid}`` once imported, answers each ``{"id", "module", "args", "env", "cwd", "log",
-"title"}`` with ``{"id", "pid"}`` or ``{"id", "error"}``, and reports each child's end as
-``{"exited": pid, "code": c}`` (``Popen.returncode``'s convention). End of input (the server is gone,
+Protocol (single-threaded, JSON lines typed in :mod:`opd_nb.server.fork_protocol`; the server side is
+:mod:`opd_nb.server.launcher`): it writes ``{"ready": pid}`` once imported, answers each ``{"id", "module",
+"args", "env", "cwd", "log", "title"}`` with ``{"id", "pid"}`` or ``{"id", "error"}``, and reports each
+child's end as ``{"exited": pid, "code": c}`` (``Popen.returncode``'s convention). End of input (the server is gone,
 even by SIGKILL) ends it at once; its children see their parent change and stop as they would have.
 """
 
@@ -21,7 +21,6 @@ import atexit
 import contextlib
 import importlib
 import io
-import json
 import os
 import runpy
 import select
@@ -30,6 +29,7 @@ import threading
 import traceback
 import warnings
 
+from opd_nb.server.fork_protocol import Exited, ForkReply, Ready, Spawned, SpawnFailed, SpawnRequest
 from opd_nb.server.worker import WATCH_ENV
 
 PREIMPORTS = (
@@ -52,8 +52,8 @@ def main() -> int:
     for name in PREIMPORTS:
         with contextlib.suppress(ImportError):  # without the engine extra: nothing to import once
             importlib.import_module(name)
-    _reply(replies, {"ready": os.getpid()})
-    pending = b""
+    _reply(replies, Ready(ready=os.getpid()))
+    pending: bytes = b""  # a request line not complete yet
     while True:
         _reap(replies)
         readable, _, _ = select.select([requests], [], [], REAP_EVERY_S)
@@ -62,18 +62,17 @@ def main() -> int:
         chunk = os.read(requests, 1 << 16)
         if not chunk:  # the server is gone: at once (no interpreter teardown), so the children see it
             os._exit(0)
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            _reply(replies, _spawn(json.loads(line), (requests, replies)))
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            _reply(replies, _spawn(SpawnRequest.model_validate_json(line), (requests, replies)))
 
 
-def _spawn(request: dict, private: tuple[int, int]) -> dict:
+def _spawn(request: SpawnRequest, private: tuple[int, int]) -> Spawned | SpawnFailed:
     try:
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as exc:
-        return {"id": request["id"], "error": f"cannot open {request['log']}: {exc}"}
-    env = dict(request["env"])
+        return SpawnFailed(id=request.id, error=f"cannot open {request.log}: {exc}")
+    env = dict(request.env)
     env[WATCH_ENV] = str(os.getpid())  # the child's parent, which ends with the server
     pid = os.fork()
     if pid == 0:
@@ -83,10 +82,10 @@ def _spawn(request: dict, private: tuple[int, int]) -> dict:
         finally:
             os._exit(code)
     os.close(log)
-    return {"id": request["id"], "pid": pid}
+    return Spawned(id=request.id, pid=pid)
 
 
-def _become(request: dict, env: dict[str, str], log: int, private: tuple[int, int]) -> int:
+def _become(request: SpawnRequest, env: dict[str, str], log: int, private: tuple[int, int]) -> int:
     """In the child: turn into ``python -m MODULE ARGS`` and run it; returns its exit code."""
     os.setsid()
     for fd in private:
@@ -97,15 +96,15 @@ def _become(request: dict, env: dict[str, str], log: int, private: tuple[int, in
     _fresh_text_streams()
     import setproctitle
 
-    setproctitle.setproctitle(request["title"])  # before the environment changes: it moves environ
+    setproctitle.setproctitle(request.title)  # before the environment changes: it moves environ
     os.environ.clear()
     os.environ.update(env)
-    os.chdir(request["cwd"])
+    os.chdir(request.cwd)
     warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)  # preimported, as meant
     _set_torch_threads(env)
-    sys.argv = [request["module"], *request["args"]]
+    sys.argv = [request.module, *request.args]
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        runpy.run_module(request.module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc.code)
@@ -154,8 +153,9 @@ def _finish(code: int) -> int:
     """What interpreter exit does: threading's shutdown (executors told to stop, non-daemon threads
     joined), then atexit, then a flush; ``os._exit`` follows, so none of the parent's state is torn down."""
     with contextlib.suppress(Exception):
-        threading._shutdown()  # the interpreter's own step, private but stable since 3.4
-    atexit._run_exitfuncs()
+        # the interpreter's own step, private but stable since 3.4 (so typeshed leaves it out)
+        threading._shutdown()  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    atexit._run_exitfuncs()  # pyright: ignore[reportPrivateUsage] - the same step of interpreter exit
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -170,11 +170,11 @@ def _reap(replies: int) -> None:
             return
         if pid == 0:
             return
-        _reply(replies, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        _reply(replies, Exited(exited=pid, code=os.waitstatus_to_exitcode(status)))
 
 
-def _reply(replies: int, message: dict) -> None:
-    data = (json.dumps(message) + "\n").encode()
+def _reply(replies: int, message: ForkReply) -> None:
+    data = message.line()
     try:
         while data:
             data = data[os.write(replies, data) :]

@@ -18,6 +18,8 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import JsonValue
+
 from opd_nb import settings
 from opd_nb.server import process_tree
 from opd_nb.server.errors import ApiError
@@ -64,7 +66,9 @@ def _directory_size(path: Path) -> tuple[int, int] | None:
         rec = end_record(fh)
     if not rec:
         raise _refuse("the uploaded body is not a valid zip archive")
-    return int(rec[zipfile._ECD_ENTRIES_TOTAL]), int(rec[zipfile._ECD_SIZE])
+    # typeshed leaves out zipfile's private end-record indexes (present since Python 2)
+    entries, size = zipfile._ECD_ENTRIES_TOTAL, zipfile._ECD_SIZE  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]
+    return int(rec[entries]), int(rec[size])
 
 
 def _check_name(name: str) -> None:
@@ -237,11 +241,7 @@ class InstanceManager:
             self.store.set_instance(inst["instance_id"], status=InstanceState.STOPPED, pid=None)
 
     def load(self, entity_id: str, tag: str, runtime: dict[str, Any]) -> Instance:
-        fn = self.store.function(entity_id)
-        if fn is None:
-            raise ApiError(
-                404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server"
-            )
+        fn = self._function(entity_id)
         instance_id = new_id(f"{KIND_PREFIX[fn['kind']]}-ins")
         log_path = self.data_dir / "functions" / entity_id / f"{instance_id}.log"
         self.store.add_instance(
@@ -259,8 +259,8 @@ class InstanceManager:
         from opd_nb.errors import OpdError
         from opd_nb.function_server import FunctionServer
 
-        inst = self.store.instance(instance_id)
-        fn = self.store.function(inst["entity_id"])
+        inst = self._existing(instance_id, deleted_ok=True)
+        fn = self._function(inst["entity_id"])
         owner = process_tree.instance_owner(instance_id)
         env = {**runtime_env(inst["runtime"]), **process_tree.child_env(self.data_dir, owner, base={})}
         try:
@@ -281,9 +281,9 @@ class InstanceManager:
         return self.describe(instance_id)
 
     def describe(self, instance_id: str) -> Instance:
-        inst = self.store.instance(instance_id)
+        inst = self._existing(instance_id, deleted_ok=True)
         return Instance(
-            instance_id_sdk=instance_id,
+            instanceId=instance_id,  # the field's wire name (the SDK's key)
             instance_id=instance_id,
             entity_id=inst["entity_id"],
             status=1 if inst["status"] == InstanceState.RUNNING else -1,
@@ -292,7 +292,15 @@ class InstanceManager:
             trigger_token=inst["token"],
         )
 
-    def _existing(self, instance_id: str, *, deleted_ok: bool = False) -> dict:
+    def _function(self, entity_id: str) -> dict[str, Any]:
+        fn = self.store.function(entity_id)
+        if fn is None:
+            raise ApiError(
+                404, "FunctionNotFound", f"function {entity_id!r} is not registered on this server"
+            )
+        return fn
+
+    def _existing(self, instance_id: str, *, deleted_ok: bool = False) -> dict[str, Any]:
         inst = self.store.instance(instance_id)
         if inst is None or (inst["status"] == InstanceState.DELETED and not deleted_ok):
             raise ApiError(404, "InstanceNotFound", f"function instance {instance_id!r} does not exist")
@@ -334,9 +342,9 @@ class InstanceManager:
             self.store.set_instance(instance_id, status=InstanceState.STOPPED, pid=None)
 
 
-def runtime_env(runtime: str | dict | None) -> dict[str, str]:
+def runtime_env(runtime: str | dict[str, Any] | None) -> dict[str, str]:
     """The environment variables a function's runtime asks for, as strings (JSON booleans as true/false)."""
-    data = json.loads(runtime) if isinstance(runtime, str) else (runtime or {})
+    data: JsonValue = json.loads(runtime) if isinstance(runtime, str) else (runtime or {})
     env = data.get("env") if isinstance(data, dict) else None
     if not isinstance(env, dict):
         return {}

@@ -9,7 +9,7 @@ a row that an earlier version wrote (resume state and outcome as top-level keys)
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -79,7 +79,7 @@ class JobMeta(BaseModel):
     substitutions: list[str] = Field(default_factory=list)  # stand-in notes for the job log
     train_file: str
     validation_file: str | None = None
-    functions: list[JobFunction] = Field(default_factory=list)
+    functions: list[JobFunction] = Field(default_factory=list[JobFunction])
     base_model: str | None = None  # the root base model of a job that continues a fine-tuned output
     parents: list[str] = Field(default_factory=list)  # the job it continued, that job's parent, ...
     resume: ResumeState = Field(default_factory=ResumeState)
@@ -92,7 +92,7 @@ class JobMeta(BaseModel):
         """A row from before :class:`ResumeState` and :class:`TrainingOutcome` keeps their fields at the top."""
         if not isinstance(data, dict):
             return data
-        data = dict(data)
+        data = dict(cast(dict[str, Any], data))  # a stored row's JSON object
         if "resume" not in data:
             data["resume"] = {k: v for k in _RESUME_KEYS if (v := data.pop(k, None)) is not None}
         if "outcome" not in data:

@@ -230,8 +230,8 @@ class JobManager(JobEndings):
     def _launch(self, job_id: str, *, resuming: bool = False) -> None:
         job_dir = self.data_dir / "jobs" / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
+        job = self.store.job(job_id) if resuming else None
         if resuming:
-            job = self.store.job(job_id)
             if job is None or job.status != RUNNING:
                 return
         elif not self.store.set_job(job_id, only_if_status=(PENDING,), status=RUNNING, start_time=now_text()):
@@ -246,7 +246,7 @@ class JobManager(JobEndings):
         )
         self._procs[job_id] = proc
         self.store.set_job(job_id, worker_pid=proc.pid)
-        if resuming:
+        if job is not None:  # resuming
             point = job.meta.resume.resume_from
             what = f"resumed from {Path(point).name}" if point else "restarted from step 0"
             self.store.add_log(

@@ -12,7 +12,6 @@ session, log and process-tree tag, so nothing downstream knows which it got.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import signal
@@ -25,6 +24,7 @@ from typing import Protocol
 
 from opd_nb import settings
 from opd_nb.server import process_tree
+from opd_nb.server.fork_protocol import REPLY, Exited, Ready, Spawned, SpawnFailed, SpawnRequest
 
 FORKSERVER_MODULE = "opd_nb.server.forkserver"
 FORKSERVER_OWNER = "forkserver"
@@ -62,11 +62,11 @@ class ForkedProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
             self._server.wait_for_exits(0.1)
-        return self.returncode  # type: ignore[return-value]  # poll() set it
+        return code
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
@@ -99,7 +99,7 @@ class _ForkServer:
                 start_new_session=True,
             )
         self._ready = threading.Event()
-        self._replies: queue.Queue[dict] = queue.Queue()
+        self._replies: queue.Queue[Spawned | SpawnFailed] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._changed = threading.Condition()
         self._send = threading.Lock()
@@ -118,26 +118,26 @@ class _ForkServer:
         argv = [sys.executable, "-m", module, *args]
         with self._send:
             self._next_id += 1
-            request = {
-                "id": self._next_id,
-                "module": module,
-                "args": args,
-                "env": env,
-                "cwd": os.getcwd(),
-                "log": str(log),
-                "title": process_tree.title(argv, env),
-            }
+            request = SpawnRequest(
+                id=self._next_id,
+                module=module,
+                args=args,
+                env=env,
+                cwd=os.getcwd(),
+                log=str(log),
+                title=process_tree.title(argv, env),
+            )
             assert self._proc.stdin is not None
-            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.write(request.line())
             self._proc.stdin.flush()
             try:
                 reply = self._replies.get(timeout=REPLY_TIMEOUT_S)
             except queue.Empty:
                 self.close(timeout_s=0.0)  # a late fork must not run beside the fresh process
                 raise
-        if "pid" not in reply:
-            raise OSError(reply.get("error") or f"the fork server answered {reply!r}")
-        return ForkedProcess(reply["pid"], self, argv)
+        if isinstance(reply, SpawnFailed):
+            raise OSError(reply.error)
+        return ForkedProcess(reply.pid, self, argv)
 
     def exit_code(self, pid: int) -> int | None:
         with self._changed:
@@ -165,12 +165,12 @@ class _ForkServer:
     def _read(self) -> None:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
-            message = json.loads(line)
-            if "exited" in message:
+            message = REPLY.validate_json(line)
+            if isinstance(message, Exited):
                 with self._changed:
-                    self._exits[message["exited"]] = message["code"]
+                    self._exits[message.exited] = message.code
                     self._changed.notify_all()
-            elif "ready" in message:
+            elif isinstance(message, Ready):
                 self._ready.set()
             else:
                 self._replies.put(message)
@@ -178,7 +178,7 @@ class _ForkServer:
             self.gone = True
             self._changed.notify_all()
         self._ready.set()  # nobody waits for a fork server that is gone
-        self._replies.put({"error": "the fork server exited"})
+        self._replies.put(SpawnFailed(error="the fork server exited"))
 
 
 class Launcher:

@@ -22,7 +22,7 @@ WRITE_FOLDERS = ("uploads", "files", "functions")  # where a journaled write may
 def reap_partial_files(data_dir: Path, unfinished: list[str]) -> list[Path]:
     """Remove what the journal's ``unfinished`` writes (paths relative to ``data_dir``) left; returns
     the paths that were there. A journal entry outside :data:`WRITE_FOLDERS` is never followed."""
-    removed = []
+    removed: list[Path] = []
     for rel in unfinished:
         parts = PurePosixPath(rel).parts
         if (

@@ -119,7 +119,7 @@ class ServerHandle:
 
     def __init__(
         self,
-        process: subprocess.Popen | None,
+        process: subprocess.Popen[bytes] | None,
         host: str,
         port: int,
         data_dir: Path,
@@ -182,7 +182,8 @@ class ServerHandle:
 
     def stop(self, timeout: float = 15.0, sig: int = signal.SIGINT) -> None:
         """Stop the server (SIGINT, or ``sig``): a running job is interrupted and resumes at the next start."""
-        if not self.alive():
+        pid = self.pid
+        if pid is None or not self.alive():  # no pid: nothing of ours runs (alive() says the same)
             return
         if self.process is not None:
             self.process.send_signal(sig)
@@ -192,12 +193,12 @@ class ServerHandle:
                 self.process.kill()
                 self.process.wait(5)
             return
-        os.kill(self.pid, sig)  # type: ignore[arg-type]
+        os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.alive():
             time.sleep(_POLL_S)
         if self.alive():
-            os.kill(self.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            os.kill(pid, signal.SIGKILL)
 
     def kill(self) -> None:
         """SIGKILL the server (tests of crash recovery)."""
@@ -282,7 +283,7 @@ def _log_tail(log_path: Path) -> str:
 
 
 def _wait_until_healthy(
-    process: subprocess.Popen,
+    process: subprocess.Popen[bytes],
     host: str,
     data_dir: Path,
     log_path: Path,

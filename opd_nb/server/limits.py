@@ -56,7 +56,7 @@ class BodyGuard:
         self.max_uploads = max_uploads
         self._uploads = 0  # multipart bodies being received (one event loop: no lock needed)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("path", "").startswith(OSS_PREFIX):
             await self.app(scope, receive, send)  # the zip PUT streams to disk under its own cap
             return
@@ -91,7 +91,7 @@ class BodyGuard:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _upload(self, scope: dict, receive: Any, send: Any) -> None:
+    async def _upload(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A multipart upload, unless :data:`MAX_CONCURRENT_UPLOADS` are under way: then a 429 at once."""
         if self._uploads >= self.max_uploads:
             message = (
@@ -110,7 +110,8 @@ class BodyGuard:
 
 async def _read(receive: Any, cap: int) -> bytes | None:
     """The whole body, or None as soon as it passes ``cap`` (the rest is never buffered)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
@@ -128,7 +129,7 @@ async def _read(receive: Any, cap: int) -> bytes | None:
 def _replay(body: bytes, receive: Any) -> Any:
     sent = False
 
-    async def replay() -> dict:
+    async def replay() -> dict[str, Any]:
         nonlocal sent
         if not sent:
             sent = True
@@ -141,7 +142,7 @@ def _replay(body: bytes, receive: Any) -> Any:
 def _counting(receive: Any, cap: int, what: str) -> Any:
     size = 0
 
-    async def counted() -> dict:
+    async def counted() -> dict[str, Any]:
         nonlocal size
         message = await receive()
         if message["type"] == "http.request":

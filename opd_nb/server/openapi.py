@@ -34,8 +34,8 @@ def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
     """Component schemas of `models` (and of every model they use), as serialized."""
     refs, top = models_json_schema([(m, "serialization") for m in models], ref_template=REF)
     out: dict[str, Any] = dict(top.get("$defs", {}))
-    for (model, _), ref in refs.items():
-        name = ref["$ref"].rsplit("/", 1)[-1]
+    for model in models:
+        name = refs[(model, "serialization")]["$ref"].rsplit("/", 1)[-1]
         out.setdefault(name, model.model_json_schema(mode="serialization", ref_template=REF))
         out[name].pop("$defs", None)
     return out

@@ -33,7 +33,7 @@ def current() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m opd_nb.server.openapi_doc", description=__doc__.splitlines()[0]
+        prog="python -m opd_nb.server.openapi_doc", description=(__doc__ or "").split("\n")[0]
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--write", action="store_true", help=f"update the committed copy ({COMMITTED})")

@@ -15,11 +15,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.traces.spans import Span, SpanEvent, logical_kind
+from pydantic import JsonValue
+
+from opd_nb.traces.spans import Span, SpanEvent, Status, logical_kind
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-_STATUS = {0: "unset", 1: "ok", 2: "error"}
+_STATUS: dict[int, Status] = {0: "unset", 1: "ok", 2: "error"}
 _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
 MAX_ATTRIBUTE_DEPTH = 8
 
@@ -30,7 +32,7 @@ class OtlpError(ValueError):
 
 @dataclass
 class Decoded:
-    spans: list[Span] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list[Span])
     rejected: int = 0  # spans left out (malformed ids)
     reason: str = ""
 
@@ -57,7 +59,10 @@ def decode(body: bytes, content_type: str | None) -> Decoded:
         if kind == PROTOBUF:
             request.ParseFromString(body)
         else:
-            json_format.ParseDict(_ids_as_base64(_json(body)), request, ignore_unknown_fields=True)
+            document = _ids_as_base64(_json(body))  # an object stays an object
+            json_format.ParseDict(
+                document if isinstance(document, dict) else {}, request, ignore_unknown_fields=True
+            )
     except (DecodeError, json_format.ParseError, RecursionError, ValueError, TypeError) as exc:
         what = "protobuf" if kind == PROTOBUF else "OTLP JSON"
         raise OtlpError(f"the body is not an OTLP trace export in {what}: {exc}") from None
@@ -78,9 +83,9 @@ def response_body(decoded: Decoded, content_type: str) -> bytes:
     return reply.SerializeToString()
 
 
-def _json(body: bytes) -> Any:
+def _json(body: bytes) -> dict[str, JsonValue]:
     try:
-        value = json.loads(body)
+        value: JsonValue = json.loads(body)
     except ValueError as exc:
         raise OtlpError(f"the body is not JSON: {exc}") from None
     if not isinstance(value, dict):
@@ -88,10 +93,10 @@ def _json(body: bytes) -> Any:
     return value
 
 
-def _ids_as_base64(value: Any) -> Any:
+def _ids_as_base64(value: JsonValue) -> JsonValue:
     """OTLP JSON's hex ids in protobuf JSON's base64 (json_format reads bytes as base64)."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[str, JsonValue] = {}
         for key, inner in value.items():
             if key in _ID_KEYS and isinstance(inner, str):
                 try:

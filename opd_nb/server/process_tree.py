@@ -89,7 +89,7 @@ def members(data_dir: str | Path, owner: str | None = None) -> list[psutil.Proce
     want = tag(data_dir, owner) if owner is not None else None
     prefix = _prefix(data_dir)
     me = os.getpid()
-    found = []
+    found: list[psutil.Process] = []
     for proc in psutil.process_iter():
         if proc.pid == me:
             continue

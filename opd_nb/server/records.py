@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -55,13 +56,17 @@ class ServeOptions(BaseModel):
     @field_validator("data_dir", mode="before")
     @classmethod
     def _path_as_text(cls, value: object) -> object:
-        return os.fspath(value) if isinstance(value, os.PathLike) else value
+        return os.fspath(cast("os.PathLike[str]", value)) if isinstance(value, os.PathLike) else value
 
     @field_validator("model_map", mode="before")
     @classmethod
     def _paths_as_text(cls, value: object) -> object:
         if isinstance(value, dict):
-            return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in value.items()}
+            given = cast(dict[object, object], value)  # a mapping of anything: pydantic checks it next
+            return {
+                k: os.fspath(cast("os.PathLike[str]", v)) if isinstance(v, os.PathLike) else v
+                for k, v in given.items()
+            }
         return value
 
     @field_validator("max_interruptions", "max_deployments")
@@ -127,7 +132,7 @@ def is_loopback(host: str) -> bool:
         addrs = {a[4][0] for a in socket.getaddrinfo(name, None)}
     except (OSError, UnicodeError):
         return False
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+    return bool(addrs) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addrs)
 
 
 def server_urls(host: str, port: int) -> tuple[str, str]:

@@ -13,6 +13,7 @@ documents that 400 body (FastAPI's default would promise a 422 we never send).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -56,12 +57,12 @@ def err(status: int, code: str, message: str, headers: dict[str, str] | None = N
     return JSONResponse(body.wire(), status_code=status, headers=headers)
 
 
-def describe_validation(errors: list[dict[str, Any]]) -> str:
+def describe_validation(errors: Sequence[Mapping[str, Any]]) -> str:
     """One line a person can act on, from pydantic's error list (at most five problems)."""
     return "; ".join(_describe_one(e) for e in errors[:_MAX_REPORTED]) or "invalid request"
 
 
-def _describe_one(error: dict[str, Any]) -> str:
+def _describe_one(error: Mapping[str, Any]) -> str:
     loc = [p for p in error.get("loc", ()) if p not in ("query", "path", "body")]
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
     kind = error.get("type", "")

@@ -17,6 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import JsonValue
+
 from opd_nb.engine.api import METRICS_FILE
 from opd_nb.engine.checkpoints import STATE_FILE  # what makes a checkpoint resumable
 from opd_nb.server.job_record import JobRecord
@@ -96,13 +98,13 @@ def _truncate_metrics(path: Path, keep: int) -> None:
     """Keep the rows of steps <= ``keep`` (atomically; a torn last line is dropped too)."""
     if not path.is_file():
         return
-    rows = []
+    rows: list[str] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            row = json.loads(line)
+            row: JsonValue = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict) and int(row.get("step", 0)) <= keep:
+        if isinstance(row, dict) and isinstance(step := row.get("step", 0), int | float) and step <= keep:
             rows.append(line)
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(f"{r}\n" for r in rows), encoding="utf-8")

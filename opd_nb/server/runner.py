@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from opd_nb import settings
@@ -184,7 +184,7 @@ def _serve(
 
 
 @contextlib.contextmanager
-def _stop_signals_end_cleanly() -> Iterator[None]:
+def _stop_signals_end_cleanly() -> Generator[None]:
     """A SIGTERM/SIGINT stop exits 0 after our cleanup (the owner record removed, the lock released).
 
     uvicorn handles the signal with a graceful stop, then raises it again with the handlers it found

@@ -110,6 +110,10 @@ class Database:
     def _one(self, sql: str, *args: Any) -> sqlite3.Row | None:
         return self.conn().execute(sql, args).fetchone()
 
+    def _value(self, sql: str, *args: Any) -> Any:
+        """The first column of an aggregate's one row (COUNT, SUM, MAX always answer a row)."""
+        return self.conn().execute(sql, args).fetchone()[0]
+
     def _all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         return self.conn().execute(sql, args).fetchall()
 

@@ -10,29 +10,31 @@ from opd_nb.server.store_db import Database, now_text
 class DeploymentRows(Database):
     """The ``deployments`` table (base-model endpoints are rows with ``is_base``)."""
 
-    def put_deployment(self, row: dict[str, Any]) -> None:
-        """Insert a deployment, replacing a deleted one of the same name."""
+    def put_deployment(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Insert a deployment, replacing a deleted one of the same name; the row as stored."""
         row = {**row, "gmt_create": now_text(), "gmt_modified": now_text(), "deleted": 0}
         cols = ", ".join(row)
         self._run(
             f"INSERT OR REPLACE INTO deployments({cols}) VALUES ({','.join('?' * len(row))})", *row.values()
         )
+        select = "SELECT * FROM deployments WHERE deployed_model = ?"
+        return dict(self.conn().execute(select, (row["deployed_model"],)).fetchone())
 
-    def deployment(self, name: str) -> dict | None:
+    def deployment(self, name: str) -> dict[str, Any] | None:
         """A deployment by name, deleted ones included (callers say "was deleted")."""
         row = self._one("SELECT * FROM deployments WHERE deployed_model = ?", name)
         return dict(row) if row else None
 
-    def deployments(self, offset: int, limit: int) -> tuple[list[dict], int]:
+    def deployments(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         """The listed deployments (not deleted, not the base-model endpoints), newest first."""
         where = "FROM deployments WHERE deleted = 0 AND is_base = 0"
-        total = self._one(f"SELECT COUNT(*) {where}")[0]
+        total = self._value(f"SELECT COUNT(*) {where}")
         rows = self._all(
             f"SELECT * {where} ORDER BY gmt_create DESC, rowid DESC LIMIT ? OFFSET ?", limit, offset
         )
         return [dict(r) for r in rows], total
 
-    def deployments_of(self, model_name: str) -> list[dict]:
+    def deployments_of(self, model_name: str) -> list[dict[str, Any]]:
         """The live deployments that serve `model_name` (newest first)."""
         rows = self._all(
             "SELECT * FROM deployments WHERE model_name = ? AND deleted = 0 AND is_base = 0 ORDER BY rowid DESC",
@@ -40,7 +42,7 @@ class DeploymentRows(Database):
         )
         return [dict(r) for r in rows]
 
-    def live_deployments(self) -> list[dict]:
+    def live_deployments(self) -> list[dict[str, Any]]:
         """Every row that is not deleted, base-model endpoints included (oldest first)."""
         return [dict(r) for r in self._all("SELECT * FROM deployments WHERE deleted = 0 ORDER BY rowid")]
 

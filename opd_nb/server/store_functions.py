@@ -69,12 +69,12 @@ class FileRows(WriteRows):
             )
             self.end_write(*finishes)
 
-    def file(self, file_id: str) -> dict | None:
+    def file(self, file_id: str) -> dict[str, Any] | None:
         row = self._one("SELECT * FROM files WHERE file_id = ?", file_id)
         return dict(row) if row else None
 
-    def files(self, offset: int, limit: int) -> tuple[list[dict], int]:
-        total = self._one("SELECT COUNT(*) FROM files")[0]
+    def files(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+        total = self._value("SELECT COUNT(*) FROM files")
         rows = self._all(
             "SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?", limit, offset
         )
@@ -133,7 +133,7 @@ class FunctionRows(WriteRows):
             )
             self.end_write(*finishes)
 
-    def function(self, entity_id: str) -> dict | None:
+    def function(self, entity_id: str) -> dict[str, Any] | None:
         row = self._one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
         return dict(row) if row else None
 
@@ -145,7 +145,7 @@ class FunctionRows(WriteRows):
         status: str,
         token: str,
         log_path: str,
-        runtime: dict,
+        runtime: dict[str, Any],
     ) -> None:
         self._run(
             "INSERT INTO instances(instance_id, entity_id, tag, status, token, log_path, runtime, created_at) "
@@ -160,11 +160,11 @@ class FunctionRows(WriteRows):
             now_text(),
         )
 
-    def instance(self, instance_id: str) -> dict | None:
+    def instance(self, instance_id: str) -> dict[str, Any] | None:
         row = self._one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
         return dict(row) if row else None
 
-    def instances_with_status(self, status: str) -> list[dict]:
+    def instances_with_status(self, status: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self._all("SELECT * FROM instances WHERE status = ?", status)]
 
     def set_instance(self, instance_id: str, **fields: Any) -> None:

@@ -17,7 +17,7 @@ from opd_nb.server.store_db import Database, now_text
 class JobRows(Database):
     """The ``jobs`` table, read and written as :class:`~opd_nb.server.job_record.JobRecord`."""
 
-    def insert_job(self, job_id: str, job_name: str, request: dict, meta: JobMeta) -> None:
+    def insert_job(self, job_id: str, job_name: str, request: dict[str, Any], meta: JobMeta) -> None:
         with self.tx() as conn:
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
             conn.execute(
@@ -31,11 +31,11 @@ class JobRows(Database):
 
     def jobs(self, offset: int, limit: int, model: str | None = None) -> tuple[list[JobRecord], int]:
         """A page of jobs, newest first; `model`: only the jobs whose request's ``model`` is that id."""
-        where, args = "WHERE deleted = 0", []
+        where, args = "WHERE deleted = 0", list[str]()
         if model is not None:
             where += " AND json_extract(request, '$.model') = ?"
             args.append(model)
-        total = self._one(f"SELECT COUNT(*) FROM jobs {where}", *args)[0]
+        total = self._value(f"SELECT COUNT(*) FROM jobs {where}", *args)
         rows = self._all(
             f"SELECT * FROM jobs {where} ORDER BY seq DESC LIMIT ? OFFSET ?", *args, limit, offset
         )
@@ -105,9 +105,9 @@ class StepRows(Database):
         return [(r[0], r[1]) for r in rows]
 
     def log_count(self, job_id: str) -> int:
-        return self._one("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)[0]
+        return self._value("SELECT COALESCE(MAX(seq), 0) FROM logs WHERE job_id = ?", job_id)
 
-    def add_metrics(self, job_id: str, step: int, row: dict) -> None:
+    def add_metrics(self, job_id: str, step: int, row: dict[str, Any]) -> None:
         """Write a step's metrics; keys already there that `row` lacks stay (the engine's row and the
         trace numbers of the same step arrive separately, in either order)."""
         with self.tx() as conn:
@@ -120,13 +120,13 @@ class StepRows(Database):
                 (job_id, step, json.dumps(merged)),
             )
 
-    def metrics(self, job_id: str) -> list[dict]:
+    def metrics(self, job_id: str) -> list[dict[str, Any]]:
         return [
             json.loads(r[0])
             for r in self._all("SELECT row FROM metrics WHERE job_id = ? ORDER BY step", job_id)
         ]
 
-    def add_checkpoint(self, job_id: str, step: int, name: str, path: str, metrics: dict) -> None:
+    def add_checkpoint(self, job_id: str, step: int, name: str, path: str, metrics: dict[str, Any]) -> None:
         with self.tx() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO checkpoints(job_id, step, name, path, created_at, metrics) VALUES (?,?,?,?,?,?)",
@@ -136,10 +136,11 @@ class StepRows(Database):
     def token_usage(self, job_id: str) -> int:
         """The tokens a job's steps processed (each step's tokens/s times its seconds), as Bailian's ``usage``."""
         rate, seconds = (f"json_extract(row, '$.\"{name}\"')" for name in (TOKENS_PER_S, STEP_SECONDS))
-        row = self._one(f"SELECT SUM({rate} * {seconds}) FROM metrics WHERE job_id = ?", job_id)
-        return round(row[0] or 0)
+        return round(
+            self._value(f"SELECT SUM({rate} * {seconds}) FROM metrics WHERE job_id = ?", job_id) or 0
+        )
 
-    def checkpoints(self, job_id: str) -> list[dict]:
+    def checkpoints(self, job_id: str) -> list[dict[str, Any]]:
         rows = self._all("SELECT * FROM checkpoints WHERE job_id = ? ORDER BY step", job_id)
         return [
             {
@@ -159,11 +160,11 @@ class StepRows(Database):
         cols = ", ".join(row)
         self._run(f"INSERT OR IGNORE INTO exports({cols}) VALUES ({','.join('?' * len(row))})", *row.values())
 
-    def exports(self, job_id: str) -> dict[str, dict]:
+    def exports(self, job_id: str) -> dict[str, dict[str, Any]]:
         """A job's exported checkpoints by checkpoint name."""
         return {r["checkpoint"]: dict(r) for r in self._all("SELECT * FROM exports WHERE job_id = ?", job_id)}
 
-    def export(self, model_name: str) -> dict | None:
+    def export(self, model_name: str) -> dict[str, Any] | None:
         row = self._one("SELECT * FROM exports WHERE model_name = ?", model_name)
         return dict(row) if row else None
 

@@ -62,7 +62,7 @@ class TraceFiles:
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True)
             size = path.stat().st_size if path.exists() else 0
-            kept = []
+            kept: list[str] = []
             for line in lines:
                 size += len(line.encode())
                 if size > MAX_STEP_BYTES:
@@ -82,7 +82,7 @@ class TraceFiles:
             text = path.read_text(encoding="utf-8", errors="replace")
         except (FileNotFoundError, NotADirectoryError):
             return []
-        out = []
+        out: list[Span] = []
         for line in text.splitlines():
             try:
                 out.append(Span.model_validate_json(line))

@@ -48,7 +48,7 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
         student_path=models.student.path,
         teacher_path=models.teacher.path if models.teacher else models.student.path,
         substitutions=models.notes,
-        train_file=dataset_path(store, "training", body.training_datasets),
+        train_file=_training_path(store, body),
         validation_file=dataset_path(store, "validation", body.validation_datasets),
         functions=function_specs(store, body),
         student_kind=models.student.kind,
@@ -65,7 +65,10 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
         *[f"[server] {note}" for note in models.notes],
     )
     manager.wake()
-    return store.job(job_id)  # type: ignore[return-value]
+    job = store.job(job_id)
+    if job is None:  # it was just written; only a deletion racing the submit removes it
+        raise ApiError(404, "JobNotFound", f"job {job_id} was deleted while it was submitted")
+    return job
 
 
 def lineage(store: Store, student: ResolvedModel) -> dict[str, Any]:
@@ -101,6 +104,13 @@ def dataset_path(store: Store, kind: str, entries: list[DatasetRef]) -> str | No
     return row["path"]
 
 
+def _training_path(store: Store, body: JobBody) -> str:
+    path = dataset_path(store, "training", body.training_datasets)
+    if path is None:  # the body's own validator refuses an empty list first
+        raise _bad("training_datasets is empty; upload a training JSONL file first (POST /files)")
+    return path
+
+
 def function_specs(store: Store, body: JobBody) -> list[JobFunction]:
     """What the worker needs to start each reward and the rollout: code, class, call options."""
     refs = [(f"rewards[{i}]", "rewards", ref) for i, ref in enumerate(body.rewards)]
@@ -111,13 +121,14 @@ def function_specs(store: Store, body: JobBody) -> list[JobFunction]:
 
 def function_spec(store: Store, where: str, field: str, ref: FunctionRef) -> JobFunction:
     id_key = "reward_id" if field == "rewards" else "rollout_id"
-    entity_id = getattr(ref, id_key)
+    entity_id: str | None = getattr(ref, id_key)
     row = store.function(entity_id) if entity_id is not None else None
-    wrong_kind = row is not None and (
-        (field == "rewards" and kind_of(entity_id) not in ("reward", "group_reward"))  # type: ignore[arg-type]
+    if (
+        entity_id is None
+        or row is None
+        or (field == "rewards" and kind_of(entity_id) not in ("reward", "group_reward"))
         or (field == "rollout" and row["kind"] != "rollout")
-    )
-    if row is None or wrong_kind:
+    ):
         raise _bad(
             f"{where}.{id_key} {entity_id!r} is not a {field.rstrip('s')} function registered on this server",
             "FunctionNotFound",

@@ -38,7 +38,7 @@ NEEDED = {
 
 def missing_packages() -> list[str]:
     """The tracing packages this environment lacks (install ``opd-nb[tracing]``)."""
-    out = []
+    out: list[str] = []
     for module, package in NEEDED.items():
         try:
             found = importlib.util.find_spec(module) is not None

@@ -124,7 +124,7 @@ class EffectiveJob(ResultMixin, BaseModel):
 def _apply_run(data: dict[str, Any], sources: dict[str, str], run: dict[str, Any]) -> None:
     """Apply `run()` arguments over the config, in place, as the SDK's `run()` does."""
     if "model" in run:
-        base = data.get("model") if isinstance(data.get("model"), dict) else {}
+        base = given if isinstance(given := data.get("model"), dict) else {}
         data["model"] = {**base, "name": run["model"]}
         sources["model"] = "run()"
     if "functions" in run:

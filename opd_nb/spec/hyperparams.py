@@ -69,13 +69,14 @@ class ParamSpec(BaseModel):
                 return f"expected a finite number, got {value!r}"
         elif self.type == "str" and not isinstance(value, str):
             return f"expected text, got {value!r}"
-        choices = [*(self.choices or []), *(self.local_choices or [])] if local else self.choices
+        choices = [*(self.choices or []), *(self.local_choices or [])] if local else (self.choices or [])
         if self.choices is not None and value not in choices:
             return f"{value!r} is not one of {', '.join(map(str, choices))}"
         ge = self.local_ge if local and self.local_ge is not None else self.ge
-        if ge is not None and value < ge:
+        number = isinstance(value, int | float)  # the type checks above passed: a number when bounded
+        if ge is not None and number and value < ge:
             return f"{value!r} is below the minimum {_num(ge)}"
-        if self.le is not None and value > self.le:
+        if self.le is not None and number and value > self.le:
             return f"{value!r} is above the maximum {_num(self.le)}"
         return None
 

@@ -45,13 +45,13 @@ class DatasetSpec(_Strict):
 
 
 class FoundationModel(_Strict):
-    name: str = None  # type: ignore[assignment]  # as in the SDK: omitted is fine, an explicit null is not
+    name: str = None  # pyright: ignore[reportAssignmentType]  # as in the SDK: omitted is fine, an explicit null is not
 
 
 class TrainingSpec(_Strict):
     type: Literal["reinforcement", "pg_opd"] = "reinforcement"
-    hyper_parameters: dict[str, Any] = None  # type: ignore[assignment]  # SDK: explicit null is refused
-    resources: dict[str, Any] = None  # type: ignore[assignment]
+    hyper_parameters: dict[str, Any] = None  # pyright: ignore[reportAssignmentType]  # SDK: explicit null is refused
+    resources: dict[str, Any] = None  # pyright: ignore[reportAssignmentType]
 
 
 class Observability(BaseModel):
@@ -390,7 +390,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> KeyPath:
     return tuple(out)
 
 
-def _explain(err: dict[str, Any], lines: LineMap) -> ConfigProblem:
+def _explain(err: Mapping[str, Any], lines: LineMap) -> ConfigProblem:
     path = _clean_loc(tuple(err.get("loc", ())))
     etype = err.get("type", "")
     where = lines.where(path)

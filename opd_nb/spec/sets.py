@@ -40,7 +40,7 @@ def full_key(key: str) -> str:
 
 def _suggest(name: str, section: str | None) -> str:
     """The key to write instead of an unknown `name` (another trainer's name, or a near spelling)."""
-    near = closest(name, section)  # type: ignore[arg-type]
+    near = closest(name, section)  # pyright: ignore[reportArgumentType]
     if near is None:
         known = ", ".join(
             p for p in PARAMS_BY_NAME if section is None or PARAMS_BY_NAME[p].section == section

@@ -111,7 +111,8 @@ def _set_key(lines: list[str], sec: _Section, key: str, value: Any) -> None:
         return
     new = f"{sec.pad}{key}: {yaml_scalar(value)}"
     if hit is not None:
-        lines[hit] = _with_comment(new, lines[hit], pat.match(lines[hit]).group(3))
+        found = pat.match(lines[hit])  # it matched when `hit` was found
+        lines[hit] = _with_comment(new, lines[hit], found.group(3) if found else None)
         return
     commented = re.compile(rf"^{sec.pad}#\s*{re.escape(key)}:(\s*)([^#]*?)(\s*#.*)?$")
     for i in range(sec.head + 1, _comments_end(lines, sec)):

@@ -45,6 +45,7 @@ class Backend(Protocol):
 
     def where(self) -> str:
         """One line: where the run was written and how to look at it (or upload it)."""
+        ...
 
 
 def parse_report_to(text: str | Sequence[str] | None) -> list[str]:

@@ -120,7 +120,7 @@ class Reporter:
         self.run = run_info(self.client, job, self.project)
         with muted():  # importing a tracker sets up its loggers: they must not print for us either
             self._backends = [open_backend(name) for name in self.names]
-        self._each("start", lambda b: b.start(self.run))  # type: ignore[arg-type]
+        self._each("start", lambda b: b.start(self.run))  # pyright: ignore[reportArgumentType]
 
     # ---------------------------------------------------------------- what a poll brings
     def poll(
@@ -177,13 +177,17 @@ class Reporter:
         self._samples_asked_at = last
         page = self.client.rollouts(self.job_id)
         tables: dict[int, list[list[Any]]] = {}
-        for step in [] if page is None else page.steps:
+        if page is None:
+            return tables
+        for step in page.steps:
             at = run.global_step(step)
             if at is None or at in self._sample_steps:
                 continue
-            records = (
-                page.rollouts if step == page.step else self.client.rollouts(self.job_id, step=step).rollouts
-            )
+            if step == page.step:
+                records = page.rollouts
+            else:
+                other = self.client.rollouts(self.job_id, step=step)
+                records = other.rollouts if other is not None else []
             self._sample_steps.add(at)
             if records:
                 tables[at] = [[sample_summary(r).get(c) for c in SAMPLE_COLUMNS] for r in records]
@@ -199,7 +203,7 @@ class Reporter:
         if key in self._alert_rules:
             return
         self._alert_rules.add(key)
-        step = self.run.global_step(rows[-1].get(STEP)) if rows else None  # type: ignore[union-attr]
+        step = self.run.global_step(rows[-1].get(STEP)) if rows else None  # pyright: ignore[reportOptionalMemberAccess]
         self._each("alert", lambda b: b.log_alert(step, alert))
         self.result.alerts += 1
 

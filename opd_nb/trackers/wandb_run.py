@@ -58,7 +58,7 @@ class Run:
             group=run.group,
             job_type="opd",
             config=run.config,
-            mode=mode(),
+            mode=mode(),  # pyright: ignore[reportArgumentType] - WANDB_MODE as the user set it; wandb checks it
             reinit="create_new",
             settings=settings,
         )

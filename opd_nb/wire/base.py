@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, SerializerFunctionWrapHandler, model_serializer
 
 JsonObject = dict[str, JsonValue]  # a JSON object whose keys are data, not fields (a metric row, a spec)
 Scalar = float | int | bool | str | None  # one JSON scalar (a metric's value)
+
+
+def json_object(value: object) -> dict[str, Any]:
+    """`value` when it is a JSON object (a parsed reply's ``output``), else an empty one: a reply out of
+    shape reads as one without the keys, which the wire models then report or default."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def json_objects(value: object) -> list[dict[str, Any]]:
+    """The JSON objects of `value` when it is a list (others in it skipped), else none."""
+    items = cast(list[object], value) if isinstance(value, list) else []
+    return [json_object(item) for item in items if isinstance(item, dict)]
 
 
 def _none(value: object) -> bool:

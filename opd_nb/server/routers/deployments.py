@@ -9,6 +9,7 @@ work) and answer Bailian's shapes under ``output``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
@@ -79,7 +80,9 @@ async def deployment_stream(
     )
 
 
-async def _deployment_events(manager: DeploymentManager, row: dict, request: Request) -> AsyncIterator[str]:
+async def _deployment_events(
+    manager: DeploymentManager, row: dict[str, Any], request: Request
+) -> AsyncIterator[str]:
     seq, last = 0, None
     while True:
         if row["status"] != last:

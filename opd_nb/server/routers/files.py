@@ -12,7 +12,7 @@ import json
 import secrets
 import shutil
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 
@@ -139,7 +139,7 @@ def check_jsonl_file(path: Path) -> tuple[str | None, int]:
             blank = False
             try:
                 obj = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 return f"line {n} is not valid JSON ({exc.msg})", count
             if not isinstance(obj, dict):
                 return f"line {n} is not a JSON object", count
@@ -147,11 +147,11 @@ def check_jsonl_file(path: Path) -> tuple[str | None, int]:
     return ("the file is empty", 0) if blank else (None, count)
 
 
-def _public(row: dict) -> FileEntry:
+def _public(row: dict[str, Any]) -> FileEntry:
     return FileEntry.model_validate({k: row[k] for k in FileEntry.model_fields})
 
 
-def _existing_file(store: Store, file_id: str) -> dict:
+def _existing_file(store: Store, file_id: str) -> dict[str, Any]:
     row = store.file(file_id)
     if row is None:
         raise ApiError(404, "FileNotFound", f"file {shown(file_id)} does not exist")

@@ -29,7 +29,7 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from opd_nb.constants import COMPATIBLE_PATH
 from opd_nb.server.bodies import ChatBody, GenerationBody
@@ -64,7 +64,7 @@ class _Upstream(Exception):
 
 
 # ---- talking to a serving process ----------------------------------------------------------------
-def _payload(model: str, messages: list[dict], stream: bool, **params: Any) -> dict[str, Any]:
+def _payload(model: str, messages: list[dict[str, Any]], stream: bool, **params: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
     body.update({k: v for k, v in params.items() if v is not None})
     return body
@@ -107,7 +107,7 @@ async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> ChatCompletion:
         ) from None
 
 
-async def _open(endpoint: Endpoint, payload: dict) -> tuple[httpx.AsyncClient, httpx.Response]:
+async def _open(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[httpx.AsyncClient, httpx.Response]:
     """Start a streamed answer; a refusal (a prompt too long, ...) is an ApiError before any event."""
     http = httpx.AsyncClient(timeout=TIMEOUT, trust_env=False)
     request = http.build_request(
@@ -138,9 +138,9 @@ async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterato
             data = line[len("data:") :].strip()
             if data == "[DONE]":
                 return
-            chunk = json.loads(data)
+            chunk: dict[str, Any] = json.loads(data)  # an OpenAI chunk from our own serving process
             if "error" in chunk:
-                raise _Upstream(str((chunk["error"] or {}).get("message") or chunk["error"]))
+                raise _Upstream(_error_text(chunk["error"]))
             try:
                 yield ChatCompletionChunk.model_validate(chunk)
             except ValueError as exc:
@@ -150,6 +150,13 @@ async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterato
     finally:
         await resp.aclose()
         await http.aclose()
+
+
+def _error_text(error: JsonValue) -> str:
+    """An error event's words: its ``message`` when it is an object that has one, else the event itself."""
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    return str(error)
 
 
 # ---- DashScope text generation ------------------------------------------------------------------
