@@ -274,3 +274,27 @@ def test_every_field_the_server_sent_is_declared_by_its_model(name):
     """Kept as an extra is not described: the OpenAPI document would not show it."""
     value = TypeAdapter(BODIES[name]).validate_python(SAMPLES[name]["body"])
     assert _undeclared(value) == []
+
+
+@pytest.mark.parametrize("out", [None, "busy", ["x", 3]])
+def test_a_reply_out_of_shape_reads_as_one_without_the_keys(out):
+    """The client's parsers (strict-typed through `json_object`) read an ``output`` that is not an object
+    as one without the keys (an object with a key out of shape is the wire model's ValidationError, which
+    the call reports as an unexpected reply)."""
+    from opd_nb.client.deploy_results import DeploymentList
+    from opd_nb.client.job_results import Checkpoint, JobList
+    from opd_nb.client.rollout_results import RolloutPage
+
+    assert JobList.from_output(out, page=1, size=20).jobs == []
+    assert Checkpoint.listing(out) == []
+    assert DeploymentList.from_output(out, page=1, size=20).deployments == []
+    page = RolloutPage.from_output("job-1", out)
+    assert (page.job_id, page.rollouts, page.steps) == ("job-1", [], [])
+
+
+def test_a_checkpoint_listing_is_read_from_a_list_or_an_older_servers_object():
+    from opd_nb.client.job_results import Checkpoint
+
+    entry = {"checkpoint": "checkpoint-20", "step": 20, "job_id": "job-1"}
+    assert [c.name for c in Checkpoint.listing([entry, "junk"])] == ["checkpoint-20"]
+    assert [c.step for c in Checkpoint.listing({"checkpoints": [entry]})] == [20]
