@@ -192,7 +192,7 @@ def test_the_document_describes_answers_errors_and_streams():
     doc = json.loads((Path(__file__).parents[1] / "opd_nb" / "wire" / "openapi.json").read_text())
     job = doc["paths"]["/api/v1/fine-tunes/{job_id}"]["get"]["responses"]
     assert job["200"]["content"]["application/json"]["schema"]["$ref"].endswith("Output_JobOutput_")
-    assert job["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+    assert job["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
     chat = doc["paths"]["/compatible-mode/v1/chat/completions"]["post"]["responses"]
     assert chat["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/OpenAIError")
     stream = doc["paths"]["/api/v1/fine-tunes/{job_id}/stream"]["get"]["responses"]["200"]["content"]

@@ -20,7 +20,7 @@ from opd_nb.results import ResultMixin
 from opd_nb.terminal_table import WholeNamesTable
 from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.checkpoints import CheckpointEntry
-from opd_nb.wire.jobs import JobFunctionRef, JobListing, JobLogs, JobOutput
+from opd_nb.wire.jobs import JobListing, JobLogs, JobOutput
 
 _STATUS_COLOR = {
     SUCCEEDED: "green",
@@ -45,10 +45,10 @@ class Job(ResultMixin, JobOutput):
         return self.status in TERMINAL_STATUSES
 
     @property
-    def functions(self) -> list[JobFunctionRef]:
-        """The registered functions the job runs (local control plane; empty where the service does not
-        list them)."""
-        return list(self.local.functions) if self.local is not None else []
+    def functions(self) -> list[dict[str, Any]]:
+        """The registered functions the job runs, as the wire has them (`name`, `type`, `entity_id`; local
+        control plane; empty where the service does not list them)."""
+        return [f.wire() for f in self.local.functions] if self.local is not None else []
 
     def summary(self) -> str:
         prog = ""

@@ -203,7 +203,7 @@ def _duration_of(job: Job) -> float | None:
 def _reward_of(record: JobRecord) -> str | None:
     """ "yes"/"no": did the job train with a reward; None where the control plane does not tell."""
     if record.job.local is not None:  # the local plane lists the functions a job runs
-        kinds = {f.type for f in record.job.functions}
+        kinds = {f["type"] for f in record.job.functions}
         return "yes" if kinds & {"reward", "group_reward"} else "no"
     if record.metrics:  # else by what it reports: pure distillation reports no reward series
         return "yes" if any(REWARD_MEAN in r or TRAIN_REWARD_MEAN in r for r in record.metrics) else "no"

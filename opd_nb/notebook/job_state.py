@@ -157,7 +157,7 @@ def job_view(st: JobState, *, log_tail: int, latest: Iterable[str] = ()) -> dict
         eval_steps=job.plan.eval_steps if job is not None else None,
         records=st.rollouts,
     )
-    functions = [f.wire() for f in job.functions] if job is not None else []  # local control plane
+    functions = job.functions if job is not None else []  # local control plane
     return {
         "status": st.status,
         "terminal": st.terminal,

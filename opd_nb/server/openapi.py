@@ -50,7 +50,7 @@ def _error(description: str, schema: str) -> dict[str, Any]:
 
 def _document_errors(path: str, op: dict[str, Any]) -> None:
     """The errors an operation can answer, in the shape this server sends them."""
-    shape = "OpenAIError" if path.startswith(COMPATIBLE_PATH) else "ErrorBody"
+    shape = "OpenAIError" if path.startswith(COMPATIBLE_PATH) else "Error"
     responses = op.setdefault("responses", {})
     responses.pop("422", None)
     responses["400"] = _error("Bad request: a parameter or the body is invalid", shape)

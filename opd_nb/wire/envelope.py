@@ -21,7 +21,7 @@ class Output(Wire, Generic[T]):
         return cls(request_id=new_request_id(), output=output)
 
 
-class ErrorBody(Wire):
+class Error(Wire):
     """Every error this server answers (a 4xx for a bad request, Bailian's 500 shape for a bug)."""
 
     request_id: str
@@ -43,3 +43,6 @@ class OpenAIError(Wire):
 
     error: OpenAIErrorDetail
     request_id: str | None = None
+
+
+ErrorBody = Error  # the name the code uses; the OpenAPI document calls the schema `Error`, as before

@@ -8,6 +8,7 @@ work) and answer Bailian's shapes under ``output``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -87,7 +88,7 @@ async def _deployment_events(
     while True:
         if row["status"] != last:
             last, seq = row["status"], seq + 1
-            yield f"id:{seq}\nevent:status\ndata:{deployment_output(row).wire_json()}\n\n"
+            yield f"id:{seq}\nevent:status\ndata:{json.dumps(deployment_output(row).wire())}\n\n"
         if last != PENDING or await request.is_disconnected():
             return
         await anyio.sleep(STREAM_POLL_S)

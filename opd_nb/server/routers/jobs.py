@@ -7,6 +7,7 @@ async and reads the store through ``anyio.to_thread`` so a slow disk never stall
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import AsyncIterator
@@ -171,7 +172,7 @@ async def job_events(store: Store, job_id: str, start: int, request: Request) ->
         if status != last_status:
             last_status = status
             event = JobStatusEvent(job_id=job_id, status=status, progress=job.progress if job else None)
-            yield sse_event("status", event.wire_json())
+            yield sse_event("status", json.dumps(event.wire()))  # as before the models: json.dumps
         if len(rows) == STREAM_BATCH:
             continue  # more lines are waiting: send them before anything else
         if status in TERMINAL_STATUSES or job is None or await request.is_disconnected():
