@@ -216,9 +216,8 @@ def _watch_with_progress(client: Any, job_id: str, console: Any) -> Any:
         task = progress.add_task(f"{job_id} PENDING", total=None)
 
         def on_update(job: Any) -> None:
-            info = (job.raw or {}).get("progress") or {}
-            total = info.get("total_steps")
-            step = info.get("step")
+            total = job.progress.total_steps if job.progress else None
+            step = job.progress.step if job.progress else None
             if total:
                 progress.update(task, total=total)
             if step is not None:

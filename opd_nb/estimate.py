@@ -7,7 +7,8 @@ so the estimate gives the price of each billed hour and says so instead of inven
 
 Smoke runs (`opd submit --smoke [N]`) are sized here too: `SMOKE_STEPS` steps of training rows, one
 epoch, `SMOKE_VALIDATION_ROWS` validation rows. The workspace's `submit_job.py` keeps the same
-numbers (it must work without opd-nb; a test keeps them equal).
+numbers (it must work without opd-nb; a test keeps them equal). The steps formula is
+:func:`opd_nb.spec.training_plan.training_steps`, the one the engine counts with.
 """
 
 from __future__ import annotations
@@ -25,17 +26,13 @@ from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.job import workspace_config
+from opd_nb.spec.training_plan import steps_per_epoch, training_steps
 
 PRICE_VAR = settings.PRICE_PER_UNIT_HOUR.name  # money per training unit per hour, in the account's currency
 SMOKE_STEPS = 2  # a smoke run's default training rows: enough for this many steps
 SMOKE_VALIDATION_ROWS = 4  # validation rows a smoke run keeps
 SMOKE_SUFFIX = "-smoke"  # appended to a smoke run's job name
 WALL_CLOCK_NOTE = "wall-clock hours are not known before the job runs; the bill is units x hours, each started hour billed whole"
-
-
-def training_steps(rows: int, batch_size: int, n_epochs: int) -> int:
-    """Optimiser steps of a job: ceil(rows / batch_size) per epoch (the last batch may be short)."""
-    return math.ceil(rows / batch_size) * n_epochs
 
 
 def billed_hours(elapsed_s: float) -> int:
@@ -269,7 +266,7 @@ def _counts(
     samples = None if steps is None else steps * per_step + (eval_samples or 0)
     window = min(shape["max_length"], shape["opd_teacher_max_model_len"])
     return {
-        "steps_per_epoch": None if steps is None else steps // shape["n_epochs"],
+        "steps_per_epoch": None if not rows else steps_per_epoch(rows, shape["batch_size"]),
         "steps": steps,
         "rollouts_per_step": per_step,
         "rollouts": None if steps is None else steps * per_step,

@@ -399,12 +399,17 @@ class _Scorer:
                 return None, {}, None
             hit = float(clean_answer(answer) == clean_answer(str(solution)))
             return hit, {EXACT_MATCH: hit}, None
-        return self._reward(row, answer, model, index, url=self.server.url, timeout=self.fn.timeout)
+        return self._reward(row, answer, model, index)
 
     def _reward(
-        self, row: dict[str, Any], answer: str, model: str, index: int, *, url: str, timeout: float
+        self, row: dict[str, Any], answer: str, model: str, index: int
     ) -> tuple[float | None, dict, str | None]:
+        """The workspace's reward function's (score, metrics, error) for one answer (started first)."""
         from opd_nb import reward_call
+
+        if self.server is None or self.fn is None:
+            raise RuntimeError("the reward function's server is not started: call start() first")
+        url, timeout = self.server.url, self.fn.timeout
 
         request = reward_call.reward_request(
             [*_prompt(row), {"role": "assistant", "content": answer}],

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.health import GuardThresholds, HealthAlert, eval_steps_of, guard_alerts
+from opd_nb.health import GuardThresholds, HealthAlert, guard_alerts
 
 log = logging.getLogger("opd_nb.guard")
 
@@ -67,7 +67,7 @@ class Guard:
         return lines
 
     def _metric_alert(self, job: Any, rows: Sequence[Mapping[str, Any]]) -> HealthAlert | None:
-        found = guard_alerts(rows, eval_steps=eval_steps_of(job.hyper_parameters), thresholds=self.thresholds)
+        found = guard_alerts(rows, eval_steps=job.plan.eval_steps, thresholds=self.thresholds)
         return found[0] if found else None
 
     def _log_alert(self) -> HealthAlert | None:
@@ -78,7 +78,7 @@ class Guard:
     def _cancel(self, job: Any, alert: HealthAlert, rows: Sequence[Mapping[str, Any]] | None) -> str:
         """Cancel with the reason recorded (by `opd serve`; Bailian's cancel takes none), then say so.
         Tripped only once the cancel went through: a lost answer is tried again at the next poll."""
-        step = (rows[-1].get("step") if rows else None) or (job.progress or {}).get("step")
+        step = (rows[-1].get("step") if rows else None) or (job.progress.step if job.progress else None)
         why = f"at step {step}: rule {alert.rule}: {alert.message}"
         self._pending = alert
         self.client.cancel(self.job_id, reason=f"by {self.who} {why}")

@@ -63,14 +63,12 @@ def test_checkpoint_expiry_and_order(tmp_path):
         }
         for s, when in ((2, "2026-01-01 10:00:00"), (4, time.strftime("%Y-%m-%d %H:%M:%S")))
     ]
-    out = checkpoint_listing(job, [dict(c) for c in cps], ttl_days=15)
+    out = [e.wire() for e in checkpoint_listing(job, [dict(c) for c in cps], ttl_days=15)]
     assert [e["step"] for e in out] == [4, 2]  # newest step first, as Bailian sorts
     assert out[1]["checkpoint_id"] == "ft-202001010000-abcd:checkpoint-2"
     assert out[1]["expire_time"] == "2026-01-16 10:00:00" and out[1]["status"] == "EXPIRED"
     assert out[0]["status"] == "SUCCEEDED" and out[0]["model_name"] is None
-    assert [e["status"] for e in checkpoint_listing(job, [dict(c) for c in cps], ttl_days=0)] == [
-        "EXPIRED"
-    ] * 2
+    assert [e.status for e in checkpoint_listing(job, [dict(c) for c in cps], ttl_days=0)] == ["EXPIRED"] * 2
 
 
 def test_plans_need_their_fields_and_a_paid_deploy_needs_yes():

@@ -35,8 +35,8 @@ def test_seed_002_reads_entity_id_from_the_run_result():
         {"name": "rollout-1", "kind": "rollout", "entity_id": "ro-123"},
         {"name": "reward-1", "kind": "reward", "entity_id": "rw-456"},
     ]
-    result = FineTune(status_code=HTTPStatus.OK, output=job_output(_job(functions)))
+    result = FineTune(status_code=HTTPStatus.OK, output=job_output(_job(functions)).wire())
     assert result.output.entity_id == "ro-123" and result.output.job_id == "ft-1"
     assert [f["entity_id"] for f in result.output.local["functions"]] == ["ro-123", "rw-456"]
-    pure = FineTune(status_code=HTTPStatus.OK, output=job_output(_job([])))
+    pure = FineTune(status_code=HTTPStatus.OK, output=job_output(_job([])).wire())
     assert pure.output.entity_id is None  # pure distillation registered nothing: None, not AttributeError

@@ -8,6 +8,7 @@ import sqlite3
 from opd_nb.server.job_record import JobFunction, JobMeta, JobProgress, ResumeState, TrainingOutcome
 from opd_nb.server.store import Store
 from opd_nb.server.worker import engine_job
+from opd_nb.spec.training_plan import TrainingPlan
 
 # A meta exactly as the previous version wrote it: a free-form dict, resume state and outcome at the top.
 LEGACY_META = {
@@ -88,7 +89,7 @@ def test_the_worker_builds_its_engine_job_from_the_record(tmp_path):
     built = engine_job(tmp_path, job, [], None)
     assert built.student_path == "/models/student" and built.train_file == "/data/files/train.jsonl"
     assert built.resume_from == LEGACY_META["resume_from"]
-    assert built.hyper_parameters == {"n_epochs": 2}
+    assert built.hyper_parameters == TrainingPlan.from_submitted({"n_epochs": 2})  # read from the request
     assert built.output_dir == str(tmp_path / "jobs" / "ft-1" / "output")
 
 

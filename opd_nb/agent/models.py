@@ -35,7 +35,7 @@ class JobInfo(BaseModel):
 
     @classmethod
     def of(cls, job: Any) -> JobInfo:
-        progress = job.progress or {}
+        progress = job.progress
         return cls(
             **{
                 k: getattr(job, k)
@@ -53,8 +53,8 @@ class JobInfo(BaseModel):
                     "hyper_parameters",
                 )
             },  # fmt: skip
-            step=progress.get("step"),
-            total_steps=progress.get("total_steps"),
+            step=progress.step if progress else None,
+            total_steps=progress.total_steps if progress else None,
         )
 
 

@@ -259,7 +259,7 @@ TOOLS = (
 def wait(state: AgentState, client: Any, job_id: str, timeout_s: float, guard: bool) -> WaitResult:
     """Poll `job_id` until it ends, its status changes, a new alert fires, or `timeout_s` passes."""
     from opd_nb.guard import Guard
-    from opd_nb.health import AlertTracker, eval_steps_of, job_alerts
+    from opd_nb.health import AlertTracker, job_alerts
 
     tracker = state.alerts.setdefault(job_id, AlertTracker())
     poll_s = 1.0 if client.target.kind == "local" else 5.0
@@ -270,9 +270,7 @@ def wait(state: AgentState, client: Any, job_id: str, timeout_s: float, guard: b
         rows = client.metrics(job_id)
         if guard:
             said += state.guards.setdefault(job_id, Guard(client, job_id)).poll(job, rows)
-        alerts = job_alerts(
-            rows or [], status=job.status, job_id=job_id, eval_steps=eval_steps_of(job.hyper_parameters)
-        )
+        alerts = job_alerts(rows or [], status=job.status, job_id=job_id, eval_steps=job.plan.eval_steps)
         fresh = [AlertInfo.of(a) for a in tracker.fresh(alerts)]
         waited = time.monotonic() - began
         reason = ("terminal" if job.terminal else "status_changed" if job.status != first

@@ -29,7 +29,7 @@ from opd_nb.client.rollout_results import (
     prompt_text,
     reward_of,
 )
-from opd_nb.health import best_checkpoint, best_checkpoint_line, eval_steps_of, job_alerts
+from opd_nb.health import best_checkpoint, best_checkpoint_line, job_alerts
 from opd_nb.plots import metric_series
 
 NO_METRICS = "this control plane (Bailian) has no metrics API; read the job in the console"
@@ -79,7 +79,7 @@ def alerts_view(
 ) -> AlertsResult:
     """The health alerts the monitor shows and the best checkpoint by the docs' rule."""
     alerts = job_alerts(rows or [], status=job.status, job_id=job.job_id,
-                        eval_steps=eval_steps_of(job.hyper_parameters), records=records)  # fmt: skip
+                        eval_steps=job.plan.eval_steps, records=records)  # fmt: skip
     best = best_checkpoint(checkpoints, rows) if checkpoints and rows else None
     info = None
     if best is not None:

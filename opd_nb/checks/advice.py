@@ -16,8 +16,8 @@ from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX
-from opd_nb.estimate import training_steps
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.training_plan import training_steps
 
 KEEP_MIN, KEEP_MAX = 3, 5  # seed 002: "保留 3~5 个权衡空间与回滚需求"
 SAVE_PER_EVAL = (2, 3)  # the docs' table: save_steps "建议 eval_steps × 2~3"

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
-from opd_nb.estimate import training_steps
 from opd_nb.spec.hyperparams import OTHER_NAMES, PARAMS_BY_NAME, closest
 from opd_nb.spec.ids import id_kind
 from opd_nb.spec.models import (
@@ -19,6 +18,7 @@ from opd_nb.spec.models import (
     size_b,
     size_class,
 )
+from opd_nb.spec.training_plan import training_steps
 from opd_nb.spec.yaml_edit import yaml_scalar
 
 LR_START = 1e-6

@@ -1,6 +1,6 @@
 """Schedule rules: fields counted in steps against the job's length, and fields the docs tie to another.
 
-The job's length is steps = ceil(training rows / batch_size) x n_epochs (`opd_nb.estimate.training_steps`,
+The job's length is steps = ceil(training rows / batch_size) x n_epochs (`opd_nb.spec.training_plan.training_steps`,
 as Bailian counts it). Every step-counted hyper-parameter is compared with it: ``eval_steps`` (its rule,
 ``config.eval-steps-too-sparse``, is in :mod:`opd_nb.checks.config`), ``save_steps`` and ``lr_warmup_steps``.
 Then the pairs the docs and the engine reference relate: ``save_steps`` only with ``save_strategy: steps``,
@@ -11,8 +11,8 @@ a warm-up only with a schedule that has one, ``ppo_mini_batch_size`` dividing ``
 from __future__ import annotations
 
 from opd_nb.checks.context import CheckContext
-from opd_nb.estimate import training_steps
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.training_plan import training_steps
 
 _HP = ("training", "hyper_parameters")
 

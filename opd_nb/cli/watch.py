@@ -29,7 +29,7 @@ from opd_nb.constants import (
     VALIDATION_ACCURACY,
     ZERO_VARIANCE_GROUPS,
 )
-from opd_nb.health import AlertTracker, HealthAlert, eval_steps_of, job_alerts
+from opd_nb.health import AlertTracker, HealthAlert, job_alerts
 from opd_nb.watch_contact import RECONNECT_MINUTES, Contact
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from opd_nb.meter import Meter
     from opd_nb.notify import Notifier
     from opd_nb.trackers import Reporter
+    from opd_nb.wire.jobs import JobProgress
 
 SHOWN_METRICS = (
     LOSS,
@@ -90,7 +91,7 @@ def _fresh_alerts(
         rows or [],
         status=job.status,
         job_id=job.job_id,
-        eval_steps=eval_steps_of(job.hyper_parameters),
+        eval_steps=job.plan.eval_steps,
         records=records,
     )
     return tracker.fresh(alerts)
@@ -194,10 +195,9 @@ def _metrics_table(rows: Sequence[Mapping[str, Any]] | None) -> Any:
     return table
 
 
-def _steps_text(progress: Mapping[str, Any] | None) -> str:
+def _steps_text(progress: JobProgress | None) -> str:
     """The progress bar's count: step/total, or what is known of it (a job can fail before a total)."""
-    prog = progress or {}
-    step, total = prog.get("step"), prog.get("total_steps")
+    step, total = (progress.step, progress.total_steps) if progress else (None, None)
     if total:
         return f"{step or 0}/{total}"
     return f"step {step}" if step else "no step yet"
@@ -246,9 +246,9 @@ def _show(seen: _Round, progress: Any, task: Any, hooks: Hooks, live: Any, say: 
     from rich.console import Group
     from rich.text import Text
 
-    job, prog = seen.job, seen.job.progress or {}
-    progress.update(task, description=str(job.status), total=prog.get("total_steps"),
-                    completed=prog.get("step") or 0, steps=_steps_text(prog))  # fmt: skip
+    job, prog = seen.job, seen.job.progress
+    progress.update(task, description=str(job.status), total=prog.total_steps if prog else None,
+                    completed=prog.step if prog else 0, steps=_steps_text(prog))  # fmt: skip
     for alert in seen.fresh:
         say(alert_line(job.job_id, alert), "red" if alert.severity == "error" else "yellow")
     for line in seen.lines:

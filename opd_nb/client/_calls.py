@@ -12,8 +12,6 @@ lacks and for a job it does not know), so the plan asks about the job itself: un
 call's own ``OpdError`` (status 404, the service's code); known job → None (no such endpoint).
 """
 
-# pyright: standard
-# (strict pending, issue 38: 15 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import json
@@ -33,6 +31,9 @@ from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
 from opd_nb.errors import UNREACHABLE, OpdError
 from opd_nb.terminal_text import printable
 from opd_nb.traces.page import TracesPage
+from opd_nb.wire.base import json_object, json_objects
+from opd_nb.wire.jobs import JobMetrics
+from opd_nb.wire.models import ModelListing
 
 T = TypeVar("T")
 
@@ -131,12 +132,16 @@ def job_stream(job_id: str) -> Call[None]:
     return Call("GET", _job_path(job_id, "/stream"), f"events of {job_id}", _nothing)
 
 
+def _metric_rows(out: Any) -> list[dict[str, Any]]:
+    return [dict(row) for row in JobMetrics.model_validate(out).metrics]
+
+
 def job_metrics(job_id: str) -> Call[list[dict[str, Any]]]:
     return Call(
         "GET",
         _job_path(job_id, "/metrics"),
         f"metrics of {job_id}",
-        lambda out: list(out.get("metrics") or []),
+        _metric_rows,
         local_only=True,
         job_id=job_id,
     )
@@ -225,8 +230,12 @@ def job_traces(
     )
 
 
+def _local_models(out: Any) -> list[dict[str, Any]]:
+    return [m.wire() for m in ModelListing.model_validate(out).models]
+
+
 def list_models() -> Call[list[dict[str, Any]]]:
-    return Call("GET", "/models", "list models", lambda out: list(out.get("models") or []), local_only=True)
+    return Call("GET", "/models", "list models", _local_models, local_only=True)
 
 
 # ---- deployments and chat ----------------------------------------------------------------------
@@ -309,12 +318,13 @@ def stream_delta(line: str) -> str | None:
         chunk = json.loads(data)
     except ValueError:
         return None
-    if isinstance(chunk, dict) and chunk.get("error"):
-        err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+    event = json_object(chunk)
+    if error := event.get("error"):
+        err = json_object(error) or {"message": error}  # an object, or the error's words alone
         raise OpdError(f"the answer stopped: {err.get('message')}", code=err.get("code"))
-    choices = chunk.get("choices") if isinstance(chunk, dict) else None
-    delta = (choices[0].get("delta") or {}) if choices else {}
-    return delta.get("content") or None
+    choices = json_objects(event.get("choices"))
+    content = json_object(choices[0].get("delta")).get("content") if choices else None
+    return str(content) if content else None
 
 
 def wait_deployed(
@@ -425,7 +435,8 @@ def perform(call: Call[T], target: Target, retries: int) -> Plan[T | None]:
         raise error
     try:
         body = resp.json()
-        out = body.get("output", body.get("data", body)) if isinstance(body, dict) else body
+        reply = json_object(body)
+        out: object = reply.get("output", reply.get("data", reply)) if isinstance(body, dict) else body
         return call.parse(out)
     except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
         raise _unexpected(call, target, resp, exc) from None

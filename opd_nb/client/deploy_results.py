@@ -1,50 +1,45 @@
 """The typed results of deployment and chat calls, whichever control plane answered.
 
-A :class:`Deployment` reads Bailian's deployment object (``deployed_model``, ``status``,
-``model_name``, ``capacity``, ...) and a :class:`ChatReply` OpenAI's ``chat.completion``, as the
-compatible-mode API answers on Bailian and on ``opd serve``. The notebook renders them with
+A :class:`Deployment` is Bailian's deployment object as the wire describes it (``deployed_model``,
+``status``, ``model_name``, ``capacity``, ...; :mod:`opd_nb.wire.deployments`) and a :class:`ChatReply`
+reads OpenAI's ``chat.completion`` through the wire's model, as the compatible-mode API answers on
+Bailian and on ``opd serve``. The notebook renders them with
 ``_repr_html_``, the CLI with ``__rich__`` (user text as plain text, never as rich markup).
 """
 
-# pyright: standard
-# (strict pending, issue 38: 14 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import html
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from opd_nb.constants import RUNNING, UNKNOWN
 from opd_nb.results import ResultMixin
 from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.wire.base import json_object, json_objects
+from opd_nb.wire.deployments import DeploymentListing, DeploymentOutput
+from opd_nb.wire.inference import ChatCompletion
 
 _HEAD = ("deployment", "status", "model", "capacity", "created")
 _COLOR = {"RUNNING": "green", "FAILED": "red", "PENDING": "yellow", "DELETED": "white"}
 
 
-class Deployment(ResultMixin, BaseModel):
-    deployed_model: str
+class Deployment(ResultMixin, DeploymentOutput):
+    """A deployment as the control plane answered it, ``message`` why it FAILED (the local plane's
+    ``local.message``), ``raw`` the answer as sent."""
+
     status: str = UNKNOWN
-    model_name: str | None = None
-    base_model: str | None = None
-    capacity: int | None = None
-    ready_capacity: int | None = None
-    plan: str | None = None  # lora | ptu | mu (v2 deployments)
-    charge_type: str | None = None  # what it is billed by
-    gmt_create: str | None = None
-    gmt_modified: str | None = None
-    message: str | None = None  # why it FAILED (local control plane)
+    message: str | None = None
     raw: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @classmethod
     def from_output(cls, out: Any) -> Deployment:
-        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
-        fields = {
-            k: out.get(k) for k in cls.model_fields if k not in ("raw", "message") and out.get(k) is not None
-        }
-        local = given if isinstance(given := out.get("local"), dict) else {}
-        return cls(**fields, message=local.get("message") or out.get("message"), raw=out)
+        out = json_object(out)
+        dep = cls.model_validate({**out, "raw": out})
+        if dep.local is not None and dep.local.message:
+            dep.message = dep.local.message
+        return dep
 
     @property
     def running(self) -> bool:
@@ -80,10 +75,11 @@ class DeploymentList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> DeploymentList:
-        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
+        out = json_object(out)
+        listing = DeploymentListing.model_validate(out)
         return cls(
-            deployments=[Deployment.from_output(d) for d in out.get("deployments") or []],
-            total=out.get("total") or 0,
+            deployments=[Deployment.from_output(d) for d in json_objects(out.get("deployments"))],
+            total=listing.total,
             page=page,
             size=size,
         )
@@ -122,21 +118,22 @@ class ChatReply(ResultMixin, BaseModel):
     model: str
     content: str = ""
     finish_reason: str | None = None
-    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     usage: dict[str, Any] = Field(default_factory=dict)
     raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)  # the answer as sent
 
     @classmethod
     def from_output(cls, out: Any, *, model: str) -> ChatReply:
-        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
-        choice = (out.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
+        out = json_object(out)
+        answer = ChatCompletion.model_validate({"model": model, **out} if not out.get("model") else out)
+        choice = answer.choices[0] if answer.choices else None
+        message = choice.message if choice else None
         return cls(
-            model=str(out.get("model") or model),
-            content=str(message.get("content") or ""),
-            finish_reason=choice.get("finish_reason"),
-            tool_calls=list(message.get("tool_calls") or []),
-            usage=dict(out.get("usage") or {}),
+            model=answer.model,
+            content=(message.content if message else None) or "",
+            finish_reason=choice.finish_reason if choice else None,
+            tool_calls=[c.wire() for c in (message.tool_calls if message else None) or []],
+            usage=answer.usage.wire() if answer.usage else {},
             raw=out,
         )
 

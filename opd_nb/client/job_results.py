@@ -1,23 +1,26 @@
 """The typed results of job calls: what both clients return, whichever control plane answered.
 
-Each model reads the service's ``output`` object itself (``from_output``), so the wire format is
-interpreted in one place; the notebook renders them with ``_repr_html_``, the CLI with ``__rich__``.
+A result is read from the service's ``output`` through the wire model both control planes answer with
+(:mod:`opd_nb.wire`): a :class:`Job` *is* the wire's job object, with its presentation added, so the
+server's shape and the client's reading cannot drift. The notebook renders them with ``_repr_html_``,
+the CLI with ``__rich__``.
 """
 
-# pyright: standard
-# (strict pending, issue 38: 11 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import html
 import json
 import time
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
+from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.results import ResultMixin
 from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.wire.base import json_object, json_objects
+from opd_nb.wire.checkpoints import CheckpointEntry
+from opd_nb.wire.jobs import JobListing, JobLogs, JobOutput
 
 _STATUS_COLOR = {
     SUCCEEDED: "green",
@@ -28,27 +31,14 @@ _STATUS_COLOR = {
 }
 
 
-class Job(ResultMixin, BaseModel):
-    job_id: str
-    job_name: str | None = None
-    status: str = UNKNOWN
-    model: str | None = None
-    training_type: str | None = None
-    teacher_model: str | None = None
-    finetuned_output: str | None = None
-    create_time: str | None = None
-    end_time: str | None = None
-    hyper_parameters: dict[str, Any] = Field(default_factory=dict)
-    message: str | None = None
-    progress: dict[str, Any] | None = None
+class Job(ResultMixin, JobOutput):
+    """A job as the control plane answered it (the wire's job object), ``raw`` the answer as sent."""
+
     raw: dict[str, Any] = Field(default_factory=dict, repr=False)
 
     @classmethod
     def from_output(cls, out: dict[str, Any]) -> Job:
-        fields: dict[str, Any] = {
-            k: out[k] for k in cls.model_fields if k not in ("raw",) and out.get(k) is not None
-        }
-        return cls(**fields, raw=out)
+        return cls.model_validate({**out, "raw": out})
 
     @property
     def terminal(self) -> bool:
@@ -56,15 +46,14 @@ class Job(ResultMixin, BaseModel):
 
     @property
     def functions(self) -> list[dict[str, Any]]:
-        """The registered functions the job runs, ``[{name, type, entity_id}]`` (local control plane;
-        empty where the service does not list them)."""
-        local = self.raw.get("local")
-        return list(local.get("functions") or []) if isinstance(local, dict) else []
+        """The registered functions the job runs, as the wire has them (`name`, `type`, `entity_id`; local
+        control plane; empty where the service does not list them)."""
+        return [f.wire() for f in self.local.functions] if self.local is not None else []
 
     def summary(self) -> str:
         prog = ""
-        if self.progress and self.progress.get("total_steps"):
-            prog = f" step {self.progress.get('step')}/{self.progress.get('total_steps')}"
+        if self.progress and self.progress.total_steps:
+            prog = f" step {self.progress.step}/{self.progress.total_steps}"
         extra = f" -> {self.finetuned_output}" if self.finetuned_output else ""
         msg = f" ({self.message})" if self.message and self.status == FAILED else ""
         return f"{self.job_id} {self.status}{prog} {self.model or ''}{extra}{msg}".rstrip()
@@ -82,8 +71,8 @@ class Job(ResultMixin, BaseModel):
         ]
         if self.teacher_model:
             rows.append(("teacher", self.teacher_model))
-        if self.progress and self.progress.get("total_steps"):
-            rows.append(("progress", f"{self.progress.get('step')}/{self.progress.get('total_steps')} steps"))
+        if self.progress and self.progress.total_steps:
+            rows.append(("progress", f"{self.progress.step}/{self.progress.total_steps} steps"))
         if self.finetuned_output:
             rows.append(("output", self.finetuned_output))
         if self.message:
@@ -121,13 +110,10 @@ class JobList(ResultMixin, BaseModel):
 
     @classmethod
     def from_output(cls, out: Any, *, page: int, size: int) -> JobList:
-        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
-        return cls(
-            jobs=[Job.from_output(j) for j in out.get("jobs") or []],
-            total=out.get("total") or 0,
-            page=page,
-            size=size,
-        )
+        out = json_object(out)
+        listing = JobListing.model_validate(out)
+        jobs = [Job.from_output(raw) for raw in json_objects(out.get("jobs"))]
+        return cls(jobs=jobs, total=listing.total or 0, page=page, size=size)
 
     def _repr_html_(self) -> str:
         head = "<tr><th>job</th><th>status</th><th>model</th><th>created</th><th>output</th></tr>"
@@ -171,16 +157,16 @@ class LogPage(ResultMixin, BaseModel):
     @classmethod
     def from_output(cls, job_id: str, out: Any, *, offset: int) -> LogPage:
         """Bailian sends ``logs`` as one string, the local server as a list; both become lines."""
-        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
-        logs = out.get("logs")
-        lines = logs.splitlines() if isinstance(logs, str) else [str(x) for x in logs or []]
+        page = JobLogs.model_validate(out if isinstance(out, dict) else {})
+        logs = page.logs
+        lines = logs.splitlines() if isinstance(logs, str) else [str(x) for x in logs]
         start = max(offset, 1)
         return cls(
             job_id=job_id,
             lines=lines,
             offset=start,
-            next_offset=out.get("next_offset") or start + len(lines),
-            total=out.get("total"),
+            next_offset=page.next_offset or start + len(lines),
+            total=page.total,
         )
 
     def __str__(self) -> str:
@@ -232,29 +218,27 @@ class Checkpoint(ResultMixin, BaseModel):
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> Checkpoint:
-        given = entry.get("local")
-        local: dict[str, Any] = given if isinstance(given, dict) else {}
-        try:
-            step = int(entry["step"]) if entry.get("step") is not None else None
-        except (TypeError, ValueError):
-            step = None
+        """Read from Bailian's entry (an older local server's flat ``name``/``path``/``created_at`` too)."""
+        wire = CheckpointEntry.model_validate(entry)
+        local = wire.local
+        old = wire.model_extra or {}  # the flat keys an older local server sent
         return cls(
-            name=str(entry.get("checkpoint") or entry.get("name") or entry.get("full_name") or ""),
-            step=step,
-            path=local.get("path") or entry.get("path"),
-            created_at=entry.get("create_time") or entry.get("created_at"),
-            metrics=dict(local.get("metrics") or entry.get("metrics") or {}),
-            published=bool(local.get("published", entry.get("published", False))),
-            checkpoint_id=entry.get("checkpoint_id"),
-            job_id=entry.get("job_id"),
-            status=entry.get("status"),
-            model_name=entry.get("model_name"),
-            display_name=entry.get("model_display_name"),
-            expire_time=entry.get("expire_time"),
+            name=str(wire.checkpoint or old.get("name") or wire.full_name or ""),
+            step=wire.step,
+            path=local.path if local else old.get("path"),
+            created_at=wire.create_time or old.get("created_at"),
+            metrics=dict(local.metrics if local else old.get("metrics") or {}),
+            published=bool(local.published if local else old.get("published", False)),
+            checkpoint_id=wire.checkpoint_id,
+            job_id=wire.job_id,
+            status=wire.status,
+            model_name=wire.model_name,
+            display_name=wire.model_display_name,
+            expire_time=wire.expire_time,
         )
 
     @classmethod
     def listing(cls, out: Any) -> list[Checkpoint]:
         """``output``: Bailian's list of checkpoints (an older local server's ``{"checkpoints": [...]}`` too)."""
-        entries = out.get("checkpoints") if isinstance(out, dict) else out
-        return [cls.from_entry(e) for e in entries or [] if isinstance(e, dict)]
+        entries: object = json_object(out).get("checkpoints", out)  # a list: json_object(list) is {}
+        return [cls.from_entry(e) for e in json_objects(entries)]

@@ -11,19 +11,19 @@ The log-ratio of a token is ``teacher_logprob − student_logprob``: below 0 the
 student's token less likely than the student did (it disagrees), above 0 it likes it more.
 """
 
-# pyright: standard
-# (strict pending, issue 38: 24 strict errors, untyped JSON parsing that the typed wire models replace)
 from __future__ import annotations
 
 import html
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from opd_nb.results import ResultMixin
+from opd_nb.wire.base import json_object, json_objects
+from opd_nb.wire.rollouts import RolloutsPage
 
 KINDS = ("train", "validation")
 CLOUD_NOTE = (
@@ -56,20 +56,18 @@ def mean_log_ratio(record: Mapping[str, Any]) -> float | None:
 def message_text(message: Mapping[str, Any] | None) -> str:
     """A chat message's text, whether its content is a string or a list of parts."""
     content = (message or {}).get("content")
+    parts = json_objects(content)  # a list of parts: the text of each object part
     if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        return "".join(str(p.get("text", "")) for p in parts)
     return "" if content is None else str(content)
 
 
 def tool_calls_text(message: Mapping[str, Any] | None) -> str:
     """An assistant message's tool calls as ``name(arguments)``, comma-separated (empty: none), so that a
     turn whose only output is a call still shows what it did."""
-    out = []
-    for call in (message or {}).get("tool_calls") or ():
-        if not isinstance(call, Mapping):
-            continue
-        function = call.get("function")
-        fn: Mapping[str, Any] = function if isinstance(function, Mapping) else call
+    out: list[str] = []
+    for call in json_objects((message or {}).get("tool_calls")):
+        fn = json_object(call.get("function")) or call
         args = fn.get("arguments", "")
         out.append(f"{fn.get('name', '?')}({args if isinstance(args, str) else json.dumps(args)})")
     return ", ".join(out)
@@ -78,9 +76,7 @@ def tool_calls_text(message: Mapping[str, Any] | None) -> str:
 def prompt_text(record: Mapping[str, Any]) -> str:
     """The user turn the sample answers: the last user message before the first assistant turn."""
     user = ""
-    for m in record.get("messages") or ():
-        if not isinstance(m, Mapping):
-            continue
+    for m in json_objects(record.get("messages")):
         if m.get("role") == "assistant":
             break
         if m.get("role") == "user":
@@ -186,7 +182,7 @@ def tokens_html(tokens: Sequence[Mapping[str, Any]]) -> str:
     the teacher agrees with (no shade) carries no style: most tokens of a trained student, and a saved
     notebook's viewer is that much smaller.
     """
-    spans = []
+    spans: list[str] = []
     for i, tok in enumerate(tokens):
         text = _visible(tok, last=i == len(tokens) - 1)
         if not text:
@@ -246,21 +242,25 @@ class RolloutPage(ResultMixin, BaseModel):
     job_id: str
     step: int | None = None  # the step shown (None: nothing recorded yet)
     kind: str | None = None  # the kind asked for (None: both)
-    steps: list[int] = Field(default_factory=list)  # recorded steps of `kind`, ascending
-    steps_by_kind: dict[str, list[int]] = Field(default_factory=dict)
-    rollouts: list[dict[str, Any]] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list[int])  # recorded steps of `kind`, ascending
+    steps_by_kind: dict[str, list[int]] = Field(default_factory=dict[str, list[int]])
+    rollouts: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
 
     @classmethod
     def from_output(cls, job_id: str, out: Any) -> RolloutPage:
-        out = cast(dict[str, Any], out) if isinstance(out, dict) else {}  # a JSON object
-        by_kind = out.get("steps_by_kind") or {}
+        """Read through the wire's page (:class:`~opd_nb.wire.rollouts.RolloutsPage`); each record stays
+        the engine's JSON object, as every view here reads it."""
+        out = json_object(out)
+        page = RolloutsPage.model_validate(
+            {"job_id": job_id, **{k: v for k, v in out.items() if v is not None}}
+        )
         return cls(
-            job_id=str(out.get("job_id") or job_id),
-            step=out.get("step"),
-            kind=out.get("kind"),
-            steps=[int(s) for s in out.get("steps") or []],
-            steps_by_kind={str(k): [int(s) for s in v or []] for k, v in by_kind.items()},
-            rollouts=[r for r in out.get("rollouts") or [] if isinstance(r, dict)],
+            job_id=page.job_id,
+            step=page.step,
+            kind=page.kind,
+            steps=page.steps,
+            steps_by_kind=page.steps_by_kind,
+            rollouts=[r.wire() for r in page.rollouts],
         )
 
     def to_payload(self) -> dict[str, Any]:

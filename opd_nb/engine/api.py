@@ -11,6 +11,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from opd_nb.spec.training_plan import TrainingPlan
+
 METRICS_FILE = (
     "metrics.jsonl"  # one JSON row per step in the job's output dir (the trainer writes, resume trims)
 )
@@ -45,9 +47,10 @@ class EngineJob(BaseModel):
     teacher_path: str
     train_file: str  # JSONL in Bailian's format
     validation_file: str | None = None
-    hyper_parameters: dict[str, Any] = Field(default_factory=dict)  # as submitted (cloud meaning)
+    # typed and checked where the job was read (a mapping given here is read the same way)
+    hyper_parameters: TrainingPlan = Field(default_factory=TrainingPlan)
     algorithm: str | None = (
-        None  # an estimator in engine/estimators.py's REGISTRY; None: hyper_parameters["algorithm"]
+        None  # an estimator in engine/estimators.py's REGISTRY; None: hyper_parameters.algorithm
     )
     sampler: str = "torch"  # the generation backend: a name in engine/samplers.py's SAMPLERS
     rewards: list[RewardEndpoint] = Field(default_factory=list[RewardEndpoint])

@@ -8,7 +8,6 @@ not something the student is fed). Bad rows raise ``EngineError`` naming file, l
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -16,6 +15,7 @@ from typing import Any, cast
 from pydantic import JsonValue
 
 from opd_nb.engine.api import EngineError
+from opd_nb.spec.training_plan import steps_per_epoch, training_steps
 
 ROLES = {"system", "user", "assistant", "tool"}
 
@@ -157,8 +157,8 @@ class JobData:
             self.validation = tokenize_rows(
                 read_rows(job.validation_file), tokenizer, plan.max_prompt_length, job.validation_file, log
             )
-        self.steps_per_epoch = math.ceil(len(self.train) / plan.batch_size)
-        self.total_steps = self.steps_per_epoch * plan.n_epochs
+        self.steps_per_epoch = steps_per_epoch(len(self.train), plan.batch_size)
+        self.total_steps = training_steps(len(self.train), plan.batch_size, plan.n_epochs)
 
     def epoch_order(self, epoch: int) -> list[int]:
         """The training rows' order in `epoch`: a permutation of its own generator (not the job's RNG)."""

@@ -27,6 +27,7 @@ each logged at the start of a job:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -35,7 +36,8 @@ from opd_nb import settings
 from opd_nb.constants import CLOUD_ESTIMATOR
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.estimators import REGISTRY, unknown_estimator
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME, value_problem
+from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.training_plan import HyperParameterError, TrainingPlan
 
 TINY_PARAMS = 50_000_000
 LR_SCALE = 1000.0
@@ -62,7 +64,6 @@ ENGINE_KEYS = (
     "opd_teacher_max_num_batched_tokens",
 )
 POLICY_LOSSES = ("gspo", "grpo")
-_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def cloud_defaults() -> dict[str, Any]:
@@ -100,60 +101,6 @@ class Plan(BaseModel):
     @property
     def updates_per_step(self) -> int:
         return math.ceil(self.batch_size * self.n_rollouts / self.ppo_mini_batch_size)
-
-
-def _coerce(value: Any, kind: type) -> Any:
-    """`value` as the engine reads it: YAML's "1e-6" is 1e-6 and 2.0 is 2, as on the cloud. Raises ValueError."""
-    if kind is int:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError(value)
-        return int(value)
-    if kind is float:
-        return float(value)
-    return kind(value)
-
-
-def _read(d: dict[str, Any]) -> dict[str, Any]:
-    """Every engine key of `d` coerced and checked against the spec's table (all problems in one error)."""
-    out: dict[str, Any] = {}
-    problems: list[str] = []
-    for name in ENGINE_KEYS:
-        raw = d[name]
-        if (
-            name == "algorithm" and isinstance(raw, str) and raw in REGISTRY
-        ):  # local: it may name the estimator
-            out[name] = raw
-            continue
-        try:
-            out[name] = _coerce(raw, _KINDS[PARAMS_BY_NAME[name].type])
-            problem = value_problem(name, out[name])
-        except (TypeError, ValueError):
-            problem = value_problem(name, raw) or f"expected a {PARAMS_BY_NAME[name].type}"
-        if problem:
-            problems.append(f"hyper_parameters.{name} = {raw!r}: {problem}")
-    if problems:
-        raise EngineError("; ".join(problems) + "; fix it in config.yaml")
-    return out
-
-
-def _check_batch_and_lengths(v: dict[str, Any], given: dict[str, Any]) -> None:
-    """The rules across keys: a step's sequences fill its updates, a prompt leaves room for a response.
-
-    Only max_length given: prompts may use all but 1 token of it (so a small max_length alone is valid).
-    """
-    total = v["batch_size"] * v["n_rollouts"]
-    if v["ppo_mini_batch_size"] > total:
-        raise EngineError(
-            f"hyper_parameters.ppo_mini_batch_size = {v['ppo_mini_batch_size']} exceeds batch_size x n_rollouts = "
-            f"{v['batch_size']} x {v['n_rollouts']} = {total} sequences per step (Bailian requires <=); lower it"
-        )
-    if v["max_prompt_length"] >= v["max_length"] and "max_prompt_length" not in given:
-        v["max_prompt_length"] = v["max_length"] - 1
-    if v["max_prompt_length"] >= v["max_length"]:
-        raise EngineError(
-            f"hyper_parameters.max_prompt_length = {v['max_prompt_length']} leaves no room for a response within "
-            f"max_length = {v['max_length']}; raise max_length or lower max_prompt_length"
-        )
 
 
 def _estimator(algorithm: str, estimator: str | None) -> tuple[str, str]:
@@ -194,34 +141,39 @@ def local_learning_rate_rule(
 
 
 def resolve(
-    hp: dict[str, Any],
+    hp: TrainingPlan | Mapping[str, Any] | None,
     *,
     student_params: int,
     estimator: str | None = None,
     local_learning_rate: float | None = None,
 ) -> Plan:
-    """Validate the job's hyper-parameters (the spec's table, then the rules across keys) and apply the
-    local-meaning rules above."""
-    given = {k: v for k, v in (hp or {}).items() if v is not None}
-    v = _read({**cloud_defaults(), **given})
-    _check_batch_and_lengths(v, given)
-    est, policy_loss = _estimator(str(v["algorithm"]), estimator)
-    lr, rule = local_learning_rate_rule(v["learning_rate"], student_params, local_learning_rate)
+    """The local plan of a job's typed hyper-parameters (already checked against the spec's table and the
+    rules across keys where the job was read, :class:`TrainingPlan`): the local-meaning rules above. A
+    mapping is read into a :class:`TrainingPlan` first (a caller without one), its problems an EngineError."""
+    if not isinstance(hp, TrainingPlan):
+        try:
+            hp = TrainingPlan.from_submitted(hp)
+        except HyperParameterError as exc:
+            raise EngineError(str(exc)) from None
+    est, policy_loss = _estimator(hp.algorithm, estimator)
+    lr, rule = local_learning_rate_rule(hp.learning_rate, student_params, local_learning_rate)
     local: dict[str, Any] = {
         "estimator": est,
         "policy_loss": policy_loss,
-        "cloud_learning_rate": v["learning_rate"],
+        "cloud_learning_rate": hp.learning_rate,
         "learning_rate": lr,
         "lr_rule": rule,
-        "teacher_max_model_len": v["opd_teacher_max_model_len"],
-        "teacher_max_num_batched_tokens": v["opd_teacher_max_num_batched_tokens"],
+        "teacher_max_model_len": hp.opd_teacher_max_model_len,
+        "teacher_max_num_batched_tokens": hp.opd_teacher_max_num_batched_tokens,
     }
     # every other plan field is the hyper-parameter of the same name
-    same: dict[str, Any] = {k: v[k] for k in Plan.model_fields if k in v and k not in local}
-    return Plan(**same, **local)
+    shared = {
+        k: getattr(hp, k) for k in Plan.model_fields if k in TrainingPlan.model_fields and k not in local
+    }
+    return Plan(**shared, **local)
 
 
-def lr_lambda(plan: Plan, total_steps: int):
+def lr_lambda(plan: Plan, total_steps: int) -> Callable[[int], float]:
     """HF-style schedule multiplier: linear warm-up, then cosine/linear decay to 0, or constant."""
     warm = plan.lr_warmup_steps
 

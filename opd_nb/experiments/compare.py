@@ -29,7 +29,7 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
 )
 from opd_nb.errors import OpdError
-from opd_nb.health import DEFAULT_EVAL_STEPS, FULL_VALID_TOKEN_RATE, eval_steps_of, pick_checkpoint
+from opd_nb.health import DEFAULT_EVAL_STEPS, FULL_VALID_TOKEN_RATE, pick_checkpoint
 from opd_nb.plots import metric_series
 from opd_nb.results import ResultMixin
 
@@ -195,15 +195,15 @@ def _seconds(text: Any) -> float | None:
 
 
 def _duration_of(job: Job) -> float | None:
-    start = _seconds(job.raw.get("start_time") or job.create_time)
+    start = _seconds(job.start_time or job.create_time)
     end = _seconds(job.end_time)
     return end - start if start is not None and end is not None and end >= start else None
 
 
 def _reward_of(record: JobRecord) -> str | None:
     """ "yes"/"no": did the job train with a reward; None where the control plane does not tell."""
-    if isinstance(record.job.raw.get("local"), Mapping):  # the local plane lists the functions a job runs
-        kinds = {f.get("type") for f in record.job.functions if isinstance(f, Mapping)}
+    if record.job.local is not None:  # the local plane lists the functions a job runs
+        kinds = {f["type"] for f in record.job.functions}
         return "yes" if kinds & {"reward", "group_reward"} else "no"
     if record.metrics:  # else by what it reports: pure distillation reports no reward series
         return "yes" if any(REWARD_MEAN in r or TRAIN_REWARD_MEAN in r for r in record.metrics) else "no"
@@ -243,7 +243,7 @@ def _compared_job(record: JobRecord, differing: list[str]) -> ComparedJob:
         if pick is not None and best_cp and pick.metric == REWARD_MEAN
         else None
     )
-    steps = int(rows[-1].get("step", len(rows))) if rows else (job.progress or {}).get("step")
+    steps = int(rows[-1].get("step", len(rows))) if rows else (job.progress.step if job.progress else None)
     return ComparedJob(
         job_id=job.job_id,
         job_name=job.job_name,
@@ -261,7 +261,7 @@ def _compared_job(record: JobRecord, differing: list[str]) -> ComparedJob:
             "reason": best_cp.reason,
         },
         finetuned_output=job.finetuned_output,
-        eval_steps=eval_steps_of(job.hyper_parameters) or DEFAULT_EVAL_STEPS,
+        eval_steps=job.plan.eval_steps,
         checkpoint_reward=cp_reward,
     )
 

@@ -9,33 +9,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opd_nb.chart_data import series_points
 from opd_nb.client.rollout_results import CLOUD_NOTE, best_and_worst
-from opd_nb.constants import SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
-from opd_nb.health import eval_steps_of, job_alerts, pick_checkpoint
+from opd_nb.constants import STEP_SECONDS, SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
+from opd_nb.health import job_alerts, pick_checkpoint
 
 if TYPE_CHECKING:
     from opd_nb.client import Checkpoint, Job
 
 NOT_FOUND = "NOT_FOUND"  # the monitor's own status for a job id the control plane does not know
-
-
-def find_key(obj: Any, names: Iterable[str], depth: int = 0) -> Any:
-    """The first value under any of `names` in a nested dict (job.raw is the service's JSON)."""
-    if depth > 4 or not isinstance(obj, Mapping):
-        return None
-    for name in names:
-        if obj.get(name) is not None:
-            return obj[name]
-    for value in obj.values():
-        found = find_key(value, names, depth + 1)
-        if found is not None:
-            return found
-    return None
 
 
 @dataclass
@@ -65,53 +51,43 @@ class JobState:
         return self.status in TERMINAL_STATUSES
 
 
-def _total_steps(st: JobState, raw: Mapping[str, Any], n_epochs: Any) -> Any:
-    """Total steps as reported, else inferred from the rows of the first epoch × n_epochs."""
-    rows = st.metrics
-    for src in (rows[-1] if rows else {}, raw):
-        total = find_key(src, ("total_steps", "max_steps"))
-        if total:
-            return total
-    if n_epochs and rows and rows[-1].get("epoch") is not None:
-        first_epoch = rows[0].get("epoch")
-        if any(r.get("epoch") != first_epoch for r in rows):
-            return sum(1 for r in rows if r.get("epoch") == first_epoch) * int(n_epochs)
-    return None
-
-
-def _eta_from_rows(st: JobState, total: Any, step: int) -> float:
+def _eta_from_rows(st: JobState, total: int, step: int) -> float:
     """Seconds left at the measured time per step (or the time since first seen, per step)."""
-    times = [t for r in st.metrics if isinstance(t := r.get("timing_s/step"), int | float)]
+    times = [t for r in st.metrics if isinstance(t := r.get(STEP_SECONDS), int | float)]
     per_step = (sum(times) / len(times)) if times else (time.monotonic() - st.first_seen) / max(step, 1)
-    return max(0.0, (int(total) - step) * per_step)
+    return max(0.0, (total - step) * per_step)
+
+
+def _epochs_total(rows: list[dict], n_epochs: int | None) -> int | None:
+    """Total steps where the control plane does not report them (Bailian): once the first epoch is over,
+    its steps x the job's n_epochs (None before)."""
+    if not (n_epochs and rows and rows[-1].get("epoch") is not None):
+        return None
+    first = rows[0].get("epoch")
+    if all(r.get("epoch") == first for r in rows):
+        return None
+    return sum(1 for r in rows if r.get("epoch") == first) * n_epochs
 
 
 def progress_of(st: JobState) -> dict[str, Any]:
-    """Step, epoch, total steps and ETA, from the metric rows and what the service reports."""
+    """Step, epoch, total steps and ETA, from the metric rows and the typed job: the progress the control
+    plane reports (the local engine's total and ETA), and the job's own hyper-parameters (``n_epochs``)."""
     rows = st.metrics
     step = int(rows[-1].get("step", len(rows))) if rows else 0
     epoch = rows[-1].get("epoch") if rows else None
-    raw = st.job.raw if st.job is not None else {}
-    hp = st.job.hyper_parameters if st.job is not None else {}
-    n_epochs = find_key(hp, ("n_epochs",)) or find_key(raw, ("n_epochs",))
-    total = _total_steps(st, raw, n_epochs)
+    job = st.job
+    reported = job.progress if job is not None else None
+    n_epochs = reported.n_epochs if reported and reported.n_epochs else (job.plan.n_epochs if job else None)
+    total = reported.total_steps if reported and reported.total_steps else _epochs_total(rows, n_epochs)
     if st.status == SUCCEEDED and step:
         total = total or step
     eta = None
-    reported = find_key(raw, ("progress",))  # the local engine reports its own progress and ETA
-    if isinstance(reported, Mapping) and not st.terminal:
-        eta = reported.get("eta_s") if isinstance(reported.get("eta_s"), int | float) else None
-        epoch = reported.get("epoch", epoch) if epoch is None else epoch
-        n_epochs = n_epochs or reported.get("n_epochs")
+    if reported is not None and not st.terminal:
+        eta = reported.eta_s
+        epoch = reported.epoch if epoch is None else epoch
     if eta is None and total and step and not st.terminal:
         eta = _eta_from_rows(st, total, step)
-    return {
-        "step": step,
-        "epoch": epoch,
-        "total_steps": int(total) if total else None,
-        "n_epochs": int(n_epochs) if n_epochs else None,
-        "eta_s": eta,
-    }
+    return {"step": step, "epoch": epoch, "total_steps": total, "n_epochs": n_epochs, "eta_s": eta}
 
 
 def latest_values(rows: list[dict], metrics: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -178,10 +154,10 @@ def job_view(st: JobState, *, log_tail: int, latest: Iterable[str] = ()) -> dict
         st.metrics,
         status=st.status,
         job_id=st.job_id,
-        eval_steps=eval_steps_of(job.hyper_parameters if job is not None else None),
+        eval_steps=job.plan.eval_steps if job is not None else None,
         records=st.rollouts,
     )
-    functions = job.functions if job is not None else []  # [{name, type, entity_id}] (local control plane)
+    functions = job.functions if job is not None else []  # local control plane
     return {
         "status": st.status,
         "terminal": st.terminal,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.health import AlertTracker, eval_steps_of, job_alerts
+from opd_nb.health import AlertTracker, job_alerts
 from opd_nb.notebook.job_state import JobState
 
 
@@ -38,7 +38,7 @@ class MonitorReport:
         rows = st.metrics if st.metrics_available else None
         tracker = self._alerts.setdefault(st.job_id, AlertTracker())
         alerts = job_alerts(rows or [], status=st.status, job_id=st.job_id,
-                            eval_steps=eval_steps_of(st.job.hyper_parameters))  # fmt: skip
+                            eval_steps=st.job.plan.eval_steps)  # fmt: skip
         reporter.poll(st.job, rows, tracker.fresh(alerts))
         lines = reporter.take_lines()
         if st.terminal:

@@ -30,9 +30,10 @@ from opd_nb.server.launcher import Launcher
 from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
+from opd_nb.server.openapi import document
 from opd_nb.server.otlp_forward import Forwarder, headers_from_env
 from opd_nb.server.records import ServeOptions
-from opd_nb.server.responses import document_errors, install_error_handlers
+from opd_nb.server.responses import install_error_handlers
 from opd_nb.server.routers import (
     deployments,
     files,
@@ -48,6 +49,19 @@ from opd_nb.server.store import Store
 from opd_nb.server.trace_intake import TraceIntake
 
 log = logging.getLogger("opd_nb.server")
+# One router per resource. Order matters: `/fine-tunes/create/{kind}` and friends before
+# `/fine-tunes/{job_id}/...`; inference serves DashScope generation and /compatible-mode/v1 beside /api/v1.
+ROUTERS = (
+    health.router,
+    functions.router,
+    files.router,
+    jobs.router,
+    models.router,
+    rollouts.router,
+    traces.router,
+    deployments.router,
+    inference.router,
+)
 
 
 class ControlPlane(FastAPI):
@@ -146,15 +160,7 @@ def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
     app.add_middleware(BodyGuard)  # size caps and JSON checks, after the key check below
     app.add_middleware(BearerAuth, api_key=api_key)
     install_error_handlers(app)
-    app.include_router(health.router)
-    # Order matters: `/fine-tunes/create/{kind}` and friends before `/fine-tunes/{job_id}/...`.
-    app.include_router(functions.router)
-    app.include_router(files.router)
-    app.include_router(jobs.router)
-    app.include_router(models.router)
-    app.include_router(rollouts.router)
-    app.include_router(traces.router)
-    app.include_router(deployments.router)
-    app.include_router(inference.router)  # DashScope generation, and /compatible-mode/v1 beside /api/v1
-    document_errors(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    document(app)
     return app

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PrivateAttr,
     StrictBool,
     ValidationInfo,
     field_validator,
@@ -29,12 +30,10 @@ from pydantic_core import PydanticCustomError
 
 from opd_nb.constants import CANCEL_REASON_MAX_CHARS
 from opd_nb.deploy_plans import plan_problems
-from opd_nb.engine.api import EngineError
-from opd_nb.engine.hparams import resolve as resolve_hparams
 from opd_nb.engine.openai_wire import MAX_TOP_LOGPROBS
 from opd_nb.server.limits import MAX_ENV_BYTES, MAX_REQUIREMENTS_CHARS
 from opd_nb.server.responses import shown
-from opd_nb.spec.hyperparams import submitted_problems
+from opd_nb.spec.training_plan import TrainingPlan
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 TRAINING_TYPES = ("pg_opd", "reinforcement")
@@ -233,8 +232,9 @@ class JobBody(Body):
     validation_datasets: list[DatasetRef] = Field(default_factory=list[DatasetRef])
     rewards: list[FunctionRef] = Field(default_factory=list[FunctionRef])
     rollout: FunctionRef | None = None
-    hyper_parameters: dict[str, Any] | None = None
+    hyper_parameters: dict[str, Any] | None = None  # as sent (echoed back); read into `plan`
     resource_config: dict[str, Any] | None = None
+    _plan: TrainingPlan = PrivateAttr(default_factory=TrainingPlan)
 
     @field_validator("training_datasets", "validation_datasets", "rewards", mode="before")
     @classmethod
@@ -278,19 +278,17 @@ class JobBody(Body):
             )
         return value
 
-    @field_validator("hyper_parameters")
-    @classmethod
-    def _hyper_parameters(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The spec's table per key, then the engine's own rules across keys (one source for each)."""
-        problems = submitted_problems(value or {})
-        if not problems:
-            try:
-                resolve_hparams(value or {}, student_params=0)
-            except EngineError as exc:
-                problems = [str(exc)]
-        if problems:
-            raise ValueError("; ".join(problems) + "; fix training.hyper_parameters in config.yaml")
-        return value
+    @model_validator(mode="after")
+    def _hyper_parameters(self) -> JobBody:
+        """Read once into the job's typed plan: the spec's table per key, then the rules across keys. The
+        plan goes on with the job (its record, then the engine); the body keeps what was sent, to echo."""
+        self._plan = TrainingPlan.from_submitted(self.hyper_parameters)  # HyperParameterError: a ValueError
+        return self
+
+    @property
+    def plan(self) -> TrainingPlan:
+        """The typed hyper-parameters of this job (read when the body was)."""
+        return self._plan
 
     @model_validator(mode="after")
     def _needs_a_signal(self) -> JobBody:

@@ -50,6 +50,7 @@ from opd_nb.server.models import (
 )
 from opd_nb.server.records import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.store import Store
+from opd_nb.wire.deployments import DeploymentEvent, DeploymentLocal, DeploymentOutput
 
 MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours
 TOKEN_ENV = settings.SERVING_TOKEN.name  # read by the serving process (never on its command line)
@@ -283,34 +284,34 @@ class DeploymentManager(DeploymentEndpoints, DeploymentRestarts):
         return None if resolved.kind == "path" else model
 
 
-def deployment_output(row: dict[str, Any]) -> dict[str, Any]:
+def deployment_output(row: dict[str, Any]) -> DeploymentOutput:
     """A deployment as Bailian answers it (every field dashscope's DeploymentOutput declares) plus ``local``."""
     running = row["status"] == RUNNING
     spec = json.loads(row.get("plan_spec") or "{}")
-    return {
-        "deployed_model": row["deployed_model"],
-        "gmt_create": row["gmt_create"],
-        "gmt_modified": row["gmt_modified"],
-        "status": row["status"],
-        "model_name": row["model_name"],
-        "base_model": row["base_model"],
-        "base_capacity": row["capacity"],
-        "capacity": row["capacity"],
-        "ready_capacity": row["capacity"] if running else 0,
-        "workspace_id": "local",
-        "plan": row.get("plan") or LORA,
-        "charge_type": charge_type(row.get("plan"), spec.get("billing_method")),
-        "deploy_spec": spec.get("deploy_spec"),
-        "billing_method": spec.get("billing_method"),
-        "modifier": "local",
-        "creator": "local",
-        "local": {
-            "kind": row["kind"],
-            "path": row["path"],
-            "message": row.get("message"),
-            "events": deployment_events(row),
-        },
-    }
+    return DeploymentOutput(
+        deployed_model=row["deployed_model"],
+        gmt_create=row["gmt_create"],
+        gmt_modified=row["gmt_modified"],
+        status=row["status"],
+        model_name=row["model_name"],
+        base_model=row["base_model"],
+        base_capacity=row["capacity"],
+        capacity=row["capacity"],
+        ready_capacity=row["capacity"] if running else 0,
+        workspace_id="local",
+        plan=row.get("plan") or LORA,
+        charge_type=charge_type(row.get("plan"), spec.get("billing_method")),
+        deploy_spec=spec.get("deploy_spec"),
+        billing_method=spec.get("billing_method"),
+        modifier="local",
+        creator="local",
+        local=DeploymentLocal(
+            kind=row["kind"],
+            path=row["path"],
+            message=row.get("message"),
+            events=[DeploymentEvent.model_validate(e) for e in deployment_events(row)],
+        ),
+    )
 
 
 # ---- process helpers -------------------------------------------------------------------------------

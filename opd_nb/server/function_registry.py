@@ -33,6 +33,7 @@ from opd_nb.server.limits import (
 from opd_nb.server.responses import shown
 from opd_nb.server.store import Store
 from opd_nb.spec.ids import ENTITY_PREFIX, entity_kind
+from opd_nb.wire.functions import Instance
 
 MAX_ZIP_BYTES: int = (
     settings.MAX_ZIP_BYTES.default or 0
@@ -239,7 +240,7 @@ class InstanceManager:
             process_tree.end(self.data_dir, process_tree.instance_owner(inst["instance_id"]))
             self.store.set_instance(inst["instance_id"], status=InstanceState.STOPPED, pid=None)
 
-    def load(self, entity_id: str, tag: str, runtime: dict[str, Any]) -> dict[str, Any]:
+    def load(self, entity_id: str, tag: str, runtime: dict[str, Any]) -> Instance:
         fn = self._function(entity_id)
         instance_id = new_id(f"{KIND_PREFIX[fn['kind']]}-ins")
         log_path = self.data_dir / "functions" / entity_id / f"{instance_id}.log"
@@ -254,7 +255,7 @@ class InstanceManager:
         )
         return self._start(instance_id)
 
-    def _start(self, instance_id: str) -> dict[str, Any]:
+    def _start(self, instance_id: str) -> Instance:
         from opd_nb.errors import OpdError
         from opd_nb.function_server import FunctionServer, startup_seconds
 
@@ -279,17 +280,17 @@ class InstanceManager:
         self.store.set_instance(instance_id, status=InstanceState.RUNNING, url=server.url, pid=server.pid)
         return self.describe(instance_id)
 
-    def describe(self, instance_id: str) -> dict[str, Any]:
+    def describe(self, instance_id: str) -> Instance:
         inst = self._existing(instance_id, deleted_ok=True)
-        return {
-            "instanceId": instance_id,
-            "instance_id": instance_id,
-            "entity_id": inst["entity_id"],
-            "status": 1 if inst["status"] == InstanceState.RUNNING else -1,
-            "state": inst["status"],
-            "trigger_url": inst["url"],
-            "trigger_token": inst["token"],
-        }
+        return Instance(
+            instanceId=instance_id,  # the field's wire name (the SDK's key)
+            instance_id=instance_id,
+            entity_id=inst["entity_id"],
+            status=1 if inst["status"] == InstanceState.RUNNING else -1,
+            state=inst["status"],
+            trigger_url=inst["url"],
+            trigger_token=inst["token"],
+        )
 
     def _function(self, entity_id: str) -> dict[str, Any]:
         fn = self.store.function(entity_id)
@@ -305,7 +306,7 @@ class InstanceManager:
             raise ApiError(404, "InstanceNotFound", f"function instance {instance_id!r} does not exist")
         return inst
 
-    def query(self, instance_id: str) -> dict[str, Any]:
+    def query(self, instance_id: str) -> Instance:
         self._existing(instance_id)
         with self._lock:
             server = self._servers.get(instance_id)

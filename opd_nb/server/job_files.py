@@ -11,21 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pydantic import BaseModel
-
-
-class KeptPath(BaseModel):
-    """A path under a deleted job's directory that was not removed, and the reason."""
-
-    path: str
-    why: str
-
-
-class DeletedFiles(BaseModel):
-    """The delete answer's ``local`` part: bytes freed and the paths kept."""
-
-    freed_bytes: int
-    kept: list[KeptPath]
+from opd_nb.wire.jobs import DeletedFiles, KeptPath
 
 
 def job_dir(data_dir: Path, job_id: str) -> Path:

@@ -13,6 +13,9 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from opd_nb.spec.training_plan import TrainingPlan
+from opd_nb.wire.jobs import JobProgress
+
 FunctionKind = Literal["reward", "group_reward", "rollout"]
 _RESUME_KEYS = ("interruptions", "resume_from")  # top-level meta keys of rows before ResumeState
 _OUTCOME_KEYS = ("final_checkpoint", "best_checkpoint", "steps", "epochs", "metrics_tail")
@@ -69,6 +72,7 @@ class JobMeta(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     training_type: str
+    plan: TrainingPlan | None = None  # the hyper-parameters read at submission (None: a row from before)
     student_path: str
     teacher_path: str
     student_kind: str | None = None
@@ -112,19 +116,6 @@ def cancel_message(reason: str | None) -> str:
     return f"canceled: {reason}" if reason else "canceled by user"
 
 
-class JobProgress(BaseModel):
-    """Where training is, as the worker reports it each step (and a resume rewinds it)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    step: int
-    total_steps: int
-    epoch: int = 0
-    n_epochs: int = 0
-    eta_s: float | None = None
-    percent: float | None = None
-
-
 class JobRecord(BaseModel):
     """One row of the ``jobs`` table, as read back from the store."""
 
@@ -151,6 +142,12 @@ class JobRecord(BaseModel):
     def cancel_message(self) -> str:
         """The message of the job once canceled (see :func:`cancel_message`)."""
         return cancel_message(self.meta.cancel_reason)
+
+    @property
+    def plan(self) -> TrainingPlan:
+        """The job's typed hyper-parameters, as read at submission (a row from before they were kept is
+        read from its request the same way)."""
+        return self.meta.plan or TrainingPlan.from_submitted(self.request.get("hyper_parameters"))
 
     @property
     def base_model(self) -> str | None:

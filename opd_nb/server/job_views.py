@@ -1,4 +1,5 @@
-"""How a stored job is answered: Bailian's job shape, and its checkpoints in Bailian's listing shape."""
+"""How a stored job is answered: its wire model (Bailian's job shape), and its checkpoints in Bailian's
+listing shape (:mod:`opd_nb.wire.jobs`, :mod:`opd_nb.wire.checkpoints`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from opd_nb import settings
 from opd_nb.constants import FAILED, SUCCEEDED
 from opd_nb.server.job_record import JobRecord
 from opd_nb.server.records import DEFAULT_CHECKPOINT_TTL_DAYS
+from opd_nb.wire.checkpoints import CheckpointEntry, CheckpointLocal
+from opd_nb.wire.jobs import JobFunctionRef, JobLocal, JobOutput
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # Bailian's timestamps (store.now_text)
 EXPIRED = "EXPIRED"  # a checkpoint past its expire_time (a checkpoint status, not a job status)
@@ -19,52 +22,53 @@ def _file_ids(datasets: list[dict[str, Any]] | None) -> list[str]:
     return [str(d["file_id"]) for d in datasets or [] if d.get("file_id")]
 
 
-def job_output(job: JobRecord, usage: int | None = None) -> dict[str, Any]:
+def job_output(job: JobRecord, usage: int | None = None) -> JobOutput:
     """A job as Bailian answers it: every field dashscope's FineTuneOutput declares, plus local extras.
 
     ``base_model`` is the root base model even when the job continued a fine-tuned output (the chain of
     parent jobs is ``local.parents``); ``usage`` is the tokens its steps processed."""
     req, meta = job.request, job.meta
-    out = {
-        "job_id": job.job_id,
-        "job_name": job.job_name,
-        "status": job.status,
-        "model": req.get("model"),
-        "base_model": job.base_model,
-        "finetuned_output": job.finetuned_output,
-        "training_file_ids": _file_ids(req.get("training_datasets")),
-        "validation_file_ids": _file_ids(req.get("validation_datasets")),
-        "hyper_parameters": req.get("hyper_parameters") or {},
-        "training_type": req.get("training_type"),
-        "teacher_model": req.get("teacher_model"),
-        "create_time": job.create_time,
-        "end_time": job.end_time,
-        "start_time": job.start_time,
-        "user_identity": "local",
-        "modifier": "local",
-        "creator": "local",
-        "group": "llm",
-        "usage": usage,
-        "progress": job.progress.model_dump() if job.progress else None,
-        # Seed 002 reads `result.output.entity_id` after the first run (rw-/ro-): the first function's id.
-        "entity_id": next((f.entity_id for f in meta.functions), None),
-        "local": {
-            "substitutions": meta.substitutions,
-            "student_path": meta.student_path,
-            "teacher_path": meta.teacher_path,
-            "final_checkpoint": meta.final_checkpoint,
-            "parents": meta.parents,  # the job it continued, that job's parent, ...
-            "functions": [  # the registered functions the job runs (a reused entity shows up here)
-                {"name": f.name, "type": f.kind, "entity_id": f.entity_id} for f in meta.functions
-            ],
-        },
-    }
+    failure: dict[str, str] = {}
     if job.status == FAILED:
-        out["code"] = job.code or "JobFailed"
-        out["message"] = job.message or ""
+        failure = {"code": job.code or "JobFailed", "message": job.message or ""}
     elif job.message:
-        out["message"] = job.message
-    return out
+        failure = {"message": job.message}
+    return JobOutput(
+        job_id=job.job_id,
+        job_name=job.job_name,
+        status=job.status,
+        model=req.get("model"),
+        base_model=job.base_model,
+        finetuned_output=job.finetuned_output,
+        training_file_ids=_file_ids(req.get("training_datasets")),
+        validation_file_ids=_file_ids(req.get("validation_datasets")),
+        hyper_parameters=req.get("hyper_parameters") or {},
+        training_type=req.get("training_type"),
+        teacher_model=req.get("teacher_model"),
+        create_time=job.create_time,
+        end_time=job.end_time,
+        start_time=job.start_time,
+        user_identity="local",
+        modifier="local",
+        creator="local",
+        group="llm",
+        usage=usage,
+        progress=job.progress,
+        # Seed 002 reads `result.output.entity_id` after the first run (rw-/ro-): the first function's id.
+        entity_id=next((f.entity_id for f in meta.functions), None),
+        local=JobLocal(
+            substitutions=meta.substitutions,
+            student_path=meta.student_path,
+            teacher_path=meta.teacher_path,
+            final_checkpoint=meta.final_checkpoint,
+            parents=meta.parents,  # the job it continued, that job's parent, ...
+            functions=[  # the registered functions the job runs (a reused entity shows up here)
+                JobFunctionRef(name=f.name, type=f.kind, entity_id=f.entity_id) for f in meta.functions
+            ],
+            plan=job.plan.model_dump(mode="json"),
+        ),
+        **failure,
+    )
 
 
 def checkpoint_ttl_days() -> float:
@@ -120,7 +124,7 @@ def checkpoint_listing(
     checkpoints: list[dict[str, Any]],
     exports: dict[str, dict[str, Any]] | None = None,
     ttl_days: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[CheckpointEntry]:
     """The saved checkpoints in Bailian's "list checkpoints" shape, newest step first (the published
     final copy before the kept checkpoint of the same step).
 
@@ -134,24 +138,24 @@ def checkpoint_listing(
     ttl = checkpoint_ttl_days() if ttl_days is None else ttl_days
     exports = exports or {}
     job_id = job.job_id
-    out: list[dict[str, Any]] = []
+    out: list[CheckpointEntry] = []
     for cp in kept_checkpoints(job, checkpoints):
         expires = expire_time(cp["created_at"], ttl)
         export = exports.get(cp["name"])
         name = export["model_name"] if export else (job.finetuned_output if cp["published"] else None)
         out.append(
-            {
-                "checkpoint_id": checkpoint_id(job_id, cp["name"]),
-                "checkpoint": cp["name"],
-                "full_name": f"{job_id}-{cp['name']}",
-                "job_id": job_id,
-                "step": cp["step"],
-                "status": EXPIRED if expired(expires) else SUCCEEDED,
-                "create_time": cp["created_at"],
-                "expire_time": expires,
-                "model_name": name,
-                "model_display_name": export["display_name"] if export else None,
-                "local": {"path": cp["path"], "metrics": cp["metrics"], "published": cp["published"]},
-            }
+            CheckpointEntry(
+                checkpoint_id=checkpoint_id(job_id, cp["name"]),
+                checkpoint=cp["name"],
+                full_name=f"{job_id}-{cp['name']}",
+                job_id=job_id,
+                step=cp["step"],
+                status=EXPIRED if expired(expires) else SUCCEEDED,
+                create_time=cp["created_at"],
+                expire_time=expires,
+                model_name=name,
+                model_display_name=export["display_name"] if export else None,
+                local=CheckpointLocal(path=cp["path"], metrics=cp["metrics"], published=cp["published"]),
+            )
         )
     return out

@@ -23,14 +23,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import Literal
 
 from opd_nb import settings
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
 from opd_nb.spec.models import documented
+from opd_nb.wire.models import LocalModel, ResolvedModel
 
 LOCAL_PREFIX = LOCAL_OUTPUT_PREFIX
 STUDENT_ID = "local/tiny-student"
@@ -83,14 +82,6 @@ class ModelNotServable(Exception):
 
 class ModelNotFound(ModelNotServable):
     """A call names a model id that exists nowhere (Bailian's model-not-found); the message has the fix."""
-
-
-class ResolvedModel(BaseModel):
-    model_id: str
-    kind: Literal["stand-in", "mapped", "checkpoint", "path"]
-    path: str
-    note: str = ""  # one line for the job log when this is a substitution
-    job_id: str | None = None  # the local job a fine-tuned output comes from
 
 
 def default_pair() -> tuple[Path, Path]:
@@ -214,35 +205,32 @@ class ModelRegistry:
             )
         return ResolvedModel(model_id=model_id, kind="stand-in", path=str(path), note=note)
 
-    def listing(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[LocalModel]:
         """Everything this server can run, as listed by GET /api/v1/models."""
         student, teacher = default_pair()
         out = [
-            {
-                "model_id": STUDENT_ID,
-                "kind": "stand-in",
-                "path": str(student),
-                "role": "student",
-                "stands_in_for": "any cloud `model` id",
-            },
-            {
-                "model_id": TEACHER_ID,
-                "kind": "stand-in",
-                "path": str(teacher),
-                "role": "teacher",
-                "stands_in_for": "any cloud `teacher_model` id",
-            },
+            LocalModel(
+                model_id=STUDENT_ID,
+                kind="stand-in",
+                path=str(student),
+                role="student",
+                stands_in_for="any cloud `model` id",
+            ),
+            LocalModel(
+                model_id=TEACHER_ID,
+                kind="stand-in",
+                path=str(teacher),
+                role="teacher",
+                stands_in_for="any cloud `teacher_model` id",
+            ),
         ]
-        out += [{"model_id": k, "kind": "mapped", "path": v} for k, v in sorted(self.model_map.items())]
+        out += [LocalModel(model_id=k, kind="mapped", path=v) for k, v in sorted(self.model_map.items())]
         for job in self.store.jobs_with_status(SUCCEEDED):
-            final, name = job.meta.final_checkpoint, job.finetuned_output
-            if final and name and Path(final).is_dir():
+            final = job.meta.final_checkpoint
+            if final and job.finetuned_output and Path(final).is_dir():
                 out.append(
-                    {
-                        "model_id": name,
-                        "kind": "checkpoint",
-                        "path": final,
-                        "job_id": job.job_id,
-                    }
+                    LocalModel(
+                        model_id=job.finetuned_output, kind="checkpoint", path=final, job_id=job.job_id
+                    )
                 )
         return out

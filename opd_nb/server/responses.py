@@ -1,17 +1,18 @@
-"""Bailian's answer envelopes: ``{request_id, output}`` for success, ``{request_id, code, message}`` for errors.
+"""How this server answers: every route through its wire model, every error in Bailian's error body.
 
 dashscope 2.0.2 reads a job or function answer under ``output`` (``POST /files`` under ``data``) and an
-error from any non-200 answer with ``code`` and ``message``. Every error this server gives, whether a
-bad body caught by pydantic, an unknown route or an :class:`ApiError`, goes out in that one shape, as a
-4xx: a bad request is never a 500. A message echoes at most a few hundred characters of what was
-sent (:func:`shown`; :func:`err` clips whatever slips through), so a 10 MB field never comes back.
-The OpenAPI schema documents that 400 body (FastAPI's default would promise a 422 we never send).
+error from any non-200 answer with ``code`` and ``message``. A route returns a model of
+:mod:`opd_nb.wire` (its ``response_model``).
+Every error this server gives, whether a bad body caught by pydantic, an unknown route or an
+:class:`ApiError`, goes out as :class:`~opd_nb.wire.envelope.ErrorBody`, as a 4xx: a bad request is
+never a 500. A message echoes at most a few hundred characters of what was sent (:func:`shown`;
+:func:`err` clips whatever slips through), so a 10 MB field never comes back. The OpenAPI schema
+documents that 400 body (FastAPI's default would promise a 422 we never send).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +26,8 @@ from opd_nb.constants import COMPATIBLE_PATH
 from opd_nb.server.db_safety import DB_FILE
 from opd_nb.server.disk_space import DISK_FULL, DISK_FULL_STATUS, full_disk_reason, is_disk_full
 from opd_nb.server.errors import ApiError
+from opd_nb.wire.base import new_request_id
+from opd_nb.wire.envelope import ErrorBody, OpenAIError, OpenAIErrorDetail
 
 INVALID = "InvalidParameter"
 _MAX_REPORTED = 5  # validation problems named in one message
@@ -42,12 +45,7 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
 
 
 def request_id() -> str:
-    return str(uuid.uuid4())
-
-
-def ok(output: Any = None, *, key: str = "output", **extra: Any) -> JSONResponse:
-    """A 200 with the payload under ``key`` (``output`` for jobs and functions, ``data`` for files)."""
-    return JSONResponse({"request_id": request_id(), key: output, **extra}, status_code=200)
+    return new_request_id()
 
 
 def err(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -55,8 +53,8 @@ def err(status: int, code: str, message: str, headers: dict[str, str] | None = N
     if len(message) > MAX_MESSAGE:
         message = message[:MAX_MESSAGE] + "... (message cut)"
     message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # no lone surrogates
-    body = {"request_id": request_id(), "code": code, "message": message}
-    return JSONResponse(body, status_code=status, headers=headers)
+    body = ErrorBody(request_id=request_id(), code=code, message=message)
+    return JSONResponse(body.wire(), status_code=status, headers=headers)
 
 
 def describe_validation(errors: Sequence[Mapping[str, Any]]) -> str:
@@ -152,57 +150,5 @@ def openai_error(status: int, code: str, message: str, rid: str) -> JSONResponse
     kind = "authentication_error" if status == 401 else "invalid_request_error"
     if status >= 500:
         kind = "server_error"
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": code}, "request_id": rid},
-        status_code=status,
-    )
-
-
-ERROR_SCHEMA = {
-    "title": "Error",
-    "type": "object",
-    "required": ["request_id", "code", "message"],
-    "properties": {
-        "request_id": {"type": "string"},
-        "code": {"type": "string"},
-        "message": {"type": "string"},
-    },
-}
-
-
-def _error_response(description: str) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-    }
-
-
-def document_errors(app: FastAPI) -> None:
-    """Make the OpenAPI schema promise the errors this server really sends (400, 401, 404, 413)."""
-    from fastapi.openapi.utils import get_openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema:
-            return app.openapi_schema
-        schema = get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
-        )
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components["Error"] = ERROR_SCHEMA
-        for name in ("HTTPValidationError", "ValidationError"):
-            components.pop(name, None)
-        for path, ops in schema.get("paths", {}).items():
-            for op in ops.values():
-                responses = op.setdefault("responses", {})
-                responses.pop("422", None)
-                responses["400"] = _error_response("Bad request: a parameter or the body is invalid")
-                if path.startswith("/api/"):
-                    responses["401"] = _error_response("Missing or wrong API key")
-                if "{" in path:
-                    responses["404"] = _error_response("No such resource")
-                if "requestBody" in op:
-                    responses["413"] = _error_response("Request body over the size cap")
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi
+    detail = OpenAIErrorDetail(message=message, type=kind, param=None, code=code)
+    return JSONResponse(OpenAIError(error=detail, request_id=rid).wire(), status_code=status)

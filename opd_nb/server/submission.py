@@ -44,6 +44,7 @@ def submit_job(store: Store, registry: ModelRegistry, manager: JobManager, body:
     models = resolve_models(registry, body)
     meta = JobMeta(
         training_type=body.training_type,
+        plan=body.plan,
         student_path=models.student.path,
         teacher_path=models.teacher.path if models.teacher else models.student.path,
         substitutions=models.notes,

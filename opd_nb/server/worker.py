@@ -292,7 +292,7 @@ def engine_job(
         teacher_path=meta.teacher_path,
         train_file=meta.train_file,
         validation_file=meta.validation_file,
-        hyper_parameters=job.request.get("hyper_parameters") or {},
+        hyper_parameters=job.plan,
         rewards=rewards,
         rollout=rollout,
         output_dir=str(data_dir / "jobs" / job.job_id / "output"),

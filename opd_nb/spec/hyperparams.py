@@ -2,10 +2,11 @@
 
 The SDK knows no hyper-parameter keys at all (it passes everything through and the service ignores
 what it does not know), so this table is the only schema there is. It feeds the checks, the CLI, the
-notebook form and the docs. Sources: the Bailian OPD training-configuration page (field names, the
-4 groups, the documented starting points: learning_rate 1e-6, cosine, gspo, n_epochs 1, n_rollouts 8,
-batch_size 128, save_steps 100 / save_total_limit 3, MTU4 x 24) and the engine reference (verl/vLLM
-meaning of each key). "small" is a starting point for a <=14B student, "large" for >=30B.
+notebook form, the typed job (:mod:`opd_nb.spec.training_plan`) and the docs. Sources: the Bailian OPD
+training-configuration page (field names, the 4 groups, the documented starting points: learning_rate
+1e-6, cosine, gspo, n_epochs 1, n_rollouts 8, batch_size 128, save_steps 100 / save_total_limit 3, MTU4 x
+24) and the engine reference (verl/vLLM meaning of each key). "small" is a starting point for a <=14B
+student, "large" for >=30B.
 """
 
 from __future__ import annotations
@@ -368,29 +369,11 @@ def params_in(section: Section) -> list[ParamSpec]:
     return [p for p in PARAMS if p.section == section]
 
 
-def submitted_problems(hp: dict[str, Any]) -> list[str]:
-    """What the local engine cannot run in a submitted ``hyper_parameters`` (one line per key, with the range).
-
-    Checked at submit, so a job that would fail at its first step is a 400 instead. As on the cloud, a
-    numeric string (YAML reads ``1e-6`` as text) counts as its number, the local-only choices and
-    minimums are accepted, and an unknown key passes (the service ignores it; ``opd check`` names it).
-    """
-    out = []
-    for name, value in hp.items():
-        spec = PARAMS_BY_NAME.get(name)
-        if spec is None or spec.section != HP:
-            continue
-        problem = spec.problem(_as_submitted(spec, value), local=True)
-        if problem:
-            out.append(f"hyper_parameters.{name}: {problem} (allowed: {spec.range_text()})")
-    return out
-
-
 def value_problem(name: str, value: Any, *, local: bool = True) -> str | None:
     """Why `value` is not acceptable for hyper-parameter `name`, with the allowed range (None when it is,
     or when the table has no such key); `local`: on the local engine (its extra choices and minimums).
 
-    A numeric string counts as its number, as at submit (:func:`submitted_problems`).
+    A numeric string counts as its number, as at submit (:mod:`opd_nb.spec.training_plan`).
     """
     spec = PARAMS_BY_NAME.get(name)
     if spec is None:

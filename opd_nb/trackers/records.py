@@ -51,7 +51,7 @@ def job_config(job: Any, target: str) -> dict[str, Any]:
         "student": job.model,
         "teacher": job.teacher_model,
         "mode": job.training_type,
-        "functions": [f.get("type") for f in job.functions],
+        "functions": [f["type"] for f in job.functions],
         "hyper_parameters": hp,
         "resources": resources,
         "target": target,

@@ -251,15 +251,13 @@ def report_job(
     project: str = DEFAULT_PROJECT,
 ) -> ReportResult:
     """Backfill: write a job (finished or not) to the trackers `to`, in one pass."""
-    from opd_nb.health import eval_steps_of, job_alerts
+    from opd_nb.health import job_alerts
 
     reporter = Reporter(client, job_id, to, project=project)  # a missing tracker: refused before any request
     job = client.get(job_id)
     reporter.open(job)
     rows = client.metrics(job_id)  # None on Bailian: then only the status rule (and the log's errors)
-    alerts = job_alerts(
-        rows or [], status=job.status, job_id=job_id, eval_steps=eval_steps_of(job.hyper_parameters)
-    )
+    alerts = job_alerts(rows or [], status=job.status, job_id=job_id, eval_steps=job.plan.eval_steps)
     reporter.poll(job, rows, alerts)
     result = reporter.end(job)
     if not job.terminal:

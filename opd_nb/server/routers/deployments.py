@@ -14,55 +14,58 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from opd_nb.constants import DELETED, PENDING
 from opd_nb.server.bodies import DeploymentBody, ScaleBody
 from opd_nb.server.deployments import DeploymentManager, deployment_output
 from opd_nb.server.deps import DeploymentsDep, PageDep
 from opd_nb.server.errors import ApiError
-from opd_nb.server.responses import ok
+from opd_nb.wire.deployments import DeploymentListing, DeploymentOutput, DeploymentStatus
+from opd_nb.wire.envelope import Output
 
 router = APIRouter(prefix="/api/v1/deployments", tags=["deployments"])
 STREAM_POLL_S = 0.2
 
 
 @router.post("")
-def create_deployment(body: DeploymentBody, manager: DeploymentsDep) -> JSONResponse:
+def create_deployment(body: DeploymentBody, manager: DeploymentsDep) -> Output[DeploymentOutput]:
     """Deploy a model (PENDING until its process answers, then RUNNING)."""
-    return ok(
-        deployment_output(manager.create(body.model_name, body.capacity, body.suffix, body.plan_fields()))
-    )
+    row = manager.create(body.model_name, body.capacity, body.suffix, body.plan_fields())
+    return Output[DeploymentOutput].of(deployment_output(row))
 
 
 @router.get("")
-def list_deployments(manager: DeploymentsDep, page: PageDep) -> JSONResponse:
+def list_deployments(manager: DeploymentsDep, page: PageDep) -> Output[DeploymentListing]:
     rows, total = manager.list(page.offset, page.page_size)
-    return ok(
-        {
-            "page_no": page.page_no,
-            "page_size": page.page_size,
-            "total": total,
-            "deployments": [deployment_output(r) for r in rows],
-        }
+    listing = DeploymentListing(
+        page_no=page.page_no,
+        page_size=page.page_size,
+        total=total,
+        deployments=[deployment_output(r) for r in rows],
     )
+    return Output[DeploymentListing].of(listing)
 
 
 @router.get("/{deployed_model}")
-def get_deployment(deployed_model: str, manager: DeploymentsDep) -> JSONResponse:
-    return ok(deployment_output(manager.get(deployed_model)))
+def get_deployment(deployed_model: str, manager: DeploymentsDep) -> Output[DeploymentOutput]:
+    return Output[DeploymentOutput].of(deployment_output(manager.get(deployed_model)))
 
 
 @router.put("/{deployed_model}/scale")
-def scale_deployment(deployed_model: str, body: ScaleBody, manager: DeploymentsDep) -> JSONResponse:
-    return ok(deployment_output(manager.scale(deployed_model, body.capacity)))
+def scale_deployment(
+    deployed_model: str, body: ScaleBody, manager: DeploymentsDep
+) -> Output[DeploymentOutput]:
+    return Output[DeploymentOutput].of(deployment_output(manager.scale(deployed_model, body.capacity)))
 
 
 @router.delete("/{deployed_model}")
-def delete_deployment(deployed_model: str, manager: DeploymentsDep) -> JSONResponse:
+def delete_deployment(deployed_model: str, manager: DeploymentsDep) -> Output[DeploymentStatus]:
     """Stop the deployment's process; calls to it then answer that it was deleted."""
     row = manager.delete(deployed_model)
-    return ok({"deployed_model": row["deployed_model"], "status": row["status"]})
+    return Output[DeploymentStatus].of(
+        DeploymentStatus(deployed_model=row["deployed_model"], status=row["status"])
+    )
 
 
 @router.get("/{deployed_model}/stream")
@@ -85,7 +88,7 @@ async def _deployment_events(
     while True:
         if row["status"] != last:
             last, seq = row["status"], seq + 1
-            yield f"id:{seq}\nevent:status\ndata:{json.dumps(deployment_output(row))}\n\n"
+            yield f"id:{seq}\nevent:status\ndata:{json.dumps(deployment_output(row).wire())}\n\n"
         if last != PENDING or await request.is_disconnected():
             return
         await anyio.sleep(STREAM_POLL_S)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
-from fastapi.responses import JSONResponse
 
 from opd_nb.constants import DELETED
 from opd_nb.server.decoding import has_surrogate
@@ -23,12 +22,21 @@ from opd_nb.server.deps import PageDep, ServicesDep, StoreDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import new_id
 from opd_nb.server.limits import MAX_FILE_NAME_CHARS
-from opd_nb.server.responses import ok, request_id, shown
+from opd_nb.server.responses import request_id, shown
 from opd_nb.server.store import Store
+from opd_nb.wire.envelope import Output
+from opd_nb.wire.files import (
+    FailedUpload,
+    FileEntry,
+    FileListing,
+    FileStatus,
+    UploadAnswer,
+    UploadedFile,
+    UploadResult,
+)
 
 router = APIRouter(prefix="/api/v1/files", tags=["files"])
 COPY_CHUNK_BYTES = 2**20  # an upload is copied to disk this much at a time
-_PUBLIC = ("file_id", "name", "bytes", "lines", "purpose", "description", "created_at")
 
 
 async def multipart_only(request: Request) -> None:
@@ -43,21 +51,24 @@ def upload_files(
     files: Annotated[list[UploadFile], File(description="JSONL datasets")],
     descriptions: Annotated[list[str] | None, Form()] = None,
     purpose: Annotated[str, Form()] = "fine-tune",
-) -> JSONResponse:
+) -> UploadAnswer:
     names = [dataset_name(upload.filename) for upload in files]  # all checked before any is written
     for text in [*(descriptions or []), purpose]:
         if has_surrogate(text):
             raise ApiError(
                 400, "InvalidParameter", "a form field holds a lone UTF-16 surrogate, which is not text"
             )
-    done: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
+    done: list[UploadedFile] = []
+    failed: list[FailedUpload] = []
     for i, (upload, name) in enumerate(zip(files, names, strict=True)):
         description = descriptions[i] if descriptions and i < len(descriptions) else None
         stored = _store_dataset(services.store, services.data_dir, upload, name, purpose, description)
-        (done if "file_id" in stored else failed).append(stored)
-    return JSONResponse(
-        {"request_id": request_id(), "data": {"uploaded_files": done, "failed_uploads": failed}}
+        if isinstance(stored, UploadedFile):
+            done.append(stored)
+        else:
+            failed.append(stored)
+    return UploadAnswer(
+        request_id=request_id(), data=UploadResult(uploaded_files=done, failed_uploads=failed)
     )
 
 
@@ -83,8 +94,8 @@ def dataset_name(filename: str | None) -> str:
 
 def _store_dataset(
     store: Store, data_dir: Path, upload: UploadFile, name: str, purpose: str, description: str | None
-) -> dict[str, Any]:
-    """Save one uploaded dataset; returns its uploaded-file entry, or ``{name, reason}`` if it is bad.
+) -> UploadedFile | FailedUpload:
+    """Save one uploaded dataset; returns its uploaded-file entry, or why it was refused.
 
     Streamed: the part is copied to disk in chunks and checked line by line from there, so a 300 MiB
     upload costs about one line of memory, not three copies of the file."""
@@ -99,7 +110,7 @@ def _store_dataset(
         problem, lines = check_jsonl_file(tmp / name)
         if problem:
             store.end_write(tmp, folder)
-            return {"name": name, "reason": problem}
+            return FailedUpload(name=name, reason=problem)
         size = (tmp / name).stat().st_size
         tmp.rename(folder)
     except BaseException:
@@ -111,7 +122,7 @@ def _store_dataset(
     store.add_file(
         file_id, name, str(folder / name), size, lines, purpose, description, finishes=(tmp, folder)
     )
-    return {"file_id": file_id, "name": name, "bytes": size, "lines": lines}
+    return UploadedFile(file_id=file_id, name=name, bytes=size, lines=lines)
 
 
 def check_jsonl_file(path: Path) -> tuple[str | None, int]:
@@ -136,8 +147,8 @@ def check_jsonl_file(path: Path) -> tuple[str | None, int]:
     return ("the file is empty", 0) if blank else (None, count)
 
 
-def _public(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in _PUBLIC}
+def _public(row: dict[str, Any]) -> FileEntry:
+    return FileEntry.model_validate({k: row[k] for k in FileEntry.model_fields})
 
 
 def _existing_file(store: Store, file_id: str) -> dict[str, Any]:
@@ -148,26 +159,22 @@ def _existing_file(store: Store, file_id: str) -> dict[str, Any]:
 
 
 @router.get("")
-def list_files(store: StoreDep, page: PageDep) -> JSONResponse:
+def list_files(store: StoreDep, page: PageDep) -> Output[FileListing]:
     rows, total = store.files(page.offset, page.page_size)
-    return ok(
-        {
-            "files": [_public(r) for r in rows],
-            "total": total,
-            "page_no": page.page_no,
-            "page_size": page.page_size,
-        }
+    listing = FileListing(
+        files=[_public(r) for r in rows], total=total, page_no=page.page_no, page_size=page.page_size
     )
+    return Output[FileListing].of(listing)
 
 
 @router.get("/{file_id}")
-def get_file(file_id: str, store: StoreDep) -> JSONResponse:
-    return ok(_public(_existing_file(store, file_id)))
+def get_file(file_id: str, store: StoreDep) -> Output[FileEntry]:
+    return Output[FileEntry].of(_public(_existing_file(store, file_id)))
 
 
 @router.delete("/{file_id}")
-def delete_file(file_id: str, store: StoreDep) -> JSONResponse:
+def delete_file(file_id: str, store: StoreDep) -> Output[FileStatus]:
     row = _existing_file(store, file_id)
     store.delete_file(file_id)
     shutil.rmtree(Path(row["path"]).parent, ignore_errors=True)
-    return ok({"file_id": file_id, "status": DELETED})
+    return Output[FileStatus].of(FileStatus(file_id=file_id, status=DELETED))

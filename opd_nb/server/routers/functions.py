@@ -19,7 +19,6 @@ from pathlib import Path
 import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
 
 from opd_nb.server.auth import OSS_PREFIX
 from opd_nb.server.bodies import (
@@ -39,24 +38,36 @@ from opd_nb.server.function_registry import (
     new_id,
     register_function,
 )
-from opd_nb.server.responses import ok, request_id, shown
+from opd_nb.server.responses import request_id, shown
 from opd_nb.server.store import Store
+from opd_nb.wire.envelope import Output
+from opd_nb.wire.functions import (
+    Instance,
+    InstanceDeleted,
+    InstanceGone,
+    InstanceLogEntry,
+    InstanceLogs,
+    Layer,
+    Registered,
+    StoredZip,
+    UploadUrl,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["functions"])
 
 
 @router.post("/fine-tunes/generate/faas/upload/url")
-def upload_url(body: UploadUrlBody, request: Request, services: ServicesDep) -> JSONResponse:
+def upload_url(body: UploadUrlBody, request: Request, services: ServicesDep) -> Output[UploadUrl]:
     base = str(request.base_url).rstrip("/")
     token = services.uploads.sign(body.unique_key)
     url = f"{base}{OSS_PREFIX}{body.unique_key}.zip?token={token}"
-    return ok({"url": url, "unique_key": body.unique_key})
+    return Output[UploadUrl].of(UploadUrl(url=url, unique_key=body.unique_key))
 
 
 @router.put(OSS_PREFIX.removeprefix("/api/v1") + "{name}")
 async def oss_put(
     name: str, request: Request, services: ServicesDep, token: str | None = Query(None, max_length=200)
-) -> JSONResponse:
+) -> Output[StoredZip]:
     """The signed-URL target: check the token, stream the zip to disk (capped), check it, record it once."""
     key = name.removesuffix(".zip")
     if not name.endswith(".zip") or not is_unique_key(name):
@@ -70,7 +81,7 @@ async def oss_put(
     dest = services.data_dir / "uploads" / name
     size = await _receive_zip(request, dest, services.max_zip_bytes, services.store)
     await run_in_threadpool(services.store.put_upload, key, str(dest), size)
-    return JSONResponse({"request_id": request_id(), "output": {"key": key, "bytes": size}})
+    return Output[StoredZip].of(StoredZip(key=key, bytes=size))
 
 
 def _same_bytes(a: Path, b: Path) -> bool:
@@ -126,27 +137,26 @@ async def _receive_zip(request: Request, dest: Path, max_bytes: int, store: Stor
 
 
 @router.post("/fine-tunes/create/faas/layer")
-def create_layer(body: LayerBody, store: StoreDep) -> JSONResponse:
+def create_layer(body: LayerBody, store: StoreDep) -> Output[Layer]:
     code = new_id("layer", 4)
     store.add_layer(code, body.layer_name or code, body.requirements_content or "")
-    return ok(
-        {
-            "layer_code": code,
-            "status": "SUCCESS",
-            "note": "local layers install nothing: functions run in the server's Python environment",
-        }
+    layer = Layer(
+        layer_code=code,
+        status="SUCCESS",
+        note="local layers install nothing: functions run in the server's Python environment",
     )
+    return Output[Layer].of(layer)
 
 
 @router.get("/fine-tunes/query/faas/layer/status")
-def layer_status(store: StoreDep, layer_code: str = Query(...)) -> JSONResponse:
+def layer_status(store: StoreDep, layer_code: str = Query(...)) -> Output[Layer]:
     if not store.has_layer(layer_code):
         raise ApiError(404, "LayerNotFound", f"layer {shown(layer_code)} does not exist")
-    return ok({"layer_code": layer_code, "status": "SUCCESS"})
+    return Output[Layer].of(Layer(layer_code=layer_code, status="SUCCESS"))
 
 
 @router.post("/fine-tunes/create/{kind}")
-def register(kind: str, body: RegisterBody, services: ServicesDep) -> JSONResponse:
+def register(kind: str, body: RegisterBody, services: ServicesDep) -> Output[Registered]:
     if kind not in FUNCTION_KINDS:
         raise ApiError(
             404, "NotFound", f"unknown function type {shown(kind)}; use rollout, reward or group-reward"
@@ -155,51 +165,46 @@ def register(kind: str, body: RegisterBody, services: ServicesDep) -> JSONRespon
     entity_id = register_function(
         services.store, services.data_dir, entity_kind, body.name, body.func, body.unique_key
     )
-    return ok({f"{entity_kind}_id": entity_id, "name": body.name, "func": body.func})
+    ids = {f"{entity_kind}_id": entity_id}  # reward_id, rollout_id or group_reward_id: only that one is sent
+    return Output[Registered].of(Registered(**ids, name=body.name, func=body.func))
 
 
 @router.post("/fine-tunes/online/faas/{tag}/{entity_id}")
 def load(
     tag: str, entity_id: str, instances: InstancesDep, runtime: FunctionRuntime | None = None
-) -> JSONResponse:
-    return ok(instances.load(entity_id, tag, runtime.model_dump(exclude_unset=True) if runtime else {}))
+) -> Output[Instance]:
+    started = instances.load(entity_id, tag, runtime.model_dump(exclude_unset=True) if runtime else {})
+    return Output[Instance].of(started)
 
 
 @router.post("/fine-tunes/query/faas/log/{instance_id}")
 def instance_logs(
     instance_id: str, instances: InstancesDep, query: InstanceLogQuery | None = None
-) -> JSONResponse:
+) -> Output[InstanceLogs]:
     query = query or InstanceLogQuery()
     keywords = query.keywords or []
     lines = [ln for ln in instances.log_entries(instance_id) if all(k in ln for k in keywords)]
     page, size = query.page_number, query.page_size
-    return ok(
-        {
-            "page_number": page,
-            "page_size": size,
-            "total_count": len(lines),
-            "log_entries": [{"message": ln} for ln in lines[(page - 1) * size : page * size]],
-        }
+    logs = InstanceLogs(
+        page_number=page,
+        page_size=size,
+        total_count=len(lines),
+        log_entries=[InstanceLogEntry(message=ln) for ln in lines[(page - 1) * size : page * size]],
     )
+    return Output[InstanceLogs].of(logs)
 
 
 @router.post("/fine-tunes/query/faas/{instance_id}")
 def query_instance(
     instance_id: str, instances: InstancesDep, body: NoParameters | None = None
-) -> JSONResponse:
-    return ok(instances.query(instance_id))
+) -> Output[Instance]:
+    return Output[Instance].of(instances.query(instance_id))
 
 
 @router.post("/fine-tunes/delete/faas/{instance_id}")
 def delete_instance(
     instance_id: str, instances: InstancesDep, body: NoParameters | None = None
-) -> JSONResponse:
+) -> InstanceDeleted:
     instances.delete(instance_id)
-    return JSONResponse(
-        {
-            "request_id": request_id(),
-            "code": 0,
-            "message": "success",
-            "data": {"status": "deleted", "sandbox_code": instance_id},
-        }
-    )
+    gone = InstanceGone(status="deleted", sandbox_code=instance_id)
+    return InstanceDeleted(request_id=request_id(), code=0, message="success", data=gone)

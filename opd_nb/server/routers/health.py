@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from opd_nb.server.deps import ServicesDep
+from opd_nb.wire.health import Health
 
 router = APIRouter(tags=["local-only"])
 
 
 @router.get("/health")
-async def health(services: ServicesDep) -> dict[str, Any]:
-    return {"status": "healthy", "data_dir": str(services.data_dir)}
+async def health(services: ServicesDep) -> Health:
+    return Health(status="healthy", data_dir=str(services.data_dir))

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import JsonValue, ValidationError
 
 from opd_nb.constants import COMPATIBLE_PATH
@@ -38,6 +38,21 @@ from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import INVALID, describe_validation, openai_error, request_id
 from opd_nb.spec.models import BAILIAN_MODEL_IDS
+from opd_nb.wire.envelope import ErrorBody, OpenAIError, OpenAIErrorDetail
+from opd_nb.wire.inference import (
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatMessage,
+    CompletionUsage,
+    GenerationAnswer,
+    GenerationChoice,
+    GenerationOutput,
+    GenerationUsage,
+    OpenAIModel,
+    OpenAIModelList,
+    ToolCall,
+)
 
 router = APIRouter(tags=["inference"])
 GENERATION_PATH = "/api/v1/services/aigc/text-generation/generation"
@@ -74,7 +89,8 @@ def _unreachable(endpoint: Endpoint, exc: Exception) -> ApiError:
     )
 
 
-async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> dict[str, Any]:
+async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> ChatCompletion:
+    """The serving process's answer, read as OpenAI's chat completion (the process boundary's one check)."""
     headers = {"Authorization": f"Bearer {endpoint.token}"}
     try:
         async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
@@ -83,7 +99,12 @@ async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> dict[str, Any]:
         raise _unreachable(endpoint, exc) from None
     if resp.status_code != 200:
         raise _upstream_error(resp)
-    return resp.json()
+    try:
+        return ChatCompletion.model_validate(resp.json())
+    except ValueError as exc:  # not JSON, or not a chat completion (pydantic's error is a ValueError)
+        raise ApiError(
+            503, "ModelUnavailable", f"the model's serving process answered out of shape: {exc}"
+        ) from None
 
 
 async def _open(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[httpx.AsyncClient, httpx.Response]:
@@ -108,7 +129,7 @@ async def _open(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[httpx.Asyn
     return http, resp
 
 
-async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterator[ChatCompletionChunk]:
     """The OpenAI chunks of an opened stream (closes it at the end)."""
     try:
         async for line in resp.aiter_lines():
@@ -120,7 +141,10 @@ async def _chunks(http: httpx.AsyncClient, resp: httpx.Response) -> AsyncIterato
             chunk: dict[str, Any] = json.loads(data)  # an OpenAI chunk from our own serving process
             if "error" in chunk:
                 raise _Upstream(_error_text(chunk["error"]))
-            yield chunk
+            try:
+                yield ChatCompletionChunk.model_validate(chunk)
+            except ValueError as exc:
+                raise _Upstream(f"the serving process sent a chunk out of shape: {exc}") from None
     except httpx.HTTPError as exc:
         raise _Upstream(f"the serving process stopped answering ({type(exc).__name__})") from None
     finally:
@@ -136,34 +160,37 @@ def _error_text(error: JsonValue) -> str:
 
 
 # ---- DashScope text generation ------------------------------------------------------------------
-def _usage(openai_usage: dict[str, Any] | None) -> dict[str, int]:
-    u = openai_usage or {}
-    n_in, n_out = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
-    return {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out}
+def _usage(usage: CompletionUsage | None) -> GenerationUsage:
+    n_in, n_out = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+    return GenerationUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out)
 
 
-def _output(result_format: str, message: dict[str, Any], finish: str) -> dict[str, Any]:
+def _output(result_format: str, message: ChatMessage, finish: str) -> GenerationOutput:
     if result_format == "text":
-        return {"text": message.get("content") or "", "finish_reason": finish}
-    return {"choices": [{"finish_reason": finish, "message": message}]}
+        return GenerationOutput(text=message.content or "", finish_reason=finish)
+    return GenerationOutput(choices=[GenerationChoice(finish_reason=finish, message=message)])
 
 
-def _full_output(result_format: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+def _full_output(result_format: str, choices: list[ChatChoice]) -> GenerationOutput:
     """DashScope's ``output`` for an OpenAI answer: the text, or one choice per ``n`` (log-probs kept)."""
     if result_format == "text":
-        out = _output("text", choices[0]["message"], choices[0]["finish_reason"])
-        return {**out, **({"logprobs": choices[0]["logprobs"]} if choices[0].get("logprobs") else {})}
-    listed: list[dict[str, Any]] = []
-    for c in choices:
-        entry = {"finish_reason": c["finish_reason"], "message": c["message"]}
-        if c.get("logprobs"):
-            entry["logprobs"] = c["logprobs"]
-        listed.append(entry)
-    return {"choices": listed}
+        first = choices[0]
+        return GenerationOutput(
+            text=first.message.content or "",
+            finish_reason=first.finish_reason,
+            logprobs=first.logprobs or None,
+        )
+    return GenerationOutput(
+        choices=[
+            GenerationChoice(finish_reason=c.finish_reason, message=c.message, logprobs=c.logprobs or None)
+            for c in choices
+        ]
+    )
 
 
-def _event(seq: int, kind: str, status: int, body: dict[str, Any]) -> str:
-    return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{json.dumps(body, ensure_ascii=False)}\n\n"
+def _event(seq: int, kind: str, status: int, body: GenerationAnswer | ErrorBody) -> str:
+    data = json.dumps(body.wire(), ensure_ascii=False)
+    return f"id:{seq}\nevent:{kind}\n:HTTP_STATUS/{status}\ndata:{data}\n\n"
 
 
 async def _dashscope_events(
@@ -173,33 +200,33 @@ async def _dashscope_events(
     text, seq = "", 0
     try:
         async for chunk in _chunks(http, resp):
-            choices: list[dict[str, Any]] = chunk.get("choices") or [{}]
-            choice = choices[0]
-            delta: dict[str, Any] = choice.get("delta") or {}
-            piece: str = delta.get("content") or ""
-            finish: str | None = choice.get("finish_reason")
-            if not piece and finish is None and not delta.get("tool_calls"):
+            choice = chunk.choices[0] if chunk.choices else None
+            delta = choice.delta if choice else ChatMessage()
+            piece, finish = delta.content or "", choice.finish_reason if choice else None
+            if not piece and finish is None and not delta.tool_calls:
                 continue  # the opening role chunk
             text += piece
-            message: dict[str, Any] = {"role": "assistant", "content": piece if incremental else text}
-            calls: list[dict[str, Any]] = delta.get("tool_calls") or []
-            if calls:
-                message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in calls]
+            message = ChatMessage(role="assistant", content=piece if incremental else text)
+            if delta.tool_calls:  # DashScope's calls carry no stream `index`
+                message.tool_calls = [
+                    ToolCall.model_validate({k: v for k, v in call.wire().items() if k != "index"})
+                    for call in delta.tool_calls
+                ]
             seq += 1
-            body = {
-                "output": _output(result_format, message, finish or "null"),
-                "usage": _usage(chunk.get("usage")),
-                "request_id": rid,
-            }
+            body = GenerationAnswer(
+                output=_output(result_format, message, finish or "null"),
+                usage=_usage(chunk.usage),
+                request_id=rid,
+            )
             yield _event(seq, "result", 200, body)
     except _Upstream as exc:
-        body = {"code": "InternalError", "message": str(exc), "request_id": rid}
-        yield _event(seq + 1, "error", 500, body)
+        yield _event(seq + 1, "error", 500, ErrorBody(code="InternalError", message=str(exc), request_id=rid))
 
 
-@router.post(GENERATION_PATH)
+@router.post(GENERATION_PATH, response_model=GenerationAnswer)
 async def generation(body: GenerationBody, request: Request, manager: DeploymentsDep) -> Any:
-    """DashScope text generation (``Generation.call``), plain or streamed."""
+    """DashScope text generation (``Generation.call``), plain or streamed (``data:`` of each event: the same
+    object, the text so far)."""
     rid = request_id()
     params = body.parameters
     stream = bool(params.stream) or request.headers.get("x-dashscope-sse", "").lower() == "enable"
@@ -223,12 +250,10 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
             headers={"Cache-Control": "no-cache", "X-DashScope-Request-Id": rid},
         )
     out = await _post(endpoint, payload)
-    return JSONResponse(
-        {
-            "request_id": rid,
-            "output": _full_output(params.result_format, out["choices"]),
-            "usage": _usage(out.get("usage")),
-        }
+    return GenerationAnswer(
+        request_id=rid,
+        output=_full_output(params.result_format, out.choices),
+        usage=_usage(out.usage),
     )
 
 
@@ -236,28 +261,30 @@ async def generation(body: GenerationBody, request: Request, manager: Deployment
 async def _compatible_chunks(
     http: httpx.AsyncClient, resp: httpx.Response, model: str, include_usage: bool, rid: str
 ) -> AsyncIterator[str]:
-    usage: dict[str, Any] | None = None
+    """The serving process's chunks under the model name that was called; the usage, when asked for, in a
+    last chunk of its own (OpenAI's ``stream_options.include_usage``)."""
+    usage: CompletionUsage | None = None
     try:
         async for chunk in _chunks(http, resp):
-            chunk["model"] = model
-            usage = chunk.pop("usage", None) or usage
-            yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-            if include_usage and chunk["choices"] and chunk["choices"][0].get("finish_reason"):
-                tail: dict[str, Any] = {**chunk, "choices": [], "usage": usage}
-                yield f"data: {json.dumps(tail, ensure_ascii=False)}\n\n"
+            usage = chunk.usage or usage
+            data = {**chunk.wire(), "model": model}
+            data.pop("usage", None)  # the usage goes in the last chunk of its own, when asked for
+            sent = ChatCompletionChunk.model_validate(data)
+            yield f"data: {json.dumps(sent.wire(), ensure_ascii=False)}\n\n"
+            if include_usage and sent.choices and sent.choices[0].finish_reason:
+                tail = sent.model_copy(update={"choices": [], "usage": usage})
+                yield f"data: {json.dumps(tail.wire(), ensure_ascii=False)}\n\n"
     except _Upstream as exc:
-        err = {
-            "error": {"message": str(exc), "type": "server_error", "code": "InternalError"},
-            "request_id": rid,
-        }
-        yield f"data: {json.dumps(err)}\n\n"
+        detail = OpenAIErrorDetail(message=str(exc), type="server_error", code="InternalError")
+        yield f"data: {json.dumps(OpenAIError(error=detail, request_id=rid).wire())}\n\n"
         return
     yield "data: [DONE]\n\n"
 
 
-@router.post(f"{COMPATIBLE_PATH}/chat/completions")
+@router.post(f"{COMPATIBLE_PATH}/chat/completions", response_model=ChatCompletion)
 async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
-    """OpenAI's chat completions, beside /api/v1 as on Bailian."""
+    """OpenAI's chat completions, beside /api/v1 as on Bailian (streamed: ``data:`` of each event a
+    ``chat.completion.chunk``)."""
     rid = request_id()
     try:
         body = ChatBody.model_validate(await request.json())
@@ -290,17 +317,17 @@ async def chat_completions(request: Request, manager: DeploymentsDep) -> Any:
         out = await _post(endpoint, payload)
     except ApiError as exc:
         return openai_error(exc.status, exc.code, exc.message, rid)
-    return JSONResponse({**out, "model": body.model})
+    return out.model_copy(update={"model": body.model})
 
 
 @router.get(f"{COMPATIBLE_PATH}/models")
-def compatible_models(manager: DeploymentsDep) -> JSONResponse:
+def compatible_models(manager: DeploymentsDep) -> OpenAIModelList:
     """OpenAI's model list: every id that answers here (the bundled and mapped models, the Bailian ids
     that run on the stand-in, the deployments); an exported name answers only through its deployment."""
     rows, _ = manager.list(0, 100)
-    ids = [m["model_id"] for m in manager.registry.listing() if m["kind"] in ("stand-in", "mapped")]
+    ids = [m.model_id for m in manager.registry.listing() if m.kind in ("stand-in", "mapped")]
     ids += sorted(BAILIAN_MODEL_IDS - set(ids))
     ids += [r["deployed_model"] for r in rows]
-    return JSONResponse(
-        {"object": "list", "data": [{"id": i, "object": "model", "owned_by": "opd-nb"} for i in ids]}
+    return OpenAIModelList(
+        object="list", data=[OpenAIModel(id=i, object="model", owned_by="opd-nb") for i in ids]
     )

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from opd_nb.constants import DELETED, FAILED, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.server.bodies import CancelBody, JobBody
@@ -31,9 +31,12 @@ from opd_nb.server.errors import ApiError
 from opd_nb.server.exports import export_checkpoint
 from opd_nb.server.job_files import remove_job_files
 from opd_nb.server.job_views import checkpoint_listing, job_output
-from opd_nb.server.responses import ok
+from opd_nb.server.responses import request_id
 from opd_nb.server.store import Store
 from opd_nb.server.submission import submit_job
+from opd_nb.wire.checkpoints import CheckpointEntry, ExportAnswer, ExportLocal
+from opd_nb.wire.envelope import Output
+from opd_nb.wire.jobs import JobDeleted, JobListing, JobLogs, JobMetrics, JobOutput, JobStatus, JobStatusEvent
 
 router = APIRouter(prefix="/api/v1/fine-tunes", tags=["jobs"])
 MAX_OFFSET = 2**53  # log offsets stay far inside SQLite's 64-bit INTEGER
@@ -56,8 +59,10 @@ def sse_event(event: str, data: str, ident: int | None = None) -> str:
 
 
 @router.post("")
-def create_job(body: JobBody, store: StoreDep, registry: RegistryDep, manager: JobManagerDep) -> JSONResponse:
-    return ok(job_output(submit_job(store, registry, manager, body)))
+def create_job(
+    body: JobBody, store: StoreDep, registry: RegistryDep, manager: JobManagerDep
+) -> Output[JobOutput]:
+    return Output[JobOutput].of(job_output(submit_job(store, registry, manager, body)))
 
 
 @router.get("")
@@ -65,34 +70,34 @@ def list_jobs(
     store: StoreDep,
     page: PageDep,
     model: str | None = Query(None, max_length=512, description="only this model's jobs"),
-) -> JSONResponse:
+) -> Output[JobListing]:
     jobs, total = store.jobs(page.offset, page.page_size, model=model)
-    return ok(
-        {
-            "page_no": page.page_no,
-            "page_size": page.page_size,
-            "total": total,
-            "jobs": [job_output(j, store.token_usage(j.job_id)) for j in jobs],
-        }
+    listing = JobListing(
+        page_no=page.page_no,
+        page_size=page.page_size,
+        total=total,
+        jobs=[job_output(j, store.token_usage(j.job_id)) for j in jobs],
     )
+    return Output[JobListing].of(listing)
 
 
 @router.get("/{job_id}")
-def get_job(job: JobDep, store: StoreDep) -> JSONResponse:
-    return ok(job_output(job, store.token_usage(job.job_id)))
+def get_job(job: JobDep, store: StoreDep) -> Output[JobOutput]:
+    return Output[JobOutput].of(job_output(job, store.token_usage(job.job_id)))
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(job: JobDep, manager: JobManagerDep, body: CancelBody | None = None) -> JSONResponse:
+def cancel_job(job: JobDep, manager: JobManagerDep, body: CancelBody | None = None) -> Output[JobStatus]:
     """Bailian's cancel takes no body; locally an optional ``reason`` is kept in the job's message and log."""
     job_id = job.job_id
     if job.status in (SUCCEEDED, FAILED):
         raise ApiError(400, "JobFinished", f"job {job_id} already finished ({job.status}); nothing to cancel")
-    return ok({"job_id": job_id, "status": manager.cancel(job_id, body.reason if body else None)})
+    status = manager.cancel(job_id, body.reason if body else None)
+    return Output[JobStatus].of(JobStatus(job_id=job_id, status=status))
 
 
 @router.delete("/{job_id}")
-def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JSONResponse:
+def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JobDeleted:
     """Hide the job and remove its files; ``local`` says how much was freed and what was kept, and why."""
     job_id = job.job_id
     if job.status not in TERMINAL_STATUSES:
@@ -109,7 +114,7 @@ def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JSONRespo
         }
     )
     files = remove_job_files(services.data_dir, job_id, keep)
-    return ok({"job_id": job_id, "status": DELETED}, local=files.model_dump())
+    return JobDeleted(request_id=request_id(), output=JobStatus(job_id=job_id, status=DELETED), local=files)
 
 
 # The two routes with query parameters look the job up in their body, not with `JobDep`: FastAPI
@@ -120,20 +125,19 @@ def job_logs(
     store: StoreDep,
     offset: int = Query(1, ge=0, le=MAX_OFFSET),
     line: int = Query(1000, ge=1, le=10000),
-) -> JSONResponse:
+) -> Output[JobLogs]:
     existing_job(job_id, store)
     start = max(offset, 1)  # 1-based line number, as the SDK's default offset=1 implies
     rows = store.logs(job_id, start, line)
-    return ok(
-        {
-            "job_id": job_id,
-            "logs": [r[1] for r in rows],
-            "offset": start,
-            "line": line,
-            "total": store.log_count(job_id),
-            "next_offset": rows[-1][0] + 1 if rows else start,
-        }
+    page = JobLogs(
+        job_id=job_id,
+        logs=[r[1] for r in rows],
+        offset=start,
+        line=line,
+        total=store.log_count(job_id),
+        next_offset=rows[-1][0] + 1 if rows else start,
     )
+    return Output[JobLogs].of(page)
 
 
 @router.get("/{job_id}/stream")
@@ -167,8 +171,8 @@ async def job_events(store: Store, job_id: str, start: int, request: Request) ->
         status = job.status if job else DELETED
         if status != last_status:
             last_status = status
-            progress = job.progress.model_dump() if job and job.progress else None
-            yield sse_event("status", json.dumps({"job_id": job_id, "status": status, "progress": progress}))
+            event = JobStatusEvent(job_id=job_id, status=status, progress=job.progress if job else None)
+            yield sse_event("status", json.dumps(event.wire()))  # as before the models: json.dumps
         if len(rows) == STREAM_BATCH:
             continue  # more lines are waiting: send them before anything else
         if status in TERMINAL_STATUSES or job is None or await request.is_disconnected():
@@ -180,16 +184,17 @@ async def job_events(store: Store, job_id: str, start: int, request: Request) ->
 
 
 @router.get("/{job_id}/metrics", tags=["local-only"])
-def job_metrics(job: JobDep, store: StoreDep) -> JSONResponse:
+def job_metrics(job: JobDep, store: StoreDep) -> Output[JobMetrics]:
     """Local-only: one row per training step with Bailian's metric names."""
-    return ok({"job_id": job.job_id, "metrics": store.metrics(job.job_id)})
+    return Output[JobMetrics].of(JobMetrics(job_id=job.job_id, metrics=store.metrics(job.job_id)))
 
 
 @router.get("/{job_id}/checkpoints")
-def job_checkpoints(job: JobDep, store: StoreDep) -> JSONResponse:
+def job_checkpoints(job: JobDep, store: StoreDep) -> Output[list[CheckpointEntry]]:
     """Bailian's "list checkpoints": the kept checkpoints, local extras under ``local`` (path, metrics,
     published: the one that is the job's finetuned_output)."""
-    return ok(checkpoint_listing(job, store.checkpoints(job.job_id), store.exports(job.job_id)))
+    listing = checkpoint_listing(job, store.checkpoints(job.job_id), store.exports(job.job_id))
+    return Output[list[CheckpointEntry]].of(listing)
 
 
 @router.get("/{job_id}/export/{checkpoint}")
@@ -198,8 +203,8 @@ def export_job_checkpoint(
     checkpoint: str,
     store: StoreDep,
     model_name: str | None = Query(None, max_length=256, description="a display name for the export"),
-) -> JSONResponse:
+) -> ExportAnswer:
     """Bailian's export: publish a checkpoint as a deployable model (``output: true``); the name to
     deploy is the checkpoint's ``model_name`` in the list afterwards (also under ``local`` here)."""
     entry = export_checkpoint(store, existing_job(job_id, store), checkpoint, model_name)
-    return ok(True, local={"checkpoint": entry})
+    return ExportAnswer(request_id=request_id(), output=True, local=ExportLocal(checkpoint=entry))

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Literal
 
 from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
 
 from opd_nb.engine.rollouts import KINDS, read_rollouts, recorded_steps
 from opd_nb.server.deps import ServicesDep, StoreDep, existing_job
 from opd_nb.server.errors import ApiError
-from opd_nb.server.responses import ok
+from opd_nb.wire.envelope import Output
+from opd_nb.wire.rollouts import RolloutRecord, RolloutsPage
 
 router = APIRouter(prefix="/api/v1/fine-tunes", tags=["jobs"])
 MAX_STEP = 10**9
@@ -40,7 +40,7 @@ def job_rollouts(
     step: int | None = Query(None, ge=0, le=MAX_STEP, description="default: the latest recorded step"),
     kind: Literal["train", "validation"] | None = Query(None, description="default: both"),
     limit: int | None = Query(None, ge=0, le=MAX_LIMIT, description="at most this many records"),
-) -> JSONResponse:
+) -> Output[RolloutsPage]:
     """Local-only: the recorded rollouts of one step (tokens with student and teacher log-probs)."""
     existing_job(job_id, store)
     out_dir = job_output_dir(services.data_dir, job_id)
@@ -53,13 +53,12 @@ def job_rollouts(
         raise ApiError(
             500, "RolloutsUnreadable", f"the recorded rollouts of step {shown} cannot be read: {exc}"
         ) from None
-    return ok(
-        {
-            "job_id": job_id,
-            "step": shown,
-            "kind": kind,
-            "steps": steps,
-            "steps_by_kind": by_kind,
-            "rollouts": records,
-        }
+    page = RolloutsPage(
+        job_id=job_id,
+        step=shown,
+        kind=kind,
+        steps=steps,
+        steps_by_kind=by_kind,
+        rollouts=[RolloutRecord.model_validate(r) for r in records],  # as the engine wrote them
     )
+    return Output[RolloutsPage].of(page)

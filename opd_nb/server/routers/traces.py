@@ -12,15 +12,13 @@ from typing import Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from opd_nb.server.deps import ServicesDep, StoreDep, existing_job
 from opd_nb.server.errors import ApiError
-from opd_nb.server.responses import ok
 from opd_nb.server.trace_env import OTLP_PATH
 from opd_nb.server.trace_intake import Refused
 from opd_nb.traces.page import MAX_TRAJECTORIES, TracesPage
+from opd_nb.wire.envelope import Output
 
 router = APIRouter()
 MAX_STEP = 10**9
@@ -31,13 +29,6 @@ _OTLP_BODY = {
     },
     "required": True,
 }
-
-
-class TracesAnswer(BaseModel):
-    """The answer's envelope (Bailian's: the page under ``output``)."""
-
-    request_id: str
-    output: TracesPage
 
 
 @router.post(
@@ -68,7 +59,6 @@ async def receive_traces(request: Request, services: ServicesDep) -> Response:
 @router.get(
     "/api/v1/fine-tunes/{job_id}/traces",
     tags=["local-only"],
-    responses={200: {"model": TracesAnswer}},
 )
 def job_traces(
     job_id: str,
@@ -83,8 +73,8 @@ def job_traces(
         None, ge=0, le=MAX_STEP, description="one rollout of the prompt (a record's sample)"
     ),
     limit: int = Query(100, ge=1, le=MAX_TRAJECTORIES, description="at most this many trajectories"),
-) -> JSONResponse:
+) -> Output[TracesPage]:
     """Local-only: a step's traced calls as span trees, each tied to its rollout record."""
     existing_job(job_id, store)
     page = services.traces.page(job_id, step, kind, (group, sample), limit)
-    return ok(page.model_dump(mode="json"))
+    return Output[TracesPage].of(page)

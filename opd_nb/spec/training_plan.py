@@ -1,0 +1,179 @@
+"""A job's hyper-parameters, typed: read once from what was submitted, then carried whole.
+
+The table (:mod:`opd_nb.spec.hyperparams`) says what each key may be; :class:`TrainingPlan` is one job's
+values of every key, read from a submitted ``hyper_parameters`` mapping the way the service reads it (a
+numeric string such as YAML's ``1e-6`` is its number, a left-out key its default, an unknown key
+ignored), checked against the table and the rules across keys, all problems in one error. The control
+plane reads a job body into it once (``server/bodies.py``), keeps it in the job record, and hands the
+same object to the engine, which adds only its local meaning (``engine/hparams.py``); the client reads
+a job's echoed hyper-parameters into it (leniently: a value another service accepted is not ours to
+refuse). The one steps formula lives here too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from opd_nb.constants import CLOUD_ESTIMATOR
+from opd_nb.spec.hyperparams import HP, PARAMS_BY_NAME, ParamSpec, params_in, value_problem
+
+FIX = "fix training.hyper_parameters in config.yaml"
+_KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def steps_per_epoch(rows: int, batch_size: int) -> int:
+    """Optimiser steps of one epoch: ceil(rows / batch_size) (the last batch may be short)."""
+    return math.ceil(rows / batch_size)
+
+
+def training_steps(rows: int, batch_size: int, n_epochs: int) -> int:
+    """Optimiser steps of a job: ceil(rows / batch_size) per epoch, times n_epochs."""
+    return steps_per_epoch(rows, batch_size) * n_epochs
+
+
+class HyperParameterError(ValueError):
+    """Submitted hyper-parameters the job cannot run with: every problem, with its key, value and fix."""
+
+
+def _default(name: str) -> Any:
+    return PARAMS_BY_NAME[name].default
+
+
+class TrainingPlan(BaseModel):
+    """Every hyper-parameter of one job, as it trains (defaults filled in, ``max_prompt_length`` resolved).
+
+    Build it with :meth:`from_submitted` (or validate a mapping: the same reading); a plan's own dump
+    validates back to itself, so it crosses a process as JSON and arrives the same."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    algorithm: str = _default("algorithm")
+    kl_loss_coef: float | None = _default("kl_loss_coef")
+    learning_rate: float = _default("learning_rate")
+    lr_scheduler_type: Literal["cosine", "linear", "constant", "constant_with_warmup"] = _default(
+        "lr_scheduler_type"
+    )
+    lr_warmup_steps: int = _default("lr_warmup_steps")
+    n_epochs: int = _default("n_epochs")
+    batch_size: int = _default("batch_size")
+    n_rollouts: int = _default("n_rollouts")
+    ppo_mini_batch_size: int = _default("ppo_mini_batch_size")
+    max_length: int = _default("max_length")
+    max_prompt_length: int = _default("max_prompt_length")
+    eval_steps: int = _default("eval_steps")
+    save_steps: int = _default("save_steps")
+    save_strategy: Literal["steps", "epoch", "no"] = _default("save_strategy")
+    save_total_limit: int = _default("save_total_limit")
+    opd_teacher_max_model_len: int = _default("opd_teacher_max_model_len")
+    opd_teacher_max_num_batched_tokens: int = _default("opd_teacher_max_num_batched_tokens")
+    opd_teacher_gpu_memory_utilization: float = _default("opd_teacher_gpu_memory_utilization")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        """A mapping is read as submitted hyper-parameters (see :func:`read_submitted`)."""
+        if isinstance(data, Mapping):
+            return read_submitted(data)  # type: ignore[arg-type]
+        return data
+
+    @classmethod
+    def from_submitted(cls, submitted: Mapping[str, Any] | None) -> Self:
+        """The plan of a submitted ``hyper_parameters`` (None: all defaults); raises
+        :class:`HyperParameterError` naming every key the job cannot run with."""
+        return cls.model_construct(**read_submitted(submitted or {}))
+
+    @classmethod
+    def lenient(cls, submitted: Mapping[str, Any] | None) -> Self:
+        """The plan a job's echoed hyper-parameters describe, each value the table cannot read left at its
+        default and no rule across keys applied: for showing a job some service already accepted."""
+        values: dict[str, Any] = {}
+        for spec in params_in(HP):
+            raw = (submitted or {}).get(spec.name)
+            if raw is None:
+                continue
+            value = _coerced(spec, raw)
+            if value is not None and value_problem(spec.name, value) is None:
+                values[spec.name] = value
+        return cls.model_construct(**{**_defaults(), **values})
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimiser updates of one step: ceil(batch_size x n_rollouts / ppo_mini_batch_size)."""
+        return math.ceil(self.batch_size * self.n_rollouts / self.ppo_mini_batch_size)
+
+    def steps_per_epoch(self, rows: int) -> int:
+        return steps_per_epoch(rows, self.batch_size)
+
+    def steps(self, rows: int) -> int:
+        """The job's optimiser steps over ``rows`` training rows (:func:`training_steps`)."""
+        return training_steps(rows, self.batch_size, self.n_epochs)
+
+
+def _defaults() -> dict[str, Any]:
+    return {spec.name: spec.default for spec in params_in(HP)}
+
+
+def _coerced(spec: ParamSpec, raw: Any) -> Any:
+    """``raw`` as the service reads it: YAML's "1e-6" is 1e-6 and 2.0 is 2 (None: it cannot be read)."""
+    kind = _KINDS[spec.type]
+    try:
+        if kind is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                return None
+            return int(raw.strip()) if isinstance(raw, str) else int(raw)
+        if kind is float:
+            if isinstance(raw, bool):
+                return None
+            return float(raw)
+        return raw if isinstance(raw, kind) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def read_submitted(submitted: Mapping[str, Any]) -> dict[str, Any]:
+    """Every hyper-parameter's value from a submitted mapping: checked per key against the table (the local
+    engine's extra choices and minimums included), then across keys; raises :class:`HyperParameterError`."""
+    given = {str(k): v for k, v in submitted.items() if v is not None}  # the SDK drops None: left out
+    values, problems = _defaults(), []
+    for spec in params_in(HP):
+        if spec.name not in given:
+            continue
+        raw = given[spec.name]
+        value = _coerced(spec, raw)
+        problem = value_problem(spec.name, raw if value is None else value)
+        if spec.name == "algorithm" and value == CLOUD_ESTIMATOR:
+            problem = None  # the local engine reads the cloud's estimator by name too
+        if value is None and problem is None:
+            problem = f"expected a {spec.type}"
+        if problem:
+            problems.append(f"hyper_parameters.{spec.name} = {raw!r}: {problem}")
+        else:
+            values[spec.name] = value
+    if not problems:
+        problems = _across_keys(values, given)
+    if problems:
+        raise HyperParameterError("; ".join(problems) + f"; {FIX}")
+    return values
+
+
+def _across_keys(v: dict[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """The rules across keys (``v`` is resolved in place): a step's sequences fill its updates, a prompt
+    leaves room for a response. Only max_length given: prompts may use all but 1 token of it."""
+    total = v["batch_size"] * v["n_rollouts"]
+    if v["ppo_mini_batch_size"] > total:
+        return [
+            f"hyper_parameters.ppo_mini_batch_size = {v['ppo_mini_batch_size']} exceeds batch_size x n_rollouts "
+            f"= {v['batch_size']} x {v['n_rollouts']} = {total} sequences per step (Bailian requires <=); lower it"
+        ]
+    if v["max_prompt_length"] >= v["max_length"] and "max_prompt_length" not in given:
+        v["max_prompt_length"] = v["max_length"] - 1
+    if v["max_prompt_length"] >= v["max_length"]:
+        return [
+            f"hyper_parameters.max_prompt_length = {v['max_prompt_length']} leaves no room for a response "
+            f"within max_length = {v['max_length']}; raise max_length or lower max_prompt_length"
+        ]
+    return []
