@@ -14,7 +14,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+from test_traces import _export
+
+from opd_nb.server.app import create_app
+from opd_nb.server.job_record import JobMeta
+from opd_nb.server.records import ServeOptions
+from opd_nb.server.store_traces import TraceFiles
+
 REPO = Path(__file__).resolve().parents[1]
+PB = "application/x-protobuf"
 
 _PROVIDER = textwrap.dedent(
     """
@@ -61,3 +69,35 @@ def test_a_traced_function_servers_provider_makes_each_tracer_once_and_keeps_the
     assert got["resource"]["service.instance.id"] == f"worker-{got['pid']}"
     assert got["resource"]["service.name"] == "opd ft-1 reward r"
     assert got["span_attributes"]["bailian.agentic_rl.sample_id"] == "step 3-2"  # baggage -> every span
+
+
+def _intake(tmp_path: Path):  # noqa: ANN202
+    app = create_app(ServeOptions(data_dir=str(tmp_path)))
+    services = app.state.services
+    meta = JobMeta(training_type="pg_opd", student_path="/s", teacher_path="/t", train_file="/f.jsonl")
+    services.store.insert_job("ft-1", "traced", {"model": "m"}, meta)
+    return services, services.traces.keys.token("ft-1")
+
+
+def test_the_intake_never_reads_back_a_step_it_has_only_just_begun(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A step's first export is all its file holds: its numbers come from the spans in hand. Only a
+    step that left memory (a restart, or more steps at once than are kept) is read back from its file."""
+    reads: list[int] = []
+    read = TraceFiles.read
+    monkeypatch.setattr(
+        TraceFiles, "read", lambda self, job, kind, step: reads.append(step) or read(self, job, kind, step)
+    )
+    services, token = _intake(tmp_path)
+    body = _export()  # one traced rollout of train step 3 with a failing tool call
+    for _ in range(2):
+        services.traces.accept(token, body, PB)
+    assert reads == []
+    [row] = services.store.metrics("ft-1")
+    assert row["trace/tool/error_rate"] == 1.0 and row["trace/llm/calls_per_trajectory"] == 2.0
+
+    services.traces._steps.clear()  # as after a restart: the step's numbers are rebuilt from its file
+    services.traces.accept(token, body, PB)
+    assert reads == [3]
+    [row] = services.store.metrics("ft-1")
+    assert row["trace/llm/calls_per_trajectory"] == 3.0  # all three exports' LLM spans, none counted twice
+    assert len(services.traces.files.read("ft-1", "train", 3)) == 3 * 4
