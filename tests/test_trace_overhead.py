@@ -12,8 +12,10 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
+import pytest
 from test_traces import _export
 
 from opd_nb.server.app import create_app
@@ -101,3 +103,59 @@ def test_the_intake_never_reads_back_a_step_it_has_only_just_begun(tmp_path: Pat
     [row] = services.store.metrics("ft-1")
     assert row["trace/llm/calls_per_trajectory"] == 3.0  # all three exports' LLM spans, none counted twice
     assert len(services.traces.files.read("ft-1", "train", 3)) == 3 * 4
+
+
+# ---- the bench's helpers ------------------------------------------------------------------------------
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def test_the_bench_reads_each_roles_cpu_over_the_steps_window() -> None:
+    import tracing_overhead as bench
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    code = f"import subprocess, sys, time\ntime.sleep(0.3)\nsubprocess.run([sys.executable, '-c', '# worker\\n' + {burn!r}])\ntime.sleep(0.3)\n"
+    root = subprocess.Popen([sys.executable, "-c", code])
+    sampler = bench.CpuSampler(root.pid)
+    sampler.start()
+    t0 = time.time()
+    root.wait(30)
+    t1 = time.time()
+    sampler.stop()
+    before, after = sampler.at(t0), sampler.at(t1)
+    assert 0.25 <= after["worker"] - before.get("worker", 0.0) <= 0.6  # the child's 0.3 s, by its role
+    assert after["serve"] < 0.5  # the parent only slept
+    mid = sampler.at((t0 + t1) / 2)
+    assert before.get("worker", 0.0) <= mid.get("worker", 0.0) <= after["worker"]
+
+
+def test_the_bench_times_the_steps_by_their_log_lines_and_leaves_the_evaluating_last_one_out(
+    tmp_path: Path,
+) -> None:
+    import tracing_overhead as bench
+
+    from opd_nb.constants import LOSS, STEP_SECONDS, VALID_TOKEN_RATE
+    from opd_nb.engine.trainer import _step_line
+    from opd_nb.server.store import Store
+    from opd_nb.server.worker import StoreEvents
+
+    store = Store(tmp_path)
+    events = StoreEvents(store, "ft-1")
+    row = {"step": 0, LOSS: 0.5, VALID_TOKEN_RATE: 1.0, STEP_SECONDS: 0.04}
+    for step in (1, 2, 4, 6, 8):
+        events.log(_step_line({**row, "step": step}, 8, 1, 1, 1.0))
+        events.log("a line that is no step's")
+    ends = bench.step_times(tmp_path, "ft-1")
+    assert sorted(ends) == [1, 2, 4, 6, 8]
+
+    class Flat:  # a process tree that used 1 ms of CPU per ms of wall time, all of it the worker's
+        def at(self, t: float) -> dict[str, float]:
+            return {"worker": t}
+
+    rows = [{**row, "step": s, STEP_SECONDS: 0.01 * s, "timing_s/teacher": 0.001} for s in range(1, 9)]
+    job = bench.job_figures("on", rows, ends, Flat())  # type: ignore[arg-type]
+    # the first logged step after the warm-up; the last one before the final (evaluating) step
+    first, last = 4, 6
+    assert job.window_ms == pytest.approx(1000 * (ends[last] - ends[first]) / (last - first))
+    assert job.cpu["worker"] == pytest.approx(job.window_ms)
+    assert job.step_ms == pytest.approx(1000 * 0.01 * 6)  # median of steps 4..8
+    assert job.stages["teacher"] == pytest.approx(1.0)
