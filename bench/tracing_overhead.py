@@ -73,7 +73,7 @@ class CpuSampler(threading.Thread):
         self.root = psutil.Process(root_pid)
         self.times: list[float] = []
         self.totals: list[dict[str, float]] = []
-        self._last: dict[int, tuple[str, float]] = {}
+        self._cpu: dict[int, tuple[str, float]] = {}
         self._procs: dict[int, tuple[str, Any]] = {root_pid: ("serve", self.root)}
         self._done = threading.Event()
 
@@ -83,22 +83,21 @@ class CpuSampler(threading.Thread):
         refreshed = 0.0
         while not self._done.is_set():
             now = time.time()
-            if now - refreshed > 0.25:  # new processes (a job's worker and function servers)
+            if now - refreshed > 0.25:  # new processes, and titles: a forked worker names itself once forked
                 refreshed = now
                 try:
                     for p in self.root.children(recursive=True):
-                        if p.pid not in self._procs:
-                            self._procs[p.pid] = (role(" ".join(p.cmdline())), p)
+                        self._procs[p.pid] = (role(" ".join(p.cmdline())), p)
                 except psutil.Error:
                     pass
             for pid, (name, p) in list(self._procs.items()):
                 try:
                     t = p.cpu_times()
-                    self._last[pid] = (name, t.user + t.system)
+                    self._cpu[pid] = (name, t.user + t.system)
                 except psutil.Error:
                     self._procs.pop(pid)
             total: dict[str, float] = {}
-            for name, cpu in self._last.values():
+            for name, cpu in self._cpu.values():  # a process's CPU counts under its latest role
                 total[name] = total.get(name, 0.0) + cpu
             self.times.append(now)
             self.totals.append(total)
