@@ -19,8 +19,11 @@ overhead is the median of the blocks' ratios.
 
 Last line: ``tracing_overhead=X% (median step: on A ms, off B ms; median of N ABBA blocks;
 throughput Y%) cpu_added=Z ms/step (fn a, serve b, worker c) spans_per_step=S``.
-Usage: ``python bench/tracing_overhead.py [--steps 40] [--blocks 3]`` (about 3 minutes on 2 cores;
-``nice -n -15`` in front keeps other sessions' load out of it where that is allowed).
+Usage: ``python bench/tracing_overhead.py [--steps 40] [--blocks 3]`` (about 3 minutes on 2 cores). On a
+shared machine: ``OPD_WORKER_NICE=0 nice -n -15 python bench/tracing_overhead.py``. A job's worker lowers
+its own session's priority (``OPD_WORKER_NICE``, default 10, through the kernel's autogroup), so ``nice``
+alone leaves the training itself at the mercy of other sessions' load; a job whose steps took ten times
+their usual time was starved, and its block says so in its ratios.
 """
 
 from __future__ import annotations
