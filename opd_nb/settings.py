@@ -189,7 +189,7 @@ TORCH_THREADS = Setting(
     WHOLE_1,
     None,
     "torch threads of a local job (two jobs on two cores want 1 each)",
-    default_text="$OMP_NUM_THREADS, else 2",
+    default_text="$OMP_NUM_THREADS, else 2 (1 for a job with function servers)",
 )
 FORKSERVER = Setting(
     "OPD_FORKSERVER",

@@ -158,3 +158,17 @@ def test_the_worker_takes_its_torch_threads_from_opd_then_openmp(monkeypatch) ->
     assert torch_threads() == 3
     monkeypatch.setenv("OPD_TORCH_THREADS", "lots")  # not a number: the next source decides
     assert torch_threads() == 1
+
+
+def test_a_job_with_function_servers_leaves_them_a_core_unless_told_otherwise(monkeypatch) -> None:
+    """Its function servers answer beside the teacher's scoring; a second spinning OpenMP thread took
+    their core (bench/tracing_overhead.py). A thread count the user set still wins."""
+    from opd_nb.server.worker import torch_threads
+
+    monkeypatch.delenv("OPD_TORCH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert (torch_threads(with_functions=True), torch_threads(with_functions=False)) == (1, 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert torch_threads(with_functions=True) == 2
+    monkeypatch.setenv("OPD_TORCH_THREADS", "3")
+    assert torch_threads(with_functions=True) == 3

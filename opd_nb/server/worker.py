@@ -170,6 +170,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
     if job is None:
         print(f"job {job_id} not found", file=sys.stderr)
         return 2
+    _set_torch_threads(torch_threads(with_functions=bool(job.meta.functions)))
     events = StoreEvents(store, job_id)
     should_stop = StopFlag(store, job_id)
     servers: list[Any] = []
@@ -419,12 +420,6 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_watch_parent, args=watch, name="opd-watch-parent", daemon=True).start()
     keep_own_log_under()  # worker.log: a chatty job cannot fill the disk through it
     _lower_priority(settings.WORKER_NICE.raw() or str(settings.WORKER_NICE.default))
-    try:
-        import torch
-
-        torch.set_num_threads(torch_threads())
-    except ImportError:
-        pass
     return run_job(Path(args[0]), args[1])
 
 
@@ -446,10 +441,13 @@ def _lower_priority(nice: str) -> None:
         pass  # no autogroup (another kernel, or a container without it): the plain nice is all there is
 
 
-def torch_threads() -> int:
+def torch_threads(*, with_functions: bool = False) -> int:
     """``OPD_TORCH_THREADS``, else the standard ``OMP_NUM_THREADS``, else 2 (at the tiny pair's size more
-    threads only add synchronisation). Two jobs at once on two cores want 1 each: their OpenMP threads
-    spin while they wait, so 2 x 2 threads on 2 cores slowed a 55 s job past six minutes."""
+    threads only add synchronisation), or 1 for a job with function servers. OpenMP threads spin while
+    they wait: two jobs at once on two cores want 1 each (2 x 2 threads slowed a 55 s job past six
+    minutes), and a job's function servers answer beside the teacher's scoring, so a second torch thread
+    took the core they need (`bench/tracing_overhead.py`: a reward job's untraced step the same with 1
+    thread as with 2, its traced step 31% slower with 2 and within 1% with 1)."""
     try:  # `opd serve` refused a bad value at its start; here a bad one falls through
         threads = settings.TORCH_THREADS.get()
     except OpdError:
@@ -457,7 +455,15 @@ def torch_threads() -> int:
     try:
         return threads or max(1, int(os.environ["OMP_NUM_THREADS"]))
     except (KeyError, ValueError):
-        return 2
+        return 1 if with_functions else 2
+
+
+def _set_torch_threads(threads: int) -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(threads)
 
 
 if __name__ == "__main__":
