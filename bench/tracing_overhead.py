@@ -34,7 +34,7 @@ def workspace(root: Path, steps: int, batch: int) -> Path:
     """The template's reward workspace, sized to `steps` steps of `batch` prompts x 2 rollouts."""
     import yaml
 
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     path = Path(create("reward", root / "ws").path)
     rows = (path / "data" / "train.jsonl").read_text().splitlines(keepends=True)

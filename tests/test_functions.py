@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from opd_nb.errors import OpdError
-from opd_nb.function_server import FunctionServer, classpath_to_module
+from opd_nb.functions.server import FunctionServer, classpath_to_module
 
 REWARD = """
 from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardInput, RewardOutput
