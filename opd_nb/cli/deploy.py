@@ -65,15 +65,8 @@ def deploy_cmd(
     client = _client(local, cloud)
     spec = parse_deploy_spec(deploy_spec)
     # The client checks the plan, then the consent (`--yes`), before anything is sent.
-    dep = client.deploy(
-        model,
-        capacity=capacity,
-        suffix=suffix,
-        plan=plan,
-        deploy_spec=spec,
-        billing_method=billing_method,
-        yes=yes,
-    )
+    how = {"plan": plan, "deploy_spec": spec, "billing_method": billing_method}
+    dep = client.deploy(model, capacity=capacity, suffix=suffix, yes=yes, **how)
     if client.target.kind == "cloud":
         echo(CLOUD_DEPLOY_NOTE, err=True)
     if not no_wait:

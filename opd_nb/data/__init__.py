@@ -6,56 +6,9 @@ The user-facing path is ``opd_nb.data`` (README, tutorials): it re-exports the h
 
 from __future__ import annotations
 
+from opd_nb.data import jsonl
 from opd_nb.data.conversion import convert
-from opd_nb.data.jsonl import (
-    CHARS_PER_TOKEN,
-    ROLES,
-    RULE_FIX,
-    RULE_TEXT,
-    UPLOAD_LIMIT_BYTES,
-    DataStats,
-    Issue,
-    ScanResult,
-    Split,
-    SplitFiles,
-    estimate_tokens,
-    load_jsonl,
-    load_tokenizer,
-    prompt_key,
-    prompt_token_counts,
-    read_jsonl,
-    scan_jsonl,
-    split,
-    split_file,
-    stats,
-    to_rows,
-    validate,
-    write_jsonl,
-)
+from opd_nb.data.jsonl import *  # noqa: F403 - the helpers users call, listed once (jsonl.__all__)
 
-__all__ = [
-    "CHARS_PER_TOKEN",
-    "DataStats",
-    "Issue",
-    "ROLES",
-    "RULE_FIX",
-    "RULE_TEXT",
-    "ScanResult",
-    "Split",
-    "SplitFiles",
-    "UPLOAD_LIMIT_BYTES",
-    "convert",
-    "estimate_tokens",
-    "load_jsonl",
-    "load_tokenizer",
-    "prompt_key",
-    "prompt_token_counts",
-    "read_jsonl",
-    "scan_jsonl",
-    "split",
-    "split_file",
-    "stats",
-    "to_rows",
-    "validate",
-    "write_jsonl",
-]
+__all__ = ["convert"]
+__all__ += jsonl.__all__
