@@ -211,6 +211,13 @@ STANDIN_TEACHER = Setting(
     "the local teacher model directory (with OPD_STANDIN_STUDENT)",
     default_text="the bundled tiny teacher",
 )
+FUNCTION_STARTUP_S = Setting(
+    "OPD_FUNCTION_STARTUP_S",
+    POSITIVE,
+    90.0,  # a function server imports the SDK, which takes seconds (more on a loaded machine)
+    "seconds a local job waits for its reward/rollout function servers to become healthy "
+    "(raise it on a heavily loaded machine)",
+)
 TRACING = Setting("OPD_TRACING", FLAG, True, "turn the SDK's tracing on in a local job's function servers")
 LOCAL_LR = Setting(
     "OPD_LOCAL_LR",

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).parent / "artifacts"
 IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
 WIDGET_ERROR = "Error displaying widget"
+LOSS_PANEL = 'svg.opd-panel[data-metric="actor/distillation/loss"]'  # a point every step
 
 
 def free_port() -> int:
@@ -126,6 +127,32 @@ class Lab:
             time.sleep(0.25)
         self.wait_for(lambda: self.css(IDLE), 90, "an idle kernel")
 
+    def trust_notebook(self) -> None:
+        """Command Palette > Trust Notebook, then accept the dialog (what the untrusted hint line says).
+        The notebook's panel must have the focus (click a cell first)."""
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys
+
+        def shown() -> Any:  # the palette's input is in the page while closed too: wait until it shows
+            return next((b for b in self.css(".lm-CommandPalette-input") if b.is_displayed()), None)
+
+        for attempt in range(3):  # a shortcut pressed while the page is still settling can be lost
+            ActionChains(self.driver).key_down(Keys.CONTROL).key_down(Keys.SHIFT).send_keys("c").key_up(
+                Keys.SHIFT
+            ).key_up(Keys.CONTROL).perform()
+            try:
+                box = self.wait_for(shown, 5, "the command palette")
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
+        box.send_keys("Trust Notebook")
+        self.wait_for(
+            lambda: self.css(".lm-CommandPalette-item.lm-mod-active"), 10, "the Trust Notebook command"
+        )
+        box.send_keys(Keys.ENTER)
+        self.wait_for(lambda: self.css(".jp-Dialog .jp-mod-accept"), 10, "the trust dialog")[0].click()
+
     def menu(self, *labels: str) -> None:
         """Click through the menu bar, as a user would (Run > Run All Cells)."""
         from selenium.webdriver.common.by import By
@@ -171,6 +198,66 @@ class Lab:
             "return performance.getEntriesByType('resource').map(e => e.name)"
             ".filter(u => !/^(http:\\/\\/127\\.0\\.0\\.1[:/]|data:|blob:|about:)/.test(u))"
         )
+
+
+def scroll_to(lab: Lab, element: Any, block: str = "center") -> None:
+    """Scroll `element` into view and wait until it sits still inside the window (no fixed sleep: a
+    smooth scroll or a late layout on a loaded machine takes as long as it takes)."""
+    lab.driver.execute_script(f"arguments[0].scrollIntoView({{block: '{block}'}})", element)
+    where = (
+        "const r = arguments[0].getBoundingClientRect();"
+        "return r.height > 0 && r.top < window.innerHeight && r.bottom > 0 ? Math.round(r.top) : null"
+    )
+    seen: list[int] = []
+
+    def still() -> bool:
+        top = lab.driver.execute_script(where, element)
+        seen.append(top)
+        return top is not None and seen[-2:] == [top, top]
+
+    lab.wait_for(still, 15, "the element to scroll into view")
+
+
+@contextlib.contextmanager
+def inside(lab: Lab, frame: Any):  # noqa: ANN202
+    lab.driver.switch_to.frame(frame)
+    try:
+        yield
+    finally:
+        lab.driver.switch_to.default_content()
+
+
+def hover(lab: Lab, root: Any, shot: Path) -> str:
+    """Hover the middle of the chart's first panel; returns the tooltip's text (step and value)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    def hovered() -> str:
+        chart = root() if callable(root) else root
+        panel = chart.find_element(By.CSS_SELECTOR, LOSS_PANEL)
+        ActionChains(lab.driver).move_to_element_with_offset(panel, 10, 0).perform()
+        tip = chart.find_element(By.CSS_SELECTOR, ".opd-tip")
+        text = tip.text if tip.is_displayed() else ""
+        return text if "step" in text and any(c.isdigit() for c in text) else ""
+
+    tip = lab.wait_for(hovered, 30, "a tooltip on hover")
+    (root() if callable(root) else root).screenshot(str(shot))
+    return tip
+
+
+def hover_frame(lab: Lab, frame: Any, shot: Path) -> tuple[str, str, float]:
+    """Hover the chart inside a snapshot's frame: (tooltip, legend text, frame height - page height)."""
+    from selenium.webdriver.common.by import By
+
+    scroll_to(lab, frame)
+    outer = frame.size["height"]
+    with inside(lab, frame):
+        tip = hover(lab, lambda: lab.driver.find_element(By.CSS_SELECTOR, ".opd-chart"), shot)
+        legend = lab.driver.find_element(By.CSS_SELECTOR, ".opd-legend").text
+        page = lab.driver.execute_script(
+            "return document.getElementById('opd-chart').getBoundingClientRect().height"
+        )
+    return tip, legend, outer - page
 
 
 @contextlib.contextmanager

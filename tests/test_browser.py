@@ -31,12 +31,11 @@ from typing import Any
 
 import pytest
 from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM
-from jupyter_browser import ARTIFACTS, WIDGET_ERROR, Lab, jupyter_lab
+from jupyter_browser import ARTIFACTS, LOSS_PANEL, WIDGET_ERROR, Lab, hover, hover_frame, jupyter_lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 PROBE = "widgets ready"
-LOSS_PANEL = 'svg.opd-panel[data-metric="actor/distillation/loss"]'  # a point every step
 JOB_NAME = "e2e-sorter"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # The notebook's cells, by what they show (indices into the notebook).
@@ -129,49 +128,6 @@ def _snapshot_chart(lab: Lab, index: int) -> Any:
     return lab.wait_for(sized, 60, f"the chart of cell {index}'s snapshot")
 
 
-@contextlib.contextmanager
-def _inside(lab: Lab, frame: Any):  # noqa: ANN202
-    lab.driver.switch_to.frame(frame)
-    try:
-        yield
-    finally:
-        lab.driver.switch_to.default_content()
-
-
-def _hover(lab: Lab, root: Any, shot: Path) -> str:
-    """Hover the middle of the chart's first panel; returns the tooltip's text (step and value)."""
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.by import By
-
-    def hovered() -> str:
-        chart = root() if callable(root) else root
-        panel = chart.find_element(By.CSS_SELECTOR, LOSS_PANEL)
-        ActionChains(lab.driver).move_to_element_with_offset(panel, 10, 0).perform()
-        tip = chart.find_element(By.CSS_SELECTOR, ".opd-tip")
-        text = tip.text if tip.is_displayed() else ""
-        return text if "step" in text and any(c.isdigit() for c in text) else ""
-
-    tip = lab.wait_for(hovered, 30, "a tooltip on hover")
-    (root() if callable(root) else root).screenshot(str(shot))
-    return tip
-
-
-def _hover_frame(lab: Lab, frame: Any, shot: Path) -> tuple[str, str, float]:
-    """Hover the chart inside a snapshot's frame: (tooltip, legend text, frame height - page height)."""
-    from selenium.webdriver.common.by import By
-
-    lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", frame)
-    time.sleep(0.5)
-    outer = frame.size["height"]
-    with _inside(lab, frame):
-        tip = _hover(lab, lambda: lab.driver.find_element(By.CSS_SELECTOR, ".opd-chart"), shot)
-        legend = lab.driver.find_element(By.CSS_SELECTOR, ".opd-legend").text
-        page = lab.driver.execute_script(
-            "return document.getElementById('opd-chart').getBoundingClientRect().height"
-        )
-    return tip, legend, outer - page
-
-
 def _hover_and_smooth(lab: Lab, chart: Any, shots: Path) -> None:
     """Hover the live chart (`chart()` finds it again on every use: a render may replace it), then move
     the smoothing slider from 0 to 0.95: the smoothed line's path changes (at 0 it is the raw one)."""
@@ -179,7 +135,7 @@ def _hover_and_smooth(lab: Lab, chart: Any, shots: Path) -> None:
 
     lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", chart())
     time.sleep(0.5)
-    tip = _hover(lab, chart, shots.with_name(shots.name + "_hover.png"))
+    tip = hover(lab, chart, shots.with_name(shots.name + "_hover.png"))
     assert "step" in tip, tip
 
     def slide(value: float) -> None:
@@ -274,7 +230,7 @@ def test_notebook_monitor_in_chromium(lab: Lab, saved: dict, local_server) -> No
     assert not any(
         i.is_displayed() for i in _in_output(lab, MONITOR, ".opd-chart-static")
     )  # trusted: the chart
-    tip, legend, spare = _hover_frame(lab, frame, ARTIFACTS / "chart_snapshot_hover.png")
+    tip, legend, spare = hover_frame(lab, frame, ARTIFACTS / "chart_snapshot_hover.png")
     assert "step" in tip and JOB_NAME in legend and "ft-" not in legend, (tip, legend)
     assert abs(spare) <= 8, f"the frame is {spare:+.0f} px off its page's height"
     lab.driver.execute_script("arguments[0].scrollIntoView()", snap)
@@ -389,7 +345,7 @@ def _reopened_checks(lab: Lab, shot: str) -> None:
     table = next(t for t in snap.find_elements(By.CSS_SELECTOR, "table") if "checkpoint" in t.text)
     rows = [r for r in table.find_elements(By.CSS_SELECTOR, "tbody tr") if "checkpoint-" in r.text]
     assert table.is_displayed() and rows and any("best" in r.text for r in rows), table.text
-    tip, legend, spare = _hover_frame(lab, frame, ARTIFACTS / f"{shot}_hover.png")
+    tip, legend, spare = hover_frame(lab, frame, ARTIFACTS / f"{shot}_hover.png")
     assert "step" in tip and JOB_NAME in legend, (tip, legend)
     assert abs(spare) <= 8, f"the frame is {spare:+.0f} px off its page's height"
     _snapshot_chart(lab, WATCHED)
@@ -422,9 +378,6 @@ def test_reopened_notebook_in_notebook7(lab: Lab, saved: dict) -> None:
 def test_untrusted_copy_keeps_static_curves_and_trust_makes_them_interactive(lab: Lab, saved: dict) -> None:
     """A committed notebook opened from a clone is untrusted: JupyterLab's sanitizer drops scripts and
     frames. Every monitor's curves stay visible as a picture, with the line on how to get the chart."""
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.keys import Keys
-
     nb = json.loads(json.dumps(_need(saved)["nb"]))
     nb["metadata"]["opd_committed_copy"] = True  # another file's content: no signature vouches for it
     (lab.root / "committed.ipynb").write_text(json.dumps(nb, indent=1))
@@ -446,16 +399,9 @@ def test_untrusted_copy_keeps_static_curves_and_trust_makes_them_interactive(lab
 
     # Trusted (Command Palette > Trust Notebook, as the line says): the charts come back.
     _cell(lab, 1).click()
-    ActionChains(lab.driver).key_down(Keys.CONTROL).key_down(Keys.SHIFT).send_keys("c").key_up(
-        Keys.SHIFT
-    ).key_up(Keys.CONTROL).perform()
-    box = lab.wait_for(lambda: lab.css(".lm-CommandPalette-input"), 10, "the command palette")[0]
-    box.send_keys("Trust Notebook")
-    lab.wait_for(lambda: lab.css(".lm-CommandPalette-item.lm-mod-active"), 10, "the Trust Notebook command")
-    box.send_keys(Keys.ENTER)
-    lab.wait_for(lambda: lab.css(".jp-Dialog .jp-mod-accept"), 10, "the trust dialog")[0].click()
+    lab.trust_notebook()
     frame = _snapshot_chart(lab, MONITOR)
-    tip, _, _ = _hover_frame(lab, frame, ARTIFACTS / "trusted_again_hover.png")
+    tip, _, _ = hover_frame(lab, frame, ARTIFACTS / "trusted_again_hover.png")
     assert "step" in tip
     assert not any(i.is_displayed() for i in _in_output(lab, MONITOR, "img.opd-chart-img"))
     assert lab.offsite_requests() == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from opd_nb.constants import LOSS, VALID_TOKEN_RATE
+from opd_nb.constants import LOSS, TOOL_LATENCY_P95, VALID_TOKEN_RATE
 from opd_nb.plots.series import ChartFeed, lttb, parent_of, series_points, step_offset
 
 
@@ -43,6 +43,23 @@ def test_a_panel_that_appears_later_reads_that_metric_from_the_first_row() -> No
     (entry,) = feed.delta()
     assert entry["metric"] == VALID_TOKEN_RATE and entry["steps"] == [1, 2, 3, 4]
     assert feed.full(mark=False)["panels"] == [LOSS, VALID_TOKEN_RATE]
+
+
+def test_a_step_row_that_grows_in_place_is_read_again() -> None:
+    """The control plane merges a step's trace numbers (sent while the step runs) and the engine's row
+    (written when it ends) into one row, in either order. A feed that read each row once kept only the
+    trace numbers of every step after the first: a saved monitor of an agentic job showed its loss,
+    entropy and reward panels as one point while its tool panels had whole curves."""
+    feed = ChartFeed()
+    rows: list[dict] = [{"step": 1, LOSS: 1.0, TOOL_LATENCY_P95: 0.1}, {"step": 2, TOOL_LATENCY_P95: 0.2}]
+    feed.update({"ft-a": rows}, [LOSS, TOOL_LATENCY_P95])
+    assert {p["metric"]: p["steps"] for p in feed.delta()} == {LOSS: [1], TOOL_LATENCY_P95: [1, 2]}
+    rows[1] = {**rows[1], LOSS: 0.8}  # step 2 ends: its engine numbers join its row
+    rows.append({"step": 3, TOOL_LATENCY_P95: 0.3})
+    feed.update({"ft-a": rows}, [LOSS, TOOL_LATENCY_P95])
+    assert {p["metric"]: p["steps"] for p in feed.delta()} == {LOSS: [2], TOOL_LATENCY_P95: [3]}
+    doc = {(s["metric"]): (s["steps"], s["values"]) for s in feed.full()["series"]}
+    assert doc[LOSS] == ([1, 2], [1.0, 0.8]) and doc[TOOL_LATENCY_P95] == ([1, 2, 3], [0.1, 0.2, 0.3])
 
 
 def test_full_marks_points_sent_unless_asked_not_to() -> None:

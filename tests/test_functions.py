@@ -66,3 +66,23 @@ def test_broken_function_reports_its_import_error(tmp_path):
     with pytest.raises(OpdError) as info:
         FunctionServer.start(tmp_path, "reward", "functions/reward/reward.py:ExactReward", startup_timeout=30)
     assert "not_a_module_anywhere" in str(info.value)
+
+
+def test_a_loaded_machine_can_give_function_servers_more_time_to_start(monkeypatch) -> None:
+    """A job waits 90 s for its function servers; on a heavily loaded two-core machine importing the SDK
+    alone passed that and failed the job before its first step. $OPD_FUNCTION_STARTUP_S gives more
+    time; a value that is not seconds above 0 is a one-line error that names the variable."""
+    from opd_nb.errors import OpdError
+    from opd_nb.functions.server import startup_seconds
+    from opd_nb.settings import FUNCTION_STARTUP_S
+
+    startup_env = FUNCTION_STARTUP_S.name
+    monkeypatch.delenv(startup_env, raising=False)
+    assert startup_seconds() == 90.0
+    monkeypatch.setenv(startup_env, "600")
+    assert startup_seconds() == 600.0
+    for bad in ("ten", "0", "-5", "nan"):
+        monkeypatch.setenv(startup_env, bad)
+        with pytest.raises(OpdError) as err:
+            startup_seconds()
+        assert startup_env in str(err.value) and err.value.fix

@@ -391,3 +391,14 @@ def test_submit_monitor_shows_the_submits_notes_as_the_terminal_does(
         for m in monitors:
             m.stop()
             wait_status(m.client, m.job_ids[0], {"CANCELED", "SUCCEEDED", "FAILED"}, timeout=60)
+
+
+def test_the_config_cell_folds_its_diff_under_a_line_that_counts_it() -> None:
+    """A whole new config is a long diff: folded (`<details>`, no script), the findings above it and the
+    next cells stay in view, and the line says how much changed."""
+    from opd_nb.notebook.configcell import diff_html, unified_diff
+
+    diff = unified_diff("name: a\nkeep: 1\n", "name: b\nkeep: 1\nnew: 2\n", "config.yaml")
+    html = diff_html(diff)
+    assert html.startswith("<details><summary>diff: 2 line(s) added, 1 removed</summary><pre>")
+    assert "+new: 2" in html and html.endswith("</pre></details>")

@@ -70,3 +70,13 @@ def test_the_submit_note_carries_no_status_that_goes_stale() -> None:
     assert (
         result.headline(status=False) == f"submitted {JOB} to local http://127.0.0.1:1/api/v1"
     )  # the monitor's
+
+
+def test_the_log_tail_is_folded_under_a_line_that_counts_it() -> None:
+    """A finished monitor in a saved notebook repeats each job's log tail: folded, it keeps the alerts
+    and curves in view, and a click (no script: `<details>`) opens it."""
+    state = _state()
+    state["jobs"][JOB]["log_tail"] = ["[INFO] step 9", "[INFO] step 10"]
+    html = monitor_html.logs_html(state)
+    assert html.startswith("<details><summary><b>log tail of ft-202612010000-abcdef</b> (2 lines)</summary>")
+    assert "<pre>[INFO] step 9\n[INFO] step 10</pre></details>" in html

@@ -136,6 +136,30 @@ def test_the_magic_opens_the_viewer(local_server, viewed_job) -> None:
     viewer = open_view(request)
     assert isinstance(viewer, RolloutViewer) and viewer.step == 1 and viewer.kind == "train"
     assert viewer.sort == "reward_desc"
+    assert len(viewer.records) > 2  # the step has more samples than the limit below
+
+
+def test_the_magics_limit_keeps_that_many_samples(local_server, viewed_job) -> None:
+    """`%opd rollouts JOB --limit N` shows, and saves in the notebook, N samples of the step (the
+    request dropped --limit, and a tutorial saved all 64 validation answers of a step)."""
+    from opd_nb.cli import invoke
+    from opd_nb.notebook.views import open_view
+
+    job_id, _, _, _ = viewed_job
+    argv = ["rollouts", job_id, "--local", local_server.api_base, "--step", "1", "--kind", "train"]
+    everything = open_view(invoke(argv))
+    viewer = open_view(invoke([*argv, "--sort", "reward_desc", "--limit", "2"]))
+    assert len(everything.records) > 2 and len(viewer.records) == 2
+    assert viewer.state["rows"] and len(viewer.state["rows"]) == 2
+    assert viewer.to_html().count('class="opd-sample"') == 2  # the saved snapshot's sample panes
+    viewer.set_step(2)  # another step keeps the limit
+    assert viewer.step == 2 and len(viewer.records) == 2
+
+
+def test_the_magic_rejects_bad_kind_and_sort(viewed_job) -> None:
+    from opd_nb.cli import invoke
+
+    job_id, _, _, _ = viewed_job
     with pytest.raises(OpdError, match="--kind"):
         invoke(["rollouts", job_id, "--kind", "eval"])
     with pytest.raises(OpdError, match="--sort"):

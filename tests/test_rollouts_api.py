@@ -142,3 +142,6 @@ def test_terminal_shading_follows_the_log_ratio() -> None:
     assert "[b]7<i>" in console.export_text()
     html = tokens_html(tokens)
     assert "&lt;i&gt;" in html and "<i>" not in html and "teacher−student -3.900" in html
+    spans = html.split('<span class="opd-tok"')[1:]
+    assert spans[0].startswith(" title=")  # agreed (ratio 0): no shade, so no style to save
+    assert spans[1].startswith(' style="background-color:rgba(') and "dotted" in spans[2]

@@ -253,3 +253,20 @@ def test_the_trajectory_view_and_the_viewers_pane_live_and_on_bailian(finished_j
     assert on_bailian.available is False and str(on_bailian).endswith(CLOUD_NOTE)
     assert "ARMS" in on_bailian.to_html() and "Trajectory tab" in on_bailian.to_html()
     assert 'class="opd-span"' not in on_bailian.to_html()
+
+
+def test_the_traces_magics_limit_keeps_that_many_trajectories(finished_job, local_server) -> None:  # noqa: ANN001
+    """`%opd traces JOB --limit N` shows, and saves in the notebook, at most N trajectories (the request
+    dropped --limit, and a tutorial saved every trajectory of a step)."""
+    from opd_nb.cli import invoke
+    from opd_nb.notebook.views import open_view
+
+    job = finished_job("reward")
+    local = JobClient(resolve_target("local", base_url=local_server.api_base))
+    step = local.rollouts(job.job_id, kind="train").step
+    _wait_traces(local, job.job_id, step, {"train"})
+    argv = ["traces", job.job_id, "--local", local_server.api_base, "--step", str(step), "--kind", "train"]
+    everything = open_view(invoke(argv))
+    one = open_view(invoke([*argv, "--limit", "1"]))
+    assert everything.state["trajectories"] > 1 and one.state["trajectories"] == 1
+    assert len(one.to_html()) < len(everything.to_html())

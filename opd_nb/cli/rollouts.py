@@ -50,7 +50,9 @@ def rollouts_cmd(
         raise OpdError(f"--sort must be one of {', '.join(SORTS)}, not {sort!r}", fix="--sort reward_desc")
     client = _client(local, cloud)
     if in_magic():  # the notebook opens the rollout viewer on it
-        return RolloutsRequest(job_id=job_id, target=client.target, step=step, kind=kind, sort=sort)
+        return RolloutsRequest(
+            job_id=job_id, target=client.target, step=step, kind=kind, sort=sort, limit=limit
+        )
     page = client.rollouts(job_id, step=step, kind=kind, limit=limit)
     if page is None:
         from opd_nb.client.rollout_results import CLOUD_NOTE

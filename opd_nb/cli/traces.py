@@ -44,7 +44,13 @@ def traces_cmd(
     client = _client(local, cloud)
     if in_magic():  # the notebook opens the trajectory view on it
         return TracesRequest(
-            job_id=job_id, target=client.target, step=step, kind=kind, group=group, sample=sample
+            job_id=job_id,
+            target=client.target,
+            step=step,
+            kind=kind,
+            group=group,
+            sample=sample,
+            limit=limit,
         )
     page = client.traces(job_id, step=step, kind=kind, group=group, sample=sample, limit=limit)
     if page is None:

@@ -53,6 +53,7 @@ class RolloutsRequest(ResultMixin):
     step: int | None = None
     kind: str | None = None  # "train" | "validation" | None (both)
     sort: str = "order"  # a key of opd_nb.client.rollout_results.SORTS
+    limit: int | None = None  # at most this many samples per step (None: all recorded)
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class RolloutsRequest(ResultMixin):
             "step": self.step,
             "kind": self.kind,
             "sort": self.sort,
+            "limit": self.limit,
         }
 
     def __str__(self) -> str:
@@ -81,6 +83,7 @@ class TracesRequest(ResultMixin):
     kind: str | None = None
     group: int | None = None
     sample: int | None = None
+    limit: int | None = None  # at most this many trajectories (None: all of the step)
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class TracesRequest(ResultMixin):
             "kind": self.kind,
             "group": self.group,
             "sample": self.sample,
+            "limit": self.limit,
         }
 
     def __str__(self) -> str:

@@ -178,7 +178,9 @@ def token_tooltip(token: Mapping[str, Any]) -> str:
 def tokens_html(tokens: Sequence[Mapping[str, Any]]) -> str:
     """The completion as spans, each shaded by its log-ratio, with a tooltip giving both log-probs.
 
-    Inline styles and ``title`` only (no script), so it survives a saved notebook's sanitizer.
+    Inline styles and ``title`` only (no script), so it survives a saved notebook's sanitizer. A token
+    the teacher agrees with (no shade) carries no style: most tokens of a trained student, and a saved
+    notebook's viewer is that much smaller.
     """
     spans: list[str] = []
     for i, tok in enumerate(tokens):
@@ -186,14 +188,13 @@ def tokens_html(tokens: Sequence[Mapping[str, Any]]) -> str:
         if not text:
             continue
         ratio = log_ratio(tok)
-        if ratio is None:
-            style = "border-bottom:1px dotted #888"
-        else:
+        style = ' style="border-bottom:1px dotted #888"' if ratio is None else ""
+        if ratio is not None:
             (r, g, b), strength = _shade(ratio)
             alpha = round(0.75 * strength if ratio < 0 else 0.4 * strength, 3)
-            style = f"background-color:rgba({r},{g},{b},{alpha})"
+            style = f' style="background-color:rgba({r},{g},{b},{alpha})"' if alpha > 0 else ""
         spans.append(
-            f'<span class="opd-tok" style="{style}" title="{html.escape(token_tooltip(tok))}">'
+            f'<span class="opd-tok"{style} title="{html.escape(token_tooltip(tok))}">'
             f"{html.escape(text)}</span>"
         )
     return (

@@ -30,6 +30,17 @@ FUNC_TYPES = ("reward", "rollout", "group_reward")
 PARENT_ENV = (
     settings.FUNCTION_PARENT.name
 )  # the pid that started a function server: it stops once that is gone
+
+
+def startup_seconds() -> float:
+    """How long a job waits for its function servers (:data:`opd_nb.settings.FUNCTION_STARTUP_S`). On a
+    heavily loaded machine (many jobs, two cores) importing the SDK alone can pass the default, and the
+    job then fails before its first step; the variable gives such a machine more time."""
+    value = settings.FUNCTION_STARTUP_S.get()
+    assert value is not None  # the setting has a default
+    return value
+
+
 PARENT_POLL_S = 0.5
 CLEAN_ROUTE_ENV = settings.CLEAN_ROUTE.name  # "1": also serve CLEAN_PATH (the playground asks for it)
 CLEAN_PATH = "/opd/clean"

@@ -39,13 +39,20 @@ def unified_diff(old: str, new: str, name: str) -> str:
 
 
 def diff_html(diff: str) -> str:
+    """The diff, folded into a `<details>` line that counts it: a whole new config is a long diff that
+    would push the cell's findings and the next cells out of sight (it opens with a click, no script)."""
     if not diff:
         return "<i>no changes</i>"
     lines = []
+    added = removed = 0
     for line in diff.splitlines():
         color = "#1a7f37" if line.startswith("+") else "#cf222e" if line.startswith("-") else "#555"
+        if not line.startswith(("+++", "---")):
+            added += line.startswith("+")
+            removed += line.startswith("-")
         lines.append(f'<span style="color:{color}">{render.esc(line)}</span>')
-    return "<pre>" + "\n".join(lines) + "</pre>"
+    summary = f"diff: {added} line(s) added, {removed} removed"
+    return f"<details><summary>{summary}</summary><pre>" + "\n".join(lines) + "</pre></details>"
 
 
 def blocking_errors(report: Any) -> list[Any]:

@@ -187,8 +187,11 @@ def logs_html(state: dict[str, Any]) -> str:
             parts.append(
                 f"<b>events of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(v['events']))}</pre>"
             )
-        if lines:
-            parts.append(f"<b>log tail of {render.esc(jid)}</b><pre>{render.esc(chr(10).join(lines))}</pre>")
+        if lines:  # folded: the alerts and the curves say what happened; the log says the details
+            parts.append(
+                f"<details><summary><b>log tail of {render.esc(jid)}</b> ({len(lines)} lines)</summary>"
+                f"<pre>{render.esc(chr(10).join(lines))}</pre></details>"
+            )
     return "".join(parts)
 
 

@@ -39,6 +39,7 @@ class RolloutViewer(LiveView):
         step: int | None = None,
         kind: str | None = None,
         sort: str = "order",
+        limit: int | None = None,
     ):
         if not job_id:
             raise OpdError("no job id given", fix="pass a job id, e.g. %opd rollouts ft-...")
@@ -50,6 +51,7 @@ class RolloutViewer(LiveView):
         self._client = client
         self.kind = kind
         self.sort = sort
+        self.limit = limit  # at most this many samples per step (the saved notebook keeps only these)
         self.page: RolloutPage | None = None
         self.traces: TracesPage | None = None
         self.available: bool | None = None  # False: this control plane has no rollouts endpoint
@@ -73,7 +75,7 @@ class RolloutViewer(LiveView):
 
     def load(self, step: int | None = None) -> RolloutViewer:
         """Fetch `step` (None: the latest recorded) of the current kind; selects the first row shown."""
-        page = self.client.rollouts(self.job_id, step=step, kind=self.kind)
+        page = self.client.rollouts(self.job_id, step=step, kind=self.kind, limit=self.limit)
         self.loads += 1
         self.available = page is not None
         self.page = page

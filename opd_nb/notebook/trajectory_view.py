@@ -69,13 +69,14 @@ class TrajectoryView(LiveView):
         kind: str | None = None,
         group: int | None = None,
         sample: int | None = None,
+        limit: int | None = None,
     ):
         if not job_id:
             raise OpdError("no job id given", fix="pass a job id, e.g. %opd traces ft-...")
         if kind not in (None, *KINDS):
             raise OpdError(f"kind must be train or validation, not {kind!r}")
         self.job_id, self._client, self.kind = job_id, client, kind
-        self.group, self.sample = group, sample
+        self.group, self.sample, self.limit = group, sample, limit  # limit: trajectories kept per step
         self.page: TracesPage | None = None
         self.available: bool | None = None
         self._widgets: Any = None
@@ -93,7 +94,7 @@ class TrajectoryView(LiveView):
     def load(self, step: int | None = None) -> TrajectoryView:
         """Fetch `step` (None: the latest with spans)."""
         self.page = self.client.traces(
-            self.job_id, step=step, kind=self.kind, group=self.group, sample=self.sample
+            self.job_id, step=step, kind=self.kind, group=self.group, sample=self.sample, limit=self.limit
         )
         self.available = self.page is not None
         self._sync()

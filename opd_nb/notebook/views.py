@@ -49,7 +49,9 @@ def _rollouts(request: RolloutsRequest) -> Any:
     from opd_nb.notebook.rollout_viewer import RolloutViewer
 
     client = JobClient(request.target)
-    return RolloutViewer(request.job_id, client, step=request.step, kind=request.kind, sort=request.sort)
+    return RolloutViewer(
+        request.job_id, client, step=request.step, kind=request.kind, sort=request.sort, limit=request.limit
+    )
 
 
 def _traces(request: TracesRequest) -> Any:
@@ -64,6 +66,7 @@ def _traces(request: TracesRequest) -> Any:
         kind=request.kind,
         group=request.group,
         sample=request.sample,
+        limit=request.limit,
     )
 
 

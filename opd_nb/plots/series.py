@@ -136,7 +136,7 @@ class ChartFeed:
     offsets: dict[str, float] = field(default_factory=dict)
     _sent: dict[tuple[str, str], float] = field(default_factory=dict)
     _series: dict[tuple[str, str], tuple[list[float], list[float]]] = field(default_factory=dict)
-    _read: dict[str, int] = field(default_factory=dict)  # rows of each job already parsed
+    _read: dict[str, list[int]] = field(default_factory=dict)  # each parsed row's key count, per job
 
     def offset(self, job: str) -> float:
         """The global-step offset `job`'s series are drawn at: 0 until a parent is found."""
@@ -145,31 +145,43 @@ class ChartFeed:
     def update(self, rows_by_job: Mapping[str, Rows], panels: Sequence[str]) -> None:
         """Take the latest rows of every job (the whole list each time, as the client returns it).
 
-        Only rows after those already read are parsed (metric rows only ever grow at the end), so a
-        poll costs its new rows, not the job's length; a new panel reads that metric's rows once."""
+        Only new rows, and rows that gained keys since they were read, are parsed: a step's row grows
+        in place (its trace numbers arrive while the step runs, the engine's numbers when it ends), so a
+        poll costs what changed, not the job's length; a new panel reads that metric's rows once."""
         added = [name for name in panels if name not in self.panels]
         self.panels.extend(added)
         for job, rows in rows_by_job.items():
-            seen = self._read.get(job, 0)
-            if len(rows) < seen:  # a shorter list: not the same job history any more
-                seen = 0
+            sizes = [len(row) for row in rows]
+            read = self._read.get(job, [])
+            if len(rows) < len(read):  # a shorter list: not the same job history any more
+                read = []
                 for key in [k for k in self._series if k[0] == job]:
                     del self._series[key]
+            seen = next((i for i, n in enumerate(read) if sizes[i] != n), len(read))
             for metric in self.panels:
                 start = 0 if metric in added else seen
-                if start >= len(rows):
-                    continue
-                steps, values = series_points(rows[start:], metric, first_index=start)
-                if steps:
-                    have_s, have_v = self._series.setdefault((job, metric), ([], []))
-                    if have_s and steps[0] <= have_s[-1]:  # out of order: re-sort this series
-                        pairs = sorted(zip(have_s + steps, have_v + values, strict=True))
-                        have_s[:] = [p[0] for p in pairs]
-                        have_v[:] = [p[1] for p in pairs]
-                    else:
-                        have_s.extend(steps)
-                        have_v.extend(values)
-            self._read[job] = len(rows)
+                if start < len(rows):
+                    self._take(job, metric, rows, start)
+            self._read[job] = sizes
+
+    def _take(self, job: str, metric: str, rows: Rows, start: int) -> None:
+        """Parse `metric` from rows[start:], replacing the points of any step read before."""
+        steps, values = series_points(rows[start:], metric, first_index=start)
+        have = self._series.get((job, metric))
+        if have is not None and start < len(self._read.get(job, [])):  # rows read before: drop their points
+            redo = set(steps)
+            kept = [(s, v) for s, v in zip(*have, strict=True) if s not in redo]
+            have[0][:], have[1][:] = [p[0] for p in kept], [p[1] for p in kept]
+        if not steps:
+            return
+        have_s, have_v = self._series.setdefault((job, metric), ([], []))
+        if have_s and steps[0] <= have_s[-1]:  # out of order: re-sort this series
+            pairs = sorted(zip(have_s + steps, have_v + values, strict=True))
+            have_s[:] = [p[0] for p in pairs]
+            have_v[:] = [p[1] for p in pairs]
+        else:
+            have_s.extend(steps)
+            have_v.extend(values)
 
     def delta(self) -> list[dict[str, Any]]:
         """The points no earlier delta (or full document) included, one entry per series that grew."""

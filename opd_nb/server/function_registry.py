@@ -257,7 +257,7 @@ class InstanceManager:
 
     def _start(self, instance_id: str) -> Instance:
         from opd_nb.errors import OpdError
-        from opd_nb.functions.server import FunctionServer
+        from opd_nb.functions.server import FunctionServer, startup_seconds
 
         inst = self._existing(instance_id, deleted_ok=True)
         fn = self._function(inst["entity_id"])
@@ -270,7 +270,7 @@ class InstanceManager:
                 fn["processor"],
                 log_path=inst["log_path"],
                 env=env,
-                startup_timeout=90.0,
+                startup_timeout=startup_seconds(),
             )
         except OpdError as exc:
             self.store.set_instance(instance_id, status=InstanceState.FAILED)

@@ -304,7 +304,7 @@ def _start_functions(
     specs: list[JobFunction], job_dir: Path, events: StoreEvents, servers: list[Any]
 ) -> tuple[list[RewardEndpoint], RolloutEndpoint | None]:
     """One function server per registered function of the job, as the endpoints the engine calls."""
-    from opd_nb.functions.server import FunctionServer
+    from opd_nb.functions.server import FunctionServer, startup_seconds
 
     rewards: list[RewardEndpoint] = []
     rollout: RolloutEndpoint | None = None
@@ -321,7 +321,7 @@ def _start_functions(
             spec.processor,
             log_path=job_dir / "functions" / f"{spec.entity_id}.log",
             env={**(spec.env or {}), **tracing},
-            startup_timeout=90.0,
+            startup_timeout=startup_seconds(),
         )
         servers.append(server)
         events.log(f"{spec.kind} function {spec.name!r} serving at {server.url}")
