@@ -4,25 +4,31 @@ A refactor of ``opd_nb/engine`` must not make a step slower. This runs the same 
 bundled tiny pair, ``bench/engine_vs_trl.py``'s data and batch) with the engine of an old tree
 and of this tree, alternating ``old, new, old, new, …`` so that a slow or fast spell of the
 machine (they swing ~25% between processes) touches both sides, each run in a fresh process with
-that tree first on ``sys.path``. It prints each run's median ms/step after a warm-up, then per
-estimator the median of the runs and the ratio new/old, and whether the two trees logged the
-same non-timing metrics (a refactor should change no number).
+that tree first on ``sys.path``. It prints each run's median ms/step after a warm-up (wall clock)
+and its median CPU ms/step (the process's own CPU time between steps: what other processes on a
+shared machine inflate far less than the wall clock), then per estimator the medians of the runs
+and both ratios new/old, and whether the two trees logged the same non-timing metrics (a refactor
+should change no number).
 
 Make an old tree with ``git worktree add /tmp/old REV`` or ``git archive REV | tar -x -C /tmp/old``.
 Usage: ``python bench/engine_ab.py --old /tmp/old [--runs 3] [--steps 40] [--algorithms gkd pg_opd]``.
-Last line: ``ratio_gkd=X ratio_pg_opd=Y same_metrics=True`` (ratio < 1: the new tree is faster).
+Last line: ``ratio_gkd=X ratio_pg_opd=Y cpu_ratio_gkd=X cpu_ratio_pg_opd=Y same_metrics=True``
+(ratio < 1: the new tree is faster).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 WARMUP = 3
@@ -61,9 +67,20 @@ def child(tree: str, work: str, algorithm: str, steps: int, train: str, val: str
             "save_strategy": "no",
         },
     )
-    ev = ListEvents()
+
+    class Stamped(ListEvents):  # the process's CPU seconds at each step's end
+        def __init__(self) -> None:
+            super().__init__()
+            self.cpu: list[tuple[int, float]] = []
+
+        def progress(self, step: int, *rest: Any) -> None:
+            super().progress(step, *rest)
+            self.cpu.append((step, time.process_time()))
+
+    ev = Stamped()
     run(job, ev, lambda: len([r for r in ev.rows if r["step"] > 0]) >= steps)
-    print(json.dumps({"engine": sys.modules["opd_nb.engine.trainer"].__file__, "rows": ev.rows}))
+    engine = sys.modules["opd_nb.engine.trainer"].__file__
+    print(json.dumps({"engine": engine, "rows": ev.rows, "cpu": ev.cpu}))
     return 0
 
 
@@ -83,7 +100,10 @@ def one_run(tree: Path, algorithm: str, steps: int, train: Path, val: Path) -> d
     ms = statistics.median(r["timing_s/step"] for r in timed) * 1000
     stages = {k: statistics.median(r[f"timing_s/{k}"] for r in timed) * 1000 for k in STAGES}
     numbers = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in res["rows"]]
-    return {"ms": ms, "stages": stages, "numbers": numbers}
+    cpu = [
+        (b - a) * 1000 for (s0, a), (s1, b) in itertools.pairwise(res["cpu"]) if s1 == s0 + 1 and s0 >= WARMUP
+    ]
+    return {"ms": ms, "cpu": statistics.median(cpu), "stages": stages, "numbers": numbers}
 
 
 def write_data(work: Path, steps: int) -> tuple[Path, Path]:
@@ -116,32 +136,38 @@ def main(argv: list[str] | None = None) -> int:
     if not args.old or not (Path(args.old) / "opd_nb" / "engine").is_dir():
         ap.error("--old must name a source tree with opd_nb/engine/ in it")
     trees = {"old": Path(args.old).resolve(), "new": REPO}
-    summary, same = [], True
+    summary, cpu_summary, same = [], [], True
     with tempfile.TemporaryDirectory(prefix="opd-ab-data-") as tmp:
         train, val = write_data(Path(tmp), args.steps)
         for algorithm in args.algorithms:
             ms: dict[str, list[float]] = {"old": [], "new": []}
+            cpu: dict[str, list[float]] = {"old": [], "new": []}
             numbers = {}
             for i in range(args.runs):
                 for side, tree in trees.items():
                     r = one_run(tree, algorithm, args.steps, train, val)
                     ms[side].append(r["ms"])
+                    cpu[side].append(r["cpu"])
                     numbers[side] = r["numbers"]
                     stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items())
                     print(
-                        f"{algorithm} {side} run {i + 1}/{args.runs}: {r['ms']:.1f} ms/step ({stages})",
+                        f"{algorithm} {side} run {i + 1}/{args.runs}: {r['ms']:.1f} ms/step ({stages}); "
+                        f"cpu {r['cpu']:.1f} ms/step",
                         flush=True,
                     )
             ratio = statistics.median(ms["new"]) / statistics.median(ms["old"])
+            cpu_ratio = statistics.median(cpu["new"]) / statistics.median(cpu["old"])
             equal = numbers["old"] == numbers["new"]
             same = same and equal
             print(
                 f"{algorithm}: old median {statistics.median(ms['old']):.1f} ms/step, new median "
-                f"{statistics.median(ms['new']):.1f} ms/step, new/old {ratio:.3f}; same metrics: {equal}",
+                f"{statistics.median(ms['new']):.1f} ms/step, new/old {ratio:.3f}; cpu new/old "
+                f"{cpu_ratio:.3f}; same metrics: {equal}",
                 flush=True,
             )
             summary.append(f"ratio_{algorithm}={ratio:.3f}")
-    print(" ".join(summary) + f" same_metrics={same}")
+            cpu_summary.append(f"cpu_ratio_{algorithm}={cpu_ratio:.3f}")
+    print(" ".join(summary + cpu_summary) + f" same_metrics={same}")
     return 0
 
 
