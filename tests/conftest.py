@@ -20,6 +20,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# A tutorial's training cell waits for its job (`.wait(timeout_s=1800)`); pyproject's `timeout = 600`
+# (pytest-timeout, per item) cut such a cell on a loaded machine while its job was healthy, so each
+# cell gets the limit of the waits inside it. (Here, not in a notebooks/conftest.py: a second module
+# named `conftest` would shadow this one, and tests import their helpers `from conftest`.)
+NOTEBOOK_CELL_TIMEOUT_S = 1800
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -32,13 +37,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tutorial cells are `notebook` and `slow`; a browser test is always `slow` too. Then the longest
+    """Tutorial cells are `notebook` and `slow`, with the tutorials' own time limit; a browser test is always `slow` too. Then the longest
     files go first, so that on xdist workers (`--dist loadfile --no-loadscope-reorder`) no long file
     starts last and leaves the other worker idle."""
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.notebook)
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(NOTEBOOK_CELL_TIMEOUT_S))
         elif item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
     items[:] = longest_files_first(items)

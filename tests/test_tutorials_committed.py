@@ -55,3 +55,16 @@ def test_claim_checks_are_tagged_and_collapsed_and_were_executed(path: Path) -> 
         assert cell["metadata"].get("jupyter", {}).get("source_hidden") is True, _text(cell)[:80]
         printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
         assert printed.strip() and "False" not in printed, f"{path.name}: a claim does not hold: {printed}"
+
+
+def test_the_suite_has_one_conftest() -> None:
+    """Tests import their helpers `from conftest`; a second conftest.py (a notebooks/conftest.py once)
+    is imported under the same module name when `tests notebooks` run together, and those imports then
+    find the wrong module (36 errors and 10 failures in a full run)."""
+    found = [
+        p.relative_to(REPO).as_posix()
+        for p in REPO.rglob("conftest.py")
+        if not {".venv", "template", "node_modules"} & set(p.relative_to(REPO).parts)
+        and not any(part.startswith(".venv") for part in p.relative_to(REPO).parts)
+    ]
+    assert found == ["tests/conftest.py"], found

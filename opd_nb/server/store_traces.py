@@ -15,6 +15,7 @@ import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
@@ -25,6 +26,11 @@ from opd_nb.traces.spans import Span
 DIRNAME = "traces"
 MAX_STEP_BYTES = 32 * 2**20  # one step's spans; past it a step's further spans are dropped (and counted)
 _FILE = re.compile(r"^(train|validation)-(\d+)\.jsonl$")
+
+
+class Appended(NamedTuple):
+    kept: int  # lines written (the rest would pass the step's cap)
+    new_file: bool  # the step had no file before: these lines are all it holds
 
 
 def file_name(kind: str, step: int) -> str:
@@ -55,25 +61,36 @@ class TraceFiles:
 
     def add(self, job_id: str, kind: str, step: int, spans: Iterable[Span]) -> int:
         """Append `spans` to the step's file; returns how many were dropped (the step's file is full)."""
+        spans = list(spans)
+        return len(spans) - self.append(job_id, kind, step, spans).kept
+
+    def append(self, job_id: str, kind: str, step: int, spans: list[Span]) -> Appended:
+        """Append `spans` to the step's file, as many as its cap allows, and say what that did."""
         lines = [s.model_dump_json() + "\n" for s in spans]
         if not lines:
-            return 0
+            return Appended(kept=0, new_file=False)
         path = self.dir(job_id) / file_name(kind, step)
         with self._lock:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            size = path.stat().st_size if path.exists() else 0
-            kept: list[str] = []
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = -1
+            new_file = size < 0
+            if new_file:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            kept = 0
+            size = max(size, 0)
             for line in lines:
                 size += len(line.encode())
                 if size > MAX_STEP_BYTES:
                     break
-                kept.append(line)
+                kept += 1
             if kept:
                 with open(path, "a", encoding="utf-8") as fh:
-                    fh.write("".join(kept))
-            if kind == "train":
+                    fh.write("".join(lines[:kept]))
+            if kind == "train" and new_file:  # only a new step can push an old one out
                 self._retain(job_id)
-        return len(lines) - len(kept)
+        return Appended(kept=kept, new_file=new_file and kept > 0)
 
     def read(self, job_id: str, kind: str, step: int) -> list[Span]:
         """The spans of one step and kind (none when nothing was received, or retention removed them)."""

@@ -94,28 +94,33 @@ class TraceIntake:
         return response_body(decoded, kind), kind
 
     def _store(self, job_id: str, decoded: Decoded) -> None:
-        by_trace = {s.trace_id: ref for s in decoded.spans if (ref := s.sample()) is not None}
+        by_trace: dict[str, SampleRef] = {}
+        for s in decoded.spans:  # each span's ids read once (the SDK stamps them on every span)
+            if s.trace_id not in by_trace and (ref := s.sample()) is not None:
+                by_trace[s.trace_id] = ref
         groups: dict[tuple[str, int], list[Span]] = {}
         for s in decoded.spans:
             ref = by_trace.get(s.trace_id)
             if ref is not None:
                 groups.setdefault((ref.kind, ref.step), []).append(s)
         for (kind, step), spans in groups.items():
-            dropped = self.files.add(job_id, kind, step, spans)
+            added = self.files.append(job_id, kind, step, spans)
+            dropped = len(spans) - added.kept
             decoded.rejected += dropped
             if dropped:
                 decoded.reason = f"step {step} holds as many spans as opd serve keeps for one step"
             if kind == "train":
-                self._fold(job_id, step, spans[: len(spans) - dropped])
+                self._fold(job_id, step, spans[: added.kept], added.new_file)
 
-    def _fold(self, job_id: str, step: int, spans: list[Span]) -> None:
+    def _fold(self, job_id: str, step: int, spans: list[Span], new_file: bool) -> None:
         """Add spans to the step's running numbers and write them into its metrics row."""
         with self._lock:
             acc = self._steps.pop((job_id, step), None)
-            if acc is None:  # the first batch of the step here, or the server restarted: its file has all
+            if acc is None and not new_file:  # a restart, or the step left memory: its file has all
                 acc = StepTraces()
                 acc.add(self.files.read(job_id, "train", step))
-            else:
+            else:  # (a step's first batch is all its file holds: no need to read it back)
+                acc = acc or StepTraces()
                 acc.add(spans)
             self._steps[(job_id, step)] = acc
             while len(self._steps) > KEPT_SUMMARIES:
