@@ -53,7 +53,7 @@ def chart_cost(base: int, new_steps: int, metrics: list[str]) -> tuple[float, in
 
 
 def png_cost(base: int, new_steps: int, metrics: list[str]) -> float:
-    from opd_nb.plots import render_png
+    from opd_nb.plots.png import render_png
 
     history = rows(1, base, METRICS) + rows(base + 1, base + new_steps, metrics)
     t0 = time.perf_counter()

@@ -69,8 +69,8 @@ def main() -> None:
 
     from opd_nb.engine.api import RewardEndpoint
     from opd_nb.engine.rewards import RewardCaller, _payloads
-    from opd_nb.function_server import FunctionServer
-    from opd_nb.workspace import create
+    from opd_nb.functions.server import FunctionServer
+    from opd_nb.workspace.new import create
 
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(create("reward", Path(tmp) / "ws", name="bench").path)

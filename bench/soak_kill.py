@@ -54,7 +54,7 @@ def _upload(api: str, rows: list[dict], name: str) -> str:
 
 
 def _register_reward(api: str, workdir: Path) -> str:
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = Path(create("reward", workdir / "ws").path)
     buf = io.BytesIO()

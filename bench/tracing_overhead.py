@@ -55,7 +55,7 @@ _STEP_LINE = re.compile(r"\] \S+ \S+ step (\d+)/\d+ \(epoch")
 
 def role(cmdline: str) -> str:
     """Which part of a job a process of a server's tree is (by its command line)."""
-    if "function_server" in cmdline:
+    if "opd_nb.functions.server" in cmdline:  # python -m opd_nb.functions.server (FunctionServer)
         return "fn"
     if "worker" in cmdline:
         return "worker"
@@ -203,7 +203,7 @@ def workspace(root: Path, steps: int, batch: int) -> Path:
     """The template's reward workspace, sized to `steps` steps of `batch` prompts x 2 rollouts."""
     import yaml
 
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     path = Path(create("reward", root / "ws").path)
     rows = (path / "data" / "train.jsonl").read_text().splitlines(keepends=True)

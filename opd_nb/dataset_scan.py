@@ -3,7 +3,7 @@
 One row per line: ``{"messages": [{"role": ..., "content": ...}, ...], "rollout_extra": {"solution": ...}}``.
 The scan is a single pass (orjson when installed, plain dict checks, no per-row pydantic) so that
 checking a million-row file costs about as much as parsing it; see `bench/check_data.py`. The
-preflight rules (`opd_nb.checks.data`) and the user helpers (`opd_nb.data`) both build on it, so it
+preflight rules (`opd_nb.checks.data`) and the user helpers (`opd_nb.data.jsonl`) both build on it, so it
 depends on neither.
 """
 

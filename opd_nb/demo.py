@@ -79,7 +79,7 @@ def run_demo(
         raise OpdError(f"{root} is not empty", fix="pass a new directory: opd demo ./somewhere-new")
     root.mkdir(parents=True, exist_ok=True)
 
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     article = "an" if mode[0] in "aeiou" else "a"
     console.rule(f"[bold]1. Scaffold {article} {mode} workspace")
@@ -127,7 +127,7 @@ def _run_with_server(
     root: Path, ws: Path, server: Any, console: Any, started: float, sets: list[str]
 ) -> DemoResult:
     from opd_nb.checks import check
-    from opd_nb.testing import run_workspace_tests
+    from opd_nb.functions.testing import run_workspace_tests
 
     console.rule("[bold]3. Preflight checks (opd check --target local)")
     report = check(ws, target="local", base_url=server.api_base)
@@ -170,7 +170,7 @@ def _run_with_server(
     console.rule("[bold]7. Metrics")
     from rich.markup import escape
 
-    from opd_nb.plots import render_png, summarize
+    from opd_nb.plots.png import render_png, summarize
 
     rows = client.metrics(job_id) or []
     summary = summarize(rows)

@@ -3,7 +3,7 @@
 :func:`evaluate` sends the workspace's validation rows to each model through the target's chat API
 (the compatible-mode ``/chat/completions``, the same call on Bailian and on ``opd serve``), greedy,
 with bounded concurrency, and scores every answer the way training does: with the workspace's own
-reward function, run in the SDK's function server (:mod:`opd_nb.function_server`). A workspace
+reward function, run in the SDK's function server (:mod:`opd_nb.functions.server`). A workspace
 without a reward (pure distillation) is scored by exact match of the cleaned answer (thinking and
 tool-call text removed) against ``rollout_extra.solution`` where a row has one; other rows get no
 score. The result has each model's ``n``, ``reward_mean`` and metric means, and one entry per row
@@ -26,10 +26,10 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
-from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.views import render
+from opd_nb.views.terminal_table import WholeNamesTable
 
 DEFAULT_CONCURRENCY = 8
 EXACT_MATCH = "exact_match"
@@ -112,7 +112,7 @@ class RewardFunction(NamedTuple):
 
 def reward_function(workspace: str | Path) -> RewardFunction | None:
     """The workspace's first reward function (config.yaml); None without one."""
-    from opd_nb.reward_call import DEFAULT_TIMEOUT_S
+    from opd_nb.functions.reward_call import DEFAULT_TIMEOUT_S
     from opd_nb.spec import function_classpath
 
     ws = Path(workspace)
@@ -381,7 +381,7 @@ class _Scorer:
 
     def start(self) -> None:
         if self.fn is not None and self.server is None:
-            from opd_nb.function_server import FunctionServer
+            from opd_nb.functions.server import FunctionServer
 
             self.server = FunctionServer.start(self.fn.code_dir, "reward", self.fn.classpath, env=self.fn.env)
 
@@ -405,7 +405,7 @@ class _Scorer:
         self, row: dict[str, Any], answer: str, model: str, index: int
     ) -> tuple[float | None, dict, str | None]:
         """The workspace's reward function's (score, metrics, error) for one answer (started first)."""
-        from opd_nb import reward_call
+        from opd_nb.functions import reward_call
 
         if self.server is None or self.fn is None:
             raise RuntimeError("the reward function's server is not started: call start() first")

@@ -220,7 +220,7 @@ TINY_HP = {
 
 def tiny_workspace(mode: str, dest: Path, *, train_rows: int = 16, val_rows: int = 8, **hp: object) -> Path:
     """A template workspace shrunk to a job that trains in seconds on a CPU (config stays SDK-valid)."""
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     return shrink_workspace(
         Path(create(mode, dest).path), mode, train_rows=train_rows, val_rows=val_rows, **hp

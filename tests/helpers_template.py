@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opd_nb.workspace import template_dir
+from opd_nb.workspace.new import template_dir
 
 COMMON = {
     ".env.example",
@@ -43,7 +43,7 @@ def _choices() -> tuple[list[str], list[bool]]:
 
 
 def _valid(mode: str, with_reward: bool) -> bool:
-    """`opd new`'s rule (opd_nb.workspace.create; test_template checks it refuses the rest): a reward
+    """`opd new`'s rule (opd_nb.workspace.new.create; test_template checks it refuses the rest): a reward
     workspace always has a reward, a pure-distill one never; agentic either way."""
     return not ((mode == "pure-distill" and with_reward) or (mode == "reward" and not with_reward))
 

@@ -43,7 +43,7 @@ def register_reward(
 ) -> str:
     """The template's reward (plus ``extra`` as ``functions/reward/extra.py``, whose class is ``func``),
     zipped, PUT to its signed URL under upload key ``key`` and registered over plain HTTP."""
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = Path(create("reward", tmp_path / "ws").path)
     if extra:

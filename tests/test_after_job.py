@@ -17,10 +17,11 @@ import pytest
 from conftest import SDK_SUBMIT, run_sdk, wait_status
 
 from opd_nb.client import JobClient, resolve_target
-from opd_nb.deploy_plans import check_plan, plan_problems, require_consent
+from opd_nb.client.jobs import require_deploy_consent
 from opd_nb.errors import OpdError
 from opd_nb.server.job_record import JobMeta, JobRecord
 from opd_nb.server.job_views import checkpoint_listing
+from opd_nb.wire.deploy_plans import check_plan, plan_problems
 
 SORT = [{"role": "system", "content": "Sort the digits."}, {"role": "user", "content": "93418"}]
 
@@ -80,9 +81,9 @@ def test_plans_need_their_fields_and_a_paid_deploy_needs_yes():
     assert "not one of" in plan_problems("gold")[0]
     with pytest.raises(OpdError, match="plan 'mu' needs deploy_spec"):
         check_plan("mu", None, "POST_PAY")
-    require_consent("local", "mu", 1, yes=False)  # nothing is paid locally
+    require_deploy_consent("local", "mu", 1, yes=False)  # nothing is paid locally
     with pytest.raises(OpdError, match="paid Bailian deployment") as exc:
-        require_consent("cloud", "lora", 1, yes=False)
+        require_deploy_consent("cloud", "lora", 1, yes=False)
     assert exc.value.code == "needs-confirmation" and "--yes" in exc.value.fix
 
 

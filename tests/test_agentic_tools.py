@@ -121,7 +121,7 @@ def test_agentic_workspaces_get_the_tool_rows_and_the_same_tool(tmp_path) -> Non
     import sys
     from pathlib import Path
 
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = Path(create("agentic", tmp_path / "agentic").path)
     rows = [json.loads(line) for line in (ws / "data" / "train.jsonl").read_text().splitlines()]

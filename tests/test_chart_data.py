@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from opd_nb.chart_data import ChartFeed, lttb, parent_of, series_points, step_offset
 from opd_nb.constants import LOSS, TOOL_LATENCY_P95, VALID_TOKEN_RATE
+from opd_nb.plots.series import ChartFeed, lttb, parent_of, series_points, step_offset
 
 
 def _rows(n: int, start: int = 1) -> list[dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM, chromium
 
-from opd_nb.chart_data import ChartFeed
+from opd_nb.plots.series import ChartFeed
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -266,7 +266,7 @@ def test_colours_come_from_the_document(page) -> None:  # noqa: ANN001
     """The legend's colours are the document's palette, in order (the static picture uses the same)."""
     from selenium.webdriver.common.by import By
 
-    from opd_nb.chart_data import PALETTE
+    from opd_nb.plots.series import PALETTE
 
     swatches = [
         s.value_of_css_property("background-color")

@@ -9,8 +9,8 @@ import math
 import re
 from urllib.parse import unquote
 
-from opd_nb.chart_data import PALETTE, ChartFeed
-from opd_nb.chart_svg import STATIC_POINTS, curves_img, curves_svg
+from opd_nb.plots.series import PALETTE, ChartFeed
+from opd_nb.plots.svg import STATIC_POINTS, curves_img, curves_svg
 
 LOSS, REWARD = "actor/distillation/loss", "validation/data/reward/mean@1"
 

@@ -347,7 +347,7 @@ def test_local_target_asks_the_real_control_plane(tmp_path):
 
 @pytest.mark.parametrize("mode", ["pure-distill", "reward", "agentic"])
 def test_fresh_template_workspace_has_no_errors(tmp_path, mode):
-    from opd_nb import workspace  # our own package: a broken import must fail, not skip
+    from opd_nb.workspace import new as workspace  # our own package: a broken import must fail, not skip
 
     ws = workspace.create(mode, tmp_path / f"ws-{mode}")
     report = check(ws.path)

@@ -14,7 +14,7 @@ from test_checks_contracts import _env, line_of, only  # noqa: F401 (_env: the a
 from opd_nb.checks import check
 from opd_nb.checks.function_runtime import import_names, import_to_requirement
 from opd_nb.checks.processor_contract import DICT_SHAPES
-from opd_nb.workspace import create
+from opd_nb.workspace.new import create
 
 SDK_LINE = "dashscope[agentic-rl]>=2.0.2\n"
 RETURN = "return RewardOutput(reward=Reward(reward_score=float(text.strip() == solution)))"
@@ -86,7 +86,7 @@ def test_an_sdk_that_may_be_2_1_needs_the_agentic_rl_extra(
 def test_the_template_requirement_is_safe_on_2_0_and_2_1():
     from packaging.requirements import Requirement
 
-    from opd_nb.workspace import template_dir
+    from opd_nb.workspace.new import template_dir
 
     lines = (template_dir() / "{{cookiecutter.workspace_slug}}" / "requirements.txt").read_text().splitlines()
     (sdk,) = [Requirement(ln) for ln in lines if ln.strip().startswith("dashscope")]

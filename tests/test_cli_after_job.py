@@ -182,8 +182,8 @@ def test_opd_checkpoints_and_watch_name_the_best_scored_at_its_own_step(misalign
 
 
 def test_the_monitor_and_compare_pick_the_same_checkpoint(misaligned_job, local_server, finished_job):
-    from opd_nb.checkpoint_table import checkpoint_table
     from opd_nb.experiments.compare import compare_jobs
+    from opd_nb.health.checkpoint_table import checkpoint_table
     from opd_nb.notebook import monitor_html
     from opd_nb.notebook.monitor import JobMonitor
 

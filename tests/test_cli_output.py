@@ -155,7 +155,7 @@ def test_the_gate_prints_each_fix_once_per_line(tmp_path):
     import subprocess
     import sys
 
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = Path(create("reward", tmp_path / "ws").path)
     cfg = ws / "config.yaml"

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from conftest import tiny_workspace, wait_status
+from pydantic import SecretStr
 
 from opd_nb.client import AsyncJobClient, JobClient, resolve_target, submit, use_target
 from opd_nb.client.target import Target
@@ -184,3 +185,20 @@ def test_cli_commands(local_server, client, tmp_path):
     monitor.wait(timeout_s=30)
     with pytest.raises(OpdError, match="JobNotFound"):
         invoke(["status", "ft-missing", "--local", local_server.base_url])
+
+
+def test_a_deploy_on_bailian_from_python_needs_yes_and_sends_nothing_without_it(local_server):
+    """The consent rule sits in the paid call itself, not in a front end: `JobClient.deploy` (and the
+    async one) refuse a Bailian deploy without `yes`, before a request leaves (the control plane, standing
+    in for Bailian here, sees no new deployment)."""
+    key = SecretStr(LOCAL_API_KEY)
+    cloud = JobClient(Target(kind="cloud", base_url=local_server.api_base, api_key=key), retries=0)
+    before = cloud.deployments().total
+    with pytest.raises(OpdError) as info:
+        cloud.deploy("qwen3-8b", suffix="no-consent")
+    assert info.value.code == "needs-confirmation" and "paid Bailian deployment" in str(info.value)
+    aio = AsyncJobClient(Target(kind="cloud", base_url=local_server.api_base, api_key=key), retries=0)
+    with pytest.raises(OpdError) as ainfo:
+        asyncio.run(aio.deploy("qwen3-8b", suffix="no-consent"))
+    assert ainfo.value.code == "needs-confirmation"
+    assert cloud.deployments().total == before

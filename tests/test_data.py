@@ -1,4 +1,4 @@
-"""opd_nb.data: loading with line numbers, building rows, the split, stats."""
+"""opd_nb.data.jsonl: loading with line numbers, building rows, the split, stats."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from opd_nb import data
+from opd_nb.data import jsonl as data
 from opd_nb.engine.task import make_rows
 from opd_nb.errors import OpdError
 

@@ -18,8 +18,8 @@ from test_checks_config import config_text, make_workspace
 
 from opd_nb.checks import check
 from opd_nb.cli import invoke
-from opd_nb.data import read_jsonl, validate
-from opd_nb.data_convert import convert
+from opd_nb.data.conversion import convert
+from opd_nb.data.jsonl import read_jsonl, validate
 from opd_nb.engine.task import make_rows
 from opd_nb.errors import OpdError
 
@@ -79,7 +79,7 @@ def openai_file(path: Path) -> Path:
 
 def _workspace_with(tmp_path: Path, rows: list[dict]) -> Path:
     """A workspace (batch 16) whose data is the converted rows, split without overlap."""
-    from opd_nb.data import split, write_jsonl
+    from opd_nb.data.jsonl import split, write_jsonl
 
     ws = make_workspace(tmp_path, config=config_text())
     parts = split(rows, 8, seed=0)

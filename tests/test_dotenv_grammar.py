@@ -23,8 +23,8 @@ from dotenv import dotenv_values
 
 from opd_nb.checks import check
 from opd_nb.client import resolve_target
-from opd_nb.dotenv_file import read_dotenv
-from opd_nb.workspace import create
+from opd_nb.workspace.dotenv_file import read_dotenv
+from opd_nb.workspace.new import create
 
 KEY = "sk-" + "abc123def456"  # assembled: no key-like literal in the repo
 

@@ -19,8 +19,8 @@ from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEnd
 from opd_nb.engine.models import default_pair  # noqa: E402
 from opd_nb.engine.trainer import ListEvents, run  # noqa: E402
 from opd_nb.engine.trajectory import MALFORMED  # noqa: E402
-from opd_nb.function_server import FunctionServer  # noqa: E402
-from opd_nb.workspace import create  # noqa: E402
+from opd_nb.functions.server import FunctionServer  # noqa: E402
+from opd_nb.workspace.new import create  # noqa: E402
 
 pytestmark = pytest.mark.slow
 torch.set_num_threads(2)

@@ -19,7 +19,7 @@ from opd_nb.engine import task  # noqa: E402
 from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEndpoint  # noqa: E402
 from opd_nb.engine.models import default_pair  # noqa: E402
 from opd_nb.engine.trainer import ListEvents, run  # noqa: E402
-from opd_nb.function_server import FunctionServer  # noqa: E402
+from opd_nb.functions.server import FunctionServer  # noqa: E402
 
 torch.set_num_threads(2)
 

@@ -342,7 +342,7 @@ def test_records_logprobs_teacher_window_and_diagnostics(tmp_path, monkeypatch, 
 @pytest.mark.slow
 def test_reward_records_carry_scores_and_zero_variance_groups(tmp_path, monkeypatch):
     from opd_nb.engine.api import RewardEndpoint
-    from opd_nb.function_server import FunctionServer
+    from opd_nb.functions.server import FunctionServer
 
     monkeypatch.setenv(rollouts.PER_STEP_ENV, "64")
     code = tmp_path / "fn"
@@ -397,7 +397,7 @@ def test_retention_in_a_job_and_recording_off(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_agentic_records_keep_the_trajectory_and_mark_trained_tokens(tmp_path, monkeypatch):
     from opd_nb.engine.api import RewardEndpoint, RolloutEndpoint
-    from opd_nb.function_server import FunctionServer
+    from opd_nb.functions.server import FunctionServer
 
     monkeypatch.setenv(rollouts.PER_STEP_ENV, "3")
     code = tmp_path / "fn"

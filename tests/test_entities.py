@@ -1,6 +1,6 @@
 """Remembered entities: submit_job.py reuses a registered function while its code is unchanged.
 
-The hash is checked twice over: the template's own copy and `opd_nb.entities` agree, and the files
+The hash is checked twice over: the template's own copy and `opd_nb.functions.entities` agree, and the files
 they hash are the ones the SDK's own `zip_dir` writes. The end-to-end test runs the workspace's real
 `submit_job.py` against a real `opd serve` and counts the zips the server received (one per PUT).
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from conftest import sdk_env, tiny_workspace
 
-from opd_nb import entities
 from opd_nb.checks.function_code import DEFAULT_EXCLUDES
+from opd_nb.functions import entities
 from opd_nb.spec import load_config
-from opd_nb.workspace import create
+from opd_nb.workspace.new import create
 
 # A key-shaped value that must appear in no file; built here so that no key-shaped text is committed.
 KEY = "-".join(("sk", "entities" + "0123456789" + "abcdefXYZ"))

@@ -147,7 +147,7 @@ def test_checkpoints_in_bailians_shape(trained, api):
 
 
 def test_pure_distillation_is_scored_by_exact_match(client, tmp_path):
-    from opd_nb import data
+    from opd_nb.data import jsonl as data
     from opd_nb.evaluation import evaluate
 
     ws = tiny_workspace("pure-distill", tmp_path / "pd", val_rows=3)

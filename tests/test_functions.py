@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from opd_nb.errors import OpdError
-from opd_nb.function_server import FunctionServer, classpath_to_module
+from opd_nb.functions.server import FunctionServer, classpath_to_module
 
 REWARD = """
 from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardInput, RewardOutput
@@ -73,7 +73,7 @@ def test_a_loaded_machine_can_give_function_servers_more_time_to_start(monkeypat
     alone passed that and failed the job before its first step. $OPD_FUNCTION_STARTUP_S gives more
     time; a value that is not seconds above 0 is a one-line error that names the variable."""
     from opd_nb.errors import OpdError
-    from opd_nb.function_server import startup_seconds
+    from opd_nb.functions.server import startup_seconds
     from opd_nb.settings import FUNCTION_STARTUP_S
 
     startup_env = FUNCTION_STARTUP_S.name

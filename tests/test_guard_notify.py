@@ -21,8 +21,8 @@ import pytest
 from loopback import Loopback
 
 from opd_nb.constants import VALID_TOKEN_RATE
-from opd_nb.health import FULL_VALID_TOKEN_RATE, GuardThresholds, guard_alerts
-from opd_nb.notify import Notifier, detect_format, masked, payload
+from opd_nb.health.rules import FULL_VALID_TOKEN_RATE, GuardThresholds, guard_alerts
+from opd_nb.watching.notify import Notifier, detect_format, masked, payload
 
 SECRET = "T0000-SECRET-b1c2d3"  # the part of a webhook URL that is a credential
 
@@ -237,7 +237,7 @@ def test_without_metrics_the_guard_reads_the_log_and_says_what_it_cannot_see():
     from pydantic import SecretStr
 
     from opd_nb.client import JobClient, Target
-    from opd_nb.guard import UNSEEN_WITHOUT_METRICS, Guard
+    from opd_nb.health.guard import UNSEEN_WITHOUT_METRICS, Guard
 
     job = {"job_id": "ft-202612020000-beef", "status": "RUNNING", "hyper_parameters": {}}
     logs = "step 1 ok\n2026-12-02 06:00:01 ERROR reward function timed out for 64 samples\n"
@@ -260,7 +260,7 @@ def test_without_metrics_the_guard_reads_the_log_and_says_what_it_cannot_see():
 def test_the_meter_counts_started_hours():
     from types import SimpleNamespace
 
-    from opd_nb.meter import Meter
+    from opd_nb.watching.meter import Meter
 
     job = SimpleNamespace(job_id="ft-1", status="CANCELED", create_time="2026-12-02 06:00:00",
                           end_time="2026-12-02 07:00:01", raw={})  # fmt: skip
@@ -459,7 +459,7 @@ def test_contact_is_lost_only_when_nothing_answers_and_is_said_once_each_way(rec
     answer that refuses (404, 401, 500) ends the watch at once, as does a loss before any contact."""
     from opd_nb.client import JobClient, resolve_target
     from opd_nb.errors import OpdError
-    from opd_nb.watch_contact import Contact
+    from opd_nb.watching.contact import Contact
 
     job = {"job_id": "ft-202612020000-c0de", "status": "RUNNING", "hyper_parameters": {}}
     plane = Loopback({f"/api/v1/fine-tunes/{job['job_id']}": {"request_id": "r", "output": job}})

@@ -1,4 +1,4 @@
-"""The docs' health rules and best-checkpoint rule (opd_nb.health), on metric rows as the engine writes them.
+"""The docs' health rules and best-checkpoint rule (opd_nb.health.rules), on metric rows as the engine writes them.
 
 (The sample-level rules on real jobs, a constant reward and a too small max_length, are in
 tests/test_watch_cli.py.)"""
@@ -17,7 +17,7 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
     ZERO_VARIANCE_GROUPS,
 )
-from opd_nb.health import (
+from opd_nb.health.rules import (
     AlertTracker,
     BestCheckpoint,
     HealthAlert,
@@ -183,7 +183,7 @@ def test_a_reward_that_never_leaves_zero_points_at_the_last_rollouts() -> None:
 
 def test_best_checkpoint_line_names_the_docs_pick():
     """Issue 26: `opd watch` ends with this line; the rule is best_checkpoint's, the id is what to deploy."""
-    from opd_nb.health import best_checkpoint_line
+    from opd_nb.health.rules import best_checkpoint_line
 
     cps = [
         Checkpoint(name=f"checkpoint-{s}", step=s, path=f"/runs/checkpoint-{s}", model_name=f"m-{s}")
@@ -218,7 +218,7 @@ def _issue_rows(n_steps: int, eval_steps: int, reward_at: dict[int, float]) -> l
 
 def test_a_checkpoint_saved_between_evaluations_is_unscored_not_credited_with_a_neighbours_score():
     """The audit's case: eval_steps=2, save_steps=5; step 24 measured 0.625, step 25 was never evaluated."""
-    from opd_nb.health import best_checkpoint_line, pick_checkpoint
+    from opd_nb.health.rules import best_checkpoint_line, pick_checkpoint
 
     rows = _issue_rows(26, 2, {10: 0.5, 20: 0.55, 24: 0.625, 26: 0.6})
     cps = [Checkpoint(name=f"checkpoint-{s}", step=s, model_name=f"m-{s}") for s in (5, 10, 15, 20, 25)]
@@ -241,7 +241,7 @@ def test_a_checkpoint_saved_between_evaluations_is_unscored_not_credited_with_a_
 
 
 def test_no_checkpoint_at_an_evaluation_step_means_no_best_and_says_why():
-    from opd_nb.health import best_checkpoint_line, pick_checkpoint
+    from opd_nb.health.rules import best_checkpoint_line, pick_checkpoint
 
     rows = _issue_rows(26, 2, {24: 0.625})
     cps = [Checkpoint(name=f"checkpoint-{s}", step=s) for s in (15, 25)]
@@ -255,7 +255,7 @@ def test_no_checkpoint_at_an_evaluation_step_means_no_best_and_says_why():
 def test_without_a_reward_only_checkpoints_with_a_loss_row_of_their_own_count():
     """Pure distillation ranks by where the loss levels off; a step with no loss row (a resumed run's gap)
     gives its checkpoint no score, and the plateau pick skips it."""
-    from opd_nb.health import pick_checkpoint
+    from opd_nb.health.rules import pick_checkpoint
 
     plateau = _rows([1.0, 0.6, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2])
     del plateau[5][LOSS]  # step 6 recorded no loss

@@ -40,6 +40,30 @@ def test_importing_the_client_leaves_the_checks_out() -> None:
     assert "opd_nb.client" in loaded and "opd_nb.consent" in loaded  # its paid calls hold the consent rule
 
 
+def test_the_control_plane_and_the_engine_never_load_the_paid_paths_rules() -> None:
+    """The server checks a deployment's plan against the wire's facts (`wire/deploy_plans.py`), not
+    through the consent rule: neither it nor the engine loads the gate, the consent or the checks."""
+    loaded = _loaded_after("opd_nb.server.app", "opd_nb.server.worker", "opd_nb.engine.api")
+    assert {"opd_nb.server.app", "opd_nb.wire.deploy_plans"} <= loaded
+    paid_path = ("opd_nb.consent", "opd_nb.spend", "opd_nb.checks")
+    assert not {m for m in loaded if m == paid_path[0] or m.startswith(paid_path[1:])}
+
+
+def test_each_package_of_opd_nb_says_why_it_exists_in_its_docstring() -> None:
+    """The core is grouped by concept; each group's ``__init__.py`` opens with the line that says why."""
+    import ast
+    from pathlib import Path
+
+    import opd_nb
+
+    packages = sorted(Path(opd_nb.__file__).parent.glob("*/__init__.py"))
+    assert {p.parent.name for p in packages} >= {"data", "functions", "health", "plots", "views", "watching"}
+    silent = [
+        p.parent.name for p in packages if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()
+    ]
+    assert silent == []
+
+
 def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:
     loaded = _loaded_after(
         "opd_nb.server.app",

@@ -10,7 +10,7 @@ CAP = 256 * 2**10
 
 CHATTY = """
 import os, sys
-from opd_nb.log_cap import keep_own_log_under
+from opd_nb.functions.log_cap import keep_own_log_under
 keep_own_log_under()
 for i in range(200):
     print(f"line {i} " + "x" * 10_000)
@@ -46,7 +46,7 @@ def test_python_writes_never_pass_the_cap_by_more_than_one_write(tmp_path: Path)
 def test_writes_to_the_raw_descriptor_are_cut_by_the_poll(tmp_path: Path) -> None:
     log = tmp_path / "raw.log"
     code = (
-        "import os, time\nfrom opd_nb.log_cap import keep_own_log_under\nkeep_own_log_under()\n"
+        "import os, time\nfrom opd_nb.functions.log_cap import keep_own_log_under\nkeep_own_log_under()\n"
         f"os.write(1, b'y' * {2 * CAP} + b'\\n')\n"
         "deadline = time.monotonic() + 20\n"
         f"while os.fstat(1).st_size > {CAP} and time.monotonic() < deadline:\n    time.sleep(0.05)\n"
@@ -60,7 +60,7 @@ def test_writes_to_the_raw_descriptor_are_cut_by_the_poll(tmp_path: Path) -> Non
 
 
 def test_a_log_that_is_no_file_is_left_alone(tmp_path: Path) -> None:
-    code = "from opd_nb.log_cap import keep_own_log_under\nkeep_own_log_under()\nprint('z' * 400_000)\n"
+    code = "from opd_nb.functions.log_cap import keep_own_log_under\nkeep_own_log_under()\nprint('z' * 400_000)\n"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -28,7 +28,7 @@ def ip() -> InteractiveShell:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     return create("reward", tmp_path_factory.mktemp("ws") / "sorter").path
 
@@ -166,7 +166,7 @@ def test_test_shows_assertion_text_of_a_failure(ip, capsys, workspace, tmp_path)
 def test_test_table_keeps_long_parametrised_names_on_a_narrow_terminal(tmp_path) -> None:
     from rich.console import Console
 
-    from opd_nb.testing import run_workspace_tests
+    from opd_nb.functions.testing import run_workspace_tests
 
     ws = tmp_path / "ws"
     (ws / "tests").mkdir(parents=True)

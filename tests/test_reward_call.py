@@ -1,7 +1,7 @@
 """Every reply the SDK's function server can give a reward call, read into one CallOutcome per answer.
 
 Real function servers (the SDK's own app, as the cloud runs it) serve processors that answer in
-each shape; training, `opd eval` and the playground read them through `opd_nb.reward_call` and so
+each shape; training, `opd eval` and the playground read them through `opd_nb.functions.reward_call` and so
 word a broken reward the same way.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from opd_nb import reward_call
-from opd_nb.function_server import FunctionServer
+from opd_nb.functions import reward_call
+from opd_nb.functions.server import FunctionServer
 
 pytestmark = pytest.mark.slow
 
@@ -194,7 +194,7 @@ def test_training_eval_and_the_playground_word_a_broken_reward_alike(tmp_path: P
     from opd_nb.engine.rewards import RewardCaller, Sample
     from opd_nb.evaluation import _Scorer
     from opd_nb.notebook.playground import score_one
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = create("reward", tmp_path / "picky").path
     reward_py = ws / "functions" / "reward" / "reward.py"

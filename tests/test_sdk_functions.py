@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def reward_ws(tmp_path_factory):
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     return create("reward", tmp_path_factory.mktemp("ws") / "rw").path
 

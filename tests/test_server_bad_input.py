@@ -278,9 +278,9 @@ class OddMetrics(RewardProcessor):
 
 def test_opd_test_and_the_playground_flag_non_float_reward_metrics(tmp_path):
     """A reward's bad metric (defect 8) is named by `opd test` and the playground, as in the job log."""
+    from opd_nb.functions.testing import metric_warnings, run_workspace_tests
     from opd_nb.notebook.playground import score_one
-    from opd_nb.testing import metric_warnings, run_workspace_tests
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = Path(create("reward", tmp_path / "ws").path)
     assert metric_warnings(ws) == []  # the template's own reward returns floats only

@@ -68,7 +68,7 @@ class OddMetrics(RewardProcessor):
 
 def _reward_id(api: str, tmp_path: Path, func: str = "RewardProcessor") -> str:
     """The template's reward function, zipped, PUT to the signed URL and registered over plain HTTP."""
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = Path(create("reward", tmp_path / "ws").path)
     (ws / "functions" / "reward" / "odd.py").write_text(ODD_METRICS)

@@ -174,7 +174,7 @@ print(json.dumps(asyncio.run(rl.register_functions(lazy_load=False)), default=st
 
 
 def test_the_unmodified_sdk_uploads_and_registers_against_a_keyed_server(tmp_path):
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     ws = create("reward", tmp_path / "ws").path
     with start(port=0, data_dir=tmp_path / "data", api_key=KEY) as server:

@@ -23,7 +23,7 @@ READS = ("get", "pop", "setdefault", "getenv")
 
 def _aliases(trees: dict[Path, ast.Module]) -> set[str]:
     """Names bound to a setting's name anywhere (``TOKEN_ENV = settings.SERVING_TOKEN.name``), and what
-    they are imported as elsewhere (``from opd_nb.notify import URL_VAR as NOTIFY_URL_VAR``)."""
+    they are imported as elsewhere (``from opd_nb.watching.notify import URL_VAR as NOTIFY_URL_VAR``)."""
     out: set[str] = set()
     for tree in trees.values():
         for node in ast.walk(tree):

@@ -13,7 +13,7 @@ import yaml
 from helpers_template import ALL_PAIRS, CASE_IDS, CASES, COMBINATIONS, MODES, bake, expected_files, files_of
 
 from opd_nb.engine.task import is_correct, make_rows
-from opd_nb.workspace import create, template_dir
+from opd_nb.workspace.new import create, template_dir
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -27,7 +27,7 @@ def test_the_matrix_is_every_choice_of_the_template_that_opd_new_accepts(tmp_pat
     """The matrix comes from cookiecutter.json: every mode is in it, and each pair left out is one that
     `opd new` refuses (before it writes anything)."""
     from opd_nb.errors import OpdError
-    from opd_nb.workspace_rules import MODES as RULE_MODES
+    from opd_nb.workspace.rules import MODES as RULE_MODES
 
     assert set(MODES) == set(RULE_MODES) and {mode for mode, _ in COMBINATIONS} == set(MODES)
     for mode, with_reward in (pair for pair in ALL_PAIRS if pair not in COMBINATIONS):
@@ -38,7 +38,7 @@ def test_the_matrix_is_every_choice_of_the_template_that_opd_new_accepts(tmp_pat
 
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str, bool, str]]:
-    """Each valid combination, baked once through opd_nb.workspace.create."""
+    """Each valid combination, baked once through opd_nb.workspace.new.create."""
     root = tmp_path_factory.mktemp("baked")
     out = {}
     for ((mode, with_reward), name), case_id in zip(CASES, CASE_IDS, strict=True):
@@ -148,13 +148,13 @@ def test_pre_gen_hook_rejects_invalid_answers(
 
 
 def test_template_dir_finds_the_wheel_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import opd_nb.workspace
+    import opd_nb.workspace.new
 
     assert (template_dir() / "cookiecutter.json").is_file()
     fake_pkg = tmp_path / "site-packages" / "opd_nb"
     (fake_pkg / "template").mkdir(parents=True)
     (fake_pkg / "template" / "cookiecutter.json").write_text("{}")
-    monkeypatch.setattr(opd_nb.workspace, "__file__", str(fake_pkg / "workspace.py"))
+    monkeypatch.setattr(opd_nb.workspace.new, "__file__", str(fake_pkg / "workspace" / "new.py"))
     assert template_dir() == fake_pkg / "template"
 
 
@@ -307,7 +307,7 @@ def test_reward_and_rollout_run_under_the_sdk_function_server(baked: dict) -> No
 
     import httpx
 
-    from opd_nb.function_server import FunctionServer
+    from opd_nb.functions.server import FunctionServer
 
     path = baked["agentic-reward"][0]
     raw = yaml.safe_load((path / "config.yaml").read_text())

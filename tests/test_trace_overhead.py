@@ -35,7 +35,7 @@ _PROVIDER = textwrap.dedent(
 
     receiver = OtlpReceiver()
     os.environ.update(function_env({{ENDPOINT_ENV: receiver.url + "/v1/traces", TOKEN_ENV: "t"}}, "opd ft-1 reward r"))
-    from opd_nb.function_server import install_tracer_provider
+    from opd_nb.functions.server import install_tracer_provider
 
     install_tracer_provider()
     from opentelemetry import trace

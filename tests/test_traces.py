@@ -206,8 +206,8 @@ def test_step_files_keep_the_rollouts_retention_and_skip_a_torn_line(tmp_path: P
 
 
 def test_a_failing_tool_is_a_health_alert_and_the_trace_numbers_get_panels() -> None:
-    from opd_nb.health import health_alerts
-    from opd_nb.plots import panel_names
+    from opd_nb.health.rules import health_alerts
+    from opd_nb.plots.png import panel_names
 
     rows = [
         {"step": 1, "actor/distillation/loss": 1.0, "trace/tool/error_rate": 0.0, "trace/tool/latency_p95_s": 0.01},

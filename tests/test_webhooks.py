@@ -30,7 +30,7 @@ from robots import (
 )
 
 from opd_nb.errors import OpdError
-from opd_nb.notify import Notifier
+from opd_nb.watching.notify import Notifier
 
 TOKEN = "T0000-SECRET-b1c2d3e4"  # the credential part of every webhook URL here
 SIGNING = "SEC0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcd"

@@ -16,7 +16,7 @@ from opd_nb.errors import OpdError
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     return create("reward", tmp_path_factory.mktemp("wsw") / "sorter").path
 

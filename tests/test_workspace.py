@@ -1,4 +1,4 @@
-"""`opd new` and opd_nb.workspace.create: the happy path, and every user mistake leaving nothing behind."""
+"""`opd new` and opd_nb.workspace.new.create: the happy path, and every user mistake leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from helpers_template import expected_files, files_of
 
 from opd_nb.cli import invoke
 from opd_nb.errors import OpdError
-from opd_nb.workspace import Workspace, create, template_dir
+from opd_nb.workspace.new import Workspace, create, template_dir
 
 PY = sys.executable
 
@@ -94,7 +94,7 @@ def test_a_failing_template_leaves_nothing_half_written(
 ) -> None:
     import shutil
 
-    import opd_nb.workspace as workspace
+    import opd_nb.workspace.new as workspace
 
     broken = tmp_path / "template"
     shutil.copytree(template_dir(), broken)

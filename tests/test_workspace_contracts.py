@@ -1,7 +1,7 @@
 """Generated workspaces against the seed documents' own forms (issue 26): what `opd test` must accept or catch.
 
-Each test bakes a real workspace with `opd_nb.workspace.create`, changes it the way the seeds write
-things, and runs the workspace's own pytest through `opd_nb.testing.run_workspace_tests` (a fresh
+Each test bakes a real workspace with `opd_nb.workspace.new.create`, changes it the way the seeds write
+things, and runs the workspace's own pytest through `opd_nb.functions.testing.run_workspace_tests` (a fresh
 subprocess, as `opd test` does).
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from opd_nb.checks import check
-from opd_nb.testing import run_workspace_tests
-from opd_nb.workspace import create
+from opd_nb.functions.testing import run_workspace_tests
+from opd_nb.workspace.new import create
 
 
 @pytest.fixture(autouse=True)
@@ -114,7 +114,7 @@ def _submit_dry_run(ws: Path, *args: str) -> subprocess.CompletedProcess:
 def test_submit_job_known_keys_are_the_hyperparameter_table():
     """submit_job.py needs only the SDK, so it keeps its own copy of the key names; this keeps it equal."""
     from opd_nb.spec.hyperparams import params_in
-    from opd_nb.workspace import template_dir
+    from opd_nb.workspace.new import template_dir
 
     script = next(template_dir().glob("*/submit_job.py"))
     consts = {

@@ -1,7 +1,7 @@
 """What an agent reads before it acts: the metric dictionary, the troubleshooting table, the preflight rules.
 
 None of it is written twice. The metric names and their one-line meanings are ``constants.py``'s
-(the comment beside each name); the troubleshooting table is what ``health.py``'s rules say when each
+(the comment beside each name); the troubleshooting table is what ``health/rules.py``'s rules say when each
 fires, produced by running the rules on a small history that trips them (so its wording and fixes are
 the monitor's, `opd watch`'s and the guard's); the preflight rules are ``checks.RULES``.
 """
@@ -14,7 +14,7 @@ import tokenize
 from collections.abc import Callable
 from typing import Any
 
-from opd_nb import constants, health
+from opd_nb import constants
 from opd_nb.constants import (
     LOSS,
     REWARD_FAILURE_RATE,
@@ -25,6 +25,7 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
     ZERO_VARIANCE_GROUPS,
 )
+from opd_nb.health import rules as health
 
 # The docs' metrics whose names carry no comment in constants.py: what each means (Bailian's wording).
 DOCS_MEANINGS = {
@@ -118,7 +119,7 @@ def troubleshooting(job_id: str = "JOB") -> list[dict[str, str]]:
                 "example": alert.message,
                 "fix": alert.fix,
             })  # fmt: skip
-    from opd_nb.guard import log_error_alert
+    from opd_nb.health.guard import log_error_alert
 
     failed = health.job_alerts([], status=constants.FAILED, job_id=job_id)[0]
     log_line = log_error_alert("ERROR reward function raised ValueError", job_id)

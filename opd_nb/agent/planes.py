@@ -67,8 +67,8 @@ class AgentState:
     """What one `opd mcp` process remembers between calls."""
 
     consent: ConsentBook = field(default_factory=ConsentBook)
-    guards: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.guard.Guard
-    alerts: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.health.AlertTracker
+    guards: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.health.guard.Guard
+    alerts: dict[str, Any] = field(default_factory=dict)  # job id -> opd_nb.health.rules.AlertTracker
 
 
 STATE = AgentState()  # this process's: one `opd mcp` serves one agent

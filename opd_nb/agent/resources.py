@@ -37,7 +37,7 @@ def register(app: Any) -> None:
     @app.resource("opd://jobs/{job_id}/log", name="job-log", mime_type="text/plain",
                   description=f"the last {LOG_LINES} lines of a job's log")  # fmt: skip
     def job_log(job_id: str) -> str:
-        from opd_nb.log_search import search_logs
+        from opd_nb.watching.log_search import search_logs
 
         found = search_logs(client_for(None, None), job_id, None, LOG_LINES)
         return "\n".join(f"{line.line}: {line.text}" for line in found.lines)

@@ -258,8 +258,8 @@ TOOLS = (
 
 def wait(state: AgentState, client: Any, job_id: str, timeout_s: float, guard: bool) -> WaitResult:
     """Poll `job_id` until it ends, its status changes, a new alert fires, or `timeout_s` passes."""
-    from opd_nb.guard import Guard
-    from opd_nb.health import AlertTracker, job_alerts
+    from opd_nb.health.guard import Guard
+    from opd_nb.health.rules import AlertTracker, job_alerts
 
     tracker = state.alerts.setdefault(job_id, AlertTracker())
     poll_s = 1.0 if client.target.kind == "local" else 5.0

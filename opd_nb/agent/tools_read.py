@@ -9,9 +9,9 @@ from pydantic import Field
 from opd_nb.agent.models import AlertsResult, MetricsResult, SamplesResult
 from opd_nb.agent.planes import BaseUrlArg, TargetArg, client_for, tool_errors
 from opd_nb.agent.views import alerts_view, metrics_view, samples_view
-from opd_nb.checkpoint_table import CheckpointTable
 from opd_nb.experiments.compare import Comparison
-from opd_nb.log_search import LogSearch
+from opd_nb.health.checkpoint_table import CheckpointTable
+from opd_nb.watching.log_search import LogSearch
 
 
 @tool_errors
@@ -46,7 +46,7 @@ def logs(
     base_url: BaseUrlArg = None,
 ) -> LogSearch:
     """A job's log, searched and/or tailed (`opd logs --search/--tail`), with line numbers."""
-    from opd_nb.log_search import search_logs
+    from opd_nb.watching.log_search import search_logs
 
     return search_logs(client_for(target, base_url), job_id, search, tail)
 
@@ -67,7 +67,7 @@ def samples(
 @tool_errors
 def checkpoints(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> CheckpointTable:
     """A job's checkpoints: step, status, metrics, the best one, days to expiry, exported names."""
-    from opd_nb.checkpoint_table import checkpoint_table
+    from opd_nb.health.checkpoint_table import checkpoint_table
 
     client = client_for(target, base_url)
     return checkpoint_table(job_id, client.checkpoints(job_id) or [], client.metrics(job_id))

@@ -24,7 +24,7 @@ from opd_nb.client.deploy_results import ChatReply, Deployment
 from opd_nb.estimate import Estimate
 from opd_nb.evaluation import EvalResult
 from opd_nb.trackers.records import ReportResult
-from opd_nb.workspace import Workspace
+from opd_nb.workspace.new import Workspace
 
 Tracker = Literal["trackio", "wandb", "tensorboard", "mlflow"]
 
@@ -48,7 +48,7 @@ def new_workspace(
     with_reward: Annotated[bool | None, Field(description="agentic only: add a reward function")] = None,
 ) -> Workspace:
     """Create a workspace (`opd new`): config.yaml, data, submit_job.py, tests, the mode's functions."""
-    from opd_nb.workspace import create
+    from opd_nb.workspace.new import create
 
     return create(mode, dest, name=name, student=student, teacher=teacher, with_reward=with_reward)
 
@@ -121,15 +121,14 @@ def deploy(
 ) -> Paid[Deployment]:
     """Deploy a model (`opd deploy`). A Bailian deployment costs money while it runs: the first call
     sends nothing and returns the summary and a confirmation_token; stop it with `undeploy`."""
-    from opd_nb.deploy_plans import check_plan, require_consent
+    from opd_nb.wire.deploy_plans import check_plan
 
     client = client_for(target, base_url)
     check_plan(plan, deploy_spec, billing_method)  # before anything is sent, and before consent
 
     def start(yes: bool) -> Deployment:
-        require_consent(client.target.kind, plan, capacity, yes)
         dep = client.deploy(model, capacity=capacity, suffix=suffix, plan=plan, deploy_spec=deploy_spec,
-                            billing_method=billing_method)  # fmt: skip
+                            billing_method=billing_method, yes=yes)  # fmt: skip
         return client.wait_deployed(dep.deployed_model) if wait else dep
 
     arguments = {"model": model, "capacity": capacity, "suffix": suffix, "plan": plan,

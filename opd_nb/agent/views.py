@@ -29,8 +29,8 @@ from opd_nb.client.rollout_results import (
     prompt_text,
     reward_of,
 )
-from opd_nb.health import best_checkpoint, best_checkpoint_line, job_alerts
-from opd_nb.plots import metric_series
+from opd_nb.health.rules import best_checkpoint, best_checkpoint_line, job_alerts
+from opd_nb.plots.png import metric_series
 
 NO_METRICS = "this control plane (Bailian) has no metrics API; read the job in the console"
 DISAGREEING_TOKENS = 5

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from opd_nb.checks.context import CheckContext
-from opd_nb.dotenv_file import DotenvFile, read_dotenv
+from opd_nb.workspace.dotenv_file import DotenvFile, read_dotenv
 
 MIN_DASHSCOPE = (2, 0, 2)  # 1.27.5 silently drops teacher_model and submits plain RL
 CLOUD_BASE = "https://dashscope.aliyuncs.com/api/v1"

@@ -6,7 +6,7 @@ knows how, plain text otherwise) and the exit code is honoured; under ``%opd`` n
 and the result object is returned so that Jupyter renders its ``_repr_html_``.
 
 Everything the CLI prints goes through :func:`echo` or :func:`console` here, which escape the control
-characters of user-supplied text (:func:`opd_nb.terminal_text.printable`): a job name must not be able
+characters of user-supplied text (:func:`opd_nb.views.terminal_text.printable`): a job name must not be able
 to clear the screen or fake coloured text.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from opd_nb.terminal_text import printable
+from opd_nb.views.terminal_text import printable
 
 _MAGIC: contextvars.ContextVar[bool] = contextvars.ContextVar("opd_nb_magic", default=False)
 

@@ -1,7 +1,7 @@
 """`opd checkpoints JOB` and `opd export JOB CHECKPOINT`: pick a checkpoint and make it deployable.
 
 The same calls on both control planes (Bailian's checkpoint list and export). The table is
-:mod:`opd_nb.checkpoint_table`'s; the export answers the checkpoint as the list shows it afterwards,
+:mod:`opd_nb.health.checkpoint_table`'s; the export answers the checkpoint as the list shows it afterwards,
 with the ``model_name`` to pass to ``opd deploy``.
 """
 
@@ -21,7 +21,7 @@ def checkpoints_cmd(
     job_id: str, local: TargetOpt = None, cloud: CloudOpt = False, as_json: JsonOpt = False
 ) -> Any:
     """A job's checkpoints: step, status, metrics, the best one, days until each expires, exported names."""
-    from opd_nb.checkpoint_table import checkpoint_table
+    from opd_nb.health.checkpoint_table import checkpoint_table
 
     client = _client(local, cloud)
     checkpoints = client.checkpoints(job_id) or []

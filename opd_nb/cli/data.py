@@ -1,4 +1,4 @@
-"""`opd data convert|stats|split`: data helpers on files (core calls in opd_nb.data and opd_nb.data_convert)."""
+"""`opd data convert|stats|split`: data helpers on files (core calls in opd_nb.data.jsonl and opd_nb.data.conversion)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def convert_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Write Bailian's OPD rows from another format; reports each dropped row and why."""
-    from opd_nb.data_convert import convert
+    from opd_nb.data.conversion import convert
 
     result = convert(
         source, output, source_format=source_format, system=system, solution_field=solution_field
@@ -53,7 +53,7 @@ def stats_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Rows, rows with a solution, role patterns and prompt lengths of a JSONL file."""
-    from opd_nb.data import stats
+    from opd_nb.data.jsonl import stats
 
     return emit(stats(path, tokenizer_path=tokenizer), as_json=as_json)
 
@@ -69,7 +69,7 @@ def split_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Split into train/validation with no prompt on both sides."""
-    from opd_nb.data import split_file
+    from opd_nb.data.jsonl import split_file
 
     size: float | int = int(validation) if validation >= 1 else validation
     return emit(split_file(path, out, size, seed=seed), as_json=as_json)

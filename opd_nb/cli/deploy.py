@@ -60,17 +60,15 @@ def deploy_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Deploy a model (a finished job's output, an exported checkpoint, a base model) and wait until it runs."""
-    from opd_nb.deploy_plans import check_plan, parse_deploy_spec, require_consent
+    from opd_nb.wire.deploy_plans import parse_deploy_spec
 
     client = _client(local, cloud)
     spec = parse_deploy_spec(deploy_spec)
-    check_plan(plan, spec, billing_method)  # before anything is sent (and before asking for consent)
-    require_consent(client.target.kind, plan, capacity, yes)
+    # The client checks the plan, then the consent (`--yes`), before anything is sent.
+    how = {"plan": plan, "deploy_spec": spec, "billing_method": billing_method}
+    dep = client.deploy(model, capacity=capacity, suffix=suffix, yes=yes, **how)
     if client.target.kind == "cloud":
         echo(CLOUD_DEPLOY_NOTE, err=True)
-    dep = client.deploy(
-        model, capacity=capacity, suffix=suffix, plan=plan, deploy_spec=spec, billing_method=billing_method
-    )
     if not no_wait:
         if not in_magic() and not as_json:
             echo(f"deploying {dep.deployed_model} ...", err=True)

@@ -15,10 +15,10 @@ from opd_nb.cli.view_requests import WatchRequest
 from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
-from opd_nb.health import GuardThresholds, best_checkpoint_line
-from opd_nb.notify import SECRET_VAR as NOTIFY_SECRET_VAR
-from opd_nb.notify import URL_VAR as NOTIFY_URL_VAR
-from opd_nb.watch_contact import RECONNECT_MINUTES
+from opd_nb.health.rules import GuardThresholds, best_checkpoint_line
+from opd_nb.watching.contact import RECONNECT_MINUTES
+from opd_nb.watching.notify import SECRET_VAR as NOTIFY_SECRET_VAR
+from opd_nb.watching.notify import URL_VAR as NOTIFY_URL_VAR
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
@@ -30,7 +30,7 @@ TargetOpt = Annotated[
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 YesOpt = Annotated[bool, typer.Option("--yes", help="start a paid job on Bailian (needed with --cloud)")]
-# `opd watch`'s guard, notify and meter options (defaults: opd_nb.health.GuardThresholds).
+# `opd watch`'s guard, notify and meter options (defaults: opd_nb.health.rules.GuardThresholds).
 GuardOpt = Annotated[bool, typer.Option("--guard", help="cancel the job when an error health rule fires")]
 VtrStepsOpt = Annotated[
     int, typer.Option("--guard-valid-token-steps", min=1, help="valid_token_rate < 1 for K steps")
@@ -241,7 +241,7 @@ def logs_cmd(
     if search is not None or tail is not None:
         if follow:
             raise OpdError("--follow cannot be combined with --search/--tail", fix="drop one of them")
-        from opd_nb.log_search import search_logs
+        from opd_nb.watching.log_search import search_logs
 
         return emit(search_logs(client, job_id, search, tail), as_json=as_json)
     page = client.logs(job_id, offset=offset, lines=lines)
@@ -288,7 +288,7 @@ def watch_cmd(
     a webhook; --detach keeps watching after the terminal or notebook closes (--list, --stop). A watcher
     whose control plane stops answering keeps trying for --reconnect-minutes, and says so.
     """
-    from opd_nb import watchers
+    from opd_nb.watching import watchers
 
     if list_:
         return emit(watchers.list_watchers(), as_json=as_json)
@@ -329,7 +329,7 @@ def watch_cmd(
 def _notifier(url: str | None, fmt: str | None, secret: str | None) -> Any:
     """The webhook, checked whole before anything starts (one line, exit 2, no URL in it); None without one
     (a secret alone, say an exported $OPD_NOTIFY_SECRET, is then unused)."""
-    from opd_nb.notify import Notifier
+    from opd_nb.watching.notify import Notifier
 
     return Notifier.create(url, fmt, secret) if url else None
 
@@ -344,8 +344,8 @@ def _hooks(
 ) -> Hooks:
     from opd_nb.consent import is_paid
     from opd_nb.estimate import price_from_env
-    from opd_nb.guard import Guard
-    from opd_nb.meter import Meter
+    from opd_nb.health.guard import Guard
+    from opd_nb.watching.meter import Meter
 
     paid = is_paid(client.target.kind)
     meter = Meter(paid=paid, price=price_from_env(price)) if paid else None
@@ -364,8 +364,8 @@ def _detach(client: Any, job_id: str, hooks: Hooks, notify: str | None, secret: 
     user's terminal, not in a log nobody reads."""
     import os
 
-    from opd_nb import watchers
-    from opd_nb.notify import SECRET_VAR, URL_VAR
+    from opd_nb.watching import watchers
+    from opd_nb.watching.notify import SECRET_VAR, URL_VAR
 
     with client:
         client.get(job_id)

@@ -37,7 +37,7 @@ def new(
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> object:
     """Create a workspace: config.yaml, data, submit_job.py, tests, and the functions the mode needs."""
-    from opd_nb.workspace import DEFAULT_STUDENT, DEFAULT_TEACHER, create
+    from opd_nb.workspace.new import DEFAULT_STUDENT, DEFAULT_TEACHER, create
 
     if not no_input and not in_magic() and not as_json and sys.stdin.isatty() and sys.stdout.isatty():
         from pathlib import Path

@@ -22,8 +22,8 @@ def test_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ):
     """Run the workspace's tests (pytest in a fresh subprocess) and show a results table."""
+    from opd_nb.functions.testing import run_workspace_tests
     from opd_nb.spec.job import workspace_config
-    from opd_nb.testing import run_workspace_tests
 
     report = run_workspace_tests(workspace_config(workspace)[0], extra_args=tuple(pytest_args or ()))
     return emit(report, exit_code=0 if report.ok else 1, as_json=as_json)

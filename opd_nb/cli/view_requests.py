@@ -16,7 +16,7 @@ from opd_nb.results import ResultMixin
 if TYPE_CHECKING:  # the client imports httpx: not at parser-build time
     from opd_nb.client import SubmitResult, Target
     from opd_nb.experiments import Comparison, SweepResult
-    from opd_nb.health import GuardThresholds
+    from opd_nb.health.rules import GuardThresholds
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ The metrics include the engine's diagnostics (teacher_kl, entropy, zero-variance
 share); where a job's metrics have no truncation figure (agentic), the truncation rule reads the
 latest step's recorded samples instead (``opd rollouts``).
 
-The alerts come from ``opd_nb.health``, the same rules the notebook's job monitor shows; each is
+The alerts come from ``opd_nb.health.rules``, the same rules the notebook's job monitor shows; each is
 printed once, above the live view, when it first appears (a terminal scrolls, so repeating it on
 every poll would bury the log). With ``--json`` stdout stays pure JSON and alerts go to stderr.
 """
@@ -29,14 +29,14 @@ from opd_nb.constants import (
     VALIDATION_ACCURACY,
     ZERO_VARIANCE_GROUPS,
 )
-from opd_nb.health import AlertTracker, HealthAlert, job_alerts
-from opd_nb.watch_contact import RECONNECT_MINUTES, Contact
+from opd_nb.health.rules import AlertTracker, HealthAlert, job_alerts
+from opd_nb.watching.contact import RECONNECT_MINUTES, Contact
 
 if TYPE_CHECKING:
-    from opd_nb.guard import Guard
-    from opd_nb.meter import Meter
-    from opd_nb.notify import Notifier
+    from opd_nb.health.guard import Guard
     from opd_nb.trackers import Reporter
+    from opd_nb.watching.meter import Meter
+    from opd_nb.watching.notify import Notifier
     from opd_nb.wire.jobs import JobProgress
 
 SHOWN_METRICS = (

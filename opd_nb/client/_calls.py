@@ -29,8 +29,8 @@ from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.target import Target
 from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
 from opd_nb.errors import UNREACHABLE, OpdError
-from opd_nb.terminal_text import printable
 from opd_nb.traces.page import TracesPage
+from opd_nb.views.terminal_text import printable
 from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.jobs import JobMetrics
 from opd_nb.wire.models import ModelListing

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from opd_nb.constants import RUNNING, UNKNOWN
 from opd_nb.results import ResultMixin
-from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.views.terminal_table import WholeNamesTable
 from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.deployments import DeploymentListing, DeploymentOutput
 from opd_nb.wire.inference import ChatCompletion
@@ -94,7 +94,7 @@ class DeploymentList(ResultMixin, BaseModel):
         return "\n".join(str(d) for d in self.deployments) or "no deployments"
 
     def _repr_html_(self) -> str:
-        from opd_nb import render
+        from opd_nb.views import render
 
         return render.box(
             render.table(list(_HEAD), self._rows()) + f"<small>{self.total} deployment(s)</small>"

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.results import ResultMixin
-from opd_nb.terminal_table import WholeNamesTable
+from opd_nb.views.terminal_table import WholeNamesTable
 from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.checkpoints import CheckpointEntry
 from opd_nb.wire.jobs import JobListing, JobLogs, JobOutput

@@ -25,8 +25,9 @@ from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPag
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
 from opd_nb.client.target import Target, resolve_target
-from opd_nb.deploy_plans import check_plan
+from opd_nb.consent import require_consent
 from opd_nb.traces.page import TracesPage
+from opd_nb.wire.deploy_plans import LORA, check_plan
 
 __all__ = [
     "AsyncJobClient",
@@ -41,6 +42,17 @@ __all__ = [
 
 T = TypeVar("T")
 CHAT_TIMEOUT_S = 600.0
+
+
+def require_deploy_consent(target_kind: str, plan: str | None, capacity: int, yes: bool) -> None:
+    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.consent`)."""
+    billed = "per token" if (plan or LORA) == LORA else "by the hour while it runs"
+    require_consent(
+        target_kind,
+        yes,
+        f"a paid Bailian deployment (plan {plan or LORA}, capacity {capacity}, billed {billed})",
+        fix="rerun with --yes to deploy it (stop it later with `opd undeploy NAME --cloud`)",
+    )
 
 
 class _Base:
@@ -92,9 +104,11 @@ class _Base:
         plan: str | None,
         deploy_spec: dict[str, Any] | None,
         billing_method: str | None,
+        yes: bool,
     ) -> Plan[Deployment]:
-        """The plan's fields are checked here, before anything is sent (both clients)."""
+        """The plan's fields, then the consent, are checked here, before anything is sent (both clients)."""
         check_plan(plan, deploy_spec, billing_method)
+        require_deploy_consent(self.target.kind, plan, capacity, yes)
         call = calls.deploy(
             model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
         )
@@ -252,11 +266,13 @@ class JobClient(_Base):
         plan: str | None = None,
         deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
+        yes: bool = False,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
 
-        `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent."""
-        return self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
+        `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent; on Bailian it
+        needs `yes` (the consent rule, :func:`require_deploy_consent`), whichever front end calls it."""
+        return self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method, yes))
 
     def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return self._run(self._required(calls.list_deployments(page, size)))
@@ -444,11 +460,15 @@ class AsyncJobClient(_Base):
         plan: str | None = None,
         deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
+        yes: bool = False,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
 
-        `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent."""
-        return await self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method))
+        `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent; on Bailian it
+        needs `yes` (the consent rule, :func:`require_deploy_consent`), whichever front end calls it."""
+        return await self._run(
+            self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method, yes)
+        )
 
     async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return await self._run(self._required(calls.list_deployments(page, size)))

@@ -338,7 +338,7 @@ class RolloutPage(ResultMixin, BaseModel):
         return Group(*parts)
 
     def _repr_html_(self) -> str:
-        from opd_nb import render
+        from opd_nb.views import render
 
         rows = [
             (

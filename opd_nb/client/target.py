@@ -17,9 +17,9 @@ from pydantic import BaseModel, SecretStr
 
 from opd_nb import settings
 from opd_nb.constants import API_PATH, DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
-from opd_nb.dotenv_file import read_dotenv
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.workspace.dotenv_file import read_dotenv
 
 BASE_URL_VAR = "DASHSCOPE_HTTP_BASE_URL"  # what the dashscope SDK and this client read
 API_KEY_VAR = "DASHSCOPE_API_KEY"
@@ -137,7 +137,7 @@ class TargetInfo(ResultMixin, BaseModel):
         return Text(str(self))  # plain text: a "[...]" in a URL or path is not rich markup
 
     def _repr_html_(self) -> str:
-        from opd_nb import render
+        from opd_nb.views import render
 
         key = (
             f'<span class="ok">set</span> ({render.esc(self.key_source)})'

@@ -66,7 +66,7 @@ class StudentEndpoint:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, model_name: str, max_total: int):
         import uvicorn
 
-        from opd_nb.function_server import free_port
+        from opd_nb.functions.server import free_port
 
         self.q: queue.Queue[GenRequest] = queue.Queue()
         self.tokens: set[str] = set()  # the api keys of the rollouts under way

@@ -3,7 +3,7 @@
 Each component gets ``concurrency`` calls in flight and ``timeout`` seconds per call. A failed or
 timed-out call is logged and counted (``trace/reward/failure_rate``) and its sample gets no task
 advantage; a component that fails *every* call of a step fails the job with its own error. The
-requests and the reading of replies are :mod:`opd_nb.reward_call`'s (shared with ``opd eval`` and
+requests and the reading of replies are :mod:`opd_nb.functions.reward_call`'s (shared with ``opd eval`` and
 the playground); this module adds the job's side: kept connections, weights, metrics, records.
 """
 
@@ -15,11 +15,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb import reward_call, reward_metrics
 from opd_nb.constants import REWARD_FAILURE_RATE, REWARD_METRIC_PREFIX, TRAIN_REWARD_MEAN
 from opd_nb.engine.api import EngineError, RewardEndpoint
 from opd_nb.engine.keepalive import KeptConnections
-from opd_nb.reward_call import CallOutcome
+from opd_nb.functions import reward_call, reward_metrics
+from opd_nb.functions.reward_call import CallOutcome
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Compare: finished (or running) jobs side by side, and the winner by the docs' rules.
 
 A change is judged only after eval_steps × 3 steps, on the docs' metrics and best-checkpoint rule
-(:mod:`opd_nb.health`): with a reward the validation reward mean@1 of the best checkpoint, without
+(:mod:`opd_nb.health.rules`): with a reward the validation reward mean@1 of the best checkpoint, without
 one the distillation loss at the end. The inputs are the client's own records (:class:`Job`, its
 metric rows and :class:`Checkpoint` list), so compare reads the fields every front end reads.
 """
@@ -14,8 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from opd_nb import render
-from opd_nb.chart_data import client_offsets
 from opd_nb.client import Checkpoint, Job, JobClient
 from opd_nb.constants import (
     CANCELED,
@@ -29,9 +27,11 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
 )
 from opd_nb.errors import OpdError
-from opd_nb.health import DEFAULT_EVAL_STEPS, FULL_VALID_TOKEN_RATE, pick_checkpoint
-from opd_nb.plots import metric_series
+from opd_nb.health.rules import DEFAULT_EVAL_STEPS, FULL_VALID_TOKEN_RATE, pick_checkpoint
+from opd_nb.plots.png import metric_series
+from opd_nb.plots.series import client_offsets
 from opd_nb.results import ResultMixin
+from opd_nb.views import render
 
 COMPARED_METRICS = (LOSS, VALID_TOKEN_RATE, REWARD_MEAN, TEACHER_KL)
 HIGHER_IS_BETTER = {LOSS: False, VALID_TOKEN_RATE: True, REWARD_MEAN: True, TEACHER_KL: False}
@@ -131,7 +131,7 @@ class Comparison(ResultMixin, BaseModel):
 
     def plot_png(self) -> bytes | None:
         """The docs' key metrics overlaid, one line per job (None without metrics or matplotlib)."""
-        from opd_nb.plots import KEY_METRICS, render_png
+        from opd_nb.plots.png import KEY_METRICS, render_png
 
         rows = {self.label(j): self.rows_by_job.get(j.job_id) or [] for j in self.jobs}
         names = [m for m in KEY_METRICS if m in self.metrics]

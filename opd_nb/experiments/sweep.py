@@ -2,7 +2,7 @@
 
 The docs' tuning advice, as code: change one variable at a time (a second ``--param`` needs
 ``--grid``) and reuse the registered functions (the sweep's first job registers them, the others
-pass their ``entity_id``: see :mod:`opd_nb.entities`). Each sweep job is exactly ``config.yaml``
+pass their ``entity_id``: see :mod:`opd_nb.functions.entities`). Each sweep job is exactly ``config.yaml``
 plus its one change (``submit_job.py --set``); ``config.yaml`` is never edited. Values are checked
 against the hyper-parameter table before anything is sent.
 """
@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from opd_nb import render
 from opd_nb.consent import require_consent
-from opd_nb.entities import Registration, registration_plan
 from opd_nb.errors import OpdError
+from opd_nb.functions.entities import Registration, registration_plan
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import EffectiveJob, effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, ParamSpec, closest
 from opd_nb.spec.job import workspace_config
 from opd_nb.spend import gate, warning_lines
+from opd_nb.views import render
 
 if TYPE_CHECKING:  # the client is imported when a sweep submits, not to plan one
     from opd_nb.client import SubmitResult, Target

@@ -7,7 +7,7 @@ One JavaScript file (``static/chart.js``, ours, no library and no network) draws
   again, so a reloaded page catches up), which works in JupyterLab, Notebook 7, VS Code and Colab;
 * saved, as ``text/html``: the same script and the points inlined in an ``<iframe srcdoc>``, so a
   saved notebook or its ``nbconvert --to html`` export keeps hover, zoom and smoothing with no kernel;
-  next to it a static SVG picture of the curves (:mod:`opd_nb.chart_svg`), which is what stays where a
+  next to it a static SVG picture of the curves (:mod:`opd_nb.plots.svg`), which is what stays where a
   sanitizer strips scripts and frames (an untrusted notebook, GitHub's viewer).
 
 anywidget is imported on the first chart, never by ``%load_ext opd_nb``. The widget is only ever
@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from opd_nb.chart_data import ChartFeed, Rows
-from opd_nb.chart_svg import curves_img
 from opd_nb.notebook.snapshot import MAKE_INTERACTIVE, static_js
+from opd_nb.plots.series import ChartFeed, Rows
+from opd_nb.plots.svg import curves_img
 
 __all__ = ["MetricChart", "chart_page", "chart_html"]
 
@@ -166,7 +166,7 @@ def _widget_class() -> type:
 class MetricChart:
     """One chart of metric curves, fed the whole metric rows of its jobs on every poll.
 
-    ``update`` keeps every point (:class:`~opd_nb.chart_data.ChartFeed`) and, once a widget exists,
+    ``update`` keeps every point (:class:`~opd_nb.plots.series.ChartFeed`) and, once a widget exists,
     assigns only the new points to it. ``to_html`` is the saved snapshot of everything so far."""
 
     def __init__(self, title: str | None = None):

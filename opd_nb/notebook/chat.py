@@ -17,9 +17,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.notebook.display import LiveView
+from opd_nb.views import render
 
 
 def _bubble(role: str, text: str, *, pending: bool = False) -> str:

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.views import render
 
 
 def resolve_config_path(path: str | Path) -> tuple[Path, Path]:

@@ -12,10 +12,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import hint, interactive
+from opd_nb.views import render
 
 
 class EvalView(LiveView):

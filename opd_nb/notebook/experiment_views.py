@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from opd_nb import render
 from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.monitor import JobMonitor
+from opd_nb.views import render
 
 if TYPE_CHECKING:
     from opd_nb.experiments import Comparison, SweepResult
@@ -62,7 +62,7 @@ class CompareView(LiveView):
 
     def __init__(self, comparison: Comparison):
         from opd_nb.notebook.chart import MetricChart
-        from opd_nb.plots import KEY_METRICS
+        from opd_nb.plots.png import KEY_METRICS
 
         self.comparison = comparison
         self.chart = MetricChart()

@@ -13,7 +13,6 @@ from typing import Any
 
 import yaml
 
-from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.notebook.configcell import (
     ConfigWriteResult,
@@ -25,6 +24,7 @@ from opd_nb.notebook.configcell import (
 )
 from opd_nb.notebook.display import LiveView
 from opd_nb.spec.yaml_edit import apply_values, yaml_scalar
+from opd_nb.views import render
 
 UNSET = ""  # an empty field: the key is left out of the YAML
 

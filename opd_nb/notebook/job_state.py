@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opd_nb.chart_data import series_points
 from opd_nb.client.rollout_results import CLOUD_NOTE, best_and_worst
 from opd_nb.constants import STEP_SECONDS, SUCCEEDED, TERMINAL_STATUSES, UNKNOWN
-from opd_nb.health import job_alerts, pick_checkpoint
+from opd_nb.health.rules import job_alerts, pick_checkpoint
+from opd_nb.plots.series import series_points
 
 if TYPE_CHECKING:
     from opd_nb.client import Checkpoint, Job
@@ -186,7 +186,7 @@ def meter_line(st: JobState) -> str | None:
         return None
     from opd_nb.errors import OpdError
     from opd_nb.estimate import price_from_env
-    from opd_nb.meter import Meter
+    from opd_nb.watching.meter import Meter
 
     try:
         price = price_from_env(None)

@@ -12,7 +12,7 @@ Design (see notebook-anchors.md §6 for the complaints this avoids):
 * Where the API has no metrics (Bailian: ``client.metrics()`` is None) it shows status, events
   and logs, and says so.
 
-The health rules and the best-checkpoint rule are ``opd_nb.health`` (``opd watch`` prints the same
+The health rules and the best-checkpoint rule are ``opd_nb.health.rules`` (``opd watch`` prints the same
 alerts); the polling thread and the monitor's lifecycle are ``monitor_polling``, the per-job snapshot
 ``job_state``, its HTML ``monitor_html``, the widgets ``monitor_widgets``. The samples panel shows the latest recorded step's best and worst sample and
 the ``%opd rollouts`` line that opens the full viewer.
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from opd_nb.errors import OpdError
-from opd_nb.health import GuardThresholds
+from opd_nb.health.rules import GuardThresholds
 from opd_nb.notebook import monitor_html
 from opd_nb.notebook.chart import MetricChart
 from opd_nb.notebook.display import LiveView
@@ -116,8 +116,8 @@ class JobMonitor(JobPolling, LiveView):
     def _update_chart(self) -> None:
         """Feed the chart every job's rows: a widget gets only the points it has not seen, so a poll
         costs its new points, never a redraw of the whole job (the chart draws in the browser)."""
-        from opd_nb.chart_data import client_offsets
-        from opd_nb.plots import panel_names
+        from opd_nb.plots.png import panel_names
+        from opd_nb.plots.series import client_offsets
 
         with self._lock:
             rows_by_job = {jid: st.metrics for jid, st in self._jobs.items() if st.metrics}

@@ -2,7 +2,7 @@
 
 Why in the monitor too: a user who watches a job in the notebook should not need a second watcher
 to stop paying for a broken run. While the switch is on, every poll hands each unfinished job's
-status and metrics to its :class:`opd_nb.guard.Guard`; the first error rule cancels that job, once,
+status and metrics to its :class:`opd_nb.health.guard.Guard`; the first error rule cancels that job, once,
 and the guard's line (rule, values, step) is what the monitor shows. The polling thread calls
 :meth:`MonitorGuard.check`; the switch only flips :attr:`MonitorGuard.on`.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.guard import Guard
-from opd_nb.health import GuardThresholds
+from opd_nb.health.guard import Guard
+from opd_nb.health.rules import GuardThresholds
 from opd_nb.notebook.job_state import JobState
 
 WHO = "the guard switch of the notebook's job monitor"  # named in the cancel's reason

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opd_nb import render
-from opd_nb.checkpoint_table import expires_text, export_hint
 from opd_nb.constants import (
     CANCELED,
     ENTROPY,
@@ -22,7 +20,9 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
     ZERO_VARIANCE_GROUPS,
 )
+from opd_nb.health.checkpoint_table import expires_text, export_hint
 from opd_nb.notebook.rollout_html import samples_panel_html
+from opd_nb.views import render
 
 STATUS_CLASS = {SUCCEEDED: "ok", FAILED: "bad", CANCELED: "warn"}
 DIAGNOSTICS = (TEACHER_KL, ENTROPY, ZERO_VARIANCE_GROUPS)  # the engine's per-step diagnostics, plotted too

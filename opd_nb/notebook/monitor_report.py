@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.health import AlertTracker, job_alerts
+from opd_nb.health.rules import AlertTracker, job_alerts
 from opd_nb.notebook.job_state import JobState
 
 

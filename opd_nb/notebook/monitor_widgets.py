@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from opd_nb import render
 from opd_nb.constants import CANCELED, FAILED, SUCCEEDED
 from opd_nb.notebook import monitor_html
+from opd_nb.views import render
 
 NO_CHART = (
     "<small>live curves need anywidget (pip install 'opd-nb[notebook]'); the saved snapshot has them</small>"

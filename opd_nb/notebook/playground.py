@@ -1,7 +1,7 @@
 """Reward playground: score one candidate answer, or a JSONL batch, with the workspace's own reward.
 
 Scoring runs the workspace's processor class (from config.yaml's reward function) in the SDK's
-function server, as training and ``opd eval`` do (:mod:`opd_nb.reward_call` builds the request and
+function server, as training and ``opd eval`` do (:mod:`opd_nb.functions.reward_call` builds the request and
 reads the reply for all three), so a score here is the score a job would get. The server starts in
 the background and is replaced whenever a code file changes (:mod:`.scoring_server`), so the
 latest edits of ``functions/`` are what runs, and a crash in user code never touches the kernel.
@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from opd_nb import render, reward_metrics
 from opd_nb.errors import OpdError
+from opd_nb.functions import reward_metrics
 from opd_nb.notebook.display import LiveView
 from opd_nb.results import ResultMixin
+from opd_nb.views import render
 
 if TYPE_CHECKING:
     from opd_nb.evaluation import RewardFunction
@@ -287,8 +288,8 @@ def _function_of(ws: Path, classpath: str) -> RewardFunction:
     """How a job would run `classpath`: config.yaml's zipdir, runtime env and timeout when it
     registers this class, else from the workspace itself with the default timeout."""
     from opd_nb.evaluation import RewardFunction, reward_function
-    from opd_nb.function_server import classpath_to_module
-    from opd_nb.reward_call import DEFAULT_TIMEOUT_S
+    from opd_nb.functions.reward_call import DEFAULT_TIMEOUT_S
+    from opd_nb.functions.server import classpath_to_module
 
     fn = reward_function(ws)
     if fn is not None and classpath_to_module(fn.classpath) == classpath_to_module(classpath):
@@ -301,8 +302,8 @@ def _cleaned(url: str, text: str) -> str | None:
     in words when it raised)."""
     import http.client
 
-    from opd_nb import reward_call
-    from opd_nb.function_server import CLEAN_PATH, CleanReply, CleanRequest
+    from opd_nb.functions import reward_call
+    from opd_nb.functions.server import CLEAN_PATH, CleanReply, CleanRequest
 
     try:
         send = reward_call.post_once(url, CLEAN_PATH)
@@ -314,8 +315,8 @@ def _cleaned(url: str, text: str) -> str | None:
 
 
 def _score(url: str, index: int, item: dict, timeout_s: float) -> ScoreResult:
-    """One item's reward call, read as training reads it (see :mod:`opd_nb.reward_call`)."""
-    from opd_nb import reward_call
+    """One item's reward call, read as training reads it (see :mod:`opd_nb.functions.reward_call`)."""
+    from opd_nb.functions import reward_call
 
     candidate = item.get("candidate", "")
     messages = item.get("messages") or []

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from opd_nb import render
 from opd_nb.client.rollout_results import LEGEND, summary, tokens_html
 from opd_nb.notebook import snapshot
+from opd_nb.views import render
 
 SNAPSHOT_SAMPLES = 64  # samples whose pane a saved viewer carries (each is a few KB of shaded tokens)
 _SCROLL = "max-height:22em;overflow-y:auto"  # about 14 rows: a saved viewer's table scrolls in this

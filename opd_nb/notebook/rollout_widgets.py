@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opd_nb import render
 from opd_nb.client.rollout_results import SORTS
 from opd_nb.errors import OpdError
 from opd_nb.notebook import rollout_html
+from opd_nb.views import render
 
 KIND_OPTIONS = (("all", "all"), ("train", "train"), ("validation", "validation"))
 CSS = (

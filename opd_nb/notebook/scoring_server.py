@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from opd_nb.function_server import CLEAN_ROUTE_ENV, FunctionServer
+from opd_nb.functions.server import CLEAN_ROUTE_ENV, FunctionServer
 
 SKIP_DIRS = frozenset({"__pycache__", "data", "outputs", "node_modules", "venv"})  # not code; may be large
 STARTUP_TIMEOUT_S = 60.0

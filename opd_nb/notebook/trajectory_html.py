@@ -15,9 +15,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from opd_nb import render
 from opd_nb.traces.facts import details, one_line
 from opd_nb.traces.spans import SpanNode, Trajectory
+from opd_nb.views import render
 
 MAX_TEXT = 4000  # characters of one message or payload in a pane (a saved notebook stays small)
 KIND_COLOR = {

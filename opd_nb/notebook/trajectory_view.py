@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from opd_nb import render
 from opd_nb.errors import OpdError
 from opd_nb.notebook.display import LiveView
 from opd_nb.notebook.snapshot import static_js
 from opd_nb.notebook.trajectory_html import view_html, waterfall_html
 from opd_nb.traces.ids import KINDS, SampleRef
 from opd_nb.traces.page import CLOUD_NOTE, MAX_TRAJECTORIES, TracesPage
+from opd_nb.views import render
 
 
 def record_ref(record: Mapping[str, Any]) -> SampleRef | None:

@@ -29,11 +29,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from opd_nb.constants import CANCEL_REASON_MAX_CHARS
-from opd_nb.deploy_plans import plan_problems
 from opd_nb.engine.openai_wire import MAX_TOP_LOGPROBS
 from opd_nb.server.limits import MAX_ENV_BYTES, MAX_REQUIREMENTS_CHARS
 from opd_nb.server.responses import shown
 from opd_nb.spec.training_plan import TrainingPlan
+from opd_nb.wire.deploy_plans import plan_problems
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 TRAINING_TYPES = ("pg_opd", "reinforcement")
@@ -455,7 +455,7 @@ class Sampling(Body):
 
 class DeploymentBody(Body):
     """``POST /deployments`` as ``Deployments.call(model, capacity, suffix=...)`` and the v2
-    ``client.deployments.create`` send it (``plan`` and the fields it needs: :mod:`opd_nb.deploy_plans`)."""
+    ``client.deployments.create`` send it (``plan`` and the fields it needs: :mod:`opd_nb.wire.deploy_plans`)."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -34,7 +34,6 @@ from typing import Any
 
 from opd_nb import settings
 from opd_nb.constants import DELETED, FAILED, PENDING, RUNNING
-from opd_nb.deploy_plans import LORA, charge_type
 from opd_nb.server import process_tree
 from opd_nb.server.deployment_endpoints import MAX_BASE, DeploymentEndpoints
 from opd_nb.server.deployment_restarts import DeploymentRestarts, deployment_events
@@ -50,6 +49,7 @@ from opd_nb.server.models import (
 )
 from opd_nb.server.records import DEFAULT_MAX_DEPLOYMENTS, MAX_DEPLOYMENTS_ENV
 from opd_nb.server.store import Store
+from opd_nb.wire.deploy_plans import LORA, charge_type
 from opd_nb.wire.deployments import DeploymentEvent, DeploymentLocal, DeploymentOutput
 
 MARKER = "opd_nb.engine.serving"  # the serving module: what a pid's command line must show to be ours

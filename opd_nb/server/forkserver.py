@@ -39,7 +39,7 @@ PREIMPORTS = (
     "opd_nb.server.worker",
     "opd_nb.engine.trainer",
     "opd_nb.engine.serving",
-    "opd_nb.function_server",
+    "opd_nb.functions.server",
     "uvicorn",
     "setproctitle",
 )

@@ -2,7 +2,7 @@
 
 The cloud unpacks a function's zip into its own sandbox and runs the SDK's function server there.
 Locally each registered entity gets ``<data>/functions/<entity_id>/code`` and each loaded instance
-is an :class:`opd_nb.function_server.FunctionServer` subprocess on a loopback port.
+is an :class:`opd_nb.functions.server.FunctionServer` subprocess on a loopback port.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class InstanceManager:
 
     def _start(self, instance_id: str) -> Instance:
         from opd_nb.errors import OpdError
-        from opd_nb.function_server import FunctionServer, startup_seconds
+        from opd_nb.functions.server import FunctionServer, startup_seconds
 
         inst = self._existing(instance_id, deleted_ok=True)
         fn = self._function(inst["entity_id"])

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from urllib.parse import quote
 
 from opd_nb import settings
-from opd_nb.function_server import TRAJECTORY_ENV
+from opd_nb.functions.server import TRAJECTORY_ENV
 
 OTLP_PREFIX = "/otlp/"  # checked by the job's token, not by the API key (auth.py)
 OTLP_PATH = OTLP_PREFIX + "v1/traces"  # the route (OTLP/HTTP's own path, under a prefix that says what it is)

@@ -26,7 +26,7 @@ from opd_nb import settings
 from opd_nb.constants import CANCELED, FAILED, RUNNING, SUCCEEDED
 from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEndpoint
 from opd_nb.errors import OpdError
-from opd_nb.log_cap import keep_own_log_under
+from opd_nb.functions.log_cap import keep_own_log_under
 from opd_nb.server.disk_space import DISK_FULL
 from opd_nb.server.job_failures import fail_job, full_disk_failure
 from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome, cancel_message
@@ -305,7 +305,7 @@ def _start_functions(
     specs: list[JobFunction], job_dir: Path, events: StoreEvents, servers: list[Any]
 ) -> tuple[list[RewardEndpoint], RolloutEndpoint | None]:
     """One function server per registered function of the job, as the endpoints the engine calls."""
-    from opd_nb.function_server import FunctionServer, startup_seconds
+    from opd_nb.functions.server import FunctionServer, startup_seconds
 
     rewards: list[RewardEndpoint] = []
     rollout: RolloutEndpoint | None = None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from opd_nb.errors import OpdError
-from opd_nb.health import HealthAlert
+from opd_nb.health.rules import HealthAlert
 from opd_nb.trackers.records import RunInfo
 
 # name -> (module of its Backend, the library it needs, the pip extra that installs it)

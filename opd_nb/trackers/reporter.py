@@ -16,11 +16,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from opd_nb.chart_data import MAX_PARENTS, client_offsets, parent_of
 from opd_nb.client.rollout_results import summary as sample_summary
 from opd_nb.errors import OpdError
-from opd_nb.guard import LOG_PAGE, log_error_alert
-from opd_nb.health import HealthAlert, best_checkpoint_line
+from opd_nb.health.guard import LOG_PAGE, log_error_alert
+from opd_nb.health.rules import HealthAlert, best_checkpoint_line
+from opd_nb.plots.series import MAX_PARENTS, client_offsets, parent_of
 from opd_nb.trackers.backends import SAMPLE_COLUMNS, Backend, open_backend, require
 from opd_nb.trackers.quiet import muted
 from opd_nb.trackers.records import DEFAULT_PROJECT, STEP, ReportResult, RunInfo, job_config
@@ -251,7 +251,7 @@ def report_job(
     project: str = DEFAULT_PROJECT,
 ) -> ReportResult:
     """Backfill: write a job (finished or not) to the trackers `to`, in one pass."""
-    from opd_nb.health import job_alerts
+    from opd_nb.health.rules import job_alerts
 
     reporter = Reporter(client, job_id, to, project=project)  # a missing tracker: refused before any request
     job = client.get(job_id)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb import settings
-from opd_nb.health import HealthAlert
+from opd_nb.health.rules import HealthAlert
 from opd_nb.trackers.backends import SAMPLE_COLUMNS
 from opd_nb.trackers.records import RunInfo
 

@@ -10,7 +10,7 @@ import contextvars
 from collections.abc import Sequence
 from typing import Any
 
-from opd_nb.health import HealthAlert
+from opd_nb.health.rules import HealthAlert
 from opd_nb.trackers.backends import SAMPLE_COLUMNS
 from opd_nb.trackers.records import RunInfo
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from opd_nb.health import HealthAlert
+from opd_nb.health.rules import HealthAlert
 from opd_nb.trackers.backends import SAMPLE_COLUMNS
 from opd_nb.trackers.records import RunInfo
 

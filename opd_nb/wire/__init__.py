@@ -6,5 +6,5 @@ except those declared absent when they have none (a job's ``code`` unless it fai
 server passes on from another process (a serving process's answer, the engine's rollout records) is
 sent with exactly the keys it arrived with. Models a client parses from Bailian keep keys they do not
 name (``extra="allow"``). The OpenAPI document generated from them is
-committed beside them (``openapi.json``; ``python -m opd_nb.server.openapi --write`` regenerates it).
+committed beside them (``openapi.json``; ``python -m opd_nb.server.openapi_doc --write`` regenerates it).
 """

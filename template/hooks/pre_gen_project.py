@@ -1,6 +1,6 @@
 """Reject invalid answers before anything is written (cookiecutter pre-generation hook).
 
-The rules are opd-nb's own (`opd_nb.workspace_rules`, the same ones `opd new` applies before it
+The rules are opd-nb's own (`opd_nb.workspace.rules`, the same ones `opd new` applies before it
 calls cookiecutter), imported from the installed package so that a plain `cookiecutter template/`
 run gives the same clear message and the two can never drift apart.
 """
@@ -14,7 +14,7 @@ PLACEHOLDER_SLUG = "invalid-workspace-name"  # what cookiecutter.json derives fr
 
 def main() -> int:
     try:
-        from opd_nb.workspace_rules import problems
+        from opd_nb.workspace.rules import problems
         from slugify import slugify  # python-slugify: cookiecutter's own slugify filter
     except ImportError as exc:
         print(f"error: this template needs opd-nb installed in the same Python ({exc})", file=sys.stderr)

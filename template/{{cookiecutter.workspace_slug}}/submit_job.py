@@ -48,7 +48,7 @@ from typing import Any
 LOCAL_URL = "http://127.0.0.1:8765/api/v1"
 CLOUD_URL = "https://dashscope.aliyuncs.com/api/v1"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
-# Remembered entities: the same algorithm and file format as opd_nb.entities (opd-nb's tests prove
+# Remembered entities: the same algorithm and file format as opd_nb.functions.entities (opd-nb's tests prove
 # that both hash alike), kept here so that this script needs nothing but the SDK.
 STATE_DIR = ".opd"
 STATE_FILE = "entities.json"
@@ -143,7 +143,7 @@ def find_config(value: str) -> Path:
 
 def read_dotenv(path: Path) -> dict[str, str]:
     """The .env next to the config, read by python-dotenv's grammar, exactly as opd-nb reads it
-    (opd_nb.dotenv_file; a shared test keeps both equal): quotes, `export`, # comments, CRLF.
+    (opd_nb.workspace.dotenv_file; a shared test keeps both equal): quotes, `export`, # comments, CRLF.
 
     A line python-dotenv cannot read, or a name with no `=`, is refused with its line number (never
     its text: it may hold a key), since what it was meant to set would be lost without a word."""

@@ -11,7 +11,9 @@ One module for the rule, so that ``opd deploy --plan`` checks a plan before anyt
   ``deploy_spec`` (from ``GET /deployments/models``) and a ``billing_method`` (e.g. ``POST_PAY``).
 
 On Bailian every deployment costs money while it runs (or per token on ``lora``), so a cloud deploy
-needs the caller's consent (``consent.require_consent``, ``--yes``); a local one costs nothing.
+needs the caller's consent (:func:`opd_nb.client.jobs.require_deploy_consent`, inside the deploy call, ``--yes``); a local one costs
+nothing. The plans themselves are facts of the wire: the control plane checks a create body against
+them without importing the paid path's rules.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from opd_nb import consent
 from opd_nb.errors import OpdError
 
 LORA, PTU, MU = "lora", "ptu", "mu"
@@ -95,14 +96,3 @@ def charge_type(plan: str | None, billing_method: str | None = None) -> str:
     """What a deployment of this plan is billed by (Bailian's ``charge_type``)."""
     plan = plan or LORA
     return CHARGE_TYPES.get(plan) or (billing_method or "POST_PAY")
-
-
-def require_consent(target_kind: str, plan: str | None, capacity: int, yes: bool) -> None:
-    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.consent`)."""
-    billed = "per token" if (plan or LORA) == LORA else "by the hour while it runs"
-    consent.require_consent(
-        target_kind,
-        yes,
-        f"a paid Bailian deployment (plan {plan or LORA}, capacity {capacity}, billed {billed})",
-        fix="rerun with --yes to deploy it (stop it later with `opd undeploy NAME --cloud`)",
-    )

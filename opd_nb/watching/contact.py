@@ -50,7 +50,9 @@ class Contact:
     where: str  # "the local control plane at http://..."
     patience_s: float
     report: Callable[[str], None]
-    notifier: Any = None  # an opd_nb.notify.Notifier: told once on loss, once on return, and on giving up
+    notifier: Any = (
+        None  # an opd_nb.watching.notify.Notifier: told once on loss, once on return, and on giving up
+    )
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     reached: bool = False
     lost_since: float | None = None

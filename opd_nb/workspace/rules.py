@@ -1,6 +1,6 @@
 """What makes a workspace's answers usable: the one list of rules for `opd new` and the template.
 
-`opd_nb.workspace` raises the first problem as an :class:`OpdError` before cookiecutter runs; the
+`opd_nb.workspace.new` raises the first problem as an :class:`OpdError` before cookiecutter runs; the
 template's pre-generation hook imports this same module from the installed package (as
 cookiecutter-data-science's hooks import ``ccds.hook_utils``) and prints every problem, so a plain
 ``cookiecutter template/`` run says the same thing. Standard library only: the hook runs it in a

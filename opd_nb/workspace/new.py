@@ -17,9 +17,9 @@ from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from opd_nb import workspace_rules
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.workspace import rules as workspace_rules
 
 MODES = workspace_rules.MODES
 Mode = Literal["pure-distill", "reward", "agentic"]
@@ -95,7 +95,7 @@ class Workspace(ResultMixin, BaseModel):
 
 def template_dir() -> Path:
     """The cookiecutter template: inside the installed wheel, else the source checkout's `template/`."""
-    package_dir = Path(__file__).resolve().parent
+    package_dir = Path(__file__).resolve().parent.parent  # opd_nb/ (this module is opd_nb/workspace/new.py)
     for candidate in (package_dir / "template", package_dir.parent / "template"):
         if (candidate / "cookiecutter.json").is_file():
             return candidate
@@ -129,7 +129,7 @@ def validate(
     reward_class: str,
     rollout_class: str = DEFAULT_ROLLOUT_CLASS,
 ) -> str:
-    """Check the answers (the rules in `opd_nb.workspace_rules`, shared with the template's hook); returns the slug."""
+    """Check the answers (the rules in `opd_nb.workspace.rules`, shared with the template's hook); returns the slug."""
     answers = {
         "mode": mode,
         "workspace_name": name,

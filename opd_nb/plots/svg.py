@@ -2,7 +2,7 @@
 
 Why: an untrusted notebook (a fresh clone), GitHub's viewer and other sanitizing hosts drop the
 interactive chart (an ``<iframe srcdoc>`` with a script) but keep an ``<img>`` whose ``src`` is a
-``data:`` URL. :func:`curves_img` draws the same chart document (:class:`opd_nb.chart_data.ChartFeed`'s
+``data:`` URL. :func:`curves_img` draws the same chart document (:class:`opd_nb.plots.series.ChartFeed`'s
 ``full()``) as one inline SVG: a panel per metric, one polyline per job in the interactive chart's
 colours, downsampled (LTTB) to a few hundred points per series so a tutorial stays small. Pure
 functions of the document: no widget, no browser.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from opd_nb.chart_data import PALETTE, lttb
+from opd_nb.plots.series import PALETTE, lttb
 
 STATIC_POINTS = 150  # per series: a panel's plot is about 300 px wide
 WIDTH, PANEL_H, GAP, LEGEND_H = 720, 132, 10, 20

@@ -1,6 +1,6 @@
 """Tell someone when a job needs them: each alert, lost and regained contact, and the final status, posted to a webhook.
 
-The payload is the one each service expects (:mod:`opd_nb.webhook_services`: DingTalk, Feishu/Lark,
+The payload is the one each service expects (:mod:`opd_nb.watching.webhook_services`: DingTalk, Feishu/Lark,
 WeCom, Slack), else plain JSON; the service is read from the URL's host or set with
 `--notify-format`. A post counts as delivered only when the service says so: a robot that answers
 HTTP 200 with an error code in the body refused the message, and the watcher shows that refusal in
@@ -26,7 +26,7 @@ from pydantic import SecretStr
 
 from opd_nb import settings
 from opd_nb.errors import OpdError
-from opd_nb.webhook_services import (
+from opd_nb.watching.webhook_services import (
     FORMATS,
     KEYWORD,
     SIGNED_FORMATS,
@@ -36,9 +36,9 @@ from opd_nb.webhook_services import (
     read_reply,
     sign,
 )
-from opd_nb.webhook_url import check_url, masked
+from opd_nb.watching.webhook_url import check_url, masked
 
-log = logging.getLogger("opd_nb.notify")
+log = logging.getLogger("opd_nb.watching.notify")
 
 URL_VAR = settings.NOTIFY_URL.name  # how a detached watcher receives the URL (never on a command line)
 SECRET_VAR = settings.NOTIFY_SECRET.name  # and the robot's signing secret

@@ -26,7 +26,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from opd_nb.terminal_text import printable
+from opd_nb.views.terminal_text import printable
 
 FORMATS: tuple[str, ...] = ("dingtalk", "feishu", "wecom", "slack", "json")
 SIGNED_FORMATS: tuple[str, ...] = ("dingtalk", "feishu")

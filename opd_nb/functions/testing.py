@@ -23,9 +23,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from opd_nb import render, reward_metrics
 from opd_nb.errors import OpdError
+from opd_nb.functions import reward_metrics
 from opd_nb.results import ResultMixin
+from opd_nb.views import render
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
 

@@ -1,9 +1,9 @@
-"""A watcher that stops paying for a broken run: cancel a job once an error rule of `health.py` fires.
+"""A watcher that stops paying for a broken run: cancel a job once an error rule of `health/rules.py` fires.
 
 `opd watch JOB --guard` and the monitor's guard switch poll through :meth:`Guard.poll`. Where the
-control plane has metrics (`opd serve`), the rules of :func:`opd_nb.health.guard_alerts` decide; on
+control plane has metrics (`opd serve`), the rules of :func:`opd_nb.health.rules.guard_alerts` decide; on
 Bailian, which has no metrics API, the guard acts on the job's status and on error lines in its log,
-and says up front which rules it cannot see. A cancel is logged (logger ``opd_nb.guard``) and shown
+and says up front which rules it cannot see. A cancel is logged (logger ``opd_nb.health.guard``) and shown
 with the rule, its values and the step; it happens once. The cancel carries that as its reason, which
 `opd serve` records in the job's message and log; Bailian's cancel takes no body, so there the
 watcher's own output, log and webhook are the record.
@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.health import GuardThresholds, HealthAlert, guard_alerts
+from opd_nb.health.rules import GuardThresholds, HealthAlert, guard_alerts
 
-log = logging.getLogger("opd_nb.guard")
+log = logging.getLogger("opd_nb.health.guard")
 
 UNSEEN_WITHOUT_METRICS = ("valid_token_rate", "reward_failures", "loss_not_finite", "loss_diverging",
                           "zero_variance_groups")  # fmt: skip

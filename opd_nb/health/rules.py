@@ -25,7 +25,7 @@ from opd_nb.constants import (
     VALID_TOKEN_RATE,
     ZERO_VARIANCE_GROUPS,
 )
-from opd_nb.plots import metric_series
+from opd_nb.plots.png import metric_series
 from opd_nb.results import ResultMixin
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 

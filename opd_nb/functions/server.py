@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from opd_nb import settings
 from opd_nb.errors import OpdError
-from opd_nb.log_cap import keep_own_log_under
+from opd_nb.functions.log_cap import keep_own_log_under
 
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
@@ -160,7 +160,7 @@ class FunctionServer:
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
         child_env = _server_env(code_dir, func_type, processor, port, env)
-        cmd = [sys.executable, "-m", "opd_nb.function_server", SDK_SERVER_APP, "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "opd_nb.functions.server", SDK_SERVER_APP, "--host", "127.0.0.1"]
         cmd += [
             "--port",
             str(port),

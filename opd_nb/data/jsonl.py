@@ -33,7 +33,7 @@ from opd_nb.dataset_scan import (
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
-__all__ = [  # the scan's names are re-exported: `opd_nb.data` is the user-facing module
+__all__ = [  # the scan's names too: `opd_nb.data` (the package re-exports these) is the user-facing path
     "CHARS_PER_TOKEN",
     "ROLES",
     "RULE_FIX",

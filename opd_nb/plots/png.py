@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opd_nb.chart_data import series_points
 from opd_nb.constants import (
     LLM_CALLS_PER_TRAJECTORY,
     LOSS,
@@ -22,6 +21,7 @@ from opd_nb.constants import (
     TOOL_LATENCY_P95,
     VALID_TOKEN_RATE,
 )
+from opd_nb.plots.series import series_points
 
 TRACE_PANELS = (
     TOOL_LATENCY_P95,

@@ -3,7 +3,7 @@
 
 Why a module of its own: the CLI and the notebook monitor show the same table, and the facts come
 from three places (the checkpoint list, the metric rows, the docs' best-checkpoint rule in
-:mod:`opd_nb.health`). Bailian deletes a checkpoint at its ``expire_time`` (about 15 days after it
+:mod:`opd_nb.health.rules`). Bailian deletes a checkpoint at its ``expire_time`` (about 15 days after it
 was saved) and may auto-export only the best one, so the table says how long each one has left and
 the line that exports it.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from opd_nb import render
 from opd_nb.constants import LOSS, REWARD_MEAN
-from opd_nb.health import pick_checkpoint
+from opd_nb.health.rules import pick_checkpoint
 from opd_nb.results import ResultMixin
+from opd_nb.views import render
 
 # "deploy name": the model_name an export gives (what `opd deploy` takes); "display name": the label the
 # export was given with --model-name (Bailian's model_display_name), which nothing deploys by.

@@ -1,0 +1,1 @@
+"""How results show, shared by every front end: static HTML for notebooks, tables and safe text for terminals."""
