@@ -66,9 +66,9 @@ def deploy_cmd(
     spec = parse_deploy_spec(deploy_spec)
     # The client checks the plan, then the consent (`--yes`), before anything is sent.
     how = {"plan": plan, "deploy_spec": spec, "billing_method": billing_method}
-    dep = client.deploy(model, capacity=capacity, suffix=suffix, yes=yes, **how)
-    if client.target.kind == "cloud":
+    if client.target.kind == "cloud" and yes:  # said before the paid call, not after it
         echo(CLOUD_DEPLOY_NOTE, err=True)
+    dep = client.deploy(model, capacity=capacity, suffix=suffix, yes=yes, **how)
     if not no_wait:
         if not in_magic() and not as_json:
             echo(f"deploying {dep.deployed_model} ...", err=True)
