@@ -158,6 +158,14 @@ SERVE_API_KEY = Setting(
     secret=True,
     default_text="none: any key on loopback",
 )
+CLOUD_BASE_URL = Setting(
+    "OPD_CLOUD_BASE_URL",
+    TEXT,
+    None,
+    "the cloud's API base when it is not Bailian's (a gateway or proxy, on this machine too): with "
+    "DASHSCOPE_HTTP_BASE_URL (not loopback) and Bailian's documented hosts, the only places your cloud key is sent",
+    default_text="none: DASHSCOPE_HTTP_BASE_URL when not loopback, else Bailian",
+)
 MAX_DEPLOYMENTS = Setting(
     "OPD_MAX_DEPLOYMENTS", WHOLE_1, 3, "deployments `opd serve` runs at once (`--max-deployments` wins)"
 )

@@ -232,6 +232,7 @@ def test_every_paid_tool_first_answers_a_confirmation_and_sends_nothing(tmp_path
     monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-standin-0000000000")
     ws = str(tiny_workspace("reward", tmp_path / "ws", train_rows=24))
     proxy = CountingProxy("http://127.0.0.1:9")
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)  # the user's cloud: the only place the key goes
     cloud = {"target": "cloud", "base_url": proxy.api_base}
     calls = {
         "submit": {"workspace": ws},

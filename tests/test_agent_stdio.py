@@ -136,8 +136,9 @@ def test_a_scripted_agent_creates_checks_submits_watches_reads_exports_deploys_a
 
 
 @pytest.fixture()
-def bailian(local_server) -> Iterator[CountingProxy]:
+def bailian(local_server, monkeypatch) -> Iterator[CountingProxy]:
     proxy = CountingProxy(local_server.base_url)
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)  # the user's cloud: the only place the key goes
     try:
         yield proxy
     finally:

@@ -158,7 +158,10 @@ def test_a_keyed_server_accepts_the_dotenv_key_from_opd_and_from_submit_job(tmp_
 
     key = secrets.token_urlsafe(32)
     ws = tiny_workspace("pure-distill", tmp_path / "ws")
-    (ws / ".env").write_text(f"DASHSCOPE_API_KEY='{key}' # my key\r\n", encoding="utf-8")
+    cloud_key = "sk-" + secrets.token_hex(16)
+    (ws / ".env").write_text(
+        f"OPD_SERVE_API_KEY='{key}' # my key\r\nDASHSCOPE_API_KEY={cloud_key}\r\n", encoding="utf-8"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_SERVE_API_KEY"))}
     env["NO_PROXY"] = "127.0.0.1,localhost"
 

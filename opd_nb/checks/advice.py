@@ -16,6 +16,7 @@ from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX
+from opd_nb.errors import OpdError
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.training_plan import training_steps
 
@@ -151,14 +152,17 @@ def _get(ctx: CheckContext, path: str, **params: Any) -> tuple[Any, str]:
     """(the answer's ``output``, or None and why not) of one read of the target's control plane."""
     import httpx
 
-    base = ctx.api_base()
+    try:
+        base, key = ctx.api_base(), ctx.api_key()
+    except OpdError as exc:
+        return None, exc.message
     try:
         resp = httpx.get(
             f"{base}{path}",
             params=params or None,
             timeout=5.0,
             trust_env=False,
-            headers={"Authorization": f"Bearer {ctx.api_key()}"},
+            headers={"Authorization": f"Bearer {key}"},
         )
     except httpx.HTTPError as exc:
         return None, f"no control plane answers at {base} ({type(exc).__name__})"

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.report import CheckReport
-from opd_nb.constants import DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME
 from opd_nb.spec.job import JobConfig, KeyPath, ParsedConfig
+from opd_nb.workspace.connection import Target, resolve_connection
 
 
 def as_number(value: Any) -> float | None:
@@ -87,25 +87,21 @@ class CheckContext:
         except ValueError:
             return str(path)
 
-    def api_base(self) -> str:
-        """The control plane the target reads from: --base-url, else DASHSCOPE_HTTP_BASE_URL, else its default."""
-        import os
+    def connection(self) -> Target:
+        """The plane a read of the control plane goes to, and its key: the one resolver
+        (:func:`opd_nb.workspace.connection.resolve_connection`), as `opd submit` sends. Raises OpdError
+        for a cloud URL the user did not configure (the key is never sent there)."""
+        return resolve_connection(self.target, base_url=self.base_url, workspace=self.workspace)
 
-        env = os.environ.get("DASHSCOPE_HTTP_BASE_URL") or None
-        default = DEFAULT_LOCAL_API if self.target == "local" else DEFAULT_CLOUD_API
-        return (self.base_url or env or default).rstrip("/")
+    def api_base(self) -> str:
+        """The control plane the target reads from (see :meth:`connection`)."""
+        return self.connection().base_url.rstrip("/")
 
     def api_key(self) -> str:
-        """The key a read of the control plane sends: the environment's, else (for the cloud) the workspace
-        .env's; a local plane without a server key takes any."""
-        import os
-
-        key = os.environ.get("DASHSCOPE_API_KEY")
-        if not key and self.target == "cloud" and (self.workspace / ".env").is_file():
-            from dotenv import dotenv_values
-
-            key = dotenv_values(self.workspace / ".env").get("DASHSCOPE_API_KEY")
-        return key or LOCAL_API_KEY
+        """The key a read of the control plane sends: the cloud key only to the configured cloud, a local
+        plane's own key otherwise (see :meth:`connection`)."""
+        key = self.connection().api_key
+        return key.get_secret_value() if key is not None else ""
 
     def setting(self, name: str) -> str:
         """A variable as submit_job.py sees it: the environment's, else the workspace .env's ('' when unset)."""

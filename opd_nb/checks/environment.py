@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from importlib import metadata
-from pathlib import Path
-from urllib.parse import urlparse
 
 from opd_nb.checks.context import CheckContext
+from opd_nb.constants import DEFAULT_CLOUD_API
+from opd_nb.loopback import is_loopback_url
+from opd_nb.workspace.connection import resolve_connection
 from opd_nb.workspace.dotenv_file import DotenvFile, read_dotenv
 
 MIN_DASHSCOPE = (2, 0, 2)  # 1.27.5 silently drops teacher_model and submits plain RL
-CLOUD_BASE = "https://dashscope.aliyuncs.com/api/v1"
-_LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 _TRUE = ("true", "1", "yes")  # the SDK's FC_LAYER_USED test (constants.py:118)
 _FALSE = ("false", "0", "no")
 
@@ -26,15 +25,6 @@ def _version_tuple(text: str) -> tuple[int, ...]:
             break
         out.append(int(digits))
     return tuple(out)
-
-
-def _dotenv_key(ctx: CheckContext) -> bool:
-    """A key in the workspace's or the CWD's .env, read as the client reads it."""
-    for path in (ctx.workspace / ".env", Path.cwd() / ".env"):
-        values = read_dotenv(path).values
-        if values.get("DASHSCOPE_API_KEY") or values.get("FC_API_KEY"):
-            return True
-    return False
 
 
 def _dotenv(ctx: CheckContext) -> DotenvFile:
@@ -101,10 +91,6 @@ def _function_runtime(ctx: CheckContext, dotenv: DotenvFile) -> None:
         )
 
 
-def is_loopback(url: str | None) -> bool:
-    return bool(url) and (urlparse(url).hostname or "") in _LOOPBACK
-
-
 def check_environment(ctx: CheckContext) -> None:
     rep = ctx.report
     dotenv = _dotenv(ctx)
@@ -132,7 +118,7 @@ def check_environment(ctx: CheckContext) -> None:
         )
     env_url = os.environ.get("DASHSCOPE_HTTP_BASE_URL")
     if ctx.target == "cloud":
-        if not (os.environ.get("DASHSCOPE_API_KEY") or os.environ.get("FC_API_KEY") or _dotenv_key(ctx)):
+        if resolve_connection("cloud", workspace=ctx.workspace).api_key is None:
             rep.add(
                 "env.no-api-key",
                 "error",
@@ -141,7 +127,7 @@ def check_environment(ctx: CheckContext) -> None:
                 "fails (3001/3005)",
                 "export DASHSCOPE_API_KEY=sk-... or put it in the workspace's .env (never in config.yaml)",
             )
-        if is_loopback(env_url):
+        if is_loopback_url(env_url):
             rep.add(
                 "env.cloud-target-local-url",
                 "warning",
@@ -163,7 +149,7 @@ def _base_url_changed(ctx: CheckContext, env_url: str | None) -> None:
         frozen = getattr(ds, "base_http_api_url", None)
         if frozen is None:
             return
-    now = env_url or CLOUD_BASE
+    now = env_url or DEFAULT_CLOUD_API
     if frozen.rstrip("/") != now.rstrip("/"):
         ctx.report.add(
             "env.base-url-changed",

@@ -7,108 +7,44 @@ and never appears in a repr; :class:`TargetInfo` only says whether one is set an
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel
 
 from opd_nb import settings
-from opd_nb.constants import API_PATH, DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
+from opd_nb.constants import DEFAULT_CLOUD_API, DEFAULT_LOCAL_API, LOCAL_API_KEY
 from opd_nb.errors import OpdError
+from opd_nb.loopback import is_loopback_url
 from opd_nb.results import ResultMixin
-from opd_nb.workspace.dotenv_file import read_dotenv
+from opd_nb.workspace.connection import (
+    API_KEY_VAR,
+    BASE_URL_VAR,
+    Target,
+    normalize_base,
+    resolve_connection,
+)
 
-BASE_URL_VAR = "DASHSCOPE_HTTP_BASE_URL"  # what the dashscope SDK and this client read
-API_KEY_VAR = "DASHSCOPE_API_KEY"
+__all__ = [
+    "API_KEY_VAR",
+    "BASE_URL_VAR",
+    "Target",
+    "TargetInfo",
+    "normalize_base",
+    "resolve_target",
+    "use_target",
+]
+
 _PLACEHOLDER_MARK = settings.LOCAL_KEY_MARK.name  # set while `use local` supplied the placeholder key itself
-
-
-class Target(BaseModel):
-    kind: Literal["local", "cloud"]
-    base_url: str  # ends with /api/v1
-    api_key: SecretStr | None = None
-
-    def env(self) -> dict[str, str]:
-        """Environment for a subprocess running the dashscope SDK against this target."""
-        out = {BASE_URL_VAR: self.base_url}
-        if self.api_key is not None:
-            out[API_KEY_VAR] = self.api_key.get_secret_value()
-        return out
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.base_url} (key {'set' if self.api_key else 'NOT set'})"
-
-
-def is_loopback(url: str) -> bool:
-    """True for localhost and any loopback IP (127.0.0.0/8, ::1): where a local control plane runs."""
-    host = urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _dotenv(paths: list[Path]) -> dict[str, str]:
-    """The values of each `.env` (python-dotenv's grammar, as submit_job.py reads it), later files winning."""
-    merged: dict[str, str] = {}
-    for path in paths:
-        merged.update(read_dotenv(path).values)
-    return merged
-
-
-def normalize_base(url: str) -> str:
-    """An http(s) URL ending with /api/v1, whether the user wrote the server's root or its API base."""
-    url = url.strip().rstrip("/")
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise OpdError(f"{url!r} is not an http(s) URL", fix="use e.g. http://127.0.0.1:8765 or .../api/v1")
-    if not url.endswith(API_PATH):
-        url += API_PATH
-    return url
 
 
 def resolve_target(
     kind: str | None = None, *, base_url: str | None = None, workspace: str | Path | None = None
 ) -> Target:
-    """Build a Target from arguments, the environment and the workspace's (or CWD's) `.env`.
-
-    Precedence: explicit `base_url` > ``DASHSCOPE_HTTP_BASE_URL`` in the environment > `.env` >
-    default for the kind. `kind` None means local when the URL is loopback, else cloud; a `kind` named
-    together with a `base_url` is kept (a local server on another host, Bailian behind a local proxy).
-    """
-    if kind not in (None, "local", "cloud"):
-        raise OpdError(f"unknown target {kind!r}", fix="use 'local' or 'cloud'")
-    files = [Path.cwd() / ".env"]
-    if workspace is not None:
-        files.append(Path(workspace) / ".env")
-    dotenv = _dotenv(files)
-
-    def get(name: str) -> str | None:
-        return os.environ.get(name) or dotenv.get(name) or None
-
-    env_url = get(BASE_URL_VAR)
-    if base_url:
-        url = normalize_base(base_url)
-    elif kind == "local":
-        url = normalize_base(env_url) if env_url and is_loopback(env_url) else DEFAULT_LOCAL_API
-    elif kind == "cloud":
-        url = normalize_base(env_url) if env_url and not is_loopback(env_url) else DEFAULT_CLOUD_API
-    else:
-        url = normalize_base(env_url) if env_url else DEFAULT_CLOUD_API
-    resolved_kind: Literal["local", "cloud"] = "local" if is_loopback(url) else "cloud"
-    if kind == "local" and resolved_kind != "local":
-        resolved_kind = "local"  # a user-named local server on another host (e.g. a Binder peer)
-    if kind == "cloud" and base_url and resolved_kind != "cloud":
-        resolved_kind = "cloud"  # Bailian behind a URL the user named (a local proxy): still the paid plane
-    key = get(API_KEY_VAR)
-    if not key and resolved_kind == "local":
-        key = LOCAL_API_KEY  # the local server accepts any non-empty key
-    return Target(kind=resolved_kind, base_url=url, api_key=SecretStr(key) if key else None)
+    """The control plane and key for a request (:func:`opd_nb.workspace.connection.resolve_connection`:
+    the one precedence, and the cloud key only to the cloud URL the user configured)."""
+    return resolve_connection(kind, base_url=base_url, workspace=workspace)
 
 
 class TargetInfo(ResultMixin, BaseModel):
@@ -165,9 +101,9 @@ def use_target(kind: str, base_url: str | None = None, *, shell_exports: bool = 
         if base_url
         else (DEFAULT_LOCAL_API if kind == "local" else DEFAULT_CLOUD_API)
     )
-    if kind == "local" and not is_loopback(api):
+    if kind == "local" and not is_loopback_url(api):
         raise OpdError(f"{api} is not a loopback address", fix="the local control plane listens on 127.0.0.1")
-    if kind == "cloud" and is_loopback(api):
+    if kind == "cloud" and is_loopback_url(api):
         raise OpdError(f"{api} is a loopback address", fix="use `use local` for the local control plane")
     os.environ[BASE_URL_VAR] = api
     if kind == "local" and not os.environ.get(API_KEY_VAR):
@@ -186,7 +122,4 @@ def _key_status(kind: Literal["local", "cloud"], api: str) -> tuple[bool, str]:
     target = resolve_target(kind, base_url=api)
     if target.api_key is None or not target.api_key.get_secret_value():
         return False, ""
-    placeholder = settings.LOCAL_KEY_MARK.get() and os.environ.get(API_KEY_VAR) == LOCAL_API_KEY
-    if kind == "local" and placeholder:
-        return True, "placeholder for the local server"
-    return True, "environment or .env"
+    return True, target.key_source

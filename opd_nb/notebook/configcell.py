@@ -98,12 +98,15 @@ class ConfigWriteResult(ResultMixin, BaseModel):
 
 
 def default_target() -> str:
-    """The target the kernel points at now (`%opd use`): local for a loopback base URL, else cloud."""
-    import os
-    from urllib.parse import urlparse
+    """The target the kernel points at now (`%opd use`): the one resolver's plane (a loopback base URL is
+    local), cloud when the configured URL is not one."""
+    from opd_nb.errors import OpdError
+    from opd_nb.workspace.connection import resolve_connection
 
-    host = (urlparse(os.environ.get("DASHSCOPE_HTTP_BASE_URL", "")).hostname or "").lower()
-    return "local" if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.") else "cloud"
+    try:
+        return resolve_connection().kind
+    except OpdError:
+        return "cloud"
 
 
 def check_text(yaml_text: str, workspace: Path, target: str, config_name: str) -> Any:

@@ -166,15 +166,32 @@ def read_dotenv(path: Path) -> dict[str, str]:
 
 
 def is_loopback(url: str) -> bool:
-    """True for a URL on this machine (localhost, 127.0.0.0/8, ::1), as opd-nb's client decides it."""
+    """True for an http(s) URL on this machine (localhost, 127.0.0.0/8, ::1): opd_nb.loopback.is_loopback_url's
+    rule, copied so that this script needs nothing but the SDK (opd-nb's tests run both on one corpus)."""
     import ipaddress
-    from urllib.parse import urlparse
+    from urllib.parse import urlsplit
 
-    host = urlparse(url.strip()).hostname or ""
     try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+        parts = urlsplit(url.strip())
+        host = (parts.hostname or "").lower().removesuffix(".").split("%", 1)[0]
+        if parts.scheme not in ("http", "https"):
+            return False
     except ValueError:
         return False
+    if host == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def local_key() -> str:
+    """The key a local control plane gets: the server key (OPD_SERVE_API_KEY), else the placeholder. Never
+    the cloud key: a local plane, or whatever listens on its port, must not see it."""
+    return os.environ.get("OPD_SERVE_API_KEY") or "local"  # the local server refuses an empty Bearer
 
 
 def configure_env(args: argparse.Namespace, workspace: Path) -> str:
@@ -192,9 +209,9 @@ def configure_env(args: argparse.Namespace, workspace: Path) -> str:
         os.environ["DASHSCOPE_HTTP_BASE_URL"] = args.local
         no_proxy = os.environ.get("NO_PROXY", "")
         os.environ["NO_PROXY"] = ",".join(filter(None, [no_proxy, "127.0.0.1", "localhost"]))
-        if not os.environ.get("DASHSCOPE_API_KEY"):
-            os.environ["DASHSCOPE_API_KEY"] = "local"  # the local server refuses an empty Bearer
-            source = "placeholder 'local'"
+        key = local_key()  # also the SDK's function key (FC_API_KEY), which it would else take from the cloud's
+        os.environ["DASHSCOPE_API_KEY"] = os.environ["FC_API_KEY"] = key
+        source = "OPD_SERVE_API_KEY" if key == os.environ.get("OPD_SERVE_API_KEY") else "placeholder 'local'"
     if not args.verbose:
         os.environ.setdefault("LOG_LEVEL", "warning")  # the SDK logs whole requests at INFO
     patterns = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS", SDK_ZIP_EXCLUDES)
