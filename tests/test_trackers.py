@@ -345,3 +345,39 @@ def test_on_bailian_a_failed_jobs_log_errors_become_alerts(local_server, tmp_pat
     assert run.info.status == "FAILED"
     assert "the job FAILED" in run.data.tags["opd.alert.failed"]
     assert "error line in the job's log" in run.data.tags["opd.alert.log_error"]
+
+
+def test_a_row_that_grows_in_place_reaches_the_tracker_whole(
+    local_server, finished_job, tmp_path, monkeypatch
+):
+    """A live job's step row grows in place (an agentic step's trace numbers arrive while it runs, the
+    engine's when it ends): the reporter reads such a row again, as the chart feed does, and writes the
+    keys it gained at that step, so TensorBoard ends up holding every number of every row."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from opd_nb.trackers.reporter import Reporter
+
+    monkeypatch.setenv("OPD_TENSORBOARD_DIR", str(tmp_path / "runs"))
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    job_id = finished_job("reward").job_id
+    job, rows = client.get(job_id), client.metrics(job_id)
+    assert rows and all(len(metric_values(row)) >= 2 for row in rows)
+    reporter = Reporter(client, job_id, ["tensorboard"])
+    for i, row in enumerate(rows):  # each step arrives with half its numbers, then grows to all of them
+        names = sorted(metric_values(row))
+        half = {k: v for k, v in row.items() if k not in names[len(names) // 2 :]}
+        reporter.poll(job, [*rows[:i], half])
+        reporter.poll(job, rows[: i + 1])
+    result = reporter.end(job)
+    assert result.metric_rows == len({int(r["step"]) for r in rows})
+    acc = EventAccumulator(str(tmp_path / "runs" / job_id))
+    acc.Reload()
+    found: dict[int, dict[str, float]] = {}
+    for tag in acc.Tags()["scalars"]:
+        for event in acc.Scalars(tag):
+            found.setdefault(event.step, {})[tag] = event.value
+    want = expected(rows, 0)
+    assert set(found) == set(want)
+    for step, values in want.items():
+        assert set(found[step]) == set(values), f"step {step}: missing {set(values) - set(found[step])}"
+        assert all(np.float32(v) == np.float32(found[step][k]) for k, v in values.items())

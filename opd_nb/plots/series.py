@@ -122,6 +122,29 @@ def step_offset(
 
 
 @dataclass
+class RowCursor:
+    """Which of one job's metric rows are new or grew since the last read: the one rule of every reader
+    that follows a job (the chart feed, the tracker reporter). A step's row grows in place (its trace
+    numbers arrive while the step runs, the engine's when it ends), so a row is read again when its key
+    count changed; a shorter list is another history (it restarted) and is read from the start."""
+
+    _sizes: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        """How many rows the last read saw."""
+        return len(self._sizes)
+
+    def advance(self, rows: Rows) -> tuple[int, bool]:
+        """(the index of the first row that is new or grew since the last call, whether the list restarted)."""
+        sizes = [len(row) for row in rows]
+        restarted = len(sizes) < len(self._sizes)
+        read = [] if restarted else self._sizes
+        first = next((i for i, n in enumerate(read) if sizes[i] != n), len(read))
+        self._sizes = sizes
+        return first, restarted
+
+
+@dataclass
 class ChartFeed:
     """What one chart has been given, so each poll sends only the points it has not seen.
 
@@ -136,7 +159,7 @@ class ChartFeed:
     offsets: dict[str, float] = field(default_factory=dict)
     _sent: dict[tuple[str, str], float] = field(default_factory=dict)
     _series: dict[tuple[str, str], tuple[list[float], list[float]]] = field(default_factory=dict)
-    _read: dict[str, list[int]] = field(default_factory=dict)  # each parsed row's key count, per job
+    _cursors: dict[str, RowCursor] = field(default_factory=dict)  # what was read of each job
 
     def offset(self, job: str) -> float:
         """The global-step offset `job`'s series are drawn at: 0 until a parent is found."""
@@ -151,24 +174,23 @@ class ChartFeed:
         added = [name for name in panels if name not in self.panels]
         self.panels.extend(added)
         for job, rows in rows_by_job.items():
-            sizes = [len(row) for row in rows]
-            read = self._read.get(job, [])
-            if len(rows) < len(read):  # a shorter list: not the same job history any more
-                read = []
+            cursor = self._cursors.setdefault(job, RowCursor())
+            read_before = len(cursor)
+            seen, restarted = cursor.advance(rows)
+            if restarted:  # not the same job history any more
+                read_before = 0
                 for key in [k for k in self._series if k[0] == job]:
                     del self._series[key]
-            seen = next((i for i, n in enumerate(read) if sizes[i] != n), len(read))
             for metric in self.panels:
                 start = 0 if metric in added else seen
                 if start < len(rows):
-                    self._take(job, metric, rows, start)
-            self._read[job] = sizes
+                    self._take(job, metric, rows, start, reread=start < read_before)
 
-    def _take(self, job: str, metric: str, rows: Rows, start: int) -> None:
-        """Parse `metric` from rows[start:], replacing the points of any step read before."""
+    def _take(self, job: str, metric: str, rows: Rows, start: int, *, reread: bool) -> None:
+        """Parse `metric` from rows[start:], replacing the points of any step read before (`reread`)."""
         steps, values = series_points(rows[start:], metric, first_index=start)
         have = self._series.get((job, metric))
-        if have is not None and start < len(self._read.get(job, [])):  # rows read before: drop their points
+        if have is not None and reread:  # rows read before: drop their points
             redo = set(steps)
             kept = [(s, v) for s, v in zip(*have, strict=True) if s not in redo]
             have[0][:], have[1][:] = [p[0] for p in kept], [p[1] for p in kept]

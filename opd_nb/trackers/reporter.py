@@ -20,7 +20,7 @@ from opd_nb.client.rollout_results import summary as sample_summary
 from opd_nb.errors import OpdError
 from opd_nb.health.guard import LOG_PAGE, log_error_alert
 from opd_nb.health.rules import HealthAlert, best_checkpoint_line
-from opd_nb.plots.series import MAX_PARENTS, client_offsets, parent_of
+from opd_nb.plots.series import MAX_PARENTS, RowCursor, client_offsets, parent_of
 from opd_nb.trackers.backends import SAMPLE_COLUMNS, Backend, open_backend, require
 from opd_nb.trackers.quiet import muted
 from opd_nb.trackers.records import DEFAULT_PROJECT, STEP, ReportResult, RunInfo, job_config
@@ -95,7 +95,8 @@ class Reporter:
         self.run: RunInfo | None = None
         self.result = ReportResult(job_id=job_id, backends=self.names, status="")
         self._backends: list[Backend] = []
-        self._rows_seen = 0
+        self._rows = RowCursor()  # rows grow in place: the chart feed's rule
+        self._logged: dict[int, set[str]] = {}  # the metric names written at each global step
         self._sample_steps: set[int] = set()
         self._samples_asked_at: int | None = None  # the last step samples were asked for
         self._alert_rules: set[str] = set()
@@ -142,16 +143,7 @@ class Reporter:
     def _write(self, rows: Sequence[Mapping[str, Any]], *, every: bool = False) -> None:
         """The rows not written yet and the samples of steps not written yet, in step order (W&B
         drops anything logged at a step below one it has seen)."""
-        if len(rows) < self._rows_seen:  # a shorter list is not the same history: start over
-            self._rows_seen = 0
-        run = self.run
-        assert run is not None
-        events: list[tuple[int, int, Any]] = []
-        for row in rows[self._rows_seen :]:
-            step, values = run.global_step(row.get(STEP)), metric_values(row)
-            if step is not None and values:
-                events.append((step, 0, values))
-        self._rows_seen = len(rows)
+        events: list[tuple[int, int, Any]] = self._new_metrics(rows)
         try:
             tables = self._new_samples(rows, every)
         except OpdError:  # a poll that could not read the samples: the next one catches up
@@ -160,11 +152,31 @@ class Reporter:
         for step, kind, payload in sorted(events, key=lambda e: (e[0], e[1])):
             if kind == 0:
                 self._each("metrics", lambda b, s=step, v=payload: b.log_metrics(s, v))
-                self.result.metric_rows += 1
+                self.result.metric_rows = len(self._logged)  # rows (steps) written, a grown one once
                 self.result.steps = [self.result.steps[0] if self.result.steps else step, step]
             else:
                 self._each("samples", lambda b, s=step, t=payload: b.log_samples(s, t))
                 self.result.sample_tables += 1
+
+    def _new_metrics(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, Any]]:
+        """(global step, 0, values) for each row that is new or grew since the last poll, with only the
+        values not written at that step yet (a grown row's new keys; W&B merges them into its step)."""
+        run = self.run
+        assert run is not None
+        first, restarted = self._rows.advance(rows)
+        if restarted:  # a shorter list is not the same history: start over
+            self._logged.clear()
+        events: list[tuple[int, int, Any]] = []
+        for row in rows[first:]:
+            step = run.global_step(row.get(STEP))
+            if step is None:
+                continue
+            done = self._logged.setdefault(step, set())
+            values = {k: v for k, v in metric_values(row).items() if k not in done}
+            if values:
+                events.append((step, 0, values))
+                done.update(values)
+        return events
 
     def _new_samples(self, rows: Sequence[Mapping[str, Any]], every: bool) -> dict[int, list[list[Any]]]:
         """Each recorded step not written yet, as a table (asked only when a new step has metrics, or

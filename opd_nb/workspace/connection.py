@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -108,20 +109,29 @@ class _Sources:
         if not self.files or Path(self.files[0][0]).resolve() != cwd.resolve():
             self.files.append((".env", read_dotenv(cwd).values))
 
+    def _all(self) -> list[tuple[str, Mapping[str, str]]]:
+        return [("environment", os.environ), *self.files]
+
     def get(self, name: str) -> tuple[str | None, str]:
         """(value, where it was set): an empty value counts as unset, as the SDK's users expect."""
-        if os.environ.get(name):
-            return os.environ[name], f"{name} (environment)"
-        for where, values in self.files:
+        for where, values in self._all():
             if values.get(name):
                 return values[name], f"{name} ({where})"
+        return None, ""
+
+    def setting(self, setting: settings.Setting[str]) -> tuple[str | None, str]:
+        """An ``OPD_*`` text setting, read and checked by its declaration, from the same three places."""
+        for where, values in self._all():
+            value = setting.get(values)
+            if value:
+                return value, f"{setting.name} ({where})"
         return None, ""
 
 
 def _configured_cloud(src: _Sources) -> tuple[str, str]:
     """(the cloud API base the user configured, where from): ``OPD_CLOUD_BASE_URL``, else
     ``DASHSCOPE_HTTP_BASE_URL`` when it is not loopback (a loopback one is the local plane), else Bailian's."""
-    declared, where = src.get(settings.CLOUD_BASE_URL.name)
+    declared, where = src.setting(settings.CLOUD_BASE_URL)
     if declared:
         return normalize_base(declared), where
     url, where = src.get(BASE_URL_VAR)
@@ -195,7 +205,7 @@ def _check_cloud_destination(url: str, cloud_url: str) -> None:
 def _key_for(plane: Plane, src: _Sources) -> tuple[SecretStr | None, str]:
     """The cloud key (not the local placeholder) for the cloud; the server key, else the placeholder, locally."""
     if plane == "local":
-        server_key, where = src.get(settings.SERVE_API_KEY.name)
+        server_key, where = src.setting(settings.SERVE_API_KEY)
         if server_key:
             return SecretStr(server_key), where
         return SecretStr(LOCAL_API_KEY), "placeholder for the local server"
