@@ -119,11 +119,13 @@ class TraceIntake:
         groups: dict[tuple[str, int], list[Span]] = {}
         for s in decoded.spans:
             ref = by_trace.get(s.trace_id)
-            if ref is not None and ref.step <= last:
+            if ref is not None and _in_range(ref, last):
                 groups.setdefault((ref.kind, ref.step), []).append(s)
             elif ref is not None or SAMPLE_ID_KEY in s.attributes:  # ours, but no step the job has run
                 decoded.rejected += 1
-                decoded.reason = f"a span names a step the job has not run (it may name 0 to {last} now)"
+                decoded.reason = (
+                    f"a span names a step the job has not run (train 1-{last}, evaluation 0-{last})"
+                )
         for (kind, step), spans in groups.items():
             added = self.files.append(job_id, kind, step, spans, ran_through=last)
             dropped = len(spans) - added.kept
@@ -193,6 +195,11 @@ def last_step(job: JobRecord) -> int:
         return 1
     running = progress.step + 1
     return min(running, progress.total_steps) if progress.total_steps > 0 else running
+
+
+def _in_range(ref: SampleRef, last: int) -> bool:
+    """Train steps count from 1 (the trainer names a step after the ones done); an evaluation's from 0."""
+    return (1 if ref.kind == "train" else 0) <= ref.step <= last
 
 
 def _ended(status: str) -> str:
