@@ -22,6 +22,7 @@ from opd_nb.server.app import create_app
 from opd_nb.server.job_record import JobMeta
 from opd_nb.server.records import ServeOptions
 from opd_nb.server.store_traces import TraceFiles
+from opd_nb.wire.jobs import JobProgress
 
 REPO = Path(__file__).resolve().parents[1]
 PB = "application/x-protobuf"
@@ -78,6 +79,8 @@ def _intake(tmp_path: Path):  # noqa: ANN202
     services = app.state.services
     meta = JobMeta(training_type="pg_opd", student_path="/s", teacher_path="/t", train_file="/f.jsonl")
     services.store.insert_job("ft-1", "traced", {"model": "m"}, meta)
+    # running its step 3 of 10: a span may name steps 0..3 (trace_intake.last_step)
+    services.store.set_job("ft-1", status="RUNNING", progress=JobProgress(step=2, total_steps=10))
     return services, services.traces.keys.token("ft-1")
 
 

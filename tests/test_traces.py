@@ -203,6 +203,12 @@ def test_step_files_keep_the_rollouts_retention_and_skip_a_torn_line(tmp_path: P
     with open(files.dir("ft-1") / file_name("train", 5), "a") as fh:
         fh.write('{"trace_id": "ab')  # a server killed mid-append
     assert files.read("ft-1", "train", 5) == spans
+    # a file past the step the job has reached (a resumed job's, to be run again) is not ranked: it
+    # pushes out no step the job ran, and is left for the step's own run
+    files.add("ft-2", "train", 9, spans)
+    for step in range(1, 4):
+        files.append("ft-2", "train", step, spans, ran_through=step)
+    assert files.steps("ft-2")["train"] == [2, 3, 9]
 
 
 def test_a_failing_tool_is_a_health_alert_and_the_trace_numbers_get_panels() -> None:

@@ -3,7 +3,9 @@
 ``jobs/<job_id>/traces/train-000012.jsonl`` holds the spans of train step 12's calls (validation:
 ``validation-000012.jsonl``), one :class:`~opd_nb.traces.spans.Span` per line, appended as export
 batches arrive. Retention is the rollouts' rule (:func:`opd_nb.engine.rollouts.expired_steps`: the
-newest ``OPD_ROLLOUTS_KEEP_STEPS`` train steps, plus every evaluation's); a step's file stops growing
+newest ``OPD_ROLLOUTS_KEEP_STEPS`` train steps, plus every evaluation's), ranking only the steps the job
+has run (``ran_through``: a file past it, as a resumed job's steps to be run again, is no newer step
+that could push a real one out); a step's file stops growing
 at :data:`MAX_STEP_BYTES`. The files live in the job's directory, so they survive a restart and go with
 the job when it is deleted. A line a killed server left half-written is skipped on reading.
 """
@@ -64,8 +66,13 @@ class TraceFiles:
         spans = list(spans)
         return len(spans) - self.append(job_id, kind, step, spans).kept
 
-    def append(self, job_id: str, kind: str, step: int, spans: list[Span]) -> Appended:
-        """Append `spans` to the step's file, as many as its cap allows, and say what that did."""
+    def append(
+        self, job_id: str, kind: str, step: int, spans: list[Span], ran_through: int | None = None
+    ) -> Appended:
+        """Append `spans` to the step's file, as many as its cap allows, and say what that did.
+
+        `ran_through`: the job's latest step (None: every step on disk counts as run), which retention
+        ranks up to."""
         lines = [s.model_dump_json() + "\n" for s in spans]
         if not lines:
             return Appended(kept=0, new_file=False)
@@ -89,7 +96,7 @@ class TraceFiles:
                 with open(path, "a", encoding="utf-8") as fh:
                     fh.write("".join(lines[:kept]))
             if kind == "train" and new_file:  # only a new step can push an old one out
-                self._retain(job_id)
+                self._retain(job_id, ran_through)
         return Appended(kept=kept, new_file=new_file and kept > 0)
 
     def read(self, job_id: str, kind: str, step: int) -> list[Span]:
@@ -107,7 +114,8 @@ class TraceFiles:
                 continue  # half a line: the server was killed while appending
         return out
 
-    def _retain(self, job_id: str) -> None:
+    def _retain(self, job_id: str, ran_through: int | None) -> None:
         on_disk = self.steps(job_id)
-        for step in expired_steps(on_disk["train"], set(on_disk["validation"]), keep_steps()):
+        ran = [s for s in on_disk["train"] if ran_through is None or s <= ran_through]
+        for step in expired_steps(ran, set(on_disk["validation"]), keep_steps()):
             (self.dir(job_id) / file_name("train", step)).unlink(missing_ok=True)

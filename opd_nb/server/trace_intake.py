@@ -6,6 +6,12 @@ step and rollout sample by the SDK's baggage ids, :mod:`opd_nb.traces.ids`), app
 job's files (:mod:`opd_nb.server.store_traces`), folds a train step's numbers into its metrics row
 (:mod:`opd_nb.traces.summary`) and hands the body on to ``--otlp-forward``. Spans that belong to no
 call of the job (the function server's own HTTP spans) are dropped.
+
+A token ends with its job: once the job is SUCCEEDED, FAILED, CANCELED or deleted its exports are a 401
+(the status is in the store, so this holds across a restart too; the worker stops the function servers,
+which send what they traced last, before it writes the end). A span may name only a step the job has
+reached (:func:`last_step`): one past it, or past the plan, is dropped and counted in ``partial_success``,
+never stored nor folded into a metrics row, so retention only ever ranks steps the job ran.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from opd_nb import settings
+from opd_nb.constants import TERMINAL_STATUSES
+from opd_nb.server.job_record import JobRecord
 from opd_nb.server.otlp_decode import Decoded, decode, media_type, response_body
 from opd_nb.server.otlp_forward import Forwarder
 from opd_nb.server.records import read_owner
@@ -23,7 +31,7 @@ from opd_nb.server.store import Store
 from opd_nb.server.store_traces import TraceFiles
 from opd_nb.server.trace_env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
 from opd_nb.server.trace_keys import TraceKeys
-from opd_nb.traces.ids import SampleRef
+from opd_nb.traces.ids import SAMPLE_ID_KEY, SampleRef
 from opd_nb.traces.page import TracesPage
 from opd_nb.traces.spans import Span, trajectories
 from opd_nb.traces.summary import StepTraces
@@ -68,13 +76,7 @@ class TraceIntake:
     # ---- an export -----------------------------------------------------------------------------------
     def accept(self, token: str | None, body: bytes, content_type: str | None) -> tuple[bytes, str]:
         """Store (and forward) one export; returns the OTLP answer and its media type."""
-        job_id = self.keys.job_of(token)
-        if job_id is None:
-            raise Refused(
-                401,
-                "InvalidTraceToken",
-                "this route takes only the token opd serve gives a job's function servers",
-            )
+        job = self._job_of(token)
         if self.missing:
             raise Refused(
                 501,
@@ -86,14 +88,30 @@ class TraceIntake:
             decoded = decode(body, kind)
         except ValueError as exc:
             raise Refused(400, "InvalidParameter", str(exc)) from None
-        if self.store.job(job_id) is None:
-            raise Refused(404, "JobNotFound", f"fine-tune job {job_id!r} does not exist (deleted?)")
-        self._store(job_id, decoded)
+        self._store(job.job_id, decoded, last_step(job))
         if self.forwarder is not None:
             self.forwarder.send(body, kind)
         return response_body(decoded, kind), kind
 
-    def _store(self, job_id: str, decoded: Decoded) -> None:
+    def _job_of(self, token: str | None) -> JobRecord:
+        """The live job a token opens; a 401 for any other token, and for one whose job has ended."""
+        job_id = self.keys.job_of(token)
+        if job_id is None:
+            raise Refused(
+                401,
+                "InvalidTraceToken",
+                "this route takes only the token opd serve gives a job's function servers",
+            )
+        job = self.store.job(job_id)
+        ended = "was deleted" if job is None else _ended(job.status)
+        if job is None or ended:
+            raise Refused(
+                401, "InvalidTraceToken", f"the trace token of job {job_id} ended with the job ({ended})"
+            )
+        return job
+
+    def _store(self, job_id: str, decoded: Decoded, last: int) -> None:
+        """Append each step's spans to its file and fold a train step's; spans past `last` are refused."""
         by_trace: dict[str, SampleRef] = {}
         for s in decoded.spans:  # each span's ids read once (the SDK stamps them on every span)
             if s.trace_id not in by_trace and (ref := s.sample()) is not None:
@@ -101,10 +119,15 @@ class TraceIntake:
         groups: dict[tuple[str, int], list[Span]] = {}
         for s in decoded.spans:
             ref = by_trace.get(s.trace_id)
-            if ref is not None:
+            if ref is not None and _in_range(ref, last):
                 groups.setdefault((ref.kind, ref.step), []).append(s)
+            elif ref is not None or SAMPLE_ID_KEY in s.attributes:  # ours, but no step the job has run
+                decoded.rejected += 1
+                decoded.reason = (
+                    f"a span names a step the job has not run (train 1-{last}, evaluation 0-{last})"
+                )
         for (kind, step), spans in groups.items():
-            added = self.files.append(job_id, kind, step, spans)
+            added = self.files.append(job_id, kind, step, spans, ran_through=last)
             dropped = len(spans) - added.kept
             decoded.rejected += dropped
             if dropped:
@@ -160,6 +183,27 @@ class TraceIntake:
     def close(self) -> None:
         if self.forwarder is not None:
             self.forwarder.close()
+
+
+def last_step(job: JobRecord) -> int:
+    """The highest step a span of `job` may name now: the step it runs (one past its last finished one),
+    never past its planned ``total_steps``; 1 before its first step is done (step 0 is the evaluation
+    before training). A train step's calls run after the previous step's progress is stored, and an
+    evaluation's before its own step's, so no real span is later than this."""
+    progress = job.progress
+    if progress is None:
+        return 1
+    running = progress.step + 1
+    return min(running, progress.total_steps) if progress.total_steps > 0 else running
+
+
+def _in_range(ref: SampleRef, last: int) -> bool:
+    """Train steps count from 1 (the trainer names a step after the ones done); an evaluation's from 0."""
+    return (1 if ref.kind == "train" else 0) <= ref.step <= last
+
+
+def _ended(status: str) -> str:
+    return f"it is {status}" if status in TERMINAL_STATUSES else ""
 
 
 def _matches(ref: SampleRef | None, group: int | None, sample: int | None) -> bool:

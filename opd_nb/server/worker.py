@@ -189,6 +189,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
             return _interrupted(events)  # the signal broke a step mid-way
         if _orphaned(ORPHAN_SETTLE_S if _a_function_died(servers) else 0.0):
             return _orphaned_exit(events, f"{type(exc).__name__}: {exc}")
+        _stop_servers(servers)
         if store.cancel_requested(job_id):
             _mark_canceled(store, job_id)
             return 0
@@ -197,6 +198,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
     else:
         if _orphaned():
             return _orphaned_exit(events, "it finished training, unpublished")
+        _stop_servers(servers)
         if store.cancel_requested(job_id):
             events.log("job stopped on request")
             _mark_canceled(store, job_id)
@@ -204,11 +206,17 @@ def run_job(data_dir: Path, job_id: str) -> int:
         _publish(store, events, job_id, result)
         return 0
     finally:
-        for server in servers:
-            try:
-                server.stop()
-            except Exception:
-                pass
+        _stop_servers(servers)
+
+
+def _stop_servers(servers: list[Any]) -> None:
+    """Stop the job's function servers (again: a no-op). Before the job's end is written: a stopping
+    server sends the spans it still holds, and the job's trace token ends with the job (trace_intake)."""
+    for server in servers:
+        try:
+            server.stop()
+        except Exception:
+            pass
 
 
 def _a_function_died(servers: list[Any], wait_s: float = FUNCTION_EXIT_S) -> bool:
