@@ -1,4 +1,5 @@
-"""Every ``OPD_*`` environment variable, declared once: its name, type, default and meaning.
+"""Every ``OPD_*`` environment variable, declared once: its name, type, default and meaning (and the
+dashscope SDK's variables that opd-nb reads too, through its one connection resolver).
 
 Code reads them only through a :class:`Setting` here (``tests/test_settings.py`` scans the package for
 any other read), so a bad value is one line that names the variable, the value and what is accepted,
@@ -23,8 +24,8 @@ from opd_nb.errors import OpdError
 
 T = TypeVar("T")
 Who = Literal[
-    "you", "opd-nb", "scripts"
-]  # who sets it: the user, opd-nb for its own children, the shell scripts
+    "you", "sdk", "opd-nb", "scripts"
+]  # who sets it: the user, the user for the SDK (opd-nb reads it too), opd-nb for its children, the scripts
 _OFF = ("0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on")
 
@@ -342,10 +343,41 @@ SERVE_PORT = Setting(
     "OPD_SERVE_PORT", WHOLE_0, 8765, "the port binder/start starts the local control plane on", who="scripts"
 )
 
+# ---- the dashscope SDK's, which opd-nb reads too (opd_nb/workspace/connection.py: environment, then .env) --
+DASHSCOPE_BASE_URL = Setting(
+    "DASHSCOPE_HTTP_BASE_URL",
+    TEXT,
+    None,
+    "the control plane the SDK and opd-nb talk to: a loopback URL (127.0.0.0/8, ::1, localhost) is the local "
+    "plane, any other the cloud (your key goes there)",
+    who="sdk",
+    default_text="https://dashscope.aliyuncs.com/api/v1",
+)
+DASHSCOPE_API_KEY = Setting(
+    "DASHSCOPE_API_KEY",
+    TEXT,
+    None,
+    "your Bailian key: sent only to the cloud URL you configured or Bailian's documented hosts, never to a "
+    "local plane (which gets OPD_SERVE_API_KEY, else the placeholder `local`)",
+    who="sdk",
+    secret=True,
+    default_text="none",
+)
+FC_API_KEY = Setting(
+    "FC_API_KEY",
+    TEXT,
+    None,
+    "the SDK's key for function registration (else DASHSCOPE_API_KEY); a local submit sets it to the local key",
+    who="sdk",
+    secret=True,
+    default_text="DASHSCOPE_API_KEY",
+)
+
 SETTINGS: tuple[Setting[Any], ...] = tuple(v for v in list(globals().values()) if isinstance(v, Setting))
 BY_NAME: dict[str, Setting[Any]] = {s.name: s for s in SETTINGS}
 WHO_TITLES: dict[Who, str] = {
     "you": "Set by you",
+    "sdk": "Set by you for the dashscope SDK, and read by opd-nb too (environment, then the workspace's .env, then the working directory's)",
     "opd-nb": "Set by opd-nb for the processes it starts (listed so that none is a mystery; do not set them)",
     "scripts": "Read by the shell scripts",
 }

@@ -27,7 +27,8 @@ TargetArg = Annotated[
 BaseUrlArg = Annotated[
     str | None,
     Field(
-        description="the control plane's URL (default: http://127.0.0.1:8765 for local, Bailian for cloud)"
+        description="the control plane's URL (default: http://127.0.0.1:8765 for local, the user's configured "
+        "cloud for cloud); for cloud only the URL the user configured or a Bailian host is accepted"
     ),
 ]
 TokenArg = Annotated[
@@ -42,7 +43,8 @@ R = TypeVar("R")
 
 
 def client_for(target: str | None, base_url: str | None, workspace: str | None = None) -> Any:
-    """A JobClient for the plane the tool names (a loopback URL is local unless `target` says cloud)."""
+    """A JobClient for the plane the tool names, by the one resolver: a loopback URL is local (its own
+    key), and the cloud key goes only to the cloud URL the user configured, never to one an argument names."""
     from opd_nb.client import JobClient, resolve_target
 
     return JobClient(resolve_target(target, base_url=base_url, workspace=workspace))

@@ -106,11 +106,11 @@ def use_target(kind: str, base_url: str | None = None, *, shell_exports: bool = 
     if kind == "cloud" and is_loopback_url(api):
         raise OpdError(f"{api} is a loopback address", fix="use `use local` for the local control plane")
     os.environ[BASE_URL_VAR] = api
-    if kind == "local" and not os.environ.get(API_KEY_VAR):
+    if kind == "local" and not settings.DASHSCOPE_API_KEY.get():
         os.environ[API_KEY_VAR] = LOCAL_API_KEY
         os.environ[_PLACEHOLDER_MARK] = "1"
     elif kind == "cloud" and settings.LOCAL_KEY_MARK.pop():
-        if os.environ.get(API_KEY_VAR) == LOCAL_API_KEY:
+        if settings.DASHSCOPE_API_KEY.get() == LOCAL_API_KEY:
             del os.environ[API_KEY_VAR]
     key_set, source = _key_status(kind, api)
     exports = [f"export {BASE_URL_VAR}={api}"] if shell_exports else []

@@ -27,9 +27,9 @@ from opd_nb.errors import OpdError
 from opd_nb.loopback import is_loopback_url
 from opd_nb.workspace.dotenv_file import read_dotenv
 
-BASE_URL_VAR = "DASHSCOPE_HTTP_BASE_URL"  # what the dashscope SDK and this client read
-API_KEY_VAR = "DASHSCOPE_API_KEY"
-FC_KEY_VAR = "FC_API_KEY"  # the SDK's key for function calls, else DASHSCOPE_API_KEY (constants.py:32-33)
+BASE_URL_VAR = settings.DASHSCOPE_BASE_URL.name  # what the dashscope SDK and this client read
+API_KEY_VAR = settings.DASHSCOPE_API_KEY.name
+FC_KEY_VAR = settings.FC_API_KEY.name  # the SDK's key for function calls, else DASHSCOPE_API_KEY
 Plane = Literal["local", "cloud"]
 
 # Bailian's documented API hosts (dashscope 2.0.2: common/env.py, v2/_config.py): the shared gateways and the
@@ -60,9 +60,10 @@ class Target(BaseModel):
         SDK's function key is this key too, so a cloud ``FC_API_KEY`` never goes there."""
         out = {BASE_URL_VAR: self.base_url}
         if self.api_key is not None:
-            out[API_KEY_VAR] = self.api_key.get_secret_value()
+            key = self.api_key.get_secret_value()
+            out[API_KEY_VAR] = key
             if self.kind == "local":
-                out[FC_KEY_VAR] = out[API_KEY_VAR]
+                out[FC_KEY_VAR] = key
         return out
 
     def __str__(self) -> str:
@@ -112,15 +113,9 @@ class _Sources:
     def _all(self) -> list[tuple[str, Mapping[str, str]]]:
         return [("environment", os.environ), *self.files]
 
-    def get(self, name: str) -> tuple[str | None, str]:
-        """(value, where it was set): an empty value counts as unset, as the SDK's users expect."""
-        for where, values in self._all():
-            if values.get(name):
-                return values[name], f"{name} ({where})"
-        return None, ""
-
     def setting(self, setting: settings.Setting[str]) -> tuple[str | None, str]:
-        """An ``OPD_*`` text setting, read and checked by its declaration, from the same three places."""
+        """(value, where it was set) of a declared text variable, from the three places in their order (an
+        empty value counts as unset, as the SDK's users expect)."""
         for where, values in self._all():
             value = setting.get(values)
             if value:
@@ -134,7 +129,7 @@ def _configured_cloud(src: _Sources) -> tuple[str, str]:
     declared, where = src.setting(settings.CLOUD_BASE_URL)
     if declared:
         return normalize_base(declared), where
-    url, where = src.get(BASE_URL_VAR)
+    url, where = src.setting(settings.DASHSCOPE_BASE_URL)
     if url and not is_loopback_url(url):
         return normalize_base(url), where
     return DEFAULT_CLOUD_API, "default"
@@ -157,7 +152,7 @@ def resolve_connection(
     if kind not in (None, "local", "cloud"):
         raise OpdError(f"unknown target {kind!r}", fix="use 'local' or 'cloud'")
     src = _Sources(workspace)
-    env_url, env_where = src.get(BASE_URL_VAR)
+    env_url, env_where = src.setting(settings.DASHSCOPE_BASE_URL)
     cloud_url, cloud_where = _configured_cloud(src)
     local_env = env_url if env_url and is_loopback_url(env_url) else None
     plane: Plane
@@ -209,7 +204,7 @@ def _key_for(plane: Plane, src: _Sources) -> tuple[SecretStr | None, str]:
         if server_key:
             return SecretStr(server_key), where
         return SecretStr(LOCAL_API_KEY), "placeholder for the local server"
-    key, where = src.get(API_KEY_VAR)
+    key, where = src.setting(settings.DASHSCOPE_API_KEY)
     if not key or (key == LOCAL_API_KEY and settings.LOCAL_KEY_MARK.get()):
         return None, ""
     return SecretStr(key), where
