@@ -44,15 +44,17 @@ def parse_headers(items: list[str] | None) -> dict[str, str]:
         if not sep or not key.strip() or any(c in key + value for c in "\r\n"):
             raise OpdError(
                 "--otlp-header must look like NAME=VALUE (one header per flag)",
-                fix="e.g. --otlp-header Authorization='Bearer <key>'",
+                fix=f"e.g. --otlp-header Authorization='Bearer <key>' (a key is better in ${settings.OTLP_HEADERS.name})",
             )
         out[key.strip()] = value.strip()
     return out
 
 
 def headers_from_env() -> dict[str, str]:
-    """The headers `opd serve` passed in :data:`HEADERS_ENV` (taken out of the environment: no child gets them)."""
-    return settings.OTLP_FORWARD_HEADERS.pop() or {}
+    """The headers `opd serve` passed in :data:`HEADERS_ENV`, else the user's ``$OPD_OTLP_HEADERS`` (a server
+    started as ``python -m opd_nb.server``); both taken out of the environment: no child gets them."""
+    handed, users = settings.OTLP_FORWARD_HEADERS.pop(), settings.OTLP_HEADERS.pop()
+    return handed or users or {}
 
 
 class Forwarder:
