@@ -65,6 +65,19 @@ def _flag(raw: str) -> bool:
     return word in _ON
 
 
+def headers(raw: str) -> dict[str, str]:
+    """``NAME=VALUE`` pairs separated by commas or new lines (ValueError on one without a name or ``=``)."""
+    out: dict[str, str] = {}
+    for item in (part.strip() for line in raw.splitlines() for part in line.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError("a header must look like NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def _json_object(raw: str) -> dict[str, str]:
     value = json.loads(raw)
     if not isinstance(value, dict):
@@ -81,6 +94,7 @@ POSITIVE = _number(positive=True)
 FLAG = Kind(_flag, f"{'/'.join(_ON)} or {'/'.join(_OFF)}")
 PATH = Kind(lambda raw: Path(raw).expanduser(), "a path (~ is expanded)")
 TEXT = Kind(str, "any text")
+HEADERS = Kind(headers, "NAME=VALUE pairs, separated by commas or new lines")
 JSON_OBJECT = Kind(_json_object, 'a JSON object, e.g. {"authorization": "Bearer ..."}')
 
 
@@ -139,6 +153,37 @@ class Setting(Generic[T]):
         )
 
 
+def on_command_line(flag: str, var: str, file_flag: str, *, notebook: bool = False) -> str:
+    """The one-line warning for a secret typed as an option (it never holds the value): a command line is
+    shown by `ps` to every user for the process's life and kept in the shell's history; a magic's line is
+    saved in the notebook."""
+    where = (
+        "on the %opd line is saved in the notebook's source"
+        if notebook
+        else "on the command line is shown to every user by `ps` and kept in the shell's history"
+    )
+    return f"warning: {flag} {where}; use ${var} or {file_flag} PATH instead"
+
+
+def read_secret_file(path: str | Path, flag: str, *, lines: bool = False) -> str:
+    """The secret a ``--...-file PATH`` option names, without its surrounding white space; a missing,
+    unreadable or empty file (or, unless `lines`, one of several lines) is one :class:`OpdError`."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise OpdError(
+            f"{flag} {path}: no such file", fix="write the secret into that file, or fix the path"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise OpdError(f"{flag} {path}: cannot read it ({reason})", fix="pass a readable text file") from None
+    if not text:
+        raise OpdError(f"{flag} {path}: the file is empty", fix="write the secret into it")
+    if "\n" in text and not lines:
+        raise OpdError(f"{flag} {path}: the file holds more than one line", fix="keep only the secret in it")
+    return text
+
+
 def _user_cache(*parts: str) -> str:
     return str(Path("$XDG_CACHE_HOME (~/.cache)", "opd-nb", *parts))
 
@@ -155,7 +200,8 @@ SERVE_API_KEY = Setting(
     "OPD_SERVE_API_KEY",
     TEXT,
     None,
-    "the only key `opd serve` (and `opd mcp`'s server) accepts; needed to listen beyond loopback (`--api-key` wins)",
+    "the only key `opd serve` (and `opd mcp`'s server) accepts; needed to listen beyond loopback "
+    "(`--api-key-file` or `--api-key` wins)",
     secret=True,
     default_text="none: any key on loopback",
 )
@@ -264,7 +310,7 @@ NOTIFY_URL = Setting(
     "OPD_NOTIFY_URL",
     TEXT,
     None,
-    "the webhook `opd watch` posts alerts to (`--notify` wins)",
+    "the webhook `opd watch` posts alerts to (`--notify-file` or `--notify` wins)",
     secret=True,
     default_text="none",
 )
@@ -272,7 +318,16 @@ NOTIFY_SECRET = Setting(
     "OPD_NOTIFY_SECRET",
     TEXT,
     None,
-    "a DingTalk or Feishu/Lark robot's signing secret (`--notify-secret` wins)",
+    "a DingTalk or Feishu/Lark robot's signing secret (`--notify-secret-file` or `--notify-secret` wins)",
+    secret=True,
+    default_text="none",
+)
+OTLP_HEADERS = Setting(
+    "OPD_OTLP_HEADERS",
+    HEADERS,
+    None,
+    "the headers `opd serve --otlp-forward` sends its collector, e.g. its key "
+    "(`--otlp-header-file` and `--otlp-header` add to them)",
     secret=True,
     default_text="none",
 )
@@ -314,7 +369,7 @@ OTLP_TOKEN = _ours("OPD_OTLP_TOKEN", TEXT, "the job's token for that export", se
 OTLP_FORWARD_HEADERS = _ours(
     "OPD_OTLP_FORWARD_HEADERS",
     JSON_OBJECT,
-    "`--otlp-header` values, handed from `opd serve` to its server",
+    "the collector's headers, handed from `opd serve` to its server",
     secret=True,
 )
 PROCESS_OWNER = _ours(

@@ -3,7 +3,7 @@
 A thin front end over :mod:`opd_nb.agent`, which imports the `mcp` SDK (the `mcp` extra) only here.
 ``--local [URL]`` / ``--cloud`` set the plane the tools use when a call names none (as `opd use`);
 ``--http`` serves streamable HTTP on loopback, and a non-loopback ``--host`` needs a strong server key
-(``--api-key`` or ``OPD_SERVE_API_KEY``), as `opd serve`.
+(``OPD_SERVE_API_KEY``, ``--api-key-file`` or ``--api-key``), as `opd serve`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT
 from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._secrets import API_KEY, secret
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt
 from opd_nb.errors import OpdError
 
@@ -65,9 +66,13 @@ def mcp_cmd(
             "--api-key",
             envvar=settings.SERVE_API_KEY.name,
             show_default=False,
-            help="--http: the key every request must carry (needed off loopback); prefer the variable",
+            help=f"--http: the key every request must carry (needed off loopback): better "
+            f"${settings.SERVE_API_KEY.name} or --api-key-file, as `ps` shows a key typed here",
         ),
     ] = None,  # fmt: skip
+    api_key_file: Annotated[
+        Path | None, typer.Option("--api-key-file", metavar="PATH", help=API_KEY.file_help("that key"))
+    ] = None,
 ) -> Any:
     """Serve the tools (check, estimate, smoke, submit with consent, wait, metrics, alerts, samples, export,
     deploy, eval, ...) and resources over stdio, as agents start it (see `opd mcp config`)."""
@@ -77,6 +82,7 @@ def mcp_cmd(
         raise OpdError("`opd mcp` is started by a coding agent, not in a notebook",
                        fix="run `opd mcp config --for claude-code` (or codex, qwen-code, cursor) in a terminal")  # fmt: skip
     _require_sdk()
+    key = secret(ctx, API_KEY, api_key, api_key_file)  # typed: warned about, as `ps` shows it
     plane = _plane(local, cloud)
     if plane:
         from opd_nb.client.target import use_target
@@ -85,7 +91,7 @@ def mcp_cmd(
     from opd_nb.agent import server
 
     if http:
-        server.run_http(host, port, api_key or None)
+        server.run_http(host, port, key)
     else:
         server.run_stdio()
     return None

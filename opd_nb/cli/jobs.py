@@ -11,6 +11,7 @@ import typer
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
 from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._secrets import NOTIFY_SECRET, NOTIFY_URL, secret
 from opd_nb.cli.view_requests import WatchRequest
 from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
@@ -52,8 +53,13 @@ NotifyOpt = Annotated[
         metavar="URL",
         envvar=NOTIFY_URL_VAR,
         show_envvar=False,
-        help="post each alert and the final status to this webhook (never printed)",
+        help=f"post each alert and the final status to this webhook (never printed): better ${NOTIFY_URL_VAR} "
+        "or --notify-file, as `ps` shows a URL typed here and the URL holds the robot's token",
     ),
+]
+NotifyFileOpt = Annotated[
+    Path | None,
+    typer.Option("--notify-file", metavar="PATH", help=NOTIFY_URL.file_help("the webhook URL")),
 ]
 NotifyFormatOpt = Annotated[
     str | None,
@@ -66,8 +72,14 @@ NotifySecretOpt = Annotated[
         metavar="SECRET",
         envvar=NOTIFY_SECRET_VAR,
         show_envvar=False,
-        help="the signing secret of a DingTalk or Feishu/Lark robot with the signature setting (never printed; "
-        "or $OPD_NOTIFY_SECRET)",
+        help="the signing secret of a DingTalk or Feishu/Lark robot with the signature setting (never "
+        f"printed): better ${NOTIFY_SECRET_VAR} or --notify-secret-file, as `ps` shows a secret typed here",
+    ),
+]
+NotifySecretFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--notify-secret-file", metavar="PATH", help=NOTIFY_SECRET.file_help("the robot's signing secret")
     ),
 ]
 ReconnectOpt = Annotated[
@@ -263,6 +275,7 @@ def logs_cmd(
 
 @app.command("watch")
 def watch_cmd(
+    ctx: typer.Context,
     job_id: Annotated[str | None, typer.Argument(help="the job (not needed with --list)")] = None,
     local: TargetOpt = None,
     cloud: CloudOpt = False,
@@ -272,8 +285,10 @@ def watch_cmd(
     loss_factor: LossFactorOpt = GuardThresholds.loss_divergence,
     zero_variance_evals: ZeroVarianceOpt = GuardThresholds.zero_variance_evals,
     notify: NotifyOpt = None,
+    notify_file: NotifyFileOpt = None,
     notify_format: NotifyFormatOpt = None,
     notify_secret: NotifySecretOpt = None,
+    notify_secret_file: NotifySecretFileOpt = None,
     reconnect_minutes: ReconnectOpt = RECONNECT_MINUTES,
     price: PriceOpt = None,
     report_to: ReportToOpt = None,
@@ -298,6 +313,8 @@ def watch_cmd(
         return emit(watchers.stop(job_id), as_json=as_json)
     client = _client(local, cloud)
     thresholds = GuardThresholds(vtr_steps, reward_failures, loss_factor, zero_variance_evals)
+    notify = secret(ctx, NOTIFY_URL, notify, notify_file)
+    notify_secret = secret(ctx, NOTIFY_SECRET, notify_secret, notify_secret_file)
     notifier = _notifier(notify, notify_format, notify_secret)
     hooks = _hooks(client, job_id, thresholds if guard else None, notifier, price, reconnect_minutes)
     if report_to:
@@ -315,15 +332,20 @@ def watch_cmd(
             guard=thresholds if guard else None,
             report_to=tuple(hooks.reporter.names) if hooks.reporter else (),
         )
+    job = _follow(client, job_id, hooks, as_json)
+    return emit(job, exit_code=_exit_code(job), as_json=as_json)
+
+
+def _follow(client: Any, job_id: str, hooks: Hooks, as_json: bool) -> Any:
+    """The foreground watch, to the job's end (JSON: its alerts on stderr)."""
     with client:  # one connection pool for every poll, closed when the watch ends
         if as_json:
             poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
-            job = wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
-        else:
-            job = watch_terminal(client, job_id, hooks)
-        if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
+            return wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
+        job = watch_terminal(client, job_id, hooks)
+        if job.status == SUCCEEDED:  # ends by naming the best checkpoint (the docs' rule)
             echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
-    return emit(job, exit_code=_exit_code(job), as_json=as_json)
+    return job
 
 
 def _notifier(url: str | None, fmt: str | None, secret: str | None) -> Any:

@@ -3,8 +3,9 @@
 A thin front end over :mod:`opd_nb.server.lifecycle`: it parses the flags into one
 :class:`~opd_nb.server.records.ServeOptions`, hands it whole to the lifecycle, branches on the type of
 the start result and emits a :class:`ServeInfo`. Safe by default: a
-non-loopback ``--host`` needs a server key (``--api-key`` or ``OPD_SERVE_API_KEY``); the key is
-never printed, only where to put it.
+non-loopback ``--host`` needs a server key (``OPD_SERVE_API_KEY``, ``--api-key-file`` or ``--api-key``);
+the key is never printed, only where to put it. Secrets reach a background server in its environment,
+never its command line (see :mod:`opd_nb.cli._secrets`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import html
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
 
+from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._secrets import API_KEY, OTLP_HEADER, secret, warn_if_typed
 from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
@@ -47,7 +51,7 @@ from opd_nb.server.records import (
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
 
 ACTIONS = ("run", "start", "stop", "status")
-SERVER_KEY_HINT = f"<the server key from --api-key or ${API_KEY_ENV}>"
+SERVER_KEY_HINT = f"<the server key from ${API_KEY_ENV} or --api-key-file>"
 
 
 class ServeInfo(ResultMixin, BaseModel):
@@ -181,8 +185,13 @@ ApiKeyFlag = Annotated[
         envvar=API_KEY_ENV,
         show_default=False,
         show_envvar=True,
-        help="the only key the server accepts (needed for a non-loopback --host); prefer the variable",
+        help=f"the only key the server accepts (needed for a non-loopback --host): better ${API_KEY_ENV} "
+        "or --api-key-file, as `ps` shows a key typed here",
     ),
+]
+ApiKeyFileFlag = Annotated[
+    Path | None,
+    typer.Option("--api-key-file", metavar="PATH", help=API_KEY.file_help("the server key")),
 ]
 ResumeFlag = Annotated[
     bool,
@@ -222,40 +231,78 @@ OtlpForwardFlag = Annotated[
 OtlpHeaderFlag = Annotated[
     list[str] | None,
     typer.Option(
-        "--otlp-header", metavar="K=V", help="a header for --otlp-forward, e.g. its key (repeatable)"
+        "--otlp-header",
+        metavar="K=V",
+        help=f"a header for --otlp-forward (repeatable): better ${settings.OTLP_HEADERS.name} or "
+        "--otlp-header-file for its key, as `ps` shows a header typed here",
+    ),
+]
+OtlpHeaderFileFlag = Annotated[
+    Path | None,
+    typer.Option(
+        "--otlp-header-file",
+        metavar="PATH",
+        help=OTLP_HEADER.file_help("the --otlp-forward headers, NAME=VALUE a line"),
     ),
 ]
 
 
-@contextlib.contextmanager
-def _forward_headers(items: list[str] | None) -> Iterator[None]:
-    """``--otlp-header`` values in the server's environment only (they may hold a collector's key):
-    set while the server starts, then taken out of this process again."""
-    from opd_nb.server.otlp_forward import HEADERS_ENV, parse_headers
+def otlp_headers(ctx: typer.Context, items: list[str] | None, path: Path | None) -> dict[str, str]:
+    """The collector's headers: ``$OPD_OTLP_HEADERS``, then the file's, then each typed ``--otlp-header``
+    (a later one wins for the same name)."""
+    from opd_nb.server.otlp_forward import parse_headers
 
-    headers = parse_headers(items)
+    out = dict(settings.OTLP_HEADERS.get() or {})
+    if path is not None:
+        text = settings.read_secret_file(path, OTLP_HEADER.file_flag, lines=True)
+        try:
+            out.update(settings.headers(text))
+        except ValueError:
+            raise OpdError(
+                f"{OTLP_HEADER.file_flag} {path}: a line is not NAME=VALUE",
+                fix="write one header a line, e.g. Authorization=Bearer <key>",
+            ) from None
+    warn_if_typed(ctx, OTLP_HEADER)
+    out.update(parse_headers(items))
+    return out
+
+
+@contextlib.contextmanager
+def _forward_headers(headers: dict[str, str]) -> Iterator[None]:
+    """The headers (they may hold a collector's key) in the server's environment only, as one JSON
+    variable: set while the server starts or runs, then taken out of this process again. The user's
+    own variable is out of the environment meanwhile, so that no job worker inherits it."""
+    from opd_nb.server.otlp_forward import HEADERS_ENV
+
+    users = settings.OTLP_HEADERS.raw()
+    os.environ.pop(settings.OTLP_HEADERS.name, None)
     if headers:
         os.environ[HEADERS_ENV] = json.dumps(headers)
     try:
         yield
     finally:
         os.environ.pop(HEADERS_ENV, None)
+        if users is not None:
+            os.environ[settings.OTLP_HEADERS.name] = users
 
 
 @app.command("serve")
 def serve(
+    ctx: typer.Context,
     action: ActionArg = None,
     host: HostFlag = LOCAL_HOST,
     port: PortFlag = LOCAL_PORT,
     data_dir: DataDirFlag = None,
     model_map: ModelMapFlag = None,
     api_key: ApiKeyFlag = None,
+    api_key_file: ApiKeyFileFlag = None,
     resume: ResumeFlag = True,
     max_interruptions: MaxInterruptionsFlag = MAX_INTERRUPTIONS,
     max_deployments: MaxDeploymentsFlag = None,
     checkpoint_ttl_days: CheckpointTtlFlag = None,
     otlp_forward: OtlpForwardFlag = None,
     otlp_header: OtlpHeaderFlag = None,
+    otlp_header_file: OtlpHeaderFileFlag = None,
     as_json: JsonFlag = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
@@ -273,14 +320,16 @@ def serve(
         checkpoint_ttl_days=checkpoint_ttl_days,
         otlp_forward=forward_url(otlp_forward) if otlp_forward else None,
     )
-    if otlp_header and not otlp_forward:
-        raise OpdError("--otlp-header needs --otlp-forward URL", fix="add --otlp-forward http://host:4318")
-    if action == "run":
-        with _forward_headers(otlp_header):
-            return run_foreground(options, api_key or None)
-    if action == "start":
-        with _forward_headers(otlp_header):
-            return emit(start_info(options, api_key or None), as_json=as_json)
+    if (otlp_header or otlp_header_file) and not otlp_forward:
+        flag = "--otlp-header" if otlp_header else OTLP_HEADER.file_flag
+        raise OpdError(f"{flag} needs --otlp-forward URL", fix="add --otlp-forward http://host:4318")
+    key = secret(ctx, API_KEY, api_key, api_key_file)  # typed: warned about whatever the action
+    if action in ("run", "start"):
+        headers = otlp_headers(ctx, otlp_header, otlp_header_file) if otlp_forward else {}
+        with _forward_headers(headers):
+            if action == "run":
+                return run_foreground(options, key)
+            return emit(start_info(options, key), as_json=as_json)
     if action == "stop":
         return emit(stop_info(), as_json=as_json)
     info = status_info()

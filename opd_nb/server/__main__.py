@@ -15,6 +15,8 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 
+from opd_nb import settings
+from opd_nb.errors import OpdError
 from opd_nb.server.records import API_KEY_ENV, ServeOptions
 
 _STRUCTURED = ("model_map",)  # options that have no single-value flag
@@ -34,8 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--api-key",
         default=None,
-        help=f"the only key the server accepts (better: {API_KEY_ENV}, which `ps` does not show)",
+        help=f"the only key the server accepts (better: {API_KEY_ENV} or --api-key-file, which `ps` does not show)",
     )
+    parser.add_argument("--api-key-file", default=None, metavar="PATH", help="a file holding the server key")
     parser.add_argument(
         "--exit-with-parent",
         action="store_true",
@@ -68,14 +71,27 @@ def _refuse(problem: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The key from ``--api-key-file``, else ``--api-key`` (with the warning that `ps` shows it)."""
+    if args.api_key_file:
+        try:
+            return settings.read_secret_file(args.api_key_file, "--api-key-file")
+        except OpdError as exc:
+            _refuse(str(exc))
+    if args.api_key:
+        print(settings.on_command_line("--api-key", API_KEY_ENV, "--api-key-file"), file=sys.stderr)
+    return args.api_key
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     options = options_from(args)
+    api_key = _api_key(args)
 
     from opd_nb.server.runner import serve_forever
 
     return serve_forever(
-        options, ready_file=args.ready_file, api_key=args.api_key, exit_with_parent=args.exit_with_parent
+        options, ready_file=args.ready_file, api_key=api_key, exit_with_parent=args.exit_with_parent
     )
 
 

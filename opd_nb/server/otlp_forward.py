@@ -1,8 +1,9 @@
 """``opd serve --otlp-forward URL``: every accepted trace export, also sent to the user's own collector.
 
 Jaeger, Phoenix, Langfuse and other collectors take OTLP/HTTP; the body goes on unchanged (protobuf or
-JSON, as the function server sent it), with the ``--otlp-header`` headers (a collector's key: they
-travel in :data:`HEADERS_ENV`, never in the server's options or its log). Sending runs on one background
+JSON, as the function server sent it), with the collector's headers (its key: from ``$OPD_OTLP_HEADERS``,
+``--otlp-header-file`` or ``--otlp-header``, they travel in :data:`HEADERS_ENV`, never in the server's
+options, its command line or its log). Sending runs on one background
 thread from a bounded queue, so a slow or absent collector never holds up a job or the API: when the
 queue is full the oldest export is dropped and counted, and failures are logged once a minute.
 """
@@ -44,15 +45,18 @@ def parse_headers(items: list[str] | None) -> dict[str, str]:
         if not sep or not key.strip() or any(c in key + value for c in "\r\n"):
             raise OpdError(
                 "--otlp-header must look like NAME=VALUE (one header per flag)",
-                fix="e.g. --otlp-header Authorization='Bearer <key>'",
+                fix=f"e.g. --otlp-header Authorization='Bearer <key>' (a key is better in "
+                f"${settings.OTLP_HEADERS.name} or --otlp-header-file)",
             )
         out[key.strip()] = value.strip()
     return out
 
 
 def headers_from_env() -> dict[str, str]:
-    """The headers `opd serve` passed in :data:`HEADERS_ENV` (taken out of the environment: no child gets them)."""
-    return settings.OTLP_FORWARD_HEADERS.pop() or {}
+    """The headers `opd serve` passed in :data:`HEADERS_ENV`, else the user's ``$OPD_OTLP_HEADERS`` (a server
+    started as ``python -m opd_nb.server``); both taken out of the environment: no child gets them."""
+    handed, users = settings.OTLP_FORWARD_HEADERS.pop(), settings.OTLP_HEADERS.pop()
+    return handed or users or {}
 
 
 class Forwarder:

@@ -45,7 +45,7 @@ def refuse_open_bind(host: str, api_key: str | None) -> str | None:
     if not api_key:
         return (
             f"error: --host {host} accepts connections from other machines, and this server runs "
-            f"uploaded code; set a server key with --api-key or {API_KEY_ENV} to listen there"
+            f"uploaded code; set a server key with {API_KEY_ENV} or --api-key-file to listen there"
         )
     weak = key_problem(api_key)
     if weak:

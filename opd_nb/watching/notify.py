@@ -96,8 +96,8 @@ class Notifier:
         if secret is not None and fmt not in SIGNED_FORMATS:
             raise OpdError(
                 f"a signing secret was given, but {UNSIGNED[fmt]} have no signature setting",
-                where="--notify-secret (or OPD_NOTIFY_SECRET)",
-                fix="drop --notify-secret or unset OPD_NOTIFY_SECRET: only DingTalk and Feishu/Lark robots sign messages",
+                where="OPD_NOTIFY_SECRET (or --notify-secret-file, --notify-secret)",
+                fix="unset OPD_NOTIFY_SECRET or drop the option: only DingTalk and Feishu/Lark robots sign messages",
             )
         return cls(SecretStr(url), fmt, SecretStr(secret) if secret else None)
 

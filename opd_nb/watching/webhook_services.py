@@ -51,7 +51,7 @@ KEYWORD_FIX = (
     f'add the custom keyword "{KEYWORD}" in the robot\'s security settings: every message carries it'
 )
 SIGN_FIX = (
-    "the robot has the signature setting: pass its secret with --notify-secret or OPD_NOTIFY_SECRET; "
+    "the robot has the signature setting: pass its secret with OPD_NOTIFY_SECRET or --notify-secret-file; "
     "a wrong secret, or a clock more than an hour off, fails the same way"
 )
 IP_FIX = "add this machine's public IP to the robot's IP allowlist, or use the keyword or signature setting"

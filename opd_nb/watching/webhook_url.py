@@ -18,7 +18,7 @@ import idna  # httpx's own IDNA encoder (a dependency of httpx)
 
 from opd_nb.errors import OpdError
 
-WHERE = "--notify (or OPD_NOTIFY_URL)"
+WHERE = "OPD_NOTIFY_URL (or --notify-file, --notify)"
 MAX_URL_CHARS = 2048  # what browsers and most servers take; real robot URLs are under 200
 _ASCII_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 _CHAR_NAMES = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab", " ": "a space"}
