@@ -51,7 +51,7 @@ from opd_nb.server.records import (
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
 
 ACTIONS = ("run", "start", "stop", "status")
-SERVER_KEY_HINT = f"<the server key from ${API_KEY_ENV} or --api-key-file>"
+SERVER_KEY_HINT = "<the server key opd serve was started with>"
 
 
 class ServeInfo(ResultMixin, BaseModel):
@@ -82,8 +82,11 @@ class ServeInfo(ResultMixin, BaseModel):
     def env(self) -> dict[str, str]:
         if not self.api_base:
             return {}
-        key = SERVER_KEY_HINT if self.key_required else LOCAL_API_KEY
-        return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, "DASHSCOPE_API_KEY": key}
+        if self.key_required:  # the SDK in a script of yours sends DASHSCOPE_API_KEY; `opd` and
+            # submit_job.py --local send a local plane OPD_SERVE_API_KEY (never the cloud key)
+            keys = dict.fromkeys(("DASHSCOPE_API_KEY", API_KEY_ENV), SERVER_KEY_HINT)
+            return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, **keys}
+        return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, "DASHSCOPE_API_KEY": LOCAL_API_KEY}
 
     def __str__(self) -> str:
         if not self.running:

@@ -166,13 +166,15 @@ class ServerHandle:
         )
 
     def env(self) -> dict[str, str]:
-        """The two variables a workspace (and the dashscope SDK) needs to target this server.
+        """The variables a workspace (and the dashscope SDK) needs to target this server.
 
-        With a server key this holds the key, if this handle started the server with it.
+        With a server key this holds the key, if this handle started the server with it: as
+        ``OPD_SERVE_API_KEY`` (what `opd` and `submit_job.py --local` send a local plane) and as
+        ``DASHSCOPE_API_KEY`` (what a script of the user's own hands the SDK).
         """
         env = self.info.env()
         if self._api_key:
-            env["DASHSCOPE_API_KEY"] = self._api_key
+            env["DASHSCOPE_API_KEY"] = env[settings.SERVE_API_KEY.name] = self._api_key
         return env
 
     def alive(self) -> bool:

@@ -182,7 +182,8 @@ class ServerInfo(BaseModel):
     def env(self) -> dict[str, str]:
         """The variables a workspace (and the dashscope SDK) needs to target this server.
 
-        With a server key there is no key to give: the caller sets ``DASHSCOPE_API_KEY`` to it.
+        With a server key there is no key to give: the caller sets ``OPD_SERVE_API_KEY`` to it (`opd` and
+        `submit_job.py --local` send a local plane that key, never the cloud's ``DASHSCOPE_API_KEY``).
         """
         if self.key_required:
             return {"DASHSCOPE_HTTP_BASE_URL": self.api_base}
