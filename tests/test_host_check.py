@@ -3,7 +3,8 @@
 A web page in the user's browser can reach a keyless loopback server by resolving its own name to
 127.0.0.1: the browser then sends ``Host: attacker.example:PORT`` and the page's ``Origin``. Each
 server is started here as a real process (`opd serve`, `opd mcp --http` on 127.0.0.1 and on the
-loopback alias 127.0.0.2, the SDK's function server, a deployment's serving process) and must answer
+loopback alias 127.0.0.2, the SDK's function server, a deployment's serving process, the agentic
+engine's student endpoint) and must answer
 such a request 421 (a foreign Origin 403) before anything runs, and its own Host as before. The key
 rules are one rule: the same Authorization values are accepted and refused by `opd serve` and
 `opd mcp --http` alike. The predicates of :mod:`opd_nb.loopback` are checked on one corpus.
@@ -134,7 +135,14 @@ def _function_server(tmp: Path) -> Any:
     return FunctionServer.start(tmp, "reward", "functions/reward/reward.py:ExactReward")
 
 
-SERVERS = ["opd serve", "opd mcp 127.0.0.1", "opd mcp 127.0.0.2", "function server", "deployment serving"]
+SERVERS = [
+    "opd serve",
+    "opd mcp 127.0.0.1",
+    "opd mcp 127.0.0.2",
+    "function server",
+    "deployment serving",
+    "agentic endpoint",
+]
 
 
 @pytest.fixture(scope="module", params=SERVERS)
@@ -153,6 +161,17 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     if name == "function server":
         with _function_server(tmp) as fn:
             yield Served(name, "127.0.0.1", int(fn.url.rsplit(":", 1)[1]), "GET", "/health")
+        return
+    if name == "agentic endpoint":  # the engine's uvicorn thread, here in the test process
+        from transformers import AutoTokenizer
+
+        from opd_nb.engine.agentic_endpoint import StudentEndpoint
+
+        endpoint = StudentEndpoint(AutoTokenizer.from_pretrained(TINY_STUDENT), "tiny", 64)
+        try:
+            yield Served(name, "127.0.0.1", endpoint.port, "GET", "/v1/models")
+        finally:
+            endpoint.close()
         return
     if name == "deployment serving":
         proc, port = _serving(tmp)
