@@ -153,14 +153,15 @@ class HostGuard:
 
     def problem(self, scope: dict[str, Any]) -> tuple[int, str] | None:
         """(status, message) for a request this server must refuse, else None."""
-        headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if not host_allowed(headers.get(b"host", ""), self.host, self.port):
+        headers = [(k.lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+        hosts = [v for k, v in headers if k == b"host"]
+        if len(hosts) != 1 or not host_allowed(hosts[0], self.host, self.port):  # two: which one is meant?
             return (
                 421,
                 "this server answers only requests addressed to its own loopback address (Host header)",
             )
-        origin = headers.get(b"origin")
-        if origin is not None and not origin_allowed(origin, self.host, self.port):
+        origins = [v for k, v in headers if k == b"origin"]
+        if any(not origin_allowed(origin, self.host, self.port) for origin in origins):
             return 403, "cross-origin requests are refused: this server answers only its own origin"
         return None
 

@@ -7,8 +7,10 @@ or key reaches a log, and stdout belongs to the protocol (the SDK diverts the pr
 
 from __future__ import annotations
 
-import hmac
+import socket
 from typing import Any
+
+from opd_nb.loopback import bearer_token, binds_loopback_only, guard, same_key
 
 NAME = "opd-nb"
 INSTRUCTIONS = (
@@ -40,16 +42,16 @@ def run_stdio() -> None:
 
 
 class KeyCheck:
-    """ASGI middleware: with a server key, every request must carry ``Authorization: Bearer <key>``."""
+    """ASGI middleware: with a server key, every request must carry ``Authorization: Bearer <key>``, compared
+    as `opd serve` compares it (:func:`opd_nb.loopback.same_key`: a tab beside the key is another key)."""
 
     def __init__(self, app: Any, key: str):
-        self.app, self._key = app, key.encode()
+        self.app, self._key = app, key
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             auth = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
-            scheme, _, token = auth.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self._key):
+            if not same_key(bearer_token(auth), self._key):
                 from starlette.responses import JSONResponse
 
                 reply = JSONResponse({"error": "missing or wrong server key: send 'Authorization: Bearer <key>'"},
@@ -59,19 +61,48 @@ class KeyCheck:
         await self.app(scope, receive, send)
 
 
-def http_app(host: str, api_key: str | None) -> Any:
-    """The streamable-HTTP app at ``/mcp``; behind the key check when a server key is set."""
+def _refuse_open_bind(host: str, api_key: str | None) -> None:
     from opd_nb.errors import OpdError
     from opd_nb.server.runner import refuse_open_bind
 
     refusal = refuse_open_bind(host, api_key)
     if refusal:
         raise OpdError(refusal.removeprefix("error: "), exit_code=2)
-    app = build().streamable_http_app(host=host)
-    return KeyCheck(app, api_key) if api_key else app
+
+
+def http_app(host: str, api_key: str | None, port: int | None = None) -> Any:
+    """The streamable-HTTP app at ``/mcp``: behind the key check when a server key is set, and behind the
+    Host/Origin check (:func:`opd_nb.loopback.guard`) when bound to loopback, keyless or not, in place of
+    the SDK's own, which checks only 127.0.0.1, localhost and ::1 (not 127.0.0.2, the rest of 127/8)."""
+    _refuse_open_bind(host, api_key)
+    security = None
+    if binds_loopback_only(host):  # ours below is the one check: the SDK's own refuses `LOCALHOST.`
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = build().streamable_http_app(host=host, transport_security=security)
+    return guard(KeyCheck(app, api_key) if api_key else app, host, port)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that the Host check knows the real port (``--port 0``)."""
+    from opd_nb.errors import OpdError
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise OpdError(f"cannot listen on {host}:{port}: {exc.strerror}", fix="pick another --port") from None
+    sock.listen(2048)
+    return sock
 
 
 def run_http(host: str, port: int, api_key: str | None) -> None:
     import uvicorn
 
-    uvicorn.run(http_app(host, api_key), host=host, port=port, log_level="warning")
+    _refuse_open_bind(host, api_key)  # before anything is bound
+    sock = _listen(host, port)
+    app = http_app(host, api_key, sock.getsockname()[1])
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -27,6 +27,7 @@ from opd_nb.cli._output import echo, emit, in_magic
 from opd_nb.cli._secrets import API_KEY, OTLP_HEADER, secret, warn_if_typed
 from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
+from opd_nb.loopback import binds_loopback_only
 from opd_nb.results import ResultMixin
 from opd_nb.server import (
     ServeOptions,
@@ -45,7 +46,6 @@ from opd_nb.server.records import (
     DEFAULT_MAX_DEPLOYMENTS,
     MAX_DEPLOYMENTS_ENV,
     MAX_INTERRUPTIONS,
-    is_loopback,
     parse_model_map,
 )
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
@@ -92,7 +92,7 @@ class ServeInfo(ResultMixin, BaseModel):
         if not self.running:
             return f"opd serve: not running{'; ' + self.note if self.note else ''}"
         lines = [f"opd serve: running at {self.base_url} (pid {self.pid}, data {self.data_dir})"]
-        if self.host and not is_loopback(self.host):
+        if self.host and not binds_loopback_only(self.host):
             lines.append(open_warning(self.host))
         if self.note:
             lines.append(self.note)
@@ -148,7 +148,7 @@ def status_info() -> ServeInfo:
 def print_banner(info: ServerInfo) -> None:
     """Once bound: the real bind address, a warning off loopback, and how to target the server."""
     echo(f"{bind_line(info)}; Ctrl-C stops it")
-    if not is_loopback(info.host):
+    if not binds_loopback_only(info.host):
         echo(open_warning(info.host), err=True)
     echo("target it from a workspace (before importing dashscope) with:")
     for key, value in ServeInfo.of(info).env().items():

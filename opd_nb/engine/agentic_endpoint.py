@@ -25,6 +25,7 @@ from pydantic import JsonValue
 
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body
+from opd_nb.loopback import bearer_token, guard, same_key
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -71,8 +72,8 @@ class StudentEndpoint:
         self.q: queue.Queue[GenRequest] = queue.Queue()
         self.tokens: set[str] = set()  # the api keys of the rollouts under way
         self.model_name = model_name
-        app = self._app(tokenizer, max_total)
         self.port = free_port()
+        app = guard(self._app(tokenizer, max_total), "127.0.0.1", self.port)  # the Host/Origin check
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
         )
@@ -98,9 +99,8 @@ class StudentEndpoint:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request):  # noqa: ANN202
-            auth = request.headers.get("authorization", "")
-            token = auth.split(" ", 1)[1].strip() if auth.lower().startswith("bearer ") else ""
-            if token not in self.tokens:
+            token = bearer_token(request.headers.get("authorization"))
+            if not any(same_key(token, known) for known in self.tokens.copy()):  # copy: atomic
                 return err(
                     401, "invalid or expired api_key (use model_resource.api_key)", "authentication_error"
                 )

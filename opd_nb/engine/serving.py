@@ -45,11 +45,13 @@ from opd_nb.engine.openai_wire import (
     whole,
 )
 from opd_nb.engine.sampling import is_greedy
+from opd_nb.loopback import bearer_token, guard, same_key
 
 TOKEN_ENV = settings.SERVING_TOKEN.name
 DEFAULT_TEMPERATURE = 0.7  # Bailian's defaults for Qwen chat models
 DEFAULT_TOP_P = 0.8
 BATCH_WAIT_S = 0.003  # let requests that arrive together join one batch
+HOST = "127.0.0.1"  # a deployment serves this machine only (the control plane proxies it)
 
 
 # What the generation thread tells a request's handler, in order: text as it comes, then its end.
@@ -362,8 +364,7 @@ def create_app(engine: Engine, name: str, token: str) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        auth = request.headers.get("authorization", "")
-        if not token or auth != f"Bearer {token}":
+        if not same_key(bearer_token(request.headers.get("authorization")), token):
             return _bad(401, "invalid api key for this deployment", "authentication_error")
         try:
             body = await request.json()
@@ -415,10 +416,10 @@ def serve(model: str, name: str, ready_file: str | None, *, max_batch: int, devi
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     engine = Engine(Generator(model, device), max_batch=max_batch)
     engine.thread.start()
-    app = create_app(engine, name, settings.SERVING_TOKEN.pop() or "")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((HOST, 0))
     sock.listen(256)
+    app = guard(create_app(engine, name, settings.SERVING_TOKEN.pop() or ""), HOST, sock.getsockname()[1])
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
     )

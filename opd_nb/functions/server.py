@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -168,7 +168,7 @@ class FunctionServer:
             "1",
             "--log-level",
             "info",
-        ]  # uvicorn's (see _serve_watching_parent)
+        ]  # uvicorn's, as _guarded_app reads them
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 cmd,
@@ -261,7 +261,29 @@ def _serve_watching_parent(argv: list[str]) -> None:
         threading.Thread(
             target=_stop_when_orphaned, args=(parent,), name="opd-parent-watch", daemon=True
         ).start()
-    uvicorn.main(args=argv, prog_name="uvicorn")
+    app, host, port, log_level = _guarded_app(argv)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def _guarded_app(argv: list[str]) -> tuple[Any, str, int, str]:
+    """(app, host, port, log level) from the uvicorn arguments :meth:`FunctionServer.start` passes: the
+    SDK's app, imported as uvicorn would, behind the Host/Origin check of :mod:`opd_nb.loopback` (a
+    web page could otherwise call the user's function through DNS rebinding)."""
+    import argparse
+    import importlib
+
+    from opd_nb.loopback import guard
+
+    parser = argparse.ArgumentParser(prog="python -m opd_nb.functions.server")
+    parser.add_argument("app", help="module:attribute, as uvicorn takes it")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, choices=[1], default=1)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    module, _, attr = str(args.app).partition(":")
+    app = getattr(importlib.import_module(module), attr or "app")
+    return guard(app, args.host, args.port), args.host, args.port, args.log_level
 
 
 def _no_http_spans() -> None:

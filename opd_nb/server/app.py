@@ -116,6 +116,7 @@ def build_services(options: ServeOptions) -> Services:
         ),
         launcher=launcher,
         traces=intake,
+        bound=(options.host, options.port),
     )
 
 

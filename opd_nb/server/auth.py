@@ -15,6 +15,7 @@ import hmac
 import secrets
 from typing import Any
 
+from opd_nb.loopback import bearer_token, same_key
 from opd_nb.server.responses import err
 from opd_nb.server.trace_env import OTLP_PREFIX  # span exports: checked by their job's token instead
 
@@ -26,7 +27,7 @@ class BearerAuth:
 
     def __init__(self, app: Any, api_key: str | None = None):
         self.app = app
-        self._key = api_key.encode() if api_key else None
+        self._key = api_key or None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -42,37 +43,19 @@ class BearerAuth:
             return None
         if self._key is None and not path.startswith(("/api/", "/compatible-mode/")):
             return None
-        token = _bearer(scope)
+        auth = next((v for k, v in scope.get("headers", []) if k == b"authorization"), b"")
+        token = bearer_token(auth)  # the one parse and comparison `opd mcp --http` uses too
         if not token:
             how = "the server's key" if self._key else "any non-empty value works locally"
             return (
                 "missing or empty API key: send 'Authorization: Bearer <key>' "
                 f"({how}; set DASHSCOPE_API_KEY before importing dashscope)"
             )
-        if self._key is not None and not _same(token, self._key):
-            if _same(token.strip(), self._key):
+        if self._key is not None and not same_key(token, self._key):
+            if same_key(token.strip(), self._key):
                 return "the API key has a tab or a no-break space beside it: send exactly the key after 'Bearer '"
             return "the API key is not this server's key: set DASHSCOPE_API_KEY to the key `opd serve` was started with"
         return None
-
-
-def _same(token: str, key: bytes) -> bool:
-    return hmac.compare_digest(token.encode("utf-8", "replace"), key)
-
-
-def _bearer(scope: dict[str, Any]) -> str:
-    """The token of ``Authorization: Bearer <token>``, exactly: RFC 6750's ``"Bearer" 1*SP token``.
-
-    The scheme in any case, one or more ASCII spaces, then the token as sent (HTTP already trims a
-    field value's outer spaces and tabs). Nothing else is trimmed: a no-break space or a tab next to the
-    key makes another key (401), as it would on a server that compares bytes. A token of only such
-    characters counts as no key."""
-    auth = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"), "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() != "bearer":
-        return ""
-    token = token.lstrip(" ")
-    return token if token.strip() else ""
 
 
 class UploadSigner:

@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
+from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.server.auth import UploadSigner
 from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.errors import ApiError
@@ -42,6 +43,7 @@ class Services:
     launcher: Launcher
     traces: TraceIntake  # the SDK's spans of the jobs' function calls (routers/traces.py)
     uploads: UploadSigner = field(default_factory=UploadSigner)  # tokens of this run's zip upload URLs
+    bound: tuple[str, int] = (LOCAL_HOST, LOCAL_PORT)  # host and real port: the URLs it hands back
 
 
 async def get_services(request: Request) -> Services:

@@ -115,26 +115,6 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opd-nb"
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine (``localhost``, 127.0.0.0/8, ::1)."""
-    import ipaddress
-
-    name = host.strip().strip("[]")
-    if name.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        pass
-    import socket
-
-    try:
-        addrs = {a[4][0] for a in socket.getaddrinfo(name, None)}
-    except (OSError, UnicodeError):
-        return False
-    return bool(addrs) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addrs)
-
-
 def server_urls(host: str, port: int) -> tuple[str, str]:
     """(base URL, API base) a client uses for a server listening on ``host:port``."""
     shown = LOCAL_HOST if host in ("0.0.0.0", "", "::") else host

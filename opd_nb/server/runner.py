@@ -20,6 +20,7 @@ from pathlib import Path
 
 from opd_nb import settings
 from opd_nb.errors import OpdError
+from opd_nb.loopback import binds_loopback_only, guard
 from opd_nb.server.db_safety import DB_FILE, backup_database, check_database
 from opd_nb.server.keys import KEY_RECIPE, key_problem
 from opd_nb.server.lifecycle import owned_message
@@ -30,7 +31,6 @@ from opd_nb.server.records import (
     ServeOptions,
     ServerInfo,
     clear_owner,
-    is_loopback,
     write_owner,
 )
 
@@ -40,7 +40,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a clean stop: exit 0, record r
 
 def refuse_open_bind(host: str, api_key: str | None) -> str | None:
     """The one-line refusal for a non-loopback bind without a strong server key, or None when it is fine."""
-    if is_loopback(host):
+    if binds_loopback_only(host):
         return None
     if not api_key:
         return (
@@ -59,7 +59,7 @@ def refuse_open_bind(host: str, api_key: str | None) -> str | None:
 def default_banner(info: ServerInfo) -> None:
     """What a background server writes to its log once it listens (the real bind address)."""
     print(bind_line(info), file=sys.stderr, flush=True)
-    if not is_loopback(info.host):
+    if not binds_loopback_only(info.host):
         print(open_warning(info.host), file=sys.stderr, flush=True)
 
 
@@ -160,10 +160,11 @@ def _serve(
 
     from opd_nb.server.app import create_app
 
-    app = create_app(options, api_key=api_key)
     sock.listen(2048)
     sock.set_inheritable(True)
     port = sock.getsockname()[1]
+    options = options.model_copy(update={"port": port})  # the real port: URLs handed back name it
+    app = guard(create_app(options, api_key=api_key), options.host, port)  # the Host check on loopback
     info = ServerInfo.at(
         os.getpid(), options.host, port, options.resolved_data_dir(), key_required=bool(api_key)
     )

@@ -30,7 +30,7 @@ from opd_nb.server.bodies import (
     UploadUrlBody,
     is_unique_key,
 )
-from opd_nb.server.deps import InstancesDep, ServicesDep, StoreDep
+from opd_nb.server.deps import InstancesDep, Services, ServicesDep, StoreDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import (
     FUNCTION_KINDS,
@@ -38,6 +38,7 @@ from opd_nb.server.function_registry import (
     new_id,
     register_function,
 )
+from opd_nb.server.records import server_urls
 from opd_nb.server.responses import request_id, shown
 from opd_nb.server.store import Store
 from opd_nb.wire.envelope import Output
@@ -58,10 +59,20 @@ router = APIRouter(prefix="/api/v1", tags=["functions"])
 
 @router.post("/fine-tunes/generate/faas/upload/url")
 def upload_url(body: UploadUrlBody, request: Request, services: ServicesDep) -> Output[UploadUrl]:
-    base = str(request.base_url).rstrip("/")
+    base = own_base_url(services, request)
     token = services.uploads.sign(body.unique_key)
     url = f"{base}{OSS_PREFIX}{body.unique_key}.zip?token={token}"
     return Output[UploadUrl].of(UploadUrl(url=url, unique_key=body.unique_key))
+
+
+def own_base_url(services: Services, request: Request) -> str:
+    """This server's base URL as bound, never the request's ``Host`` (a DNS-rebinding page names its own
+    there); a wildcard bind names the local address the connection reached (the socket's, not a header)."""
+    host, port = services.bound
+    if host.strip("[]") in ("", "0.0.0.0", "::"):
+        local = request.scope.get("server")
+        host = str(local[0]) if local else host
+    return server_urls(host, port)[0]
 
 
 @router.put(OSS_PREFIX.removeprefix("/api/v1") + "{name}")
