@@ -4,7 +4,7 @@ and the one comparison of a Bearer key.
 Every server opd-nb runs (`opd serve`, `opd mcp --http`, function servers, a deployment's and the agentic
 engine's OpenAI endpoints) and every client-side rule (the cloud key's destination, the bind checks, the
 notebook's target) imports these, so the bind rule, the Host check and the key rule cannot disagree. The
-template's `submit_job.py`, which must run without opd-nb, keeps a copy that `tests/test_loopback.py`
+template's `submit_job.py`, which must run without opd-nb, keeps a copy that `tests/test_cloud_key.py`
 checks against this one on the same corpus.
 
 A keyless loopback server is safe only from other machines: a web page in the user's browser reaches it
