@@ -54,6 +54,19 @@ def expected(rows: list[dict], offset: int) -> dict[int, dict[str, float]]:
     return out
 
 
+def tensorboard_scalars(run_dir: Path) -> dict[int, dict[str, float]]:
+    """Every scalar a TensorBoard run directory holds, by step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    found: dict[int, dict[str, float]] = {}
+    for tag in acc.Tags()["scalars"]:
+        for event in acc.Scalars(tag):
+            found.setdefault(event.step, {})[tag] = event.value
+    return found
+
+
 @pytest.fixture(scope="module")
 def reported(local_server, finished_job, tmp_path_factory) -> Iterator[dict[str, Any]]:
     """The shared reward job backfilled with `opd report`, and a job continuing it streamed with
@@ -280,7 +293,6 @@ def test_metric_values_keep_every_finite_number_but_the_step():
 def test_the_monitor_reports_to_trackers_from_its_polling_thread_without_printing(
     local_server, finished_job, tmp_path, monkeypatch, capfd
 ):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from opd_nb.notebook.monitor import JobMonitor
 
@@ -298,12 +310,7 @@ def test_the_monitor_reports_to_trackers_from_its_polling_thread_without_printin
     notes = monitor.state["notes"]
     assert any(n.startswith("report-to tensorboard: event files in") for n in notes), notes
     assert any(n.startswith("report-to mlflow: run ") for n in notes), notes
-    acc = EventAccumulator(str(tmp_path / "runs" / job))
-    acc.Reload()
-    found: dict[int, dict[str, float]] = {}
-    for tag in acc.Tags()["scalars"]:
-        for event in acc.Scalars(tag):
-            found.setdefault(event.step, {})[tag] = event.value
+    found = tensorboard_scalars(tmp_path / "runs" / job)
     want = expected(client.metrics(job), 0)
     assert set(found) == set(want) and all(set(found[s]) == set(want[s]) for s in want)
 
@@ -353,7 +360,6 @@ def test_a_row_that_grows_in_place_reaches_the_tracker_whole(
     """A live job's step row grows in place (an agentic step's trace numbers arrive while it runs, the
     engine's when it ends): the reporter reads such a row again, as the chart feed does, and writes the
     keys it gained at that step, so TensorBoard ends up holding every number of every row."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from opd_nb.trackers.reporter import Reporter
 
@@ -370,12 +376,7 @@ def test_a_row_that_grows_in_place_reaches_the_tracker_whole(
         reporter.poll(job, rows[: i + 1])
     result = reporter.end(job)
     assert result.metric_rows == len({int(r["step"]) for r in rows})
-    acc = EventAccumulator(str(tmp_path / "runs" / job_id))
-    acc.Reload()
-    found: dict[int, dict[str, float]] = {}
-    for tag in acc.Tags()["scalars"]:
-        for event in acc.Scalars(tag):
-            found.setdefault(event.step, {})[tag] = event.value
+    found = tensorboard_scalars(tmp_path / "runs" / job_id)
     want = expected(rows, 0)
     assert set(found) == set(want)
     for step, values in want.items():
