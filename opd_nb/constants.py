@@ -16,6 +16,7 @@ TERMINAL_STATUSES = frozenset({SUCCEEDED, FAILED, CANCELED})
 UNKNOWN = "UNKNOWN"  # what a record reads as before the control plane has said its status
 
 # Deployment statuses (Bailian's deployments API): PENDING, RUNNING and FAILED as above, and DELETED.
+UPDATING = "UPDATING"  # a running deployment being scaled (Bailian): it serves again when done
 DELETED = "DELETED"  # also what a deleted job or file reads as (a delete's answer, a stream's last event)
 DEPLOYMENT_STATUSES = (PENDING, RUNNING, FAILED, DELETED)
 

@@ -27,7 +27,7 @@ from opd_nb.client.deploy_results import ChatReply, Deployment, DeploymentList
 from opd_nb.client.job_results import Checkpoint, Job, JobList, LogPage
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.target import Target
-from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH
+from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH, PENDING, UPDATING
 from opd_nb.errors import UNREACHABLE, OpdError
 from opd_nb.traces.page import TracesPage
 from opd_nb.views.terminal_text import printable
@@ -336,7 +336,7 @@ def wait_deployed(
         dep = cast(Deployment, (yield from perform(get_deployment(name), target, retries)))
         if dep.running:
             return dep
-        if dep.status not in ("PENDING", "UPDATING"):
+        if dep.status not in (PENDING, UPDATING):
             raise OpdError(
                 f"deployment {name} is {dep.status}" + (f": {dep.message}" if dep.message else ""),
                 fix=f"undeploy it (`opd undeploy {name}`) and deploy the model again",

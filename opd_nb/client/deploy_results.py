@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from opd_nb.constants import RUNNING, UNKNOWN
+from opd_nb.constants import DELETED, FAILED, PENDING, RUNNING, UNKNOWN
 from opd_nb.results import ResultMixin
 from opd_nb.views.terminal_table import WholeNamesTable
 from opd_nb.wire.base import json_object, json_objects
@@ -22,7 +22,7 @@ from opd_nb.wire.deployments import DeploymentListing, DeploymentOutput
 from opd_nb.wire.inference import ChatCompletion
 
 _HEAD = ("deployment", "status", "model", "capacity", "created")
-_COLOR = {"RUNNING": "green", "FAILED": "red", "PENDING": "yellow", "DELETED": "white"}
+_COLOR = {RUNNING: "green", FAILED: "red", PENDING: "yellow", DELETED: "white"}
 
 
 class Deployment(ResultMixin, DeploymentOutput):
@@ -48,7 +48,7 @@ class Deployment(ResultMixin, DeploymentOutput):
     def __str__(self) -> str:
         cap = f" capacity {self.capacity}" if self.capacity is not None else ""
         src = f" ({self.model_name})" if self.model_name and self.model_name != self.deployed_model else ""
-        why = f": {self.message}" if self.message and self.status == "FAILED" else ""
+        why = f": {self.message}" if self.message and self.status == FAILED else ""
         return f"{self.deployed_model} {self.status}{cap}{src}{why}"
 
     def _repr_html_(self) -> str:

@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import JsonValue
 
+from opd_nb.constants import LOCAL_HOST
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body
 from opd_nb.loopback import bearer_token, guard, same_key
@@ -73,9 +74,9 @@ class StudentEndpoint:
         self.tokens: set[str] = set()  # the api keys of the rollouts under way
         self.model_name = model_name
         self.port = free_port()
-        app = guard(self._app(tokenizer, max_total), "127.0.0.1", self.port)  # the Host/Origin check
+        app = guard(self._app(tokenizer, max_total), LOCAL_HOST, self.port)  # the Host/Origin check
         self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+            uvicorn.Config(app, host=LOCAL_HOST, port=self.port, log_level="warning", lifespan="off")
         )
         self.thread = threading.Thread(target=self.server.run, name="opd-student-openai", daemon=True)
         self.thread.start()
@@ -84,7 +85,7 @@ class StudentEndpoint:
             if time.time() > deadline or not self.thread.is_alive():
                 raise EngineError("the local student endpoint did not start")
             time.sleep(0.01)
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.base_url = f"http://{LOCAL_HOST}:{self.port}/v1"
 
     def _app(self, tokenizer: PreTrainedTokenizerBase, max_total: int) -> FastAPI:
         app = FastAPI()

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from opd_nb import settings
+from opd_nb.constants import LOCAL_HOST
 from opd_nb.errors import OpdError
 from opd_nb.functions.log_cap import keep_own_log_under
 
@@ -89,7 +90,7 @@ def classpath_to_module(classpath: str) -> str:
     return f"{module}.{classname}"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = LOCAL_HOST) -> int:
     """A port the OS says is free right now on `host`."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -160,7 +161,7 @@ class FunctionServer:
         log_path.parent.mkdir(parents=True, exist_ok=True)
 
         child_env = _server_env(code_dir, func_type, processor, port, env)
-        cmd = [sys.executable, "-m", "opd_nb.functions.server", SDK_SERVER_APP, "--host", "127.0.0.1"]
+        cmd = [sys.executable, "-m", "opd_nb.functions.server", SDK_SERVER_APP, "--host", LOCAL_HOST]
         cmd += [
             "--port",
             str(port),
@@ -178,7 +179,7 @@ class FunctionServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        server = cls(process, f"http://127.0.0.1:{port}", log_path, func_type, processor)
+        server = cls(process, f"http://{LOCAL_HOST}:{port}", log_path, func_type, processor)
         server._wait_healthy(startup_timeout)
         return server
 
@@ -276,7 +277,7 @@ def _guarded_app(argv: list[str]) -> tuple[Any, str, int, str]:
 
     parser = argparse.ArgumentParser(prog="python -m opd_nb.functions.server")
     parser.add_argument("app", help="module:attribute, as uvicorn takes it")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default=LOCAL_HOST)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, choices=[1], default=1)
     parser.add_argument("--log-level", default="info")

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from opd_nb.constants import FAILED, PENDING, RUNNING
+from opd_nb.constants import FAILED, LOCAL_HOST, PENDING, RUNNING
 from opd_nb.server.errors import ApiError
 from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.models import ResolvedModel
@@ -108,7 +108,7 @@ class DeploymentEndpoints:
                 f"deployment {name!r} is {row['status']}: {row['message'] or 'its process is gone'}; "
                 f"undeploy it and deploy {row['model_name']!r} again",
             )
-        return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
+        return Endpoint(f"http://{LOCAL_HOST}:{row['port']}/v1", row["token"], name)
 
     def _base(self, model: str, resolved: ResolvedModel) -> Endpoint:
         name = "base-" + hashlib.sha1(resolved.path.encode()).hexdigest()[:12]
@@ -131,7 +131,7 @@ class DeploymentEndpoints:
                 self._launch(self.store.put_deployment(row))
             self._used[name] = time.monotonic()
         row = self._wait_ready(name)
-        return Endpoint(f"http://127.0.0.1:{row['port']}/v1", row["token"], name)
+        return Endpoint(f"http://{LOCAL_HOST}:{row['port']}/v1", row["token"], name)
 
     def _wait_ready(self, name: str) -> dict[str, Any]:
         while True:

@@ -14,12 +14,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opd_nb.constants import CANCELED, FAILED, SUCCEEDED
 from opd_nb.health.rules import HealthAlert
 from opd_nb.trackers.backends import SAMPLE_COLUMNS
 from opd_nb.trackers.records import RunInfo
 
 _REFUSED = re.compile(r"[^\w\-. :/]")
-RUN_STATUS = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "CANCELED": "KILLED"}
+RUN_STATUS = {SUCCEEDED: "FINISHED", FAILED: "FAILED", CANCELED: "KILLED"}  # MLflow's words for ours
 MAX_PARAM = 6000  # MLflow's longest param value
 
 

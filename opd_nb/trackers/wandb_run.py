@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from opd_nb.constants import SUCCEEDED
 from opd_nb.health.rules import HealthAlert
 from opd_nb.trackers.backends import SAMPLE_COLUMNS
 from opd_nb.trackers.records import RunInfo
@@ -82,7 +83,7 @@ class Run:
 
     def finish(self, status: str, summary: dict[str, Any]) -> None:
         self._run.summary.update({"final_status": status, **summary})
-        self._run.finish(exit_code=0 if status == "SUCCEEDED" else 1)
+        self._run.finish(exit_code=0 if status == SUCCEEDED else 1)
 
     def where(self) -> str:
         return self._where
