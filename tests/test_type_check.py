@@ -72,3 +72,12 @@ def test_a_class_missing_part_of_the_estimator_protocol_is_a_type_error(tmp_path
     assert f"my_estimator.py:{bad_line}:" in out and '"loss" is not present' in out, out
     assert f"my_estimator.py:{good_line}:" not in out, out
     assert "1 error" in out, out
+
+
+def test_the_package_says_it_is_typed_for_its_users_checkers():
+    """PEP 561: a user's mypy or pyright reads opd-nb's annotations only when the installed package ships
+    ``py.typed`` (the wheel holds every file of the package folder)."""
+    from importlib.resources import files
+
+    marker = files("opd_nb").joinpath("py.typed")
+    assert marker.is_file() and marker.read_bytes() == b""
