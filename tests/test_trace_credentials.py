@@ -98,6 +98,13 @@ def _export(steps: list[str]) -> bytes:
     return encode_spans(mem.get_finished_spans()).SerializeToString()
 
 
+def _sample_id(span: object) -> str:
+    from opd_nb.traces import ids
+
+    attrs = {a.key: a.value.string_value for a in span.attributes}  # type: ignore[attr-defined]
+    return attrs.get(ids.SAMPLE_ID_KEY, "")
+
+
 def _post(server: object, token: str, body: bytes) -> httpx.Response:
     url = server.base_url + "/otlp/v1/traces"  # type: ignore[attr-defined]
     return httpx.post(url, content=body, headers={**PB, "Authorization": f"Bearer {token}"}, timeout=60)
@@ -144,12 +151,15 @@ def _wait_step_traced(api: str, job_id: str, step: int) -> None:
 def test_a_finished_jobs_token_is_refused_and_forged_steps_change_no_file_or_metrics_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from otlp_receiver import OtlpReceiver
+
     from opd_nb.server import start
 
     monkeypatch.setenv("OPD_ROLLOUTS_KEEP_STEPS", "2")  # retention at work within 5 steps
     data_dir = tmp_path / "data"
     ws, spy = _held_workspace(tmp_path, hold="3", train_rows=40)  # 5 steps; step 3 waits for the gate
-    server = start(data_dir=data_dir)
+    collector = OtlpReceiver()  # the user's --otlp-forward: it gets the job's spans, never forged ones
+    server = start(data_dir=data_dir, otlp_forward=collector.url)
     try:
         api = server.api_base
         job_id = _submit(server, ws)
@@ -169,6 +179,11 @@ def test_a_finished_jobs_token_is_refused_and_forged_steps_change_no_file_or_met
         assert count == 50 * 2, why
         assert _files(data_dir, job_id) == before
         assert max(_metric_steps(api, job_id)) <= 2
+        # the user's collector gets the job's exports (in order), never one that named a step it has not run
+        assert _rejected(_post(server, token, _export(["step 2-99"]))) == (0, "")  # after the forged ones
+        wait_until(lambda: "step 2-99" in {_sample_id(s) for s in collector.spans}, 60, "the forward")
+        forwarded = {_sample_id(span) for span in collector.spans}
+        assert not forwarded & {"step 999999999-0", "step -1-0", "step 1000-1", "step 1049-1"}, forwarded
 
         (spy / "go").touch()
         job = wait_until(
@@ -189,6 +204,7 @@ def test_a_finished_jobs_token_is_refused_and_forged_steps_change_no_file_or_met
         assert _files(data_dir, job_id) == final and max(_metric_steps(api, job_id)) == 5
     finally:
         server.stop()
+        collector.close()
     # a restarted server refuses it too (its signing secret is new, and the job's end is in the store)
     server = start(data_dir=data_dir)
     try:

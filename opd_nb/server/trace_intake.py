@@ -4,7 +4,8 @@ One :class:`TraceIntake` per server. It gives each job's worker the OTLP endpoin
 (:meth:`worker_env`), accepts an export (:meth:`accept`: the token names the job; each span finds its
 step and rollout sample by the SDK's baggage ids, :mod:`opd_nb.traces.ids`), appends the spans to the
 job's files (:mod:`opd_nb.server.store_traces`), folds a train step's numbers into its metrics row
-(:mod:`opd_nb.traces.summary`) and hands the body on to ``--otlp-forward``. Spans that belong to no
+(:mod:`opd_nb.traces.summary`) and hands the body on to ``--otlp-forward`` (not one that names a step the
+job has not run: that export is not its function servers'). Spans that belong to no
 call of the job (the function server's own HTTP spans) are dropped.
 
 A token ends with its job: once the job is SUCCEEDED, FAILED, CANCELED or deleted its exports are a 401
@@ -88,9 +89,9 @@ class TraceIntake:
             decoded = decode(body, kind)
         except ValueError as exc:
             raise Refused(400, "InvalidParameter", str(exc)) from None
-        self._store(job.job_id, decoded, last_step(job))
-        if self.forwarder is not None:
-            self.forwarder.send(body, kind)
+        foreign = self._store(job.job_id, decoded, last_step(job))
+        if self.forwarder is not None and not foreign:  # an export naming a step the job has not run is
+            self.forwarder.send(body, kind)  # not its function servers': the user's collector never sees it
         return response_body(decoded, kind), kind
 
     def _job_of(self, token: str | None) -> JobRecord:
@@ -110,8 +111,10 @@ class TraceIntake:
             )
         return job
 
-    def _store(self, job_id: str, decoded: Decoded, last: int) -> None:
-        """Append each step's spans to its file and fold a train step's; spans past `last` are refused."""
+    def _store(self, job_id: str, decoded: Decoded, last: int) -> int:
+        """Append each step's spans to its file and fold a train step's; spans past `last` are refused
+        (their count is returned)."""
+        foreign = 0
         by_trace: dict[str, SampleRef] = {}
         for s in decoded.spans:  # each span's ids read once (the SDK stamps them on every span)
             if s.trace_id not in by_trace and (ref := s.sample()) is not None:
@@ -123,6 +126,7 @@ class TraceIntake:
                 groups.setdefault((ref.kind, ref.step), []).append(s)
             elif ref is not None or SAMPLE_ID_KEY in s.attributes:  # ours, but no step the job has run
                 decoded.rejected += 1
+                foreign += 1
                 decoded.reason = (
                     f"a span names a step the job has not run (train 1-{last}, evaluation 0-{last})"
                 )
@@ -134,6 +138,7 @@ class TraceIntake:
                 decoded.reason = f"step {step} holds as many spans as opd serve keeps for one step"
             if kind == "train":
                 self._fold(job_id, step, spans[: added.kept], added.new_file)
+        return foreign
 
     def _fold(self, job_id: str, step: int, spans: list[Span], new_file: bool) -> None:
         """Add spans to the step's running numbers and write them into its metrics row."""
