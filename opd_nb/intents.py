@@ -28,7 +28,7 @@ class WatchRequest(ResultMixin):
     target: Target
     guard: GuardThresholds | None = None  # the monitor starts with its guard switch on, at these
     report_to: tuple[str, ...] = ()  # trackers the monitor writes the jobs to (`--report-to`)
-    notify: bool = False  # a webhook was asked for (`--notify`; its URL stays with the terminal's watcher)
+    notify: bool = False  # `--notify` given: its URL stays in the CLI (invoke() hands none back)
 
     def to_payload(self) -> dict[str, Any]:
         return {

@@ -29,6 +29,7 @@ from opd_nb.cli._argv import normalize
 from opd_nb.cli._output import echo, error, handing_back
 from opd_nb.cli.notebook_only import CELL_COMMANDS
 from opd_nb.errors import OpdError
+from opd_nb.intents import WatchRequest
 
 __all__ = ["app", "main", "invoke", "invoke_cell", "command"]
 
@@ -63,7 +64,19 @@ def _run_for_magic(cmd: Any, args: list[str], prog_name: str) -> Any:
         raise OpdError(_message(exc), exit_code=getattr(exc, "exit_code", 2)) from None
     if isinstance(rv, int) and not isinstance(rv, bool):
         return None  # an exit code (e.g. after --help)
-    return rv
+    return _hand_back(rv)
+
+
+def _hand_back(result: Any) -> Any:
+    """The result `invoke()` returns; the one thing a caller cannot be handed is a watch with a webhook.
+
+    `--notify`'s URL and signing secret never go into a result, so a handed-back watch (the notebook's
+    monitor) could not post to them and would stay silent: such a watch runs here, in a terminal, or in
+    a detached watcher (`--detach`), which gets them in its environment.
+    """
+    if isinstance(result, WatchRequest) and result.notify:
+        raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
+    return result
 
 
 def invoke(argv: list[str], *, prog_name: str = "%opd") -> Any:

@@ -31,16 +31,11 @@ if TYPE_CHECKING:
 
 
 def _monitor(request: WatchRequest) -> Any:
-    """The monitor, its guard switch on with `--guard`.
-
-    A monitor lives in the kernel and ends with it, while `--notify` promises alerts after the notebook
-    is closed: only a detached watcher keeps that promise, so here `--notify` needs `--detach`.
-    """
+    """The monitor, its guard switch on with `--guard` (a watch with `--notify` is never handed back
+    to the notebook: see ``opd_nb.cli._hand_back``)."""
     from opd_nb.client import JobClient
     from opd_nb.notebook.monitor import JobMonitor
 
-    if request.notify:
-        raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
     guard = request.guard if request.guard is not None else False
     monitor = JobMonitor(
         list(request.job_ids), JobClient(request.target), guard=guard, report_to=request.report_to
