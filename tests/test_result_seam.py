@@ -37,7 +37,7 @@ def test_the_cli_never_asks_where_it_runs_nor_imports_the_notebook() -> None:
         for node in ast.walk(_tree(path)):
             name = getattr(node, "id", None) or getattr(node, "attr", None)
             if name in ("in_magic", "set_magic", "_HANDED_BACK") and path.name != "_output.py":
-                problems.append(f"{path.name}:{node.lineno} reads {name}")
+                problems.append(f"{path.name}:{getattr(node, 'lineno', 0)} reads {name}")
             if isinstance(node, ast.ImportFrom | ast.Import):
                 modules = (
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]

@@ -174,19 +174,12 @@ def submit_cmd(
     from opd_nb.spec.sets import parse_sets
 
     client = _client(local, cloud, workspace)
-    changes = parse_sets(sets or [])
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
-    common = {
-        "config": config,
-        "sets": changes,
-        "fresh": fresh,
-        "smoke": smoke,
-        "no_check": no_check,
-        **overrides,
-    }
+    common = {"config": config, "sets": parse_sets(sets or []), "fresh": fresh, "smoke": smoke}
+    common.update(no_check=no_check, **overrides)
     if dry_run:
         return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
-    # the gate's warnings, before sending (the result's notes carry them too)
+    # the gate's warnings go to `note` before sending (the result's notes carry them too)
     result = submit(workspace, client.target, yes=yes, client=client, on_note=note, **common)
     if watch and not as_json:
         return emit(result, present=lambda: _submit_and_watch(client, result))
