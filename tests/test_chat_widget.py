@@ -75,7 +75,7 @@ def test_a_failed_turn_is_rolled_back_and_shown(client):
 def test_magic_verbs_open_the_chat_widget(local_server):
     pytest.importorskip("ipywidgets")
     from opd_nb.cli import invoke
-    from opd_nb.cli.view_requests import ChatRequest
+    from opd_nb.cli.intents import ChatRequest
     from opd_nb.notebook.chat import ChatWidget
     from opd_nb.notebook.views import open_view
 

@@ -336,7 +336,7 @@ def test_the_monitors_guard_switch_cancels_on_an_error_rule_once():
 
 def test_opd_watch_guard_in_a_notebook_opens_the_monitor_with_its_switch_on():
     from opd_nb.cli import invoke
-    from opd_nb.cli.view_requests import WatchRequest
+    from opd_nb.cli.intents import WatchRequest
 
     request = invoke(["watch", "ft-202612020000-abcd", "--local", "http://127.0.0.1:9", "--guard",
                       "--guard-valid-token-steps", "5"])  # fmt: skip

@@ -125,7 +125,7 @@ def test_cloud_says_the_console_shows_trajectories(local_server, viewed_job) -> 
 
 def test_the_magic_opens_the_viewer(local_server, viewed_job) -> None:
     from opd_nb.cli import invoke
-    from opd_nb.cli.view_requests import RolloutsRequest
+    from opd_nb.cli.intents import RolloutsRequest
     from opd_nb.notebook.rollout_viewer import RolloutViewer
     from opd_nb.notebook.views import open_view
 

@@ -77,7 +77,7 @@ def test_watch_prints_the_valid_token_rate_alert_once(local_server, cut_job) -> 
 
 def test_watch_under_the_magic_is_a_typed_request_that_never_shows_the_key(local_server, monkeypatch) -> None:
     from opd_nb.cli import invoke
-    from opd_nb.cli.view_requests import WatchRequest
+    from opd_nb.cli.intents import WatchRequest
 
     secret = "sk-watch-secret-000"
     monkeypatch.setenv("DASHSCOPE_API_KEY", secret)

@@ -26,7 +26,8 @@ from opd_nb.cli import session as _session  # noqa: F401
 from opd_nb.cli import traces as _traces  # noqa: F401
 from opd_nb.cli._app import NOTEBOOK_PANEL, app
 from opd_nb.cli._argv import normalize
-from opd_nb.cli._output import echo, reset_magic, set_magic
+from opd_nb.cli._output import echo, error, handing_back
+from opd_nb.cli.intents import WatchRequest
 from opd_nb.cli.notebook_only import CELL_COMMANDS
 from opd_nb.errors import OpdError
 
@@ -47,21 +48,35 @@ def command(*, for_magic: bool = False) -> Any:
 
 
 def _run_for_magic(cmd: Any, args: list[str], prog_name: str) -> Any:
-    """Run a click command as the magic does: the typed result back, usage mistakes as OpdError."""
-    token = set_magic(True)
+    """Run a click command as the magic does: the typed result back, usage mistakes as OpdError.
+
+    The one place the CLI hands a result back instead of presenting it (``_output.handing_back``):
+    the caller, not the command, decides how to show it.
+    """
     try:
-        rv = cmd.main(args=args, prog_name=prog_name, standalone_mode=False)
+        with handing_back():
+            rv = cmd.main(args=args, prog_name=prog_name, standalone_mode=False)
     except typer.Abort:
         raise OpdError("aborted") from None
     except typer.Exit:
         return None  # --help (already printed) or an explicit exit
     except typer.TyperException as exc:  # usage errors from the parser
         raise OpdError(_message(exc), exit_code=getattr(exc, "exit_code", 2)) from None
-    finally:
-        reset_magic(token)
     if isinstance(rv, int) and not isinstance(rv, bool):
         return None  # an exit code (e.g. after --help)
-    return rv
+    return _hand_back(rv)
+
+
+def _hand_back(result: Any) -> Any:
+    """The result `invoke()` returns; the one thing a caller cannot be handed is a watch with a webhook.
+
+    `--notify`'s URL and signing secret never go into a result, so a handed-back watch (the notebook's
+    monitor) could not post to them and would stay silent: such a watch runs here, in a terminal, or in
+    a detached watcher (`--detach`), which gets them in its environment.
+    """
+    if isinstance(result, WatchRequest) and result.notify:
+        raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
+    return result
 
 
 def invoke(argv: list[str], *, prog_name: str = "%opd") -> Any:
@@ -104,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = command().main(args=normalize(args), prog_name="opd", standalone_mode=False)
     except OpdError as exc:
-        typer.secho(f"error: {exc}", err=True, fg="red")
+        error(str(exc))
         sys.exit(exc.exit_code)
     except typer.Abort:
         echo("aborted", err=True)

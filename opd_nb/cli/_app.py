@@ -56,5 +56,6 @@ def _root() -> None:
 def version() -> None:
     """Print the opd-nb version."""
     from opd_nb._version import __version__
+    from opd_nb.cli._output import echo
 
-    typer.echo(__version__)
+    echo(__version__)

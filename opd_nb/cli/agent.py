@@ -17,7 +17,7 @@ import typer
 from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import emit, foreground
 from opd_nb.cli._secrets import API_KEY, secret
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt
 from opd_nb.errors import OpdError
@@ -78,7 +78,7 @@ def mcp_cmd(
     deploy, eval, ...) and resources over stdio, as agents start it (see `opd mcp config`)."""
     if ctx.invoked_subcommand is not None:
         return None
-    if in_magic():
+    if not foreground():
         raise OpdError("`opd mcp` is started by a coding agent, not in a notebook",
                        fix="run `opd mcp config --for claude-code` (or codex, qwen-code, cursor) in a terminal")  # fmt: skip
     _require_sdk()

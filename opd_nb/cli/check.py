@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import echo, emit, in_magic, print_result
+from opd_nb.cli._output import echo, emit, print_result
 from opd_nb.constants import DEFAULT_LOCAL_API
 
 SetOpt = Annotated[
@@ -56,18 +56,18 @@ def check_cmd(
     report = check(
         workspace, target, base_url=base_url, tokenizer_path=tokenizer, config=config, sets=changes
     )
-    if not as_json and not in_magic() and report.ok:
-        print_result(report)
-        _print_estimate(workspace, config, changes)
-        return emit(None)
-    return emit(report, exit_code=0 if report.ok else 1, as_json=as_json)
+    if as_json or not report.ok:
+        return emit(report, exit_code=0 if report.ok else 1, as_json=as_json)
+    return emit(report, present=lambda: _print_clean(report, workspace, config, changes))
 
 
-def _print_estimate(workspace: Path, config: str, sets: dict) -> None:
-    """After a clean check, the job's size (`opd estimate`), so the price of a start is in view."""
+def _print_clean(report: object, workspace: Path, config: str, sets: dict) -> None:
+    """A clean check in a terminal: the report, then the job's size (`opd estimate`), so the price of a
+    start is in view."""
     from opd_nb.errors import OpdError
     from opd_nb.estimate import estimate
 
+    print_result(report)
     try:
         echo(str(estimate(workspace, config=config, sets=sets)))
     except OpdError as exc:

@@ -1,21 +1,21 @@
 """`opd deploy|deployments|undeploy|chat`: serve a model and talk to it, on `opd serve` or on Bailian.
 
 The same calls on both control planes (Bailian's deployment API and its compatible-mode chat API);
-``--local [URL]`` / ``--cloud`` pick the target as for the job commands. Under ``%opd``, ``chat``
-opens the chat widget (a view request); the other commands return their typed results.
+``--local [URL]`` / ``--cloud`` pick the target as for the job commands. ``chat`` returns a
+:class:`ChatRequest`: a terminal answers one message or chats on stdin, the notebook opens the chat
+widget; the other commands return their typed results.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._output import echo, emit, note, print_result, write
+from opd_nb.cli.intents import ChatRequest
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
-from opd_nb.cli.view_requests import ChatRequest
 from opd_nb.errors import OpdError
 
 CLOUD_DEPLOY_NOTE = (
@@ -70,8 +70,8 @@ def deploy_cmd(
         echo(CLOUD_DEPLOY_NOTE, err=True)
     dep = client.deploy(model, capacity=capacity, suffix=suffix, yes=yes, **how)
     if not no_wait:
-        if not in_magic() and not as_json:
-            echo(f"deploying {dep.deployed_model} ...", err=True)
+        if not as_json:
+            note(f"deploying {dep.deployed_model} ...")
         dep = client.wait_deployed(dep.deployed_model)
     return emit(dep, as_json=as_json)
 
@@ -114,20 +114,26 @@ def chat_cmd(
 ) -> Any:
     """Chat with a model through the chat API: one message, or interactively (a widget in a notebook)."""
     client = _client(local, cloud)
-    if client.target.kind == "cloud" and not in_magic():
-        echo(CLOUD_CHAT_NOTE, err=True)
-    history = [{"role": "system", "content": system}] if system else []
+    if client.target.kind == "cloud":
+        note(CLOUD_CHAT_NOTE)
     params = {"max_tokens": max_tokens, "temperature": temperature}
-    if in_magic():
-        return ChatRequest(model=name, target=client.target, message=message, system=system, **params)
+    request = ChatRequest(model=name, target=client.target, message=message, system=system, **params)
+    return emit(request, present=lambda: _chat_here(client, request, as_json))
+
+
+def _chat_here(client: Any, request: ChatRequest, as_json: bool) -> None:
+    """The terminal's chat: one message answered as it streams (or as JSON), else a chat on stdin."""
+    name, message = request.model, request.message
+    history = [{"role": "system", "content": request.system}] if request.system else []
+    params = {"max_tokens": request.max_tokens, "temperature": request.temperature}
     if message is None:
-        return _interactive(client, name, history, params)
-    if as_json:
-        return emit(
+        _interactive(client, name, history, params)
+    elif as_json:
+        print_result(
             client.chat(name, [*history, {"role": "user", "content": message}], **params), as_json=True
         )
-    _stream_answer(client, name, [*history, {"role": "user", "content": message}], params)
-    return None
+    else:
+        _stream_answer(client, name, [*history, {"role": "user", "content": message}], params)
 
 
 def _stream_answer(client: Any, name: str, messages: list[dict], params: dict) -> str:
@@ -135,9 +141,8 @@ def _stream_answer(client: Any, name: str, messages: list[dict], params: dict) -
     pieces = []
     for piece in client.chat_stream(name, messages, **params):
         pieces.append(piece)
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
+        write(piece)
+    write("\n")
     return "".join(pieces)
 
 
@@ -157,7 +162,7 @@ def _interactive(client: Any, name: str, history: list[dict], params: dict) -> N
             echo("(history cleared)", err=True)
             continue
         history.append({"role": "user", "content": line})
-        sys.stdout.write(f"{name}> ")
+        write(f"{name}> ")
         try:
             answer = _stream_answer(client, name, history, params)
         except OpdError as exc:

@@ -2,8 +2,9 @@
 
 Scoring is the workspace's own reward function (as in training), else exact match against
 ``rollout_extra.solution`` (pure distillation). In a terminal a progress bar (rich) runs on stderr and the
-result is a table (``--json``: ``{"models": [...], "rows": [...]}``); under ``%opd`` the eval view
-opens and runs it in the background. On Bailian every row costs a paid call: ``--cloud`` says how
+result is a table (``--json``: ``{"models": [...], "rows": [...]}``). The command's result is an
+:class:`EvalRequest`: a terminal runs it there and then, the notebook opens the eval view, which runs
+it in the background. On Bailian every row costs a paid call: ``--cloud`` says how
 many and needs ``--yes``.
 """
 
@@ -17,9 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import console, echo, emit, in_magic
+from opd_nb.cli._output import console, echo, emit, print_result
+from opd_nb.cli.intents import EvalRequest
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
-from opd_nb.cli.view_requests import EvalRequest
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -72,7 +73,7 @@ def eval_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Answer the workspace's validation rows with each model and score them; rows that differ first."""
-    from opd_nb.evaluation import evaluate, require_eval_consent
+    from opd_nb.evaluation import require_eval_consent
     from opd_nb.spec.job import workspace_config
 
     workspace = workspace_config(workspace)[0]  # the folder, or its config file
@@ -80,17 +81,23 @@ def eval_cmd(
     notice = require_eval_consent(client.target.kind, workspace, model, rows, yes)
     if notice:
         echo(f"note: {notice}", err=True)
-    if in_magic():
-        return EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens, yes)
+    request = EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens, yes)
+    return emit(request, present=lambda: _evaluate_here(client, request, as_json))
+
+
+def _evaluate_here(client: Any, request: EvalRequest, as_json: bool) -> None:
+    """The terminal's eval: a progress bar on stderr, then the table (or JSON)."""
+    from opd_nb.evaluation import evaluate
+
     with _progress() as tick:
         result = evaluate(
-            workspace,
-            model,
+            Path(request.workspace),
+            list(request.models),
             client=client,
-            rows=rows,
-            concurrency=concurrency,
-            max_tokens=max_tokens,
+            rows=request.rows,
+            concurrency=request.concurrency,
+            max_tokens=request.max_tokens,
             progress=tick,
-            yes=yes,
+            yes=request.yes,
         )
-    return emit(result, as_json=as_json)
+    print_result(result, as_json=as_json)

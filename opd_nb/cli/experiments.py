@@ -1,4 +1,8 @@
-"""`opd sweep` (one variable, one job per value, functions registered once) and `opd compare`."""
+"""`opd sweep` (one variable, one job per value, functions registered once) and `opd compare`.
+
+A submitted sweep is a :class:`SweepRequest` (its jobs, and the target to follow them on): a terminal
+prints it, the notebook opens the multi-job monitor. A comparison is the core's ``Comparison``.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._output import emit, note, print_result
+from opd_nb.cli.intents import SweepRequest
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
-from opd_nb.cli.view_requests import CompareRequest, SweepRequest
 
 if TYPE_CHECKING:
     from opd_nb.client import SubmitResult
@@ -55,9 +59,8 @@ def sweep_cmd(
 
     def progress(point: SweepPoint, result: SubmitResult) -> None:
         notes = "; ".join(str(f.get("note")) for f in result.functions)
-        echo(f"submitted {point.label}: {result.job_id}" + (f" ({notes})" if notes else ""), err=True)
+        note(f"submitted {point.label}: {result.job_id}" + (f" ({notes})" if notes else ""))
 
-    quiet = in_magic() or as_json
     result = run_sweep(
         str(workspace),
         param,
@@ -67,12 +70,13 @@ def sweep_cmd(
         yes=yes,
         fresh=fresh,
         config=config,
-        on_submitted=None if quiet else progress,
-        on_note=None if quiet else (lambda line: echo(line, err=True)),
+        on_submitted=None if as_json else progress,
+        on_note=None if as_json else note,
     )
-    if in_magic() and isinstance(result, SweepResult) and not as_json:  # the notebook's multi-job monitor
-        return SweepRequest(sweep=result, target=client.target)
-    return emit(result, as_json=as_json)
+    if not isinstance(result, SweepResult):  # a dry run's plan
+        return emit(result, as_json=as_json)
+    sweep = SweepRequest(sweep=result, target=client.target)
+    return emit(sweep, present=lambda: print_result(result, as_json=as_json))
 
 
 @app.command("compare")
@@ -85,7 +89,4 @@ def compare_cmd(
     """Jobs side by side: status, steps, differing parameters, metrics, best checkpoints, the winner."""
     from opd_nb.experiments import compare_jobs
 
-    comparison = compare_jobs(_client(local, cloud), job_ids)
-    if in_magic() and not as_json:  # the notebook shows the table with the overlaid curves
-        return CompareRequest(comparison=comparison)
-    return emit(comparison, as_json=as_json)
+    return emit(compare_jobs(_client(local, cloud), job_ids), as_json=as_json)

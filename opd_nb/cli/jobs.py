@@ -10,9 +10,9 @@ import typer
 
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
-from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._output import echo, emit, note, print_result
 from opd_nb.cli._secrets import NOTIFY_SECRET, NOTIFY_URL, secret
-from opd_nb.cli.view_requests import WatchRequest
+from opd_nb.cli.intents import WatchRequest
 from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
 from opd_nb.errors import OpdError
@@ -186,28 +186,25 @@ def submit_cmd(
     from opd_nb.spec.sets import parse_sets
 
     client = _client(local, cloud, workspace)
-    changes = parse_sets(sets or [])
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
-    common = {
-        "config": config,
-        "sets": changes,
-        "fresh": fresh,
-        "smoke": smoke,
-        "no_check": no_check,
-        **overrides,
-    }
+    common = {"config": config, "sets": parse_sets(sets or []), "fresh": fresh, "smoke": smoke}
+    common.update(no_check=no_check, **overrides)
     if dry_run:
         return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
-    show = None if in_magic() else (lambda line: echo(line, err=True))  # the gate's warnings, before sending
-    result = submit(workspace, client.target, yes=yes, client=client, on_note=show, **common)
-    if in_magic():  # the notebook opens the job monitor on it (with this client: result.client)
-        return WatchRequest(job_ids=(result.job_id,), target=client.target, submitted=result)
+    # the gate's warnings go to `note` before sending (the result's notes carry them too)
+    result = submit(workspace, client.target, yes=yes, client=client, on_note=note, **common)
     if watch and not as_json:
-        echo(str(result))
-        with client:
-            job = watch_terminal(client, result.job_id, _hooks(client, result.job_id))
-        return emit(job, exit_code=_exit_code(job))
+        return emit(result, present=lambda: _submit_and_watch(client, result))
     return emit(result, as_json=as_json)
+
+
+def _submit_and_watch(client: Any, result: Any) -> None:
+    """`opd submit --watch` in a terminal: the submit line, then the job followed until it ends."""
+    echo(str(result))
+    with client:
+        job = watch_terminal(client, result.job_id, _hooks(client, result.job_id))
+    print_result(job)
+    raise typer.Exit(_exit_code(job))
 
 
 @app.command("jobs")
@@ -257,8 +254,14 @@ def logs_cmd(
 
         return emit(search_logs(client, job_id, search, tail), as_json=as_json)
     page = client.logs(job_id, offset=offset, lines=lines)
-    if not follow or in_magic():
+    if not follow:
         return emit(page, as_json=as_json)
+    return emit(page, as_json=as_json, present=lambda: _follow_logs(client, job_id, page, lines))
+
+
+def _follow_logs(client: Any, job_id: str, page: Any, lines: int) -> None:
+    """`opd logs -f` in a terminal: print each page as it comes until the job ends (exit 0 only if it
+    succeeded). A caller that takes the result back gets the first page; the notebook's monitor follows."""
     while True:
         for line in page.lines:
             echo(line)
@@ -267,7 +270,7 @@ def logs_cmd(
             rest = client.logs(job_id, offset=page.next_offset, lines=10000)
             for line in rest.lines:
                 echo(line)
-            return emit(None, exit_code=_exit_code(job))
+            raise typer.Exit(_exit_code(job))
         if len(page.lines) < lines:
             time.sleep(1.0)
         page = client.logs(job_id, offset=page.next_offset, lines=lines)
@@ -323,21 +326,18 @@ def watch_cmd(
         hooks.reporter = Reporter(client, job_id, parse_report_to(report_to))
     if detach:
         return emit(_detach(client, job_id, hooks, notify, notify_secret), as_json=as_json)
-    if in_magic():  # the notebook opens the job monitor on it, its guard switch on with --guard
-        if hooks.notifier is not None:
-            raise OpdError("in a notebook, --notify runs in a background watcher", fix="add --detach")
-        return WatchRequest(
-            job_ids=(job_id,),
-            target=client.target,
-            guard=thresholds if guard else None,
-            report_to=tuple(hooks.reporter.names) if hooks.reporter else (),
-        )
-    job = _follow(client, job_id, hooks, as_json)
-    return emit(job, exit_code=_exit_code(job), as_json=as_json)
+    request = WatchRequest(
+        job_ids=(job_id,),
+        target=client.target,
+        guard=thresholds if guard else None,
+        report_to=tuple(hooks.reporter.names) if hooks.reporter else (),
+        notify=hooks.notifier is not None,
+    )
+    return emit(request, present=lambda: _watch_here(client, job_id, hooks, as_json))
 
 
-def _follow(client: Any, job_id: str, hooks: Hooks, as_json: bool) -> Any:
-    """The foreground watch, to the job's end (JSON: its alerts on stderr)."""
+def _watch_here(client: Any, job_id: str, hooks: Hooks, as_json: bool) -> None:
+    """`opd watch` in a terminal: follow the job in the foreground, exit 0 only if it succeeded."""
     with client:  # one connection pool for every poll, closed when the watch ends
         if as_json:
             poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
@@ -345,7 +345,8 @@ def _follow(client: Any, job_id: str, hooks: Hooks, as_json: bool) -> Any:
         job = watch_terminal(client, job_id, hooks)
         if job.status == SUCCEEDED:  # ends by naming the best checkpoint (the docs' rule)
             echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
-    return job
+    print_result(job, as_json=as_json)
+    raise typer.Exit(_exit_code(job))
 
 
 def _notifier(url: str | None, fmt: str | None, secret: str | None) -> Any:
@@ -427,10 +428,16 @@ def cancel_cmd(
     """Cancel a job (a running local job stops within a few seconds); on Bailian, says what was billed so far."""
     client = _client(local, cloud)
     job = client.cancel(job_id)
-    hooks = _hooks(client, job_id)
-    if hooks.meter is not None and not as_json and not in_magic():
-        echo(hooks.meter.line(client.get(job_id)))
-    return emit(job, as_json=as_json)
+    meter = _hooks(client, job_id).meter
+    if meter is None or as_json:
+        return emit(job, as_json=as_json)
+    return emit(job, present=lambda: _billed_then(meter.line(client.get(job_id)), job))
+
+
+def _billed_then(line: str, job: Any) -> None:
+    """A cancel on Bailian in a terminal: what was billed so far, then the job."""
+    echo(line)
+    print_result(job)
 
 
 @app.command("delete")

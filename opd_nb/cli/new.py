@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import emit, interactive
 
 
 @app.command("new")
@@ -39,7 +38,7 @@ def new(
     """Create a workspace: config.yaml, data, submit_job.py, tests, and the functions the mode needs."""
     from opd_nb.workspace.new import DEFAULT_STUDENT, DEFAULT_TEACHER, create
 
-    if not no_input and not in_magic() and not as_json and sys.stdin.isatty() and sys.stdout.isatty():
+    if not no_input and not as_json and interactive():
         from pathlib import Path
 
         name = (

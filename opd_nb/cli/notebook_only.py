@@ -1,22 +1,23 @@
 """`form`, `playground` and `config-cell`: the notebook-only verbs, parsed like every other command.
 
 They live in the one Typer app so that the parser checks their arguments and generates their help.
-Under ``%opd`` each returns a typed view request (``opd_nb.cli.view_requests``) that the notebook
-turns into its widget; in a terminal each says in one line that it needs a notebook (exit 2).
+Each returns a typed intent (``opd_nb.cli.intents``): the notebook turns it into its widget (and reads
+the workspace then), a terminal says in one line that it needs a notebook (exit 2).
 ``config-cell`` is what the ``%%opd config [PATH]`` cell magic runs: the magic passes the cell
 body in through the hidden ``--body`` option.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
 
 from opd_nb.cli._app import NOTEBOOK_PANEL, app
-from opd_nb.cli._output import emit, in_magic
-from opd_nb.cli.view_requests import ConfigCellRequest, FormRequest, PlaygroundRequest
+from opd_nb.cli._output import emit
+from opd_nb.cli.intents import ConfigCellRequest, FormRequest, PlaygroundRequest
 from opd_nb.errors import OpdError
 
 CELL_COMMANDS = {"config": "config-cell"}  # `%%opd VERB` -> the command that takes the cell body
@@ -34,9 +35,15 @@ WorkspaceArg = Annotated[
 ]
 
 
-def _notebook_only(verb: str, what: str, magic: str) -> OpdError:
-    """The one-line answer a terminal gets for a verb that only a notebook can show."""
-    return OpdError(f"`opd {verb}` is {what}: run `{magic}` in Jupyter after `%load_ext opd_nb`", exit_code=2)
+def _notebook_only(verb: str, what: str, magic: str) -> Callable[[], None]:
+    """How a terminal presents a verb that only a notebook can show: one line, exit 2."""
+
+    def refuse() -> None:
+        raise OpdError(
+            f"`opd {verb}` is {what}: run `{magic}` in Jupyter after `%load_ext opd_nb`", exit_code=2
+        )
+
+    return refuse
 
 
 @app.command("form", hidden=True, rich_help_panel=NOTEBOOK_PANEL)
@@ -52,12 +59,8 @@ def form_cmd(
     Every hyper-parameter of the spec table, the preflight rules re-run on each edit, and a diff on
     save (only changed lines are written, comments kept).
     """
-    if not in_magic():
-        raise _notebook_only("form", "a notebook widget", "%opd form [WORKSPACE]")
-    from opd_nb.spec.job import workspace_config
-
-    folder, config = workspace_config(workspace, config)
-    return emit(FormRequest(workspace=str(folder), config=config, target=target))
+    request = FormRequest(workspace=str(workspace), config=config, target=target)
+    return emit(request, present=_notebook_only("form", "a notebook widget", "%opd form [WORKSPACE]"))
 
 
 @app.command("playground", hidden=True, rich_help_panel=NOTEBOOK_PANEL)
@@ -74,13 +77,11 @@ def playground_cmd(
     Scores one candidate answer, or a JSONL batch, with the workspace's own reward function, in a
     fresh subprocess (your latest edits run; a crash never touches the kernel).
     """
-    if not in_magic():
-        raise _notebook_only("playground", "a notebook widget", "%opd playground [WORKSPACE]")
-    from opd_nb.spec.job import workspace_config
-
-    folder, _ = workspace_config(workspace)
+    request = PlaygroundRequest(
+        workspace=str(workspace), processor_class=processor_class, concurrency=concurrency
+    )
     return emit(
-        PlaygroundRequest(workspace=str(folder), processor_class=processor_class, concurrency=concurrency)
+        request, present=_notebook_only("playground", "a notebook widget", "%opd playground [WORKSPACE]")
     )
 
 
@@ -97,11 +98,5 @@ def config_cell_cmd(
     The cell body is a config.yaml: the spec and the preflight rules check it, the findings are
     shown, and it is written to PATH only if there are no errors.
     """
-    if not in_magic():
-        raise _notebook_only("config-cell", "a cell magic", "%%opd config [PATH]")
-    if body is None:
-        raise OpdError(
-            "`config-cell` checks a cell's YAML body",
-            fix="start a cell with `%%opd config [PATH]` and put the YAML of config.yaml below it",
-        )
-    return emit(ConfigCellRequest(body=body, path=path, target=target))
+    request = ConfigCellRequest(body=body, path=path, target=target)
+    return emit(request, present=_notebook_only("config-cell", "a cell magic", "%%opd config [PATH]"))

@@ -1,9 +1,10 @@
 """`opd rollouts JOB`: what the student wrote at a step, each token shaded by how much the teacher disagrees.
 
 In a terminal it prints the step's completions (user text as rich ``Text``, never markup); with
-``--json`` it prints ``{"job_id", "step", "kind", "steps", "rollouts"}``; under ``%opd`` it returns a
-:class:`RolloutsRequest` that the notebook opens as the rollout viewer. A control plane without
-the endpoint (Bailian) is one line that points at the console's trajectory view.
+``--json`` it prints ``{"job_id", "step", "kind", "steps", "rollouts"}``. The result is a
+:class:`RolloutsRequest`: a terminal fetches and prints that step, the notebook opens the rollout
+viewer on it. A control plane without the endpoint (Bailian) is one line that points at the
+console's trajectory view.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Annotated, Any
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import emit, print_result
+from opd_nb.cli.intents import RolloutsRequest
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
-from opd_nb.cli.view_requests import RolloutsRequest
 from opd_nb.client.rollout_results import SORTS
 from opd_nb.errors import OpdError
 
@@ -49,17 +50,21 @@ def rollouts_cmd(
     if sort not in SORTS:
         raise OpdError(f"--sort must be one of {', '.join(SORTS)}, not {sort!r}", fix="--sort reward_desc")
     client = _client(local, cloud)
-    if in_magic():  # the notebook opens the rollout viewer on it
-        return RolloutsRequest(
-            job_id=job_id, target=client.target, step=step, kind=kind, sort=sort, limit=limit
-        )
-    page = client.rollouts(job_id, step=step, kind=kind, limit=limit)
+    request = RolloutsRequest(
+        job_id=job_id, target=client.target, step=step, kind=kind, sort=sort, limit=limit
+    )
+    return emit(request, present=lambda: _print_rollouts(client, request, as_json))
+
+
+def _print_rollouts(client: Any, request: RolloutsRequest, as_json: bool) -> None:
+    """The terminal's side: the step's samples in `request.sort` order, or one line for Bailian."""
+    page = client.rollouts(request.job_id, step=request.step, kind=request.kind, limit=request.limit)
     if page is None:
         from opd_nb.client.rollout_results import CLOUD_NOTE
 
         raise OpdError(
-            f"no recorded rollouts for {job_id} here. {CLOUD_NOTE}",
+            f"no recorded rollouts for {request.job_id} here. {CLOUD_NOTE}",
             fix="open the job in the Bailian console, or run it on a local `opd serve`",
             exit_code=1,
         )
-    return emit(page.sorted(sort), as_json=as_json)
+    print_result(page.sorted(request.sort), as_json=as_json)

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from opd_nb import settings
 from opd_nb.cli._app import app
-from opd_nb.cli._output import echo, emit, in_magic
+from opd_nb.cli._output import echo, emit, foreground
 from opd_nb.cli._secrets import API_KEY, OTLP_HEADER, secret, warn_if_typed
 from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
@@ -309,7 +309,7 @@ def serve(
     as_json: JsonFlag = False,
 ) -> Any:
     """Run the local Bailian-compatible control plane that the unmodified dashscope SDK talks to."""
-    action = action or ("start" if in_magic() else "run")
+    action = action or ("run" if foreground() else "start")
     if action not in ACTIONS:
         raise OpdError(f"unknown action {action!r}", fix=f"use one of: {', '.join(ACTIONS)}")
     options = ServeOptions(

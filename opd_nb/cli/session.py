@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from opd_nb.cli._app import app
-from opd_nb.cli._output import emit, in_magic
+from opd_nb.cli._output import emit, print_result
 
 
 @app.command("test")
@@ -54,5 +54,7 @@ def use_cmd(
 
     if kind == "local" and not base_url:
         base_url = running_server_api()
-    info = use_target(kind, base_url, shell_exports=not in_magic())
-    return emit(info, as_json=as_json)
+    info = use_target(kind, base_url, shell_exports=True)
+    # The export line is for a shell: a command cannot change its shell's environment, while a caller
+    # that takes the result back (the kernel under `%opd use`) is the process whose environment changed.
+    return emit(info.model_copy(update={"exports": []}), present=lambda: print_result(info, as_json=as_json))

@@ -3,9 +3,10 @@
 A magic is ``shlex`` plus the CLI parser: ``%opd LINE`` runs ``opd_nb.cli.invoke(shlex.split(LINE))``
 and ``%%opd LINE`` + body runs ``opd_nb.cli.invoke_cell``, so options are checked and ``--help`` is
 written by the parser, notebook-only verbs (``form``, ``playground``, ``%%opd config``) included.
-The command's typed result is returned for Jupyter to render; a view request becomes its widget
-(``opd_nb.notebook.views``). User mistakes (``OpdError``) become a one-line ``UsageError``: no
-traceback. Loading the extension imports nothing heavy: the CLI is imported on first use.
+The command's typed result (the one a terminal presents) goes through the notebook's one mapping of
+result types to views (``opd_nb.notebook.views``): a watch becomes the monitor, the rest render
+themselves. User mistakes (``OpdError``) become a one-line ``UsageError``: no traceback. Loading the
+extension imports nothing heavy: the CLI is imported on first use.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _split(line: str) -> list[str]:
 
 
 def _run(parse: Callable[[], Any]) -> Any:
-    """Run a parsed command and open the view it asks for; user mistakes as one UsageError line."""
+    """Run a parsed command and show its result as its view; user mistakes as one UsageError line."""
     from opd_nb.errors import OpdError
     from opd_nb.notebook.views import open_view
 

@@ -1,9 +1,10 @@
-"""Typed "open this view" results: what a command returns under ``%opd`` when the answer is a widget.
+"""Typed intents: what a command returns when its answer is something to follow or browse, not a value.
 
-The CLI never imports the notebook layer (the notebook imports the CLI, for its parser), so a
-command cannot build a widget itself. Under the magic it returns one of these requests instead,
-and ``opd_nb.notebook.views`` turns each into its widget, branching on the type. In a terminal the
-same commands either do the work themselves (``opd watch``) or say that they need a notebook.
+``opd watch JOB`` answers "watch this job on that control plane", ``opd rollouts JOB`` "this job's
+samples at that step": the same typed result on every surface. Each front end decides how to present
+it: a terminal follows the watch or prints the step (``opd_nb.cli``), the notebook opens the live view
+that pages on its own (``opd_nb.notebook.views``, the one mapping of result types to widgets, which
+imports them from here: the notebook sits on the CLI's floor above, as its parser's caller).
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ from typing import TYPE_CHECKING, Any
 from opd_nb.results import ResultMixin
 
 if TYPE_CHECKING:  # the client imports httpx: not at parser-build time
-    from opd_nb.client import SubmitResult, Target
-    from opd_nb.experiments import Comparison, SweepResult
+    from opd_nb.client import Target
+    from opd_nb.experiments import SweepResult
     from opd_nb.health.rules import GuardThresholds
 
 
 @dataclass(frozen=True)
 class WatchRequest(ResultMixin):
-    """Open the job monitor on `job_ids` over `target` (after `submitted`, for `%opd submit`)."""
+    """Follow `job_ids` over `target` until they end, with the guard and trackers asked for."""
 
     job_ids: tuple[str, ...]
     target: Target
-    submitted: SubmitResult | None = None
     guard: GuardThresholds | None = None  # the monitor starts with its guard switch on, at these
     report_to: tuple[str, ...] = ()  # trackers the monitor writes the jobs to (`--report-to`)
+    notify: bool = False  # `--notify` given: its URL stays in the CLI (invoke() hands none back)
 
     def to_payload(self) -> dict[str, Any]:
         return {
@@ -35,9 +36,9 @@ class WatchRequest(ResultMixin):
             "job_ids": list(self.job_ids),
             "target": self.target.kind,
             "base_url": self.target.base_url,
-            "submitted": self.submitted.to_payload() if self.submitted is not None else None,
             "guard": self.guard is not None,
             "report_to": list(self.report_to),
+            "notify": self.notify,
         }
 
     def __str__(self) -> str:
@@ -46,7 +47,7 @@ class WatchRequest(ResultMixin):
 
 @dataclass(frozen=True)
 class RolloutsRequest(ResultMixin):
-    """Open the rollout viewer on `job_id` over `target`, at `step` (None: the latest) and `kind`."""
+    """Browse the recorded samples of `job_id` over `target`, at `step` (None: the latest) and `kind`."""
 
     job_id: str
     target: Target
@@ -74,7 +75,7 @@ class RolloutsRequest(ResultMixin):
 
 @dataclass(frozen=True)
 class TracesRequest(ResultMixin):
-    """Open the trajectory view on `job_id` over `target`: `step` (None: the latest), one record's
+    """Browse the spans of `job_id` over `target`: `step` (None: the latest), one record's
     `group`/`sample` when given."""
 
     job_id: str
@@ -105,19 +106,19 @@ class TracesRequest(ResultMixin):
 
 @dataclass(frozen=True)
 class FormRequest(ResultMixin):
-    """Open the config form over `config` in `workspace`, checked against `target`'s rules."""
+    """Edit `config` of `workspace` (a folder or its config file), checked against `target`'s rules."""
 
     workspace: str
     config: str = "config.yaml"
     target: str | None = None  # None: the target the kernel points at (`%opd use`)
 
     def __str__(self) -> str:
-        return f"config form for {self.workspace}/{self.config}"
+        return f"config form for {self.config} of {self.workspace}"
 
 
 @dataclass(frozen=True)
 class PlaygroundRequest(ResultMixin):
-    """Open the reward playground for `workspace` (scoring with `processor_class`, or its own)."""
+    """Try `workspace`'s reward (scoring with `processor_class`, or its own) on candidate answers."""
 
     workspace: str
     processor_class: str | None = None
@@ -131,7 +132,7 @@ class PlaygroundRequest(ResultMixin):
 class ConfigCellRequest(ResultMixin):
     """Check the ``%%opd config`` cell's YAML `body`; write it to `path` only if it has no errors."""
 
-    body: str = field(repr=False)
+    body: str | None = field(repr=False)  # None: the command ran without a cell
     path: str = "."
     target: str | None = None  # None: the target the kernel points at (`%opd use`)
 
@@ -141,7 +142,7 @@ class ConfigCellRequest(ResultMixin):
 
 @dataclass(frozen=True)
 class SweepRequest(ResultMixin):
-    """Open the multi-job monitor on a submitted sweep's jobs (overlaid, live) over `target`."""
+    """Follow a submitted sweep's jobs together over `target` (the sweep does not carry its key)."""
 
     sweep: SweepResult
     target: Target
@@ -154,21 +155,8 @@ class SweepRequest(ResultMixin):
 
 
 @dataclass(frozen=True)
-class CompareRequest(ResultMixin):
-    """Show a comparison of jobs: the side-by-side table and the overlaid curves."""
-
-    comparison: Comparison
-
-    def to_payload(self) -> dict[str, Any]:
-        return {"view": "compare", **self.comparison.to_payload()}
-
-    def __str__(self) -> str:
-        return str(self.comparison)
-
-
-@dataclass(frozen=True)
 class ChatRequest(ResultMixin):
-    """Open the chat widget on `model` (a deployment or a base model) over `target`."""
+    """Talk to `model` (a deployment or a base model) over `target`."""
 
     model: str
     target: Target
@@ -191,7 +179,7 @@ class ChatRequest(ResultMixin):
 
 @dataclass(frozen=True)
 class EvalRequest(ResultMixin):
-    """Open the eval view: answer `workspace`'s validation rows with each of `models` over `target`."""
+    """Answer `workspace`'s validation rows with each of `models` over `target`, and score them."""
 
     workspace: str
     models: tuple[str, ...]
