@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 import opd_nb.cli
-from opd_nb import intents
-from opd_nb.cli import _output, command, invoke
+from opd_nb.cli import _output, command, intents, invoke
 from opd_nb.cli._argv import normalize
 
 CLI = Path(opd_nb.cli.__file__).parent

@@ -127,6 +127,12 @@ def note(line: str) -> None:
         echo(line, err=True)
 
 
+def in_notebook_source() -> bool:
+    """Whether the command's line is saved in a notebook's source (a ``%opd`` line, run under ``invoke()``)
+    rather than typed in a terminal: the one thing a typed secret's warning words differently."""
+    return _HANDED_BACK.get()
+
+
 def interactive() -> bool:
     """Whether a command may ask the user questions: a terminal on stdin and stdout that it owns.
 

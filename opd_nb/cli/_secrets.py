@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from opd_nb import settings
-from opd_nb.cli._output import echo, in_magic
+from opd_nb.cli._output import echo, in_notebook_source
 from opd_nb.errors import OpdError
 
 
@@ -50,7 +50,10 @@ def warn_if_typed(ctx: typer.Context, option: SecretOption) -> None:
     """The one-line warning on stderr when `option` came from the command line (never its value)."""
     if typed(ctx, option):
         echo(
-            settings.on_command_line(option.flag, option.var, option.file_flag, notebook=in_magic()), err=True
+            settings.on_command_line(
+                option.flag, option.var, option.file_flag, notebook=in_notebook_source()
+            ),
+            err=True,
         )
 
 

@@ -341,9 +341,10 @@ def _watch_here(client: Any, job_id: str, hooks: Hooks, as_json: bool) -> None:
     with client:  # one connection pool for every poll, closed when the watch ends
         if as_json:
             poll_s = POLL_S if client.target.kind == "local" else 2.0  # a guard acts within a step locally
-            return wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
-        job = watch_terminal(client, job_id, hooks)
-        if job.status == SUCCEEDED:  # ends by naming the best checkpoint (the docs' rule)
+            job = wait_reporting_alerts(client, job_id, lambda line: echo(line, err=True), hooks, poll_s)
+        else:
+            job = watch_terminal(client, job_id, hooks)
+        if job.status == SUCCEEDED and not as_json:  # ends by naming the best checkpoint (the docs' rule)
             echo(best_checkpoint_line(client.checkpoints(job_id), client.metrics(job_id)))
     print_result(job, as_json=as_json)
     raise typer.Exit(_exit_code(job))
