@@ -1,8 +1,13 @@
-"""The one typed table of OPD hyper-parameters and resources.
+"""The one typed table of OPD hyper-parameters and resources: the fields of :class:`HyperParameters`
+(``TrainingPlan``'s) and :class:`Resources`.
 
 The SDK knows no hyper-parameter keys at all (it passes everything through and the service ignores
-what it does not know), so this table is the only schema there is. It feeds the checks, the CLI, the
-notebook form, the typed job (:mod:`opd_nb.spec.training_plan`) and the docs. Sources: the Bailian OPD
+what it does not know), so this model is the only schema there is. Each field declares a key once: its
+type (a Literal is its value set), default, description and :class:`Row` (group, range, documented
+values, small/large presets). ``PARAMS`` is derived from it, and every surface reads that: ``--set``
+(:mod:`opd_nb.spec.sets`), the notebook form, the preflight (through :class:`Written`, which also knows
+which keys the user wrote), the typed job (:mod:`opd_nb.spec.training_plan`) the engine holds, and
+``submit_job.py``'s generated key list (:mod:`opd_nb.workspace.template_keys`). Sources: the Bailian OPD
 training-configuration page (field names, the 4 groups, the documented starting points: learning_rate
 1e-6, cosine, gspo, n_epochs 1, n_rollouts 8, batch_size 128, save_steps 100 / save_total_limit 3, MTU4 x
 24) and the engine reference (verl/vLLM meaning of each key). "small" is a starting point for a <=14B
