@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from opd_nb.spec.hyperparams import HP, PARAMS_BY_NAME, RS, params_in
+from opd_nb.spec.hyperparams import HP, RS, Written, params_in
 from opd_nb.workspace.new import template_dir
 
 BEGIN = "# <generated from opd-nb's hyper-parameter table: python -m opd_nb.workspace.template_keys --write>"
@@ -39,7 +39,8 @@ def _wrapped(name: str, items: Iterable[str], close: str) -> list[str]:
 
 def render() -> str:
     """The generated block of the model as it is (marker lines included, final newline)."""
-    defaults = ", ".join(f'"{name}": {PARAMS_BY_NAME[name].default!r}' for name in SMOKE_SIZES)
+    left_out = Written({})  # what a config that leaves the key out gets
+    defaults = ", ".join(f'"{name}": {left_out.get(name)!r}' for name in SMOKE_SIZES)
     lines = [
         BEGIN,
         *_wrapped("HYPER_PARAMETERS", (f'"{p.name}"' for p in params_in(HP)), ")"),
