@@ -23,7 +23,7 @@ from opd_nb.engine.api import EngineError
 from opd_nb.errors import OpdError
 from opd_nb.notebook.form import UNSET
 from opd_nb.spec import hyperparams
-from opd_nb.spec.hyperparams import HP, HyperParameters, Resources, Row, hp, rows_of
+from opd_nb.spec.hyperparams import HP, HyperParameters, Resources, Row, param, rows_of
 from opd_nb.spec.sets import full_key, parse_sets
 from opd_nb.workspace import template_keys
 
@@ -146,10 +146,10 @@ def test_each_surface_takes_names_defaults_and_choices_from_the_model(surface, t
 class Changed(HyperParameters):
     """The model with one value set and one default changed (a held-out edit in the one place)."""
 
-    save_strategy: Literal["steps", "epoch", "no", "best"] = hp(  # pyright: ignore[reportIncompatibleVariableOverride]
+    save_strategy: Literal["steps", "epoch", "no", "best"] = param(  # pyright: ignore[reportIncompatibleVariableOverride]
         "steps", "When to save checkpoints.", group="evaluation", small="steps", large="steps"
     )
-    batch_size: int = hp(256, "Prompts per training step.", group="throughput", ge=1, small=32, large=128)
+    batch_size: int = param(256, "Prompts per training step.", group="throughput", ge=1, small=32, large=128)
 
 
 @pytest.fixture()

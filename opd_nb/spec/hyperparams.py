@@ -105,7 +105,7 @@ def _num(x: float) -> str:
 
 @dataclass(frozen=True)
 class Row:
-    """What the table says of one field beyond its type, default and description (see :func:`hp`)."""
+    """What the table says of one field beyond its type, default and description (see :func:`param`)."""
 
     group: str
     choices: tuple[Any, ...] | None = None  # for a `str` field; a Literal field's values are its choices
@@ -120,7 +120,7 @@ class Row:
     form: str | None = None
 
 
-def hp(default: Any, help_: str, *, group: str, **row: Any) -> Any:
+def param(default: Any, help_: str, *, group: str, **row: Any) -> Any:
     """One field of the table: its default, its description, and its :class:`Row` (pydantic keeps the row
     in the field's metadata and does not validate by it: the reading in ``training_plan`` does, per target)."""
     info = Field(default, description=help_)
@@ -143,7 +143,7 @@ class HyperParameters(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     # algorithm
-    algorithm: str = hp(
+    algorithm: str = param(
         "gspo",
         "Policy-optimisation loss for the task-reward term (gspo: group sequence PO); "
         "unused by pure distillation.",
@@ -153,7 +153,7 @@ class HyperParameters(BaseModel):
         small="gspo",
         large="gspo",
     )
-    kl_loss_coef: float | None = hp(
+    kl_loss_coef: float | None = param(
         None,
         "Accepted but not consumed by OPD: the teacher, not a KL penalty, keeps the "
         "student on track; leave it out.",
@@ -162,7 +162,7 @@ class HyperParameters(BaseModel):
         consumed_by_opd=False,
     )
     # optimisation
-    learning_rate: float = hp(
+    learning_rate: float = param(
         1e-6,
         "Peak learning rate; start at 1e-6 (distillation refines existing skills, "
         "large rates break the output format). Write 1.0e-6 in YAML, not 1e-6.",
@@ -172,21 +172,21 @@ class HyperParameters(BaseModel):
         small=1e-6,
         large=1e-6,
     )
-    lr_scheduler_type: LrSchedule = hp(
+    lr_scheduler_type: LrSchedule = param(
         "cosine",
         "Learning-rate schedule after warm-up.",
         group="optimisation",
         small="cosine",
         large="cosine",
     )
-    lr_warmup_steps: int = hp(
+    lr_warmup_steps: int = param(
         0, "Steps of linear warm-up from 0 to learning_rate.", group="optimisation", ge=0, small=0, large=10
     )
-    n_epochs: int = hp(
+    n_epochs: int = param(
         1, "Passes over the training set.", group="optimisation", ge=1, le=100, small=1, large=1
     )
     # throughput
-    batch_size: int = hp(
+    batch_size: int = param(
         128,
         "Prompts per training step; batch_size x n_rollouts samples are generated per step.",
         group="throughput",
@@ -194,7 +194,7 @@ class HyperParameters(BaseModel):
         small=32,
         large=128,
     )
-    n_rollouts: int = hp(
+    n_rollouts: int = param(
         8,
         "Samples per prompt; use >= 2 with a reward (a group of 1 has zero advantage).",
         group="throughput",
@@ -203,7 +203,7 @@ class HyperParameters(BaseModel):
         small=8,
         large=8,
     )
-    ppo_mini_batch_size: int = hp(
+    ppo_mini_batch_size: int = param(
         64,
         "Sequences per optimiser update; must be <= batch_size x n_rollouts.",
         group="throughput",
@@ -211,7 +211,7 @@ class HyperParameters(BaseModel):
         small=64,
         large=256,
     )
-    max_length: int = hp(
+    max_length: int = param(
         4096,
         "Longest prompt + response in tokens; longer samples are cut.",
         group="throughput",
@@ -220,7 +220,7 @@ class HyperParameters(BaseModel):
         small=2048,
         large=8192,
     )
-    max_prompt_length: int = hp(
+    max_prompt_length: int = param(
         1024,
         "Longest prompt in tokens; longer prompts are cut or dropped.",
         group="throughput",
@@ -230,7 +230,7 @@ class HyperParameters(BaseModel):
         large=2048,
     )
     # evaluation and saving
-    eval_steps: int = hp(
+    eval_steps: int = param(
         10,
         "Evaluate on the validation set every N steps; train >= 3 x eval_steps before judging a trend.",
         group="evaluation",
@@ -238,7 +238,7 @@ class HyperParameters(BaseModel):
         small=5,
         large=20,
     )
-    save_steps: int = hp(
+    save_steps: int = param(
         100,
         "Save a checkpoint every N steps (with save_strategy: steps).",
         group="evaluation",
@@ -246,10 +246,10 @@ class HyperParameters(BaseModel):
         small=50,
         large=100,
     )
-    save_strategy: SaveStrategy = hp(
+    save_strategy: SaveStrategy = param(
         "steps", "When to save checkpoints.", group="evaluation", small="steps", large="steps"
     )
-    save_total_limit: int = hp(
+    save_total_limit: int = param(
         3,
         "Keep at most N checkpoints (the oldest are removed).",
         group="evaluation",
@@ -258,7 +258,7 @@ class HyperParameters(BaseModel):
         large=5,
     )
     # teacher serving (vLLM engine arguments of the teacher deployment)
-    opd_teacher_max_model_len: int = hp(
+    opd_teacher_max_model_len: int = param(
         8192,
         "Teacher context in tokens; keep >= max_length or tail tokens "
         "lose their teacher score (valid_token_rate < 1).",
@@ -269,7 +269,7 @@ class HyperParameters(BaseModel):
         small=8192,
         large=16384,
     )
-    opd_teacher_max_num_batched_tokens: int = hp(
+    opd_teacher_max_num_batched_tokens: int = param(
         8192,
         "Teacher tokens per scheduler batch; raise it with opd_teacher_max_model_len.",
         group="teacher",
@@ -278,7 +278,7 @@ class HyperParameters(BaseModel):
         small=8192,
         large=16384,
     )
-    opd_teacher_gpu_memory_utilization: float = hp(
+    opd_teacher_gpu_memory_utilization: float = param(
         0.9,
         "Share of teacher GPU memory for weights + KV cache; lower it when memory is tight.",
         group="teacher",
@@ -294,7 +294,7 @@ class Resources(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    charge_type: str = hp(
+    charge_type: str = param(
         "mtu_postpaid",
         "Billing mode of the training units (mtu_postpaid: pay after use).",
         group="billing",
@@ -305,7 +305,7 @@ class Resources(BaseModel):
         small="mtu_postpaid",
         large="mtu_postpaid",
     )
-    mtu_spec_code: str = hp(
+    mtu_spec_code: str = param(
         "MTU4",
         "Model training unit (MTU) spec.",
         group="billing",
@@ -316,7 +316,7 @@ class Resources(BaseModel):
         small="MTU4",
         large="MTU4",
     )
-    mtu_capacity: int = hp(24, "Number of training units.", group="billing", ge=1, small=24, large=48)
+    mtu_capacity: int = param(24, "Number of training units.", group="billing", ge=1, small=24, large=48)
 
 
 HP: Section = "hyper_parameters"
@@ -338,7 +338,7 @@ def _listed(values: tuple[Any, ...] | None) -> list[Any] | None:
 
 
 def rows_of(model: type[BaseModel], section: Section) -> list[ParamSpec]:
-    """The table rows a model's fields declare (see :func:`hp`), in field order."""
+    """The table rows a model's fields declare (see :func:`param`), in field order."""
     rows: list[ParamSpec] = []
     for name, info in model.model_fields.items():
         row = next(m for m in info.metadata if isinstance(m, Row))
