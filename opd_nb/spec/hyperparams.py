@@ -309,9 +309,8 @@ class Resources(BaseModel):
         "MTU4",
         "Model training unit (MTU) spec.",
         group="billing",
-        documented=(
-            "MTU4",
-        ),  # seed 002: "mtu_spec_code 指定规格（如 MTU4）" (type-IV units, 24 for qwen3.5-9b)
+        # seed 002: "mtu_spec_code 指定规格（如 MTU4）" (type-IV units, 24 for qwen3.5-9b)
+        documented=("MTU4",),
         form=r"MTU\d+",
         small="MTU4",
         large="MTU4",
