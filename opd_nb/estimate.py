@@ -24,7 +24,7 @@ from opd_nb.dataset_scan import scan_jsonl
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import effective_job
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.hyperparams import Written
 from opd_nb.spec.job import workspace_config
 from opd_nb.spec.training_plan import steps_per_epoch, training_steps
 
@@ -145,9 +145,7 @@ class Estimate(ResultMixin, BaseModel):
 
 
 def _int_hp(hp: dict[str, Any], name: str) -> int:
-    value = hp.get(name)
-    if value is None:
-        value = PARAMS_BY_NAME[name].default
+    value = Written(hp).get(name)
     try:
         return int(float(value))
     except (TypeError, ValueError):
@@ -185,13 +183,13 @@ def _shape(hp: dict[str, Any]) -> dict[str, int]:
 
 
 def _resources(res: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
-    capacity = res.get("mtu_capacity", PARAMS_BY_NAME["mtu_capacity"].default)
+    written = Written(res)
+    capacity = written.get("mtu_capacity")
     try:
         units = int(capacity) if capacity is not None else None
     except (TypeError, ValueError):
         units = None
-    charge = res.get("charge_type", PARAMS_BY_NAME["charge_type"].default)
-    spec = res.get("mtu_spec_code", PARAMS_BY_NAME["mtu_spec_code"].default)
+    charge, spec = written.get("charge_type"), written.get("mtu_spec_code")
     return charge, spec, units
 
 

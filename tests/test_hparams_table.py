@@ -12,12 +12,15 @@ import pytest
 from opd_nb.engine import hparams
 from opd_nb.engine.api import EngineError
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, value_problem
+from opd_nb.spec.training_plan import TrainingPlan
+
+ENGINE_KEYS = tuple(TrainingPlan.model_fields)  # the engine's plan holds the job's TrainingPlan whole
 
 
 def test_the_engine_reads_its_keys_defaults_from_the_table() -> None:
-    defaults = hparams.cloud_defaults()
-    assert set(defaults) == set(hparams.ENGINE_KEYS) <= set(PARAMS_BY_NAME)
-    assert defaults == {name: PARAMS_BY_NAME[name].default for name in hparams.ENGINE_KEYS}
+    defaults = hparams.resolve({}, student_params=1).hp.model_dump()
+    assert set(defaults) == set(ENGINE_KEYS) <= set(PARAMS_BY_NAME)
+    assert defaults == {name: PARAMS_BY_NAME[name].default for name in ENGINE_KEYS}
     plan = hparams.resolve({}, student_params=1)
     assert plan.batch_size == PARAMS_BY_NAME["batch_size"].default
     assert plan.teacher_max_model_len == PARAMS_BY_NAME["opd_teacher_max_model_len"].default
@@ -25,7 +28,7 @@ def test_the_engine_reads_its_keys_defaults_from_the_table() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    [n for n in hparams.ENGINE_KEYS if PARAMS_BY_NAME[n].le is not None or PARAMS_BY_NAME[n].ge is not None],
+    [n for n in ENGINE_KEYS if PARAMS_BY_NAME[n].le is not None or PARAMS_BY_NAME[n].ge is not None],
 )
 def test_every_range_of_the_table_is_enforced_with_key_value_and_fix(name: str) -> None:
     spec = PARAMS_BY_NAME[name]
@@ -41,7 +44,7 @@ def test_every_range_of_the_table_is_enforced_with_key_value_and_fix(name: str) 
         assert "(allowed:" in msg and "config.yaml" in msg, msg  # what is allowed, where to fix it
 
 
-@pytest.mark.parametrize("name", [n for n in hparams.ENGINE_KEYS if PARAMS_BY_NAME[n].choices])
+@pytest.mark.parametrize("name", [n for n in ENGINE_KEYS if PARAMS_BY_NAME[n].choices])
 def test_every_choice_list_of_the_table_is_enforced(name: str) -> None:
     with pytest.raises(EngineError) as info:
         hparams.resolve({name: "no-such-choice"}, student_params=1)

@@ -17,7 +17,7 @@ from typing import Any
 from opd_nb.checks.context import CheckContext, as_number
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX
 from opd_nb.errors import OpdError
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.hyperparams import DEFAULTS, Written
 from opd_nb.spec.training_plan import training_steps
 
 KEEP_MIN, KEEP_MAX = 3, 5  # seed 002: "保留 3~5 个权衡空间与回滚需求"
@@ -50,8 +50,7 @@ def _validated(ctx: CheckContext) -> bool:
 
 
 def _strategy(ctx: CheckContext) -> Any:
-    value = ctx.hp.get("save_strategy")
-    return PARAMS_BY_NAME["save_strategy"].default if value is None else value
+    return Written(ctx.hp).get("save_strategy")
 
 
 def _saved_steps(ctx: CheckContext, save: int, limit: int | None) -> tuple[list[int], int] | None:
@@ -202,13 +201,9 @@ def continued_training(ctx: CheckContext, student: str) -> None:
     where = ctx.where(("model", "name"))
     parent, why = _parent_job(ctx, student)
     hp = parent.get("hyper_parameters") if parent else None
-    parent_lr = (
-        _rate(hp.get("learning_rate", PARAMS_BY_NAME["learning_rate"].default))
-        if isinstance(hp, dict)
-        else None
-    )
+    parent_lr = _rate(Written(hp).get("learning_rate")) if isinstance(hp, dict) else None
     if parent is None or parent_lr is None:
-        lower = f"{(lr or PARAMS_BY_NAME['learning_rate'].default) / 2:.1e}"
+        lower = f"{(lr or DEFAULTS.learning_rate) / 2:.1e}"
         ctx.report.add(
             "config.continued-training",
             "info",

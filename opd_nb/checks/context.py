@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.report import CheckReport
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.hyperparams import Written
 from opd_nb.spec.job import JobConfig, KeyPath, ParsedConfig
 from opd_nb.workspace.connection import Target, resolve_connection
 
@@ -61,10 +61,8 @@ class CheckContext:
 
     def hp_value(self, name: str) -> tuple[float | None, bool]:
         """(numeric value, explicitly set) of a hyper-parameter, falling back to the table default."""
-        hp = self.hp
-        if name in hp and hp[name] is not None:
-            return as_number(hp[name]), True
-        return as_number(PARAMS_BY_NAME[name].default), False
+        written = Written(self.hp)
+        return as_number(written.get(name)), written.wrote(name)
 
     def raw_functions(self) -> list[dict[str, Any]]:
         funcs = self.raw.get("functions")

@@ -11,7 +11,7 @@ a warm-up only with a schedule that has one, ``ppo_mini_batch_size`` dividing ``
 from __future__ import annotations
 
 from opd_nb.checks.context import CheckContext
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.hyperparams import POLICY_LOSSES, Written
 from opd_nb.spec.training_plan import training_steps
 
 _HP = ("training", "hyper_parameters")
@@ -38,10 +38,11 @@ def _int(ctx: CheckContext, name: str) -> tuple[int | None, bool]:
 
 
 def _text(ctx: CheckContext, name: str) -> tuple[str | None, bool]:
-    value = ctx.hp.get(name)
-    if isinstance(value, str):
-        return value, True
-    return (PARAMS_BY_NAME[name].default if value is None else None), False
+    written = Written(ctx.hp)
+    value = written.get(name)
+    if not written.wrote(name):
+        return value, False
+    return (value, True) if isinstance(value, str) else (None, False)
 
 
 def _total_steps(ctx: CheckContext) -> int | None:
@@ -169,9 +170,7 @@ def _divisor_near(n: int, want: int) -> int:
 def _algorithm_without_reward(ctx: CheckContext) -> None:
     """`algorithm` set in a job without a reward: the docs say it takes no part in pure distillation."""
     value = ctx.hp.get("algorithm")
-    if (
-        value in (PARAMS_BY_NAME["algorithm"].choices or []) and not ctx.has_reward
-    ):  # gkd (local) is the loss itself
+    if value in POLICY_LOSSES and not ctx.has_reward:  # gkd (local) is the loss itself
         ctx.report.add(
             "config.algorithm-unused",
             "info",

@@ -51,8 +51,8 @@ class Checkpoints:
     def due(self, step: int, epoch_end: bool) -> bool:
         """Whether the save strategy saves after `step` (`epoch_end`: the step ended an epoch)."""
         p = self.plan
-        return (p.save_strategy == "steps" and step % p.save_steps == 0) or (
-            p.save_strategy == "epoch" and epoch_end
+        return (p.hp.save_strategy == "steps" and step % p.hp.save_steps == 0) or (
+            p.hp.save_strategy == "epoch" and epoch_end
         )
 
     def save(self, step: int, epoch: int, cursor: int, metrics: dict[str, float]) -> str:
@@ -95,7 +95,7 @@ class Checkpoints:
         return str(path)
 
     def _retain(self, ck_root: Path) -> None:
-        limit = self.plan.save_total_limit
+        limit = self.plan.hp.save_total_limit
         if not limit:
             return
         cks = sorted(

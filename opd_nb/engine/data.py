@@ -150,15 +150,15 @@ class JobData:
     def __init__(self, job: Any, tokenizer: Any, plan: Any, log: Any):
         self.seed = job.seed
         self.train = tokenize_rows(
-            read_rows(job.train_file), tokenizer, plan.max_prompt_length, job.train_file, log
+            read_rows(job.train_file), tokenizer, plan.hp.max_prompt_length, job.train_file, log
         )
         self.validation: list[Row] = []
         if job.validation_file:
             self.validation = tokenize_rows(
-                read_rows(job.validation_file), tokenizer, plan.max_prompt_length, job.validation_file, log
+                read_rows(job.validation_file), tokenizer, plan.hp.max_prompt_length, job.validation_file, log
             )
-        self.steps_per_epoch = steps_per_epoch(len(self.train), plan.batch_size)
-        self.total_steps = training_steps(len(self.train), plan.batch_size, plan.n_epochs)
+        self.steps_per_epoch = steps_per_epoch(len(self.train), plan.hp.batch_size)
+        self.total_steps = training_steps(len(self.train), plan.hp.batch_size, plan.hp.n_epochs)
 
     def epoch_order(self, epoch: int) -> list[int]:
         """The training rows' order in `epoch`: a permutation of its own generator (not the job's RNG)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel
 
@@ -36,7 +36,7 @@ from opd_nb import settings
 from opd_nb.constants import CLOUD_ESTIMATOR
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.estimators import REGISTRY, unknown_estimator
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.hyperparams import POLICY_LOSSES, PolicyLoss
 from opd_nb.spec.training_plan import HyperParameterError, TrainingPlan
 
 TINY_PARAMS = 50_000_000
@@ -44,68 +44,63 @@ LR_SCALE = 1000.0
 LR_MIN, LR_MAX = 1e-4, 3e-3
 LR_ENV = settings.LOCAL_LR.name  # a local learning rate for every job of this process (after the job's own)
 
-# The keys the local engine reads; their types, ranges, choices and defaults are the spec's table.
-ENGINE_KEYS = (
-    "algorithm",
-    "learning_rate",
-    "lr_scheduler_type",
-    "lr_warmup_steps",
-    "n_epochs",
-    "batch_size",
-    "n_rollouts",
-    "ppo_mini_batch_size",
-    "max_length",
-    "max_prompt_length",
-    "eval_steps",
-    "save_steps",
-    "save_strategy",
-    "save_total_limit",
-    "opd_teacher_max_model_len",
-    "opd_teacher_max_num_batched_tokens",
-)
-POLICY_LOSSES = ("gspo", "grpo")
-
-
-def cloud_defaults() -> dict[str, Any]:
-    """The cloud's defaults (the spec's table) for the keys a job leaves out."""
-    return {name: PARAMS_BY_NAME[name].default for name in ENGINE_KEYS}
-
 
 class Plan(BaseModel):
-    """The resolved local training plan of one job."""
+    """The resolved local training plan of one job: its :class:`TrainingPlan` whole, plus what only the
+    local engine decides (the estimator, the local learning rate, the loss constants)."""
 
+    hp: TrainingPlan  # the job's hyper-parameters as submitted (learning_rate: the cloud's rate)
     estimator: str  # a name in opd_nb.engine.estimators.REGISTRY
-    policy_loss: Literal["gspo", "grpo"]
-    cloud_learning_rate: float
-    learning_rate: float
+    policy_loss: PolicyLoss
+    learning_rate: float  # the local rate (see the module docstring)
     lr_rule: str
-    lr_scheduler_type: Literal["cosine", "linear", "constant", "constant_with_warmup"]
-    lr_warmup_steps: int
-    n_epochs: int
-    batch_size: int
-    n_rollouts: int
-    ppo_mini_batch_size: int
-    max_length: int
-    max_prompt_length: int
-    eval_steps: int
-    save_steps: int
-    save_strategy: Literal["steps", "epoch", "no"]
-    save_total_limit: int | None
-    teacher_max_model_len: int
-    teacher_max_num_batched_tokens: int
     temperature: float = 1.0
     clip_low: float = 3e-4
     clip_high: float = 4e-4
     kl_clamp: float = 10.0
 
     @property
+    def cloud_learning_rate(self) -> float:
+        return self.hp.learning_rate
+
+    @property
+    def teacher_max_model_len(self) -> int:
+        return self.hp.opd_teacher_max_model_len
+
+    @property
+    def teacher_max_num_batched_tokens(self) -> int:
+        return self.hp.opd_teacher_max_num_batched_tokens
+
+    @property
     def updates_per_step(self) -> int:
-        return math.ceil(self.batch_size * self.n_rollouts / self.ppo_mini_batch_size)
+        return self.hp.updates_per_step
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; an update naming a hyper-parameter (``ppo_mini_batch_size=2``) changes the held plan."""
+        update = update or {}
+        mine = {
+            k: v for k, v in update.items() if k in Plan.model_fields or k not in TrainingPlan.model_fields
+        }
+        held = {k: v for k, v in update.items() if k not in mine}
+        if held:
+            mine["hp"] = self.hp.model_copy(update=held)
+        return super().model_copy(update=mine, deep=deep)
+
+    if not TYPE_CHECKING:  # typed code reads ``plan.hp.batch_size``; callers without types may drop ``hp``
+
+        def __getattr__(self, name: str) -> Any:
+            held = self.__dict__.get("hp")
+            if held is not None and name in TrainingPlan.model_fields:  # a Plan field is found before this
+                return getattr(held, name)
+            return super().__getattr__(name)
 
 
-def _estimator(algorithm: str, estimator: str | None) -> tuple[str, str]:
+_POLICY_LOSS: dict[str, PolicyLoss] = {loss: loss for loss in POLICY_LOSSES}
+
+
+def _estimator(algorithm: str, estimator: str | None) -> tuple[str, PolicyLoss]:
     """(estimator, policy loss): `algorithm` picks the policy loss (or names the estimator, local only)."""
-    policy_loss = algorithm if algorithm in POLICY_LOSSES else "gspo"
+    policy_loss = _POLICY_LOSS.get(algorithm, "gspo")
     est = estimator or (algorithm if algorithm in REGISTRY else CLOUD_ESTIMATOR)
     if est not in REGISTRY:
         raise unknown_estimator(est)
@@ -157,34 +152,21 @@ def resolve(
             raise EngineError(str(exc)) from None
     est, policy_loss = _estimator(hp.algorithm, estimator)
     lr, rule = local_learning_rate_rule(hp.learning_rate, student_params, local_learning_rate)
-    local: dict[str, Any] = {
-        "estimator": est,
-        "policy_loss": policy_loss,
-        "cloud_learning_rate": hp.learning_rate,
-        "learning_rate": lr,
-        "lr_rule": rule,
-        "teacher_max_model_len": hp.opd_teacher_max_model_len,
-        "teacher_max_num_batched_tokens": hp.opd_teacher_max_num_batched_tokens,
-    }
-    # every other plan field is the hyper-parameter of the same name
-    shared = {
-        k: getattr(hp, k) for k in Plan.model_fields if k in TrainingPlan.model_fields and k not in local
-    }
-    return Plan(**shared, **local)
+    return Plan(hp=hp, estimator=est, policy_loss=policy_loss, learning_rate=lr, lr_rule=rule)
 
 
 def lr_lambda(plan: Plan, total_steps: int) -> Callable[[int], float]:
     """HF-style schedule multiplier: linear warm-up, then cosine/linear decay to 0, or constant."""
-    warm = plan.lr_warmup_steps
+    warm, schedule = plan.hp.lr_warmup_steps, plan.hp.lr_scheduler_type
 
     def f(step: int) -> float:
         if warm and step < warm:
             return (step + 1) / (warm + 1)
-        if plan.lr_scheduler_type in ("constant", "constant_with_warmup"):
+        if schedule in ("constant", "constant_with_warmup"):
             return 1.0
         span = max(1, total_steps - warm)
         prog = min(1.0, (step - warm) / span)
-        if plan.lr_scheduler_type == "linear":
+        if schedule == "linear":
             return max(0.0, 1.0 - prog)
         return 0.5 * (1.0 + math.cos(math.pi * prog))
 

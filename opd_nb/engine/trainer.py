@@ -123,8 +123,8 @@ def _resolve_plan(job: EngineJob, n_student: int, log: Callable[..., None]) -> h
     )
     log(f"learning rate: cloud {p.cloud_learning_rate:g} -> local {p.learning_rate:g} ({p.lr_rule})")
     log(
-        f"estimator {p.estimator}, policy loss {p.policy_loss}; batch_size={p.batch_size} prompts x "
-        f"n_rollouts={p.n_rollouts} per step, ppo_mini_batch_size={p.ppo_mini_batch_size} sequences per "
+        f"estimator {p.estimator}, policy loss {p.policy_loss}; batch_size={p.hp.batch_size} prompts x "
+        f"n_rollouts={p.hp.n_rollouts} per step, ppo_mini_batch_size={p.hp.ppo_mini_batch_size} sequences per "
         f"update ({p.updates_per_step} update(s) per step); teacher max_model_len={p.teacher_max_model_len}, "
         f"max_num_batched_tokens={p.teacher_max_num_batched_tokens}"
     )
@@ -195,7 +195,7 @@ class Trainer:
         self.plan = p = _resolve_plan(job, m.n_student, self.log)
         self.data = JobData(job, m.tok, p, self.log)
         estimator = make_estimator(p, m.student, m.teacher)
-        self.student_scorer = StudentScorer(m.student, m.s_lean, p.ppo_mini_batch_size)
+        self.student_scorer = StudentScorer(m.student, m.s_lean, p.hp.ppo_mini_batch_size)
         self.teacher_scorer = TeacherScorer(
             m.teacher, m.t_lean, p.teacher_max_num_batched_tokens, estimator.teacher_logprobs
         )
@@ -204,7 +204,7 @@ class Trainer:
         self.metrics_tail: dict[str, float] = {}
         self.best: tuple[float, str] | None = None
         self._t_start, self._steps_here = 0.0, 0  # the loop's start and steps so far (ETA)
-        self.max_total = m.max_total(p.max_length)
+        self.max_total = m.max_total(p.hp.max_length)
         self.sampler = make_sampler(job.sampler, m, self.max_total)
         self.checkpoints = Checkpoints(self.out, job, p, m, self.updater, self.data, events, self.log)
         random.seed(job.seed)
@@ -218,7 +218,7 @@ class Trainer:
         parts = RolloutParts(
             job, m.tok, self.max_total, self.device, self.sampler, self.score_tokens, self.log
         )
-        self.source = rollout_source(parts, p.n_rollouts)
+        self.source = rollout_source(parts, p.hp.n_rollouts)
 
     def log(self, message: str, level: str = "INFO") -> None:
         self.events.log(message, level)
@@ -234,7 +234,7 @@ class Trainer:
         """Rollouts, teacher scores (beside the reward functions), updates and records of one step."""
         t0 = time.perf_counter()
         where = trace_ids.where("train", self.step + 1)  # also the calls' sample ids (their spans' link)
-        got = self.source.collect(rows, self.plan.n_rollouts, self.plan.temperature, where)
+        got = self.source.collect(rows, self.plan.hp.n_rollouts, self.plan.temperature, where)
         metrics: dict[str, Any] = dict(got.metrics)
         b = got.batch
         t1 = time.perf_counter()
@@ -287,11 +287,11 @@ class Trainer:
                 self.emit({"step": 0, "epoch": 0.0, **ev})
                 self.log("before training: " + ", ".join(f"{k}={v:.4f}" for k, v in ev.items()))
         self.log(
-            f"training {data.total_steps} steps ({p.n_epochs} epoch(s) x {data.steps_per_epoch} steps over "
+            f"training {data.total_steps} steps ({p.hp.n_epochs} epoch(s) x {data.steps_per_epoch} steps over "
             f"{len(data.train)} prompts)"
         )
         self._t_start, self._steps_here = time.perf_counter(), 0
-        for epoch in range(start_epoch, p.n_epochs):
+        for epoch in range(start_epoch, p.hp.n_epochs):
             if not self._epoch(epoch, start_cursor if epoch == start_epoch else 0):
                 break
         final = self.checkpoints.publish()
@@ -300,7 +300,7 @@ class Trainer:
             final_checkpoint=final,
             best_checkpoint=self.best[1] if self.best else None,
             steps=self.step,
-            epochs=p.n_epochs,
+            epochs=p.hp.n_epochs,
             metrics_tail=self.metrics_tail,
         )
 
@@ -312,12 +312,12 @@ class Trainer:
             if self.should_stop():
                 self.log(f"stop requested; stopping after step {self.step}/{data.total_steps}", "WARNING")
                 return False
-            rows = [data.train[i] for i in order[cursor : cursor + p.batch_size]]
+            rows = [data.train[i] for i in order[cursor : cursor + p.hp.batch_size]]
             cursor += len(rows)
             metrics = self.train_step(rows, epoch)
             self.step += 1
             self._steps_here += 1
-            if self.step % p.eval_steps == 0 or self.step == data.total_steps:
+            if self.step % p.hp.eval_steps == 0 or self.step == data.total_steps:
                 metrics.update(self.evaluate())
             row = {"step": self.step, "epoch": round(self.step / data.steps_per_epoch, 4), **metrics}
             self.emit(row)
@@ -328,7 +328,7 @@ class Trainer:
 
     def _report(self, row: dict[str, Any], epoch: int) -> None:
         """Progress and ETA every step; a log line at the first, last and every 20th of the steps."""
-        total, n_epochs = self.data.total_steps, self.plan.n_epochs
+        total, n_epochs = self.data.total_steps, self.plan.hp.n_epochs
         eta = (time.perf_counter() - self._t_start) / self._steps_here * (total - self.step)
         self.events.progress(self.step, total, epoch + 1, n_epochs, eta)
         if self.step % max(1, total // 20) == 0 or self.step in (1, total):

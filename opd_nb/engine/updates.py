@@ -65,7 +65,7 @@ class Updater:
         ids_w, tmask, pos = targets_window(b, window)
         valid = tmask & (pos < p.teacher_max_model_len)
         order = torch.randperm(len(b)).tolist()
-        mbs = [order[i : i + p.ppo_mini_batch_size] for i in range(0, len(b), p.ppo_mini_batch_size)]
+        mbs = [order[i : i + p.hp.ppo_mini_batch_size] for i in range(0, len(b), p.hp.ppo_mini_batch_size)]
         need_lp = est.needs_logprobs(adv_task is not None)
         lp_old = ent_old = None
         # later updates are off-policy: freeze the sampling policy's log-probs first

@@ -27,12 +27,12 @@ from opd_nb.constants import (
 )
 from opd_nb.plots.png import metric_series
 from opd_nb.results import ResultMixin
-from opd_nb.spec.hyperparams import PARAMS_BY_NAME
+from opd_nb.spec.hyperparams import DEFAULTS
 
 if TYPE_CHECKING:  # annotations only: the rules run on rows and records, never on a connection
     from opd_nb.client import Checkpoint
 
-DEFAULT_EVAL_STEPS: int = PARAMS_BY_NAME["eval_steps"].default  # when the job does not set eval_steps
+DEFAULT_EVAL_STEPS: int = DEFAULTS.eval_steps  # when the job does not set eval_steps
 FULL_VALID_TOKEN_RATE = 0.999  # below this, the teacher did not score every student token
 PLATEAU_TOLERANCE = 0.05  # a smoothed loss within 5% of its range above the minimum has levelled off
 MAX_TRUNCATED = 0.5  # above this share of truncated samples, the teacher mostly scores unfinished answers

@@ -1,25 +1,26 @@
 """A job's hyper-parameters, typed: read once from what was submitted, then carried whole.
 
-The table (:mod:`opd_nb.spec.hyperparams`) says what each key may be; :class:`TrainingPlan` is one job's
-values of every key, read from a submitted ``hyper_parameters`` mapping the way the service reads it (a
-numeric string such as YAML's ``1e-6`` is its number, a left-out key its default, an unknown key
-ignored), checked against the table and the rules across keys, all problems in one error. The control
-plane reads a job body into it once (``server/bodies.py``), keeps it in the job record, and hands the
-same object to the engine, which adds only its local meaning (``engine/hparams.py``); the client reads
-a job's echoed hyper-parameters into it (leniently: a value another service accepted is not ours to
-refuse). The one steps formula lives here too.
+The table (:class:`opd_nb.spec.hyperparams.HyperParameters`) declares each key and what it may be;
+:class:`TrainingPlan` is that model with the service's reading: one job's values of every key, read from
+a submitted ``hyper_parameters`` mapping the way the service reads it (a numeric string such as YAML's
+``1e-6`` is its number, a left-out key its default, an unknown key ignored), checked against the table
+and the rules across keys, all problems in one error. The control plane reads a job body into it once
+(``server/bodies.py``), keeps it in the job record, and hands the same object to the engine, which holds
+it with only its local meaning added (``engine/hparams.py``); the client reads a job's echoed
+hyper-parameters into it (leniently: a value another service accepted is not ours to refuse). The one
+steps formula and the one updates-per-step formula live here too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, Self
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from opd_nb.constants import CLOUD_ESTIMATOR
-from opd_nb.spec.hyperparams import HP, PARAMS_BY_NAME, ParamSpec, params_in, value_problem
+from opd_nb.spec.hyperparams import HP, HyperParameters, ParamSpec, params_in, value_problem
 
 FIX = "fix training.hyper_parameters in config.yaml"
 _KINDS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
@@ -39,38 +40,12 @@ class HyperParameterError(ValueError):
     """Submitted hyper-parameters the job cannot run with: every problem, with its key, value and fix."""
 
 
-def _default(name: str) -> Any:
-    return PARAMS_BY_NAME[name].default
-
-
-class TrainingPlan(BaseModel):
+class TrainingPlan(HyperParameters):
     """Every hyper-parameter of one job, as it trains (defaults filled in, ``max_prompt_length`` resolved).
 
-    Build it with :meth:`from_submitted` (or validate a mapping: the same reading); a plan's own dump
-    validates back to itself, so it crosses a process as JSON and arrives the same."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    algorithm: str = _default("algorithm")
-    kl_loss_coef: float | None = _default("kl_loss_coef")
-    learning_rate: float = _default("learning_rate")
-    lr_scheduler_type: Literal["cosine", "linear", "constant", "constant_with_warmup"] = _default(
-        "lr_scheduler_type"
-    )
-    lr_warmup_steps: int = _default("lr_warmup_steps")
-    n_epochs: int = _default("n_epochs")
-    batch_size: int = _default("batch_size")
-    n_rollouts: int = _default("n_rollouts")
-    ppo_mini_batch_size: int = _default("ppo_mini_batch_size")
-    max_length: int = _default("max_length")
-    max_prompt_length: int = _default("max_prompt_length")
-    eval_steps: int = _default("eval_steps")
-    save_steps: int = _default("save_steps")
-    save_strategy: Literal["steps", "epoch", "no"] = _default("save_strategy")
-    save_total_limit: int = _default("save_total_limit")
-    opd_teacher_max_model_len: int = _default("opd_teacher_max_model_len")
-    opd_teacher_max_num_batched_tokens: int = _default("opd_teacher_max_num_batched_tokens")
-    opd_teacher_gpu_memory_utilization: float = _default("opd_teacher_gpu_memory_utilization")
+    Its fields are the table's (:class:`~opd_nb.spec.hyperparams.HyperParameters`); this class adds the
+    service's reading. Build it with :meth:`from_submitted` (or validate a mapping: the same reading); a
+    plan's own dump validates back to itself, so it crosses a process as JSON and arrives the same."""
 
     @model_validator(mode="before")
     @classmethod

@@ -61,14 +61,18 @@ START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WO
 STATE_NOTE = ("Functions registered by submit_job.py, reused while the code is unchanged. No secrets. "
               "Delete this file (or pass --fresh) to register again.")
 STALE_CODES = ("FunctionNotFound",)  # what a control plane answers for an entity id it does not know
-# The keys OPD knows under training.hyper_parameters / training.resources (opd-nb's table,
-# opd_nb.spec.hyperparams; a test keeps both equal). The service ignores any other key without a word,
-# so `--set` refuses one instead of submitting a typo.
-HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_type", "lr_warmup_steps", "n_epochs",
-                    "batch_size", "n_rollouts", "ppo_mini_batch_size", "max_length", "max_prompt_length",
-                    "eval_steps", "save_steps", "save_strategy", "save_total_limit", "opd_teacher_max_model_len",
-                    "opd_teacher_max_num_batched_tokens", "opd_teacher_gpu_memory_utilization")
+# The keys OPD knows under training.hyper_parameters / training.resources, and the service's defaults of the
+# sizes a smoke run reads: opd-nb's table (opd_nb.spec.hyperparams), generated; a test keeps both equal. The
+# service ignores any other key without a word, so `--set` refuses one instead of submitting a typo.
+# <generated from opd-nb's hyper-parameter table: python -m opd_nb.workspace.template_keys --write>
+HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_type", "lr_warmup_steps",
+                    "n_epochs", "batch_size", "n_rollouts", "ppo_mini_batch_size", "max_length",
+                    "max_prompt_length", "eval_steps", "save_steps", "save_strategy", "save_total_limit",
+                    "opd_teacher_max_model_len", "opd_teacher_max_num_batched_tokens",
+                    "opd_teacher_gpu_memory_utilization")
 RESOURCES = ("charge_type", "mtu_spec_code", "mtu_capacity")
+DEFAULTS = {"batch_size": 128, "n_epochs": 1, "n_rollouts": 8}  # the service's, when the config leaves them out
+# </generated>
 MAPPINGS = ("model", "training", "training.hyper_parameters", "training.resources")  # never a plain value
 CONFIG_KEYS = ("name", "model", "teacher_model", "functions", "datasets", "training", "observability")  # the SDK's
 TRAINING_KEYS = ("type", "hyper_parameters", "resources")
@@ -79,7 +83,6 @@ SMOKE_SUFFIX = "-smoke"
 SMOKE_SEED = 0
 SMOKE_DIR = "smoke"  # under STATE_DIR
 REQUIRED = (("dashscope", "dashscope"), ("yaml", "PyYAML"), ("dotenv", "python-dotenv"))  # requirements.txt
-DEFAULTS = {"batch_size": 128, "n_epochs": 1, "n_rollouts": 8}  # the service's, when the config leaves them out
 
 
 class UsageError(Exception):
