@@ -33,6 +33,34 @@ CANCEL_REASON_MAX_CHARS = (
 )
 LOCAL_OUTPUT_PREFIX = "opd-local/"  # + job id: a finished local job's finetuned_output (continues training)
 
+# What the workspace's own submit_job.py shares with the package. It runs with only the SDK, so it keeps these
+# as literals in a block generated from here (python -m opd_nb.workspace.template_keys --write; a test checks).
+SUBMIT_RESULT_PROTOCOL = 1  # the version of the result submit_job.py writes to --result-file
+SMOKE_STEPS = 2  # a smoke run's default training rows: enough for this many steps
+SMOKE_VALIDATION_ROWS = 4  # validation rows a smoke run keeps
+SMOKE_SUFFIX = "-smoke"  # appended to a smoke run's job name
+ENTITY_STATE_DIR = (
+    ".opd"  # remembered function entities (also added to FC_ZIP_EXCLUDE_PATTERNS: never zipped)
+)
+ENTITY_STATE_FILE = "entities.json"
+ENTITY_STATE_NOTE = (
+    "Functions registered by submit_job.py, reused while the code is unchanged. No secrets. "
+    "Delete this file (or pass --fresh) to register again."
+)
+SDK_ZIP_EXCLUDES = (  # the default of the SDK's FC_ZIP_EXCLUDE_PATTERNS (dashscope 2.0.2)
+    ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
+    "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data"
+)
+SDK_GENERATED_FILES = ("start.sh",)  # written into zipdir by the SDK for each function just before zipping
+# Environment knobs the SDK bakes into the generated start.sh: part of "what would be zipped".
+SDK_START_SCRIPT_ENV = (
+    "FC_PYPI_LIB",
+    "FC_PYPI_REPO",
+    "FC_SERVER_CLASSPATH",
+    "FC_WORKERS_COUNT",
+    "FC_LAYER_USED",
+)
+
 # The local engine's loss estimators, by name: what `opd check`, the server and the engine accept. The
 # engine's registry (engine/estimators.py: REGISTRY) has a class for each and checks so at import.
 CLOUD_ESTIMATOR = "pg_opd"  # the cloud's (the default)

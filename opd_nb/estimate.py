@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from opd_nb import settings
+from opd_nb.constants import SMOKE_STEPS, SMOKE_SUFFIX, SMOKE_VALIDATION_ROWS
 from opd_nb.dataset_scan import scan_jsonl
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
@@ -29,9 +30,6 @@ from opd_nb.spec.job import workspace_config
 from opd_nb.spec.training_plan import steps_per_epoch, training_steps
 
 PRICE_VAR = settings.PRICE_PER_UNIT_HOUR.name  # money per training unit per hour, in the account's currency
-SMOKE_STEPS = 2  # a smoke run's default training rows: enough for this many steps
-SMOKE_VALIDATION_ROWS = 4  # validation rows a smoke run keeps
-SMOKE_SUFFIX = "-smoke"  # appended to a smoke run's job name
 WALL_CLOCK_NOTE = "wall-clock hours are not known before the job runs; the bill is units x hours, each started hour billed whole"
 
 

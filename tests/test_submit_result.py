@@ -143,3 +143,37 @@ def test_a_workspace_without_submit_job_submits_through_the_sdk_runner(
         assert result.client is client and LEGACY_NOTE not in result.notes
     finally:
         _stop(client, result.job_id)
+
+
+def test_the_result_protocol_is_declared_and_read_by_its_version(local_server, tmp_path) -> None:
+    """The workspace's script writes the protocol version generated from opd-nb's constant; the package
+    reads an older result (no version), a newer one for the fields it knows (a paid job may have started),
+    and names a mistyped field in one line."""
+    import json
+    import subprocess
+    import sys
+
+    from opd_nb.client.submit import _read_result
+    from opd_nb.constants import SUBMIT_RESULT_PROTOCOL
+    from opd_nb.errors import OpdError
+
+    ws = tiny_workspace("pure-distill", tmp_path / "ws")
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, "submit_job.py", "--local", local_server.api_base, "--result-file", str(out)]
+    done = subprocess.run(cmd, cwd=ws, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["protocol"] == SUBMIT_RESULT_PROTOCOL and written["job_id"].startswith("ft-")
+    with JobClient(resolve_target("local", base_url=local_server.api_base)) as c:
+        c.cancel(written["job_id"])
+    assert _read_result(out)["job_id"] == written["job_id"]
+    for data, job_id in (
+        ({"job_id": "ft-old"}, "ft-old"),
+        ({"protocol": 99, "job_id": "ft-new", "x": 1}, "ft-new"),
+    ):
+        out.write_text(json.dumps(data), encoding="utf-8")
+        assert _read_result(out)["job_id"] == job_id
+    out.write_text(json.dumps({"protocol": 99, "job_id": ["not", "an", "id"]}), encoding="utf-8")
+    with pytest.raises(OpdError) as bad:
+        _read_result(out)
+    assert "'job_id'" in bad.value.message and "upgrade opd-nb" in (bad.value.fix or "")

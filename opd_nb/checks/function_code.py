@@ -18,11 +18,9 @@ from pathlib import Path
 
 from opd_nb.checks.context import CheckContext
 from opd_nb.checks.processor_contract import check_process
+from opd_nb.constants import SDK_ZIP_EXCLUDES
 
-DEFAULT_EXCLUDES = (
-    ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
-    "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data"
-)
+DEFAULT_EXCLUDES = SDK_ZIP_EXCLUDES
 ZIP_LIMIT_BYTES = 200 * 1024**2  # FC_OSS_FILE_SIZE_WARNING, a hard limit in the SDK
 SECRET_SCAN_MAX_BYTES = 2 * 1024**2
 BASES = {

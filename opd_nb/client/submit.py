@@ -22,9 +22,11 @@ from pydantic import BaseModel, JsonValue, PrivateAttr
 
 from opd_nb.client.jobs import Job, JobClient
 from opd_nb.client.target import Target, resolve_target
+from opd_nb.constants import SUBMIT_RESULT_PROTOCOL
 from opd_nb.errors import OpdError
 from opd_nb.findings import Finding
 from opd_nb.results import ResultMixin
+from opd_nb.wire.submit_result import read_script_result
 
 _RUNNER = r"""
 import asyncio, json, os, sys
@@ -41,7 +43,7 @@ res = asyncio.run(rl.run(model=args.get("model"), job_name=args.get("job_name"),
 out = getattr(res, "output", None)
 job_id = getattr(out, "job_id", None) if out is not None and res.status_code == 200 else None
 with open(args["result_file"], "w", encoding="utf-8") as f:
-    json.dump({"job_id": job_id, "status_code": res.status_code, "code": getattr(res, "code", None),
+    json.dump({"protocol": args["protocol"], "job_id": job_id, "status_code": res.status_code, "code": getattr(res, "code", None),
                "message": getattr(res, "message", None)}, f)
 sys.exit(0 if job_id else 1)
 """
@@ -305,7 +307,8 @@ def dry_run(
 
 
 def _read_result(path: Path) -> dict[str, Any]:
-    """The result the runner wrote to `path` ({} when it wrote none: it failed before submitting)."""
+    """The result the runner wrote to `path` ({} when it wrote none: it failed before submitting), read as
+    the versioned protocol it declares (:class:`opd_nb.wire.submit_result.ScriptResult`)."""
     try:
         data: JsonValue = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -314,7 +317,7 @@ def _read_result(path: Path) -> dict[str, Any]:
         raise OpdError(f"the submit's result file {path} is not JSON", exit_code=1) from None
     if not isinstance(data, dict):
         raise OpdError(f"the submit's result file {path} holds no JSON object", exit_code=1)
-    return data
+    return read_script_result(data).model_dump()
 
 
 def _last_json_line(stdout: str) -> dict[str, Any]:
@@ -360,7 +363,12 @@ def _runner_command(
         legacy = not _script_knows(ws, RESULT_FLAG)
         output = ["--json"] if legacy else [RESULT_FLAG, str(result_file)]
         return "submit_job.py", _script_command(ws, cfg, target, overrides, [*output, *flags]), legacy
-    args = {"config": str(cfg), **overrides, "result_file": str(result_file)}
+    args = {
+        "config": str(cfg),
+        **overrides,
+        "result_file": str(result_file),
+        "protocol": SUBMIT_RESULT_PROTOCOL,
+    }
     return "sdk", [sys.executable, "-c", _RUNNER, json.dumps(args)], False
 
 

@@ -28,20 +28,23 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from opd_nb.checks.function_code import exclude_patterns, zip_members
+from opd_nb.constants import (
+    ENTITY_STATE_DIR,
+    ENTITY_STATE_FILE,
+    ENTITY_STATE_NOTE,
+    SDK_GENERATED_FILES,
+    SDK_START_SCRIPT_ENV,
+)
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
 
-STATE_DIR = ".opd"  # also added to FC_ZIP_EXCLUDE_PATTERNS by submit_job.py: never zipped
-STATE_FILE = "entities.json"
+STATE_DIR = ENTITY_STATE_DIR  # also added to FC_ZIP_EXCLUDE_PATTERNS by submit_job.py: never zipped
+STATE_FILE = ENTITY_STATE_FILE
 STATE_VERSION = 1
-GENERATED_FILES = ("start.sh",)  # written into zipdir by the SDK for each function just before zipping
+GENERATED_FILES = SDK_GENERATED_FILES
 LAYER_REQUIREMENTS = "requirements.txt"  # the SDK builds the dependency layer from zipdir/requirements.txt
-# Environment knobs the SDK bakes into the generated start.sh: part of "what would be zipped".
-START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WORKERS_COUNT", "FC_LAYER_USED")
-STATE_NOTE = (
-    "Functions registered by submit_job.py, reused while the code is unchanged. No secrets. "
-    "Delete this file (or pass --fresh) to register again."
-)
+START_SCRIPT_ENV = SDK_START_SCRIPT_ENV  # baked into the generated start.sh: part of "what would be zipped"
+STATE_NOTE = ENTITY_STATE_NOTE
 
 
 def state_path(workspace: str | Path) -> Path:

@@ -1,8 +1,10 @@
-"""The template's ``submit_job.py`` copy of the table's keys, generated from the one model.
+"""The facts the template's ``submit_job.py`` shares with the package, generated from their one source.
 
 ``submit_job.py`` runs with only the SDK, so it cannot import opd-nb: it keeps the key names
-(``HYPER_PARAMETERS``, ``RESOURCES``) and the defaults of the sizes a smoke run reads (``DEFAULTS``) as
-literals between two marker lines. ``python -m opd_nb.workspace.template_keys`` prints the block of the
+(``HYPER_PARAMETERS``, ``RESOURCES``), the defaults of the sizes a smoke run reads (``DEFAULTS``), the
+version of the result it writes, the default URLs, the terminal statuses, the entity state's names, the
+SDK's zip facts and the smoke sizes as literals between two marker lines (the constants' source is
+:mod:`opd_nb.constants`, the keys' :mod:`opd_nb.spec.hyperparams`). ``python -m opd_nb.workspace.template_keys`` prints the block of the
 model as it is, ``--write`` rewrites the template's block, ``--check`` exits 1 when they differ (a test
 runs the same comparison).
 """
@@ -10,15 +12,18 @@ runs the same comparison).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from opd_nb import constants as c
 from opd_nb.spec.hyperparams import HP, RS, Written, params_in
 from opd_nb.workspace.new import template_dir
 
-BEGIN = "# <generated from opd-nb's hyper-parameter table: python -m opd_nb.workspace.template_keys --write>"
+BEGIN = "# <generated from opd-nb's table and constants: python -m opd_nb.workspace.template_keys --write>"
 END = "# </generated>"
+BEGIN_MARK = "# <generated from opd-nb"  # how any version of the opening marker starts
 SMOKE_SIZES = ("batch_size", "n_epochs", "n_rollouts")  # what submit_job.py's smoke run sizes itself by
 WIDTH = 110
 
@@ -46,9 +51,50 @@ def render() -> str:
         *_wrapped("HYPER_PARAMETERS", (f'"{p.name}"' for p in params_in(HP)), ")"),
         *_wrapped("RESOURCES", (f'"{p.name}"' for p in params_in(RS)), ")"),
         f"DEFAULTS = {{{defaults}}}  # the service's, when the config leaves them out",
+        *_facts(),
         END,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _facts() -> list[str]:
+    """The constants the script shares with the package, one assignment each (long strings split)."""
+    terminal = (c.SUCCEEDED, c.FAILED, c.CANCELED)
+    pairs: list[tuple[str, object]] = [
+        ("RESULT_PROTOCOL", c.SUBMIT_RESULT_PROTOCOL),
+        ("LOCAL_URL", c.DEFAULT_LOCAL_API),
+        ("CLOUD_URL", c.DEFAULT_CLOUD_API),
+        ("TERMINAL", terminal),
+        ("STATE_DIR", c.ENTITY_STATE_DIR),
+        ("STATE_FILE", c.ENTITY_STATE_FILE),
+        ("GENERATED_FILES", c.SDK_GENERATED_FILES),
+        ("START_SCRIPT_ENV", c.SDK_START_SCRIPT_ENV),
+        ("SMOKE_STEPS", c.SMOKE_STEPS),
+        ("SMOKE_VALIDATION_ROWS", c.SMOKE_VALIDATION_ROWS),
+        ("SMOKE_SUFFIX", c.SMOKE_SUFFIX),
+    ]
+    lines = [f"{name} = {_literal(value)}" for name, value in pairs]
+    for name, text in (("SDK_ZIP_EXCLUDES", c.SDK_ZIP_EXCLUDES), ("STATE_NOTE", c.ENTITY_STATE_NOTE)):
+        lines += _split_string(name, text)
+    return lines
+
+
+def _literal(value: object) -> str:
+    """A Python literal in the script's style: double-quoted strings, tuples with their comma."""
+    if isinstance(value, tuple):
+        items = ", ".join(_literal(v) for v in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _split_string(name: str, text: str) -> list[str]:
+    """``NAME = ("...", "...")``: a long string as adjacent literals of at most WIDTH per line."""
+    head = f"{name} = ("
+    room = WIDTH - len(head) - 3
+    pieces = [text[i : i + room] for i in range(0, len(text), room)] or [""]
+    out = [f"{head}{_literal(pieces[0])}"] + [" " * len(head) + _literal(p) for p in pieces[1:]]
+    out[-1] += ")"
+    return out
 
 
 def script() -> Path:
@@ -57,9 +103,13 @@ def script() -> Path:
 
 
 def committed(text: str) -> str:
-    """The generated block as ``text`` (a ``submit_job.py``) holds it (marker lines included)."""
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[start:end] + "\n"
+    """The generated block as ``text`` (a ``submit_job.py``) holds it (marker lines included; whatever its
+    opening marker's wording), or '' when it has none."""
+    start = text.find(BEGIN_MARK)
+    end = text.find(END, start)
+    if start < 0 or end < 0:
+        return ""
+    return text[start : end + len(END)] + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         same = committed(text) == block
         if not same:
-            print(f"{path}: the generated keys differ; run python -m opd_nb.workspace.template_keys --write")
+            print(f"{path}: the generated facts differ; run python -m opd_nb.workspace.template_keys --write")
         return 0 if same else 1
-    path.write_text(text.replace(committed(text), block), encoding="utf-8")
+    old = committed(text)
+    if not old:
+        print(
+            f"{path}: no generated block (a line starting {BEGIN_MARK!r} ... {END!r}); add the two marker lines"
+        )
+        return 1
+    path.write_text(text.replace(old, block), encoding="utf-8")
     return 0
 
 

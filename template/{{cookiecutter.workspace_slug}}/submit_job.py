@@ -45,26 +45,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-LOCAL_URL = "http://127.0.0.1:8765/api/v1"
-CLOUD_URL = "https://dashscope.aliyuncs.com/api/v1"
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
-# Remembered entities: the same algorithm and file format as opd_nb.functions.entities (opd-nb's tests prove
-# that both hash alike), kept here so that this script needs nothing but the SDK.
-STATE_DIR = ".opd"
-STATE_FILE = "entities.json"
-SDK_ZIP_EXCLUDES = (  # the default of the SDK's FC_ZIP_EXCLUDE_PATTERNS (dashscope 2.0.2)
-    ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
-    "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data"
-)
-GENERATED_FILES = ("start.sh",)  # the SDK writes it into zipdir for each function, just before zipping
-START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WORKERS_COUNT", "FC_LAYER_USED")
-STATE_NOTE = ("Functions registered by submit_job.py, reused while the code is unchanged. No secrets. "
-              "Delete this file (or pass --fresh) to register again.")
 STALE_CODES = ("FunctionNotFound",)  # what a control plane answers for an entity id it does not know
-# The keys OPD knows under training.hyper_parameters / training.resources, and the service's defaults of the
-# sizes a smoke run reads: opd-nb's table (opd_nb.spec.hyperparams), generated; a test keeps both equal. The
-# service ignores any other key without a word, so `--set` refuses one instead of submitting a typo.
-# <generated from opd-nb's hyper-parameter table: python -m opd_nb.workspace.template_keys --write>
+# What this script shares with opd-nb, generated from its one source (the hyper-parameter table and
+# opd_nb.constants; a test keeps both equal): the keys OPD knows under training.hyper_parameters /
+# training.resources (the service ignores any other key without a word, so `--set` refuses one instead of
+# submitting a typo), the service's defaults of the sizes a smoke run reads, the version of the result file this
+# script writes, the default URLs, the entity state's names (the same algorithm and file
+# format as opd_nb.functions.entities: opd-nb's tests prove both hash alike), the SDK's zip facts, the smoke sizes.
+# <generated from opd-nb's table and constants: python -m opd_nb.workspace.template_keys --write>
 HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_type", "lr_warmup_steps",
                     "n_epochs", "batch_size", "n_rollouts", "ppo_mini_batch_size", "max_length",
                     "max_prompt_length", "eval_steps", "save_steps", "save_strategy", "save_total_limit",
@@ -72,14 +60,26 @@ HYPER_PARAMETERS = ("algorithm", "kl_loss_coef", "learning_rate", "lr_scheduler_
                     "opd_teacher_gpu_memory_utilization")
 RESOURCES = ("charge_type", "mtu_spec_code", "mtu_capacity")
 DEFAULTS = {"batch_size": 128, "n_epochs": 1, "n_rollouts": 8}  # the service's, when the config leaves them out
+RESULT_PROTOCOL = 1
+LOCAL_URL = "http://127.0.0.1:8765/api/v1"
+CLOUD_URL = "https://dashscope.aliyuncs.com/api/v1"
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
+STATE_DIR = ".opd"
+STATE_FILE = "entities.json"
+GENERATED_FILES = ("start.sh",)
+START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WORKERS_COUNT", "FC_LAYER_USED")
+SMOKE_STEPS = 2
+SMOKE_VALIDATION_ROWS = 4
+SMOKE_SUFFIX = "-smoke"
+SDK_ZIP_EXCLUDES = (".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,*.eg"
+                    "g-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data")
+STATE_NOTE = ("Functions registered by submit_job.py, reused while the code is unchanged. No secrets. Delete"
+              " this file (or pass --fresh) to register again.")
 # </generated>
 MAPPINGS = ("model", "training", "training.hyper_parameters", "training.resources")  # never a plain value
 CONFIG_KEYS = ("name", "model", "teacher_model", "functions", "datasets", "training", "observability")  # the SDK's
 TRAINING_KEYS = ("type", "hyper_parameters", "resources")
-# Smoke runs: the same sizes as opd_nb.estimate (a test keeps both equal).
-SMOKE_STEPS = 2  # default training rows: enough for this many steps
-SMOKE_VALIDATION_ROWS = 4
-SMOKE_SUFFIX = "-smoke"
+# Smoke runs (their sizes are in the generated block above).
 SMOKE_SEED = 0
 SMOKE_DIR = "smoke"  # under STATE_DIR
 REQUIRED = (("dashscope", "dashscope"), ("yaml", "PyYAML"), ("dotenv", "python-dotenv"))  # requirements.txt
@@ -840,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"job id: {job_id}")
         if args.wait:
             status = wait(job_id, args.poll or (2.0 if args.local else 15.0))
-        result = {"job_id": job_id, "status": status, "target": job["target"],
+        result = {"protocol": RESULT_PROTOCOL, "job_id": job_id, "status": status, "target": job["target"],
                   "functions": [e.summary() for e in plan]}
         if result_file is not None:
             write_result(result_file, result)
