@@ -135,7 +135,7 @@ def rollout_source(parts: RolloutParts, n_rollouts: int) -> RolloutSource:
     """The job's rollouts: the user's rollout function when it registered one (agentic), else native."""
     rollout = parts.job.rollout
     if rollout is not None:
-        from opd_nb.engine.agentic import Agentic
+        from opd_nb.engine.agentic.source import Agentic
 
         return Agentic(parts, rollout)
     from opd_nb.engine.native import NativeRollouts

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opd_nb.engine.agentic_samples import TurnRef
+from opd_nb.engine.agentic.samples import TurnRef
 
 if TYPE_CHECKING:
     from opd_nb.engine.data import Row
