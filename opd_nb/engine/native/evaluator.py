@@ -105,7 +105,7 @@ class Evaluator:
         recorder: Recorder,
         out: dict[str, float],
     ) -> None:
-        from opd_nb.engine.native_records import native_rollouts
+        from opd_nb.engine.native.records import native_rollouts
 
         t0 = time.perf_counter()
         recs: list[Rollout] = []
