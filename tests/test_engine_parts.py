@@ -317,7 +317,7 @@ def test_evaluation_answers_every_validation_prompt_and_records_them(trainer):
 
 
 def test_turns_keep_trained_tokens_and_teacher_scores_only_where_scored():
-    from opd_nb.engine.native_records import turns
+    from opd_nb.engine.native.records import turns
     from opd_nb.engine.scoring import TokenScores
 
     s = TokenScores(
@@ -375,7 +375,7 @@ def test_the_run_gives_its_rollout_source_parts_not_itself(trainer):
     sampler, scorer, log) and no reference to the trainer, and offers what the loop asks of it."""
     from dataclasses import fields
 
-    from opd_nb.engine.native import NativeRollouts
+    from opd_nb.engine.native.source import NativeRollouts
     from opd_nb.engine.rollout_source import RolloutParts, RolloutSource
 
     src = trainer.source

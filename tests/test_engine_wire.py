@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from opd_nb.engine import agentic_endpoint, openai_wire, serving
+from opd_nb.engine import openai_wire, serving
+from opd_nb.engine.agentic import endpoint as agentic_endpoint
 from opd_nb.engine.data import template_ids
 from opd_nb.engine.models import default_pair, load_tokenizer
 from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_body, parse_tool_calls

@@ -165,7 +165,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     if name == "agentic endpoint":  # the engine's uvicorn thread, here in the test process
         from transformers import AutoTokenizer
 
-        from opd_nb.engine.agentic_endpoint import StudentEndpoint
+        from opd_nb.engine.agentic.endpoint import StudentEndpoint
 
         endpoint = StudentEndpoint(AutoTokenizer.from_pretrained(TINY_STUDENT), "tiny", 64)
         try:

@@ -114,7 +114,7 @@ def hf_decode(
 ) -> Any:
     """The decode loop over the ``transformers`` forward (architectures the lean one does not cover).
 
-    Same contract as :meth:`opd_nb.engine.lean.LeanLM.decode`: [B, P + generated], rows padded after EOS.
+    Same contract as :meth:`opd_nb.engine.lean.forward.LeanLM.decode`: [B, P + generated], rows padded after EOS.
     """
     import torch
     from transformers import DynamicCache

@@ -17,7 +17,7 @@ computed in chunks. A task reward adds a group-normalised advantage. The local m
 cloud's hyper-parameters is in :mod:`opd_nb.engine.hparams`.
 
 Each step also records a fair sample of its rollouts, and each evaluation
-(:mod:`opd_nb.engine.evaluator`) every validation answer, with per-token student/teacher log-probs
+(:mod:`opd_nb.engine.native.evaluator`) every validation answer, with per-token student/teacher log-probs
 taken from the tensors the step already has (:mod:`opd_nb.engine.rollouts`), and reports
 ``actor/entropy``, ``trace/distillation/teacher_kl`` and, with a reward,
 ``trace/reward/zero_variance_groups``. Checkpoints, resuming and the final model:
@@ -135,10 +135,10 @@ def rollout_source(parts: RolloutParts, n_rollouts: int) -> RolloutSource:
     """The job's rollouts: the user's rollout function when it registered one (agentic), else native."""
     rollout = parts.job.rollout
     if rollout is not None:
-        from opd_nb.engine.agentic import Agentic
+        from opd_nb.engine.agentic.source import Agentic
 
         return Agentic(parts, rollout)
-    from opd_nb.engine.native import NativeRollouts
+    from opd_nb.engine.native.source import NativeRollouts
 
     return NativeRollouts(parts, n_rollouts)
 

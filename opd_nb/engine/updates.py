@@ -4,7 +4,7 @@ Mini-batches are a random permutation of the step's sequences (the job's global 
 one, later updates are off-policy, so the sampling policy's log-probs are frozen first (one no-grad
 pass). The loss is the job's :mod:`~opd_nb.engine.estimators` estimator's; gradients are clipped to
 norm 1; AdamW with ``foreach`` (not ``fused``, whose kernel leaves parameters' version counters alone,
-which the lean forward's no-grad weight cache reads to see an optimizer step: lean_weights.FusedWeights.current).
+which the lean forward's no-grad weight cache reads to see an optimizer step: lean.weights.FusedWeights.current).
 """
 
 from __future__ import annotations

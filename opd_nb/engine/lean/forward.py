@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from opd_nb import settings
-from opd_nb.engine.lean_attention import attend, attention_bias, causal_mask
-from opd_nb.engine.lean_weights import FusedWeights
+from opd_nb.engine.lean.attention import attend, attention_bias, causal_mask
+from opd_nb.engine.lean.weights import FusedWeights
 
 SUPPORTED = {"qwen3", "qwen2", "llama"}
 DISABLE_ENV = settings.ENGINE_LEAN.name  # "0": always use the transformers forward (a debugging escape hatch)

@@ -3,7 +3,7 @@
 Why here and not in :mod:`opd_nb.engine.rollouts`: that module (the records' shapes, writer and
 reader) imports without torch for the control plane; these read a step's batch and its
 :class:`~opd_nb.engine.scoring.TokenScores`. Agentic rollouts have their own records
-(:mod:`opd_nb.engine.agentic_records`), whose turns are :func:`turns` too.
+(:mod:`opd_nb.engine.agentic.records`), whose turns are :func:`turns` too.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from opd_nb.engine.agentic_calls import RolloutRound
-from opd_nb.engine.agentic_endpoint import Generation
+from opd_nb.engine.agentic.calls import RolloutRound
+from opd_nb.engine.agentic.endpoint import Generation
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.trajectory import turn_samples
 

@@ -2,7 +2,7 @@
 
 The reward functions score a step's completions while the teacher scores the same tokens: the calls
 start when the rollouts are collected and are waited for when the trainer asks for the task advantage.
-Validation is the :class:`~opd_nb.engine.evaluator.Evaluator`'s greedy answers.
+Validation is the :class:`~opd_nb.engine.native.evaluator.Evaluator`'s greedy answers.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from opd_nb.constants import ZERO_VARIANCE_GROUPS
-from opd_nb.engine.evaluator import Evaluator
+from opd_nb.engine.native.evaluator import Evaluator
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -52,7 +52,7 @@ class NativeStep:
         return torch.tensor(adv, dtype=torch.float32, device=self.device)
 
     def records(self, scores: TokenScores, limit: int | None, step: int) -> list[Rollout]:
-        from opd_nb.engine.native_records import native_rollouts
+        from opd_nb.engine.native.records import native_rollouts
 
         per = self._scored.per_sample if self._scored is not None else None
         return native_rollouts(self.rows, self.batch, scores, per, limit, step)
@@ -88,7 +88,7 @@ class NativeRollouts:
 
     def collect(self, rows: list[Row], n: int, temperature: float, where: str) -> NativeStep:
         """The step's completions, the reward functions already scoring them (beside the teacher)."""
-        from opd_nb.engine.native_records import reward_samples
+        from opd_nb.engine.native.records import reward_samples
 
         b = self.sample(rows, n, temperature)
         pending = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opd_nb.engine.agentic_samples import TurnRef
+from opd_nb.engine.agentic.samples import TurnRef
 
 if TYPE_CHECKING:
     from opd_nb.engine.data import Row
@@ -36,7 +36,7 @@ class StepRollouts:
 
 def to_record(info: StepRollouts, scores: TokenScores | None, limit: int | None, step: int) -> list[Rollout]:
     """:class:`rollouts.Rollout` per call (a fair sample of at most `limit`; None: all), failed ones included."""
-    from opd_nb.engine.native_records import turns
+    from opd_nb.engine.native.records import turns
     from opd_nb.engine.rollouts import Rollout, Turn, fair_sample, ranks
 
     calls = list(range(len(info.groups)))

@@ -3,7 +3,7 @@
 ``validation/accuracy``: the task's exact match on rows with a ``solution``; with reward functions
 (and no rollout function), ``validation/data/reward/mean@1``: their mean total. With recording on,
 every answer is recorded with both models' per-token log-probs. Agentic jobs validate through the
-rollout function instead (:meth:`opd_nb.engine.agentic.Agentic.evaluate`).
+rollout function instead (:meth:`opd_nb.engine.agentic.source.Agentic.evaluate`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class Evaluator:
         recorder: Recorder,
         out: dict[str, float],
     ) -> None:
-        from opd_nb.engine.native_records import native_rollouts
+        from opd_nb.engine.native.records import native_rollouts
 
         t0 = time.perf_counter()
         recs: list[Rollout] = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import JsonValue
 
 from opd_nb.constants import ROLLOUT_FAILURE_RATE, ROLLOUT_METRIC_PREFIX
-from opd_nb.engine.agentic_endpoint import Generation, StudentEndpoint
+from opd_nb.engine.agentic.endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory

@@ -1,12 +1,12 @@
 """Agentic mode: the user's rollout function drives the student through an OpenAI-compatible API.
 
 For each step the engine serves the student at ``http://127.0.0.1:PORT/v1/chat/completions``
-(:mod:`opd_nb.engine.agentic_endpoint`) and calls the rollout function server
-(:mod:`opd_nb.engine.agentic_calls`) with ``model_resource = {model_name, base_url, api_key}``, where
+(:mod:`opd_nb.engine.agentic.endpoint`) and calls the rollout function server
+(:mod:`opd_nb.engine.agentic.calls`) with ``model_resource = {model_name, base_url, api_key}``, where
 ``api_key`` is a fresh per-rollout token. Every completion's token ids are recorded under the
 rollout's token, so training uses exactly the ids the student sampled; the trained tokens are the
-assistant turns of the trajectory the rollout function returns (:mod:`opd_nb.engine.agentic_samples`).
-Rollout records (:mod:`opd_nb.engine.agentic_records`, :mod:`opd_nb.engine.rollouts`) keep each
+assistant turns of the trajectory the rollout function returns (:mod:`opd_nb.engine.agentic.samples`).
+Rollout records (:mod:`opd_nb.engine.agentic.records`, :mod:`opd_nb.engine.rollouts`) keep each
 trajectory with its assistant turns' tokens, marking which were trained on.
 
 :class:`Agentic` is the job's :class:`~opd_nb.engine.rollout_source.RolloutSource`; it gets the run's
@@ -26,10 +26,10 @@ from opd_nb.constants import (
     VALIDATION_RECORD_SECONDS,
     ZERO_VARIANCE_GROUPS,
 )
-from opd_nb.engine.agentic_calls import RolloutCalls, RolloutRound
-from opd_nb.engine.agentic_endpoint import MODEL_NAME, Generation, StudentEndpoint
-from opd_nb.engine.agentic_records import StepRollouts, to_record
-from opd_nb.engine.agentic_samples import turn_samples_of
+from opd_nb.engine.agentic.calls import RolloutCalls, RolloutRound
+from opd_nb.engine.agentic.endpoint import MODEL_NAME, Generation, StudentEndpoint
+from opd_nb.engine.agentic.records import StepRollouts, to_record
+from opd_nb.engine.agentic.samples import turn_samples_of
 from opd_nb.engine.api import EngineError
 from opd_nb.traces import ids as trace_ids
 

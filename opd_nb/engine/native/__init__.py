@@ -1,0 +1,1 @@
+"""Native mode, the student sampling its own completions: its rollout source, records and validation."""
