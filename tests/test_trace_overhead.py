@@ -21,7 +21,7 @@ from test_traces import _export
 from opd_nb.server.app import create_app
 from opd_nb.server.job_record import JobMeta
 from opd_nb.server.records import ServeOptions
-from opd_nb.server.store_traces import TraceFiles
+from opd_nb.server.store.traces import TraceFiles
 from opd_nb.wire.jobs import JobProgress
 
 REPO = Path(__file__).resolve().parents[1]

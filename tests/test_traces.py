@@ -191,7 +191,7 @@ def test_user_text_in_spans_is_escaped_in_html_and_in_a_terminal(capsys: pytest.
 
 
 def test_step_files_keep_the_rollouts_retention_and_skip_a_torn_line(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    from opd_nb.server.store_traces import TraceFiles, file_name
+    from opd_nb.server.store.traces import TraceFiles, file_name
 
     monkeypatch.setenv("OPD_ROLLOUTS_KEEP_STEPS", "2")
     files = TraceFiles(tmp_path)

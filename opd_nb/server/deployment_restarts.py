@@ -17,7 +17,8 @@ from typing import Any
 
 from opd_nb.constants import FAILED, PENDING, RUNNING
 from opd_nb.server.launcher import ChildProcess
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
 
 MAX_RESTARTS = 1
 RESTART_BACKOFF_S = 2.0

@@ -14,7 +14,8 @@ from opd_nb.server.job_failures import fail_job, full_disk_failure
 from opd_nb.server.job_record import JobRecord, cancel_message
 from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
 from opd_nb.server.worker_exits import exit_reason
 
 

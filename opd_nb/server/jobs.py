@@ -41,7 +41,8 @@ from opd_nb.server.job_record import JobRecord, cancel_message
 from opd_nb.server.launcher import ChildProcess, Launcher
 from opd_nb.server.records import MAX_INTERRUPTIONS
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
 
 CANCEL_GRACE_S = 4.0
 WORKER_MARKER = "opd_nb.server.worker"

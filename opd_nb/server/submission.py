@@ -20,7 +20,8 @@ from opd_nb.server.function_registry import kind_of, runtime_env
 from opd_nb.server.job_record import JobFunction, JobMeta, JobRecord
 from opd_nb.server.jobs import JobManager
 from opd_nb.server.models import ModelNotServable, ModelRegistry, ResolvedModel
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
 
 
 def _bad(message: str, code: str = "InvalidParameter") -> ApiError:

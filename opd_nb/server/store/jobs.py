@@ -11,7 +11,7 @@ from typing import Any
 from opd_nb.constants import PENDING, STEP_SECONDS, TOKENS_PER_S
 from opd_nb.server.db_safety import backup_database
 from opd_nb.server.job_record import JobMeta, JobRecord
-from opd_nb.server.store_db import Database, now_text
+from opd_nb.server.store.db import Database, now_text
 
 
 class JobRows(Database):
