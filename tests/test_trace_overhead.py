@@ -19,8 +19,8 @@ import pytest
 from test_traces import _export
 
 from opd_nb.server.app import create_app
-from opd_nb.server.job_record import JobMeta
 from opd_nb.server.records import ServeOptions
+from opd_nb.server.store.job_record import JobMeta
 from opd_nb.server.store.traces import TraceFiles
 from opd_nb.wire.jobs import JobProgress
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from test_traces import _as_otlp_json, _export
 
 from opd_nb.server.app import create_app
-from opd_nb.server.job_record import JobMeta
 from opd_nb.server.records import ServeOptions
+from opd_nb.server.store.job_record import JobMeta
 from opd_nb.wire.jobs import JobProgress
 
 PB = {"Content-Type": "application/x-protobuf"}

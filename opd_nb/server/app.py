@@ -25,7 +25,7 @@ from opd_nb.server.auth import BearerAuth
 from opd_nb.server.deployments import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
-from opd_nb.server.jobs import JobManager
+from opd_nb.server.job.manager import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard

@@ -28,10 +28,16 @@ from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEnd
 from opd_nb.errors import OpdError
 from opd_nb.functions.log_cap import keep_own_log_under
 from opd_nb.server.disk_space import DISK_FULL
-from opd_nb.server.job_failures import fail_job, full_disk_failure
-from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome, cancel_message
+from opd_nb.server.job.failures import fail_job, full_disk_failure
 from opd_nb.server.store import Store
 from opd_nb.server.store.db import now_text
+from opd_nb.server.store.job_record import (
+    JobFunction,
+    JobProgress,
+    JobRecord,
+    TrainingOutcome,
+    cancel_message,
+)
 from opd_nb.server.trace_env import function_env
 from opd_nb.server.worker_exits import EXIT_INTERRUPTED
 
