@@ -24,7 +24,7 @@ from opd_nb.server.launcher import Launcher
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.store import Store
 from opd_nb.server.store.job_record import JobRecord
-from opd_nb.server.trace_intake import TraceIntake
+from opd_nb.server.tracing.intake import TraceIntake
 
 MAX_PAGE = 10**9  # paging numbers stay far inside SQLite's 64-bit INTEGER
 

@@ -24,14 +24,14 @@ from pathlib import Path
 
 from opd_nb import settings
 from opd_nb.constants import TERMINAL_STATUSES
-from opd_nb.server.otlp_decode import Decoded, decode, media_type, response_body
-from opd_nb.server.otlp_forward import Forwarder
 from opd_nb.server.records import read_owner
 from opd_nb.server.store import Store
 from opd_nb.server.store.job_record import JobRecord
 from opd_nb.server.store.traces import TraceFiles
-from opd_nb.server.trace_env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
-from opd_nb.server.trace_keys import TraceKeys
+from opd_nb.server.tracing.env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
+from opd_nb.server.tracing.keys import TraceKeys
+from opd_nb.server.tracing.otlp_decode import Decoded, decode, media_type, response_body
+from opd_nb.server.tracing.otlp_forward import Forwarder
 from opd_nb.traces.ids import SAMPLE_ID_KEY, SampleRef
 from opd_nb.traces.page import TracesPage
 from opd_nb.traces.spans import Span, trajectories
