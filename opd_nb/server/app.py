@@ -22,7 +22,7 @@ from starlette.types import Message, Receive, Scope, Send
 from opd_nb import settings
 from opd_nb.server import process_tree
 from opd_nb.server.auth import BearerAuth
-from opd_nb.server.deployments import DeploymentManager
+from opd_nb.server.deploy.manager import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
 from opd_nb.server.job.manager import JobManager

@@ -16,7 +16,7 @@ from fastapi import Depends, Query, Request
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.server.auth import UploadSigner
-from opd_nb.server.deployments import DeploymentManager
+from opd_nb.server.deploy.manager import DeploymentManager
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import InstanceManager
 from opd_nb.server.job.manager import JobManager
