@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from opd_nb.server import start
-    from opd_nb.server.trace_env import TRACING_ENV
+    from opd_nb.server.tracing.env import TRACING_ENV
 
     print(f"load average {os.getloadavg()[0]:.2f} at the start; {args.steps} steps of {args.batch} prompts x 2 "
           f"rollouts per job, figures after step {WARMUP}; on/off ms per step", flush=True)  # fmt: skip

@@ -19,8 +19,8 @@ from conftest import SDK_SUBMIT, run_sdk, wait_status
 from opd_nb.client import JobClient, resolve_target
 from opd_nb.client.jobs import require_deploy_consent
 from opd_nb.errors import OpdError
-from opd_nb.server.job_record import JobMeta, JobRecord
-from opd_nb.server.job_views import checkpoint_listing
+from opd_nb.server.job.views import checkpoint_listing
+from opd_nb.server.store.job_record import JobMeta, JobRecord
 from opd_nb.wire.deploy_plans import check_plan, plan_problems
 
 SORT = [{"role": "system", "content": "Sort the digits."}, {"role": "user", "content": "93418"}]

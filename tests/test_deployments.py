@@ -97,7 +97,7 @@ def test_bad_deployment_requests_are_4xx_with_a_fix(api):
 
 def _members(data_dir, name):
     from opd_nb.server import process_tree
-    from opd_nb.server.deployments import owner
+    from opd_nb.server.deploy.manager import owner
 
     return process_tree.members(data_dir, owner(name))
 

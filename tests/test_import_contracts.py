@@ -77,7 +77,7 @@ def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:
 
 
 def test_sql_runs_only_in_the_store_and_the_database_check() -> None:
-    """ARCHITECTURE.md: all SQL on the records is the store's (`store*.py`); `db_safety.py` checks and
+    """ARCHITECTURE.md: all SQL on the records is the store's (`store/`); `db_safety.py` checks and
     copies the file before a store opens it. No other module connects to SQLite or runs a statement."""
     import ast
     from pathlib import Path
@@ -95,4 +95,4 @@ def test_sql_runs_only_in_the_store_and_the_database_check() -> None:
                     runs_sql.add(path.relative_to(package).as_posix())
     outside = {p for p in runs_sql if not p.startswith("server/store") and Path(p).name not in allowed}
     assert outside == set()
-    assert "server/db_safety.py" in runs_sql and "server/store_db.py" in runs_sql
+    assert "server/db_safety.py" in runs_sql and "server/store/db.py" in runs_sql

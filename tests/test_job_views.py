@@ -6,8 +6,8 @@ from http import HTTPStatus
 
 from dashscope.finetune.customize_types import FineTune
 
-from opd_nb.server.job_record import JobFunction, JobMeta, JobRecord
-from opd_nb.server.job_views import job_output
+from opd_nb.server.job.views import job_output
+from opd_nb.server.store.job_record import JobFunction, JobMeta, JobRecord
 
 
 def _job(functions: list[dict]) -> JobRecord:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from opd_nb.server.job_record import JobFunction, JobMeta, JobProgress, ResumeState, TrainingOutcome
 from opd_nb.server.store import Store
+from opd_nb.server.store.job_record import JobFunction, JobMeta, JobProgress, ResumeState, TrainingOutcome
 from opd_nb.server.worker import engine_job
 from opd_nb.spec.training_plan import TrainingPlan
 

@@ -19,9 +19,9 @@ import pytest
 from test_traces import _export
 
 from opd_nb.server.app import create_app
-from opd_nb.server.job_record import JobMeta
 from opd_nb.server.records import ServeOptions
-from opd_nb.server.store_traces import TraceFiles
+from opd_nb.server.store.job_record import JobMeta
+from opd_nb.server.store.traces import TraceFiles
 from opd_nb.wire.jobs import JobProgress
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +32,7 @@ _PROVIDER = textwrap.dedent(
     import json, os, sys
     sys.path.insert(0, {tests!r})
     from otlp_receiver import OtlpReceiver
-    from opd_nb.server.trace_env import ENDPOINT_ENV, TOKEN_ENV, function_env
+    from opd_nb.server.tracing.env import ENDPOINT_ENV, TOKEN_ENV, function_env
 
     receiver = OtlpReceiver()
     os.environ.update(function_env({{ENDPOINT_ENV: receiver.url + "/v1/traces", TOKEN_ENV: "t"}}, "opd ft-1 reward r"))
@@ -79,7 +79,7 @@ def _intake(tmp_path: Path):  # noqa: ANN202
     services = app.state.services
     meta = JobMeta(training_type="pg_opd", student_path="/s", teacher_path="/t", train_file="/f.jsonl")
     services.store.insert_job("ft-1", "traced", {"model": "m"}, meta)
-    # running its step 3 of 10: a span may name steps 0..3 (trace_intake.last_step)
+    # running its step 3 of 10: a span may name steps 0..3 (tracing.intake.last_step)
     services.store.set_job("ft-1", status="RUNNING", progress=JobProgress(step=2, total_steps=10))
     return services, services.traces.keys.token("ft-1")
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from opd_nb.server.otlp_decode import OtlpError, decode
-from opd_nb.server.trace_keys import TraceKeys
+from opd_nb.server.tracing.keys import TraceKeys
+from opd_nb.server.tracing.otlp_decode import OtlpError, decode
 from opd_nb.traces import ids
 from opd_nb.traces.spans import trajectories
 from opd_nb.traces.summary import StepTraces, metric_name, percentile
@@ -191,7 +191,7 @@ def test_user_text_in_spans_is_escaped_in_html_and_in_a_terminal(capsys: pytest.
 
 
 def test_step_files_keep_the_rollouts_retention_and_skip_a_torn_line(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    from opd_nb.server.store_traces import TraceFiles, file_name
+    from opd_nb.server.store.traces import TraceFiles, file_name
 
     monkeypatch.setenv("OPD_ROLLOUTS_KEEP_STEPS", "2")
     files = TraceFiles(tmp_path)
@@ -236,7 +236,7 @@ def test_the_forwarder_delivers_exports_with_the_collectors_headers_and_never_sh
     from otlp_receiver import OtlpReceiver
 
     from opd_nb.errors import OpdError
-    from opd_nb.server.otlp_forward import Forwarder, forward_url, parse_headers
+    from opd_nb.server.tracing.otlp_forward import Forwarder, forward_url, parse_headers
 
     assert forward_url("http://127.0.0.1:4318") == "http://127.0.0.1:4318/v1/traces"
     assert forward_url("https://cloud.langfuse.com/api/public/otel/v1/traces").endswith("/otel/v1/traces")

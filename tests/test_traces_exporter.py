@@ -17,7 +17,7 @@ from otlp_receiver import OtlpReceiver
 from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.functions import reward_call
 from opd_nb.functions.server import FunctionServer
-from opd_nb.server.trace_env import ENDPOINT_ENV, TOKEN_ENV, function_env
+from opd_nb.server.tracing.env import ENDPOINT_ENV, TOKEN_ENV, function_env
 from opd_nb.traces.ids import of_attributes
 from opd_nb.workspace.new import create
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from test_traces import _as_otlp_json, _export
 
 from opd_nb.server.app import create_app
-from opd_nb.server.job_record import JobMeta
 from opd_nb.server.records import ServeOptions
+from opd_nb.server.store.job_record import JobMeta
 from opd_nb.wire.jobs import JobProgress
 
 PB = {"Content-Type": "application/x-protobuf"}
@@ -28,7 +28,7 @@ def _app(tmp_path: Path, api_key: str | None = None) -> tuple[TestClient, str]:
     services = app.state.services
     meta = JobMeta(training_type="pg_opd", student_path="/s", teacher_path="/t", train_file="/f.jsonl")
     services.store.insert_job("ft-1", "traced", {"model": "m"}, meta)
-    # running its step 3 of 10: a span may name steps 0..3 (trace_intake.last_step)
+    # running its step 3 of 10: a span may name steps 0..3 (tracing.intake.last_step)
     services.store.set_job("ft-1", status="RUNNING", progress=JobProgress(step=2, total_steps=10))
     return TestClient(app), services.traces.keys.token("ft-1")
 

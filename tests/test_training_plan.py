@@ -18,7 +18,7 @@ from opd_nb.engine.api import EngineError, EngineJob
 from opd_nb.estimate import training_steps as estimate_steps
 from opd_nb.notebook.job_state import JobState, progress_of
 from opd_nb.server.bodies import JobBody
-from opd_nb.server.job_record import JobMeta, JobRecord
+from opd_nb.server.store.job_record import JobMeta, JobRecord
 from opd_nb.server.worker import engine_job
 from opd_nb.spec.hyperparams import HP, params_in
 from opd_nb.spec.training_plan import HyperParameterError, TrainingPlan, training_steps

@@ -156,7 +156,7 @@ def test_a_models_keys_go_out_as_documented():
 def test_every_route_answers_through_a_model_or_is_a_documented_stream():
     from opd_nb.server.app import ROUTERS
     from opd_nb.server.openapi import STREAMS as DOCUMENTED_STREAMS
-    from opd_nb.server.trace_env import OTLP_PATH
+    from opd_nb.server.tracing.env import OTLP_PATH
 
     routes = [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
     # OTLP's intake answers the exporter in its own encoding (protobuf or JSON), documented as such

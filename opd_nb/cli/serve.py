@@ -38,7 +38,6 @@ from opd_nb.server import (
     start_background,
     stop_background,
 )
-from opd_nb.server.otlp_forward import forward_url
 from opd_nb.server.records import (
     API_KEY_ENV,
     CHECKPOINT_TTL_ENV,
@@ -49,6 +48,7 @@ from opd_nb.server.records import (
     parse_model_map,
 )
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
+from opd_nb.server.tracing.otlp_forward import forward_url
 
 ACTIONS = ("run", "start", "stop", "status")
 SERVER_KEY_HINT = "<the server key opd serve was started with>"
@@ -253,7 +253,7 @@ OtlpHeaderFileFlag = Annotated[
 def otlp_headers(ctx: typer.Context, items: list[str] | None, path: Path | None) -> dict[str, str]:
     """The collector's headers: ``$OPD_OTLP_HEADERS``, then the file's, then each typed ``--otlp-header``
     (a later one wins for the same name)."""
-    from opd_nb.server.otlp_forward import parse_headers
+    from opd_nb.server.tracing.otlp_forward import parse_headers
 
     out = dict(settings.OTLP_HEADERS.get() or {})
     if path is not None:
@@ -275,7 +275,7 @@ def _forward_headers(headers: dict[str, str]) -> Iterator[None]:
     """The headers (they may hold a collector's key) in the server's environment only, as one JSON
     variable: set while the server starts or runs, then taken out of this process again. The user's
     own variable is out of the environment meanwhile, so that no job worker inherits it."""
-    from opd_nb.server.otlp_forward import HEADERS_ENV
+    from opd_nb.server.tracing.otlp_forward import HEADERS_ENV
 
     users = settings.OTLP_HEADERS.raw()
     os.environ.pop(settings.OTLP_HEADERS.name, None)

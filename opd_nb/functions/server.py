@@ -46,7 +46,7 @@ def startup_seconds() -> float:
 PARENT_POLL_S = 0.5
 CLEAN_ROUTE_ENV = settings.CLEAN_ROUTE.name  # "1": also serve CLEAN_PATH (the playground asks for it)
 CLEAN_PATH = "/opd/clean"
-TRAJECTORY_ENV = "ENABLE_TRAJECTORY"  # the SDK's switch for its spans (see opd_nb.server.trace_env)
+TRAJECTORY_ENV = "ENABLE_TRAJECTORY"  # the SDK's switch for its spans (see opd_nb.server.tracing.env)
 CLEANERS = ("strip_reasoning", "strip_thinking", "clean_answer", "clean_text", "clean")  # first one found
 
 

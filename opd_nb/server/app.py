@@ -22,16 +22,15 @@ from starlette.types import Message, Receive, Scope, Send
 from opd_nb import settings
 from opd_nb.server import process_tree
 from opd_nb.server.auth import BearerAuth
-from opd_nb.server.deployments import DeploymentManager
+from opd_nb.server.deploy.manager import DeploymentManager
 from opd_nb.server.deps import Services
 from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
-from opd_nb.server.jobs import JobManager
+from opd_nb.server.job.manager import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.leftovers import reap_partial_files
 from opd_nb.server.limits import BodyGuard
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.openapi import document
-from opd_nb.server.otlp_forward import Forwarder, headers_from_env
 from opd_nb.server.records import ServeOptions
 from opd_nb.server.responses import install_error_handlers
 from opd_nb.server.routers import (
@@ -46,7 +45,8 @@ from opd_nb.server.routers import (
     traces,
 )
 from opd_nb.server.store import Store
-from opd_nb.server.trace_intake import TraceIntake
+from opd_nb.server.tracing.intake import TraceIntake
+from opd_nb.server.tracing.otlp_forward import Forwarder, headers_from_env
 
 log = logging.getLogger("opd_nb.server")
 # One router per resource. Order matters: `/fine-tunes/create/{kind}` and friends before

@@ -17,7 +17,7 @@ from typing import Any
 
 from opd_nb.loopback import bearer_token, same_key
 from opd_nb.server.responses import err
-from opd_nb.server.trace_env import OTLP_PREFIX  # span exports: checked by their job's token instead
+from opd_nb.server.tracing.env import OTLP_PREFIX  # span exports: checked by their job's token instead
 
 OSS_PREFIX = "/api/v1/local-oss/"  # the signed-URL zip PUT: checked by its token, not by the key
 

@@ -16,15 +16,15 @@ from fastapi import Depends, Query, Request
 
 from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.server.auth import UploadSigner
-from opd_nb.server.deployments import DeploymentManager
+from opd_nb.server.deploy.manager import DeploymentManager
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import InstanceManager
-from opd_nb.server.job_record import JobRecord
-from opd_nb.server.jobs import JobManager
+from opd_nb.server.job.manager import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.store import Store
-from opd_nb.server.trace_intake import TraceIntake
+from opd_nb.server.store.job_record import JobRecord
+from opd_nb.server.tracing.intake import TraceIntake
 
 MAX_PAGE = 10**9  # paging numbers stay far inside SQLite's 64-bit INTEGER
 

@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 from opd_nb.server.errors import ApiError
-from opd_nb.server.job_record import JobRecord
-from opd_nb.server.job_views import EXPIRED, checkpoint_listing
+from opd_nb.server.job.views import EXPIRED, checkpoint_listing
 from opd_nb.server.store import Store
+from opd_nb.server.store.job_record import JobRecord
 from opd_nb.wire.checkpoints import CheckpointEntry
 
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")

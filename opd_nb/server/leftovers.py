@@ -4,7 +4,7 @@ the ones the database names.
 Each write path writes to a temporary name and renames (or links) it into place: a zip upload's
 ``uploads/*.part-*``, a dataset upload's ``files/.tmp-*`` (then ``files/<file_id>/``), a registration's
 ``functions/<id>/``. Before it creates one it names it in the database's journal of unfinished writes
-(:class:`~opd_nb.server.store_functions.WriteRows`), and strikes it off in the transaction that records
+(:class:`~opd_nb.server.store.functions.WriteRows`), and strikes it off in the transaction that records
 the finished thing. So a ``kill -9`` mid-write leaves a file the journal names, and the next start
 removes exactly those (they can be large: a 43 MB zip) and says so. Nothing else is removed: not a
 directory no record mentions (the database may be an older backup, or the user's own file), and not

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from opd_nb.server.auth import OSS_PREFIX
 from opd_nb.server.decoding import body_problem
 from opd_nb.server.responses import INVALID, err
-from opd_nb.server.trace_env import OTLP_PREFIX
+from opd_nb.server.tracing.env import OTLP_PREFIX
 
 MAX_JSON_BYTES = 16 * 2**20  # any non-multipart body
 MAX_FORM_BYTES = 512 * 2**20  # a multipart dataset upload (POST /files)

@@ -21,8 +21,8 @@ from pydantic import JsonValue
 
 from opd_nb.engine.api import METRICS_FILE
 from opd_nb.engine.checkpoints import STATE_FILE  # what makes a checkpoint resumable
-from opd_nb.server.job_record import JobRecord
 from opd_nb.server.store import Store
+from opd_nb.server.store.job_record import JobRecord
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _ROLLOUT_FILE = re.compile(r"^\w+-(\d+)\.json\.gz$")  # opd_nb.engine.rollouts.file_name

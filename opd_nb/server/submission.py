@@ -4,7 +4,7 @@
 state: which local models stand in for the named ones, which uploaded file each dataset is, and which
 registered function each reward or rollout is. Anything that does not resolve is a 400 with the
 field, the value and what to do; a job that resolves is stored PENDING with everything the worker
-needs in its :class:`~opd_nb.server.job_record.JobMeta`.
+needs in its :class:`~opd_nb.server.store.job_record.JobMeta`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 from opd_nb.server.bodies import DatasetRef, FunctionRef, JobBody
 from opd_nb.server.errors import ApiError
 from opd_nb.server.function_registry import kind_of, runtime_env
-from opd_nb.server.job_record import JobFunction, JobMeta, JobRecord
-from opd_nb.server.jobs import JobManager
+from opd_nb.server.job.manager import JobManager
 from opd_nb.server.models import ModelNotServable, ModelRegistry, ResolvedModel
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
+from opd_nb.server.store.job_record import JobFunction, JobMeta, JobRecord
 
 
 def _bad(message: str, code: str = "InvalidParameter") -> ApiError:

@@ -28,10 +28,17 @@ from opd_nb.engine.api import EngineError, EngineJob, RewardEndpoint, RolloutEnd
 from opd_nb.errors import OpdError
 from opd_nb.functions.log_cap import keep_own_log_under
 from opd_nb.server.disk_space import DISK_FULL
-from opd_nb.server.job_failures import fail_job, full_disk_failure
-from opd_nb.server.job_record import JobFunction, JobProgress, JobRecord, TrainingOutcome, cancel_message
-from opd_nb.server.store import Store, now_text
-from opd_nb.server.trace_env import function_env
+from opd_nb.server.job.failures import fail_job, full_disk_failure
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
+from opd_nb.server.store.job_record import (
+    JobFunction,
+    JobProgress,
+    JobRecord,
+    TrainingOutcome,
+    cancel_message,
+)
+from opd_nb.server.tracing.env import function_env
 from opd_nb.server.worker_exits import EXIT_INTERRUPTED
 
 _STOP_POLL_S = 0.5
@@ -211,7 +218,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
 
 def _stop_servers(servers: list[Any]) -> None:
     """Stop the job's function servers (again: a no-op). Before the job's end is written: a stopping
-    server sends the spans it still holds, and the job's trace token ends with the job (trace_intake)."""
+    server sends the spans it still holds, and the job's trace token ends with the job (tracing.intake)."""
     for server in servers:
         try:
             server.stop()

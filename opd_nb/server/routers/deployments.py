@@ -1,7 +1,7 @@
 """Deployments, as ``dashscope.Deployments`` and the v2 ``client.deployments`` call them: create (with a
 ``plan``), list, get, scale, delete, and ``/deployments/{id}/stream`` (server-sent status events).
 
-The processes behind them are the deployment manager's (:mod:`opd_nb.server.deployments`); these
+The processes behind them are the deployment manager's (:mod:`opd_nb.server.deploy.manager`); these
 routes only validate, call it in the thread pool (they are plain ``def``: SQLite and process
 work) and answer Bailian's shapes under ``output``.
 """
@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 
 from opd_nb.constants import DELETED, PENDING
 from opd_nb.server.bodies import DeploymentBody, ScaleBody
-from opd_nb.server.deployments import DeploymentManager, deployment_output
+from opd_nb.server.deploy.manager import DeploymentManager, deployment_output
 from opd_nb.server.deps import DeploymentsDep, PageDep
 from opd_nb.server.errors import ApiError
 from opd_nb.wire.deployments import DeploymentListing, DeploymentOutput, DeploymentStatus

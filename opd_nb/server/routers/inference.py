@@ -33,7 +33,7 @@ from pydantic import JsonValue, ValidationError
 
 from opd_nb.constants import COMPATIBLE_PATH
 from opd_nb.server.bodies import ChatBody, GenerationBody
-from opd_nb.server.deployment_endpoints import Endpoint
+from opd_nb.server.deploy.endpoints import Endpoint
 from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import INVALID, describe_validation, openai_error, request_id

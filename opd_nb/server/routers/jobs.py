@@ -29,8 +29,8 @@ from opd_nb.server.deps import (
 )
 from opd_nb.server.errors import ApiError
 from opd_nb.server.exports import export_checkpoint
-from opd_nb.server.job_files import remove_job_files
-from opd_nb.server.job_views import checkpoint_listing, job_output
+from opd_nb.server.job.files import remove_job_files
+from opd_nb.server.job.views import checkpoint_listing, job_output
 from opd_nb.server.responses import request_id
 from opd_nb.server.store import Store
 from opd_nb.server.submission import submit_job

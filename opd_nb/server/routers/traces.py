@@ -1,7 +1,7 @@
 """Local-only: the SDK's spans of a job's function calls, received over OTLP/HTTP and answered as trees.
 
 ``POST /otlp/v1/traces`` is where a job's function servers export (protobuf or JSON), with the job's
-token as their Bearer credential (:mod:`opd_nb.server.trace_keys`); the API key is no credential there.
+token as their Bearer credential (:mod:`opd_nb.server.tracing.keys`); the API key is no credential there.
 ``GET /api/v1/fine-tunes/{job_id}/traces?step=&kind=&group=&sample=`` answers a step's trajectories.
 Bailian has neither: its spans go to ARMS, and its console's Trajectory tab shows them.
 """
@@ -15,8 +15,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from opd_nb.server.deps import ServicesDep, StoreDep, existing_job
 from opd_nb.server.errors import ApiError
-from opd_nb.server.trace_env import OTLP_PATH
-from opd_nb.server.trace_intake import Refused
+from opd_nb.server.tracing.env import OTLP_PATH
+from opd_nb.server.tracing.intake import Refused
 from opd_nb.traces.page import MAX_TRAJECTORIES, TracesPage
 from opd_nb.wire.envelope import Output
 

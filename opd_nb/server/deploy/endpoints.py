@@ -1,6 +1,6 @@
 """Where a model answers: a RUNNING deployment, or the shared endpoint of a base model.
 
-A mixin of :class:`~opd_nb.server.deployments.DeploymentManager` (as :mod:`deployment_restarts` is):
+A mixin of :class:`~opd_nb.server.deploy.manager.DeploymentManager` (as :mod:`~opd_nb.server.deploy.restarts` is):
 the manager starts and stops serving processes, this answers inference calls with the
 :class:`Endpoint` to forward to. Base models are callable without a deployment, as on Bailian: the
 first call for a cloud id, a bundled stand-in or a ``--model-map`` id starts a shared endpoint for

@@ -36,12 +36,13 @@ from opd_nb import settings
 from opd_nb.constants import CANCELED, PENDING, RUNNING, TERMINAL_STATUSES, UNKNOWN
 from opd_nb.server import process_tree
 from opd_nb.server.disk_space import ensure_reserve
-from opd_nb.server.job_endings import JobEndings
-from opd_nb.server.job_record import JobRecord, cancel_message
+from opd_nb.server.job.endings import JobEndings
 from opd_nb.server.launcher import ChildProcess, Launcher
 from opd_nb.server.records import MAX_INTERRUPTIONS
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir, rewind
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
+from opd_nb.server.store.job_record import JobRecord, cancel_message
 
 CANCEL_GRACE_S = 4.0
 WORKER_MARKER = "opd_nb.server.worker"

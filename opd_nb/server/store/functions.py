@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from opd_nb.server.store_db import Database, now_text
+from opd_nb.server.store.db import Database, now_text
 
 
 class WriteRows(Database):

@@ -2,7 +2,7 @@
 
 Why: a killed serving process used to leave its deployment FAILED for good (calls got a clear 400,
 but nothing brought it back), while a cloud deployment heals itself. A mixin of
-:class:`~opd_nb.server.deployments.DeploymentManager`: a watcher thread notices the exit within
+:class:`~opd_nb.server.deploy.manager.DeploymentManager`: a watcher thread notices the exit within
 :data:`WATCH_POLL_S`; a deployment that was RUNNING goes back to PENDING and is relaunched after
 :data:`RESTART_BACKOFF_S` (doubling per restart, :data:`MAX_RESTARTS` in its lifetime); after that
 it is FAILED with the reason. Each step is an entry in the deployment's ``local.events``.
@@ -17,7 +17,8 @@ from typing import Any
 
 from opd_nb.constants import FAILED, PENDING, RUNNING
 from opd_nb.server.launcher import ChildProcess
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
 
 MAX_RESTARTS = 1
 RESTART_BACKOFF_S = 2.0

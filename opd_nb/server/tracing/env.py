@@ -21,7 +21,7 @@ OTLP_PREFIX = "/otlp/"  # checked by the job's token, not by the API key (auth.p
 OTLP_PATH = OTLP_PREFIX + "v1/traces"  # the route (OTLP/HTTP's own path, under a prefix that says what it is)
 TRACING_ENV = settings.TRACING.name  # "0": function servers start without tracing (bench/tracing_overhead.py)
 ENDPOINT_ENV = settings.OTLP_ENDPOINT.name  # worker env: where its function servers export
-TOKEN_ENV = settings.OTLP_TOKEN.name  # worker env: their credential (see trace_keys)
+TOKEN_ENV = settings.OTLP_TOKEN.name  # worker env: their credential (see tracing.keys)
 SCHEDULE_DELAY_MS = 500  # how often a function server sends what it traced (the SDK's default is 5 s)
 EXPORT_BATCH = (
     64  # spans per request: an LLM span holds up to 2 x 128 KB of messages; this stays under 16 MiB

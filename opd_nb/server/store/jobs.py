@@ -10,12 +10,12 @@ from typing import Any
 
 from opd_nb.constants import PENDING, STEP_SECONDS, TOKENS_PER_S
 from opd_nb.server.db_safety import backup_database
-from opd_nb.server.job_record import JobMeta, JobRecord
-from opd_nb.server.store_db import Database, now_text
+from opd_nb.server.store.db import Database, now_text
+from opd_nb.server.store.job_record import JobMeta, JobRecord
 
 
 class JobRows(Database):
-    """The ``jobs`` table, read and written as :class:`~opd_nb.server.job_record.JobRecord`."""
+    """The ``jobs`` table, read and written as :class:`~opd_nb.server.store.job_record.JobRecord`."""
 
     def insert_job(self, job_id: str, job_name: str, request: dict[str, Any], meta: JobMeta) -> None:
         with self.tx() as conn:

@@ -1,9 +1,14 @@
 """The database under a data dir: its schema, one SQLite connection per thread, and write transactions.
 
-The per-resource row classes (:mod:`store_jobs`, :mod:`store_functions`, :mod:`store_deployments`)
-all build on :class:`Database`, so one :class:`~opd_nb.server.store.Store` shares one connection
-per thread across them; SQL lives in these modules only (and in `db_safety.py`, which checks and copies
-the file before a store opens it).
+Both the server process and each worker subprocess open the same database file. WAL mode lets
+readers (the many watchers polling a job) run while a worker writes a log line or a metrics row,
+and the busy timeout absorbs the short write locks. Blobs (zips, datasets, checkpoints) live on
+disk next to the database; rows only hold their paths.
+
+The per-resource row classes (:mod:`~opd_nb.server.store.jobs`, :mod:`~opd_nb.server.store.functions`,
+:mod:`~opd_nb.server.store.deployments`) all build on :class:`Database`, so one
+:class:`~opd_nb.server.store.Store` shares one connection per thread across them; SQL lives in these
+modules only (and in `db_safety.py`, which checks and copies the file before a store opens it).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from typing import Any
 
 from opd_nb import settings
 from opd_nb.constants import FAILED, SUCCEEDED
-from opd_nb.server.job_record import JobRecord
 from opd_nb.server.records import DEFAULT_CHECKPOINT_TTL_DAYS
+from opd_nb.server.store.job_record import JobRecord
 from opd_nb.wire.checkpoints import CheckpointEntry, CheckpointLocal
 from opd_nb.wire.jobs import JobFunctionRef, JobLocal, JobOutput
 

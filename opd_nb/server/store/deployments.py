@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opd_nb.server.store_db import Database, now_text
+from opd_nb.server.store.db import Database, now_text
 
 
 class DeploymentRows(Database):

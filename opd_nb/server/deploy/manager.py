@@ -35,8 +35,8 @@ from typing import Any
 from opd_nb import settings
 from opd_nb.constants import DELETED, FAILED, PENDING, RUNNING
 from opd_nb.server import process_tree
-from opd_nb.server.deployment_endpoints import MAX_BASE, DeploymentEndpoints
-from opd_nb.server.deployment_restarts import DeploymentRestarts, deployment_events
+from opd_nb.server.deploy.endpoints import MAX_BASE, DeploymentEndpoints
+from opd_nb.server.deploy.restarts import DeploymentRestarts, deployment_events
 from opd_nb.server.errors import ApiError
 from opd_nb.server.launcher import ChildProcess, Launcher
 from opd_nb.server.models import (

@@ -3,7 +3,7 @@
 One :class:`TraceIntake` per server. It gives each job's worker the OTLP endpoint and the job's token
 (:meth:`worker_env`), accepts an export (:meth:`accept`: the token names the job; each span finds its
 step and rollout sample by the SDK's baggage ids, :mod:`opd_nb.traces.ids`), appends the spans to the
-job's files (:mod:`opd_nb.server.store_traces`), folds a train step's numbers into its metrics row
+job's files (:mod:`opd_nb.server.store.traces`), folds a train step's numbers into its metrics row
 (:mod:`opd_nb.traces.summary`) and hands the body on to ``--otlp-forward`` (not one that names a step the
 job has not run: that export is not its function servers'). Spans that belong to no
 call of the job (the function server's own HTTP spans) are dropped.
@@ -24,14 +24,14 @@ from pathlib import Path
 
 from opd_nb import settings
 from opd_nb.constants import TERMINAL_STATUSES
-from opd_nb.server.job_record import JobRecord
-from opd_nb.server.otlp_decode import Decoded, decode, media_type, response_body
-from opd_nb.server.otlp_forward import Forwarder
 from opd_nb.server.records import read_owner
 from opd_nb.server.store import Store
-from opd_nb.server.store_traces import TraceFiles
-from opd_nb.server.trace_env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
-from opd_nb.server.trace_keys import TraceKeys
+from opd_nb.server.store.job_record import JobRecord
+from opd_nb.server.store.traces import TraceFiles
+from opd_nb.server.tracing.env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
+from opd_nb.server.tracing.keys import TraceKeys
+from opd_nb.server.tracing.otlp_decode import Decoded, decode, media_type, response_body
+from opd_nb.server.tracing.otlp_forward import Forwarder
 from opd_nb.traces.ids import SAMPLE_ID_KEY, SampleRef
 from opd_nb.traces.page import TracesPage
 from opd_nb.traces.spans import Span, trajectories

@@ -1,6 +1,6 @@
 """How a job's end is recorded when its worker did not record it: canceled, interrupted, or failed with why.
 
-Split from :mod:`opd_nb.server.jobs` (the scheduler) as a mixin: the manager decides *when* a worker is
+Split from :mod:`opd_nb.server.job.manager` (the scheduler) as a mixin: the manager decides *when* a worker is
 gone, this decides *what* the job's record then says, a full disk included (:mod:`disk_space`).
 """
 
@@ -10,11 +10,12 @@ from pathlib import Path
 
 from opd_nb.constants import CANCELED, PENDING, RUNNING
 from opd_nb.server.disk_space import DISK_FULL
-from opd_nb.server.job_failures import fail_job, full_disk_failure
-from opd_nb.server.job_record import JobRecord, cancel_message
+from opd_nb.server.job.failures import fail_job, full_disk_failure
 from opd_nb.server.launcher import ChildProcess
 from opd_nb.server.resume import continue_hint, latest_checkpoint, output_dir
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
+from opd_nb.server.store.job_record import JobRecord, cancel_message
 from opd_nb.server.worker_exits import exit_reason
 
 

@@ -17,7 +17,8 @@ from opd_nb.server.disk_space import (
     mentions_full_disk,
     release_reserve,
 )
-from opd_nb.server.store import Store, now_text
+from opd_nb.server.store import Store
+from opd_nb.server.store.db import now_text
 
 
 def full_disk_failure(data_dir: Path, evidence: list[str], exc: BaseException | None = None) -> str | None:

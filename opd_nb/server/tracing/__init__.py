@@ -1,0 +1,1 @@
+"""Spans from a job's function servers: their credentials and environment, the OTLP intake that stores them, the forwarder."""
