@@ -224,8 +224,8 @@ def test_a_declared_oversize_upload_is_refused_before_it_is_read(local_server):
     host, port = local_server.base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(
-            b"POST /api/v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
-            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 629145600\r\n\r\n--b\r\n"
+            f"POST /api/v1/files HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer t\r\n".encode()
+            + b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 629145600\r\n\r\n--b\r\n"
         )
         reply = _read_reply(sock)
     assert reply.startswith("HTTP/1.1 413"), reply[:200]

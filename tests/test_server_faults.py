@@ -564,10 +564,11 @@ def test_a_large_upload_streams_to_disk_in_bounded_memory(tmp_path: Path) -> Non
 
 
 def _stalled_upload(port: int) -> socket.socket:
-    """A multipart POST /files whose body stops after its first bytes (the connection stays open)."""
+    """A multipart POST /files whose body stops after its first bytes (the connection stays open). Its Host
+    names the server's address and port, as every HTTP client sends it (the server refuses any other)."""
     sock = socket.create_connection(("127.0.0.1", port))
     head = (
-        "POST /api/v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer faults-test\r\n"
+        f"POST /api/v1/files HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer faults-test\r\n"
         "Content-Type: multipart/form-data; boundary=BOUNDARY\r\nContent-Length: 1000000\r\n\r\n"
         '--BOUNDARY\r\nContent-Disposition: form-data; name="files"; filename="a.jsonl"\r\n\r\n{"a": 1}\n'
     )
