@@ -168,7 +168,7 @@ def test_continued_training_says_when_the_parent_cannot_be_read(tmp_path):
 
 @pytest.mark.slow
 def test_continued_training_reads_the_parents_learning_rate_on_the_plane(
-    tmp_path, finished_job, local_server
+    tmp_path, finished_job, local_server, monkeypatch
 ):
     parent = finished_job("pure-distill").job
     parent_lr = float(parent.hyper_parameters["learning_rate"])
@@ -186,7 +186,9 @@ def test_continued_training_reads_the_parents_learning_rate_on_the_plane(
     )
     assert hit.severity == "info" and "is lower, as the docs advise" in hit.message
     # A Bailian job's detail shows its hyper-parameters too: the cloud target reads the same GET (the local
-    # plane standing in for Bailian), finding the parent by the job id in the model id.
+    # plane standing in for Bailian, configured as the user's cloud: the only URL the cloud key goes to),
+    # finding the parent by the job id in the model id.
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", local_server.api_base)
     cloud = config_text(replace={"name: qwen3.5-9b": f"name: {parent.job_id}:checkpoint-2"})
     hit = only(
         check_config_text(cloud, ws, "cloud", base_url=local_server.api_base), "config.continued-training"
