@@ -135,11 +135,6 @@ def _configured_cloud(src: _Sources) -> tuple[str, str]:
     return DEFAULT_CLOUD_API, "default"
 
 
-def configured_cloud_url(workspace: str | Path | None = None) -> str:
-    """The cloud API base the user configured (see :func:`_configured_cloud`)."""
-    return _configured_cloud(_Sources(workspace))[0]
-
-
 def resolve_connection(
     kind: str | None = None, *, base_url: str | None = None, workspace: str | Path | None = None
 ) -> Target:
