@@ -40,9 +40,9 @@ def main() -> None:
 
     import random
 
-    from opd_nb import dataset_scan
     from opd_nb.checks.data import check_data_file
     from opd_nb.engine.task import make_row
+    from opd_nb.spec import dataset as dataset_scan
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train.jsonl"

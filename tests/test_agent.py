@@ -17,7 +17,7 @@ from opd_nb.agent.agent_config import AGENTS, agent_config
 from opd_nb.agent.consent import CHANGED_REQUEST, STALE_TOKEN, ConsentBook
 from opd_nb.cli import command, main
 from opd_nb.errors import OpdError
-from opd_nb.spend import NEEDS_CONFIRMATION
+from opd_nb.paid.gate import NEEDS_CONFIRMATION
 
 REPO = Path(__file__).resolve().parent.parent
 SKILL = REPO / "skills" / "opd-nb" / "SKILL.md"

@@ -13,7 +13,7 @@ from test_checks_config import REWARD_FUNCTIONS, config_text, make_workspace
 
 from opd_nb.checks import RULES, check, check_config_text
 from opd_nb.cli import main
-from opd_nb.estimate import estimate
+from opd_nb.paid.estimate import estimate
 
 
 @pytest.fixture(autouse=True)

@@ -95,7 +95,7 @@ def _deployments():
 
 
 def _eval_result():
-    from opd_nb.evaluation import EvalResult, ModelScore, RowResult
+    from opd_nb.experiments.evaluation import EvalResult, ModelScore, RowResult
 
     models = [LONG_DEPLOYED, "qwen3.5-9b"]
     scores = [ModelScore(model=m, n=1, reward_mean=0.5, metrics={"contains_answer": 0.75}) for m in models]

@@ -148,7 +148,7 @@ def test_checkpoints_in_bailians_shape(trained, api):
 
 def test_pure_distillation_is_scored_by_exact_match(client, tmp_path):
     from opd_nb.data import jsonl as data
-    from opd_nb.evaluation import evaluate
+    from opd_nb.experiments.evaluation import evaluate
 
     ws = tiny_workspace("pure-distill", tmp_path / "pd", val_rows=3)
     rows = data.read_jsonl(ws / "data" / "validation.jsonl")
@@ -179,7 +179,7 @@ def test_a_cloud_eval_from_python_sends_nothing_without_consent(local_server, tm
     from bailian_standin import CountingProxy
 
     from opd_nb.errors import OpdError
-    from opd_nb.evaluation import evaluate
+    from opd_nb.experiments.evaluation import evaluate
 
     ws = tiny_workspace("pure-distill", tmp_path / "ws", val_rows=2)
     proxy = CountingProxy(local_server.base_url)

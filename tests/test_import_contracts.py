@@ -36,8 +36,10 @@ def test_the_version_comes_from_a_leaf_and_is_the_installed_one() -> None:
 
 def test_importing_the_client_leaves_the_checks_out() -> None:
     loaded = _loaded_after("opd_nb.client")
-    assert not {m for m in loaded if m.startswith(("opd_nb.checks", "opd_nb.spend", "opd_nb.spec"))}
-    assert "opd_nb.client" in loaded and "opd_nb.consent" in loaded  # its paid calls hold the consent rule
+    assert not {m for m in loaded if m.startswith(("opd_nb.checks", "opd_nb.paid.gate", "opd_nb.spec"))}
+    assert (
+        "opd_nb.client" in loaded and "opd_nb.paid.consent" in loaded
+    )  # its paid calls hold the consent rule
 
 
 def test_the_control_plane_and_the_engine_never_load_the_paid_paths_rules() -> None:
@@ -45,8 +47,7 @@ def test_the_control_plane_and_the_engine_never_load_the_paid_paths_rules() -> N
     through the consent rule: neither it nor the engine loads the gate, the consent or the checks."""
     loaded = _loaded_after("opd_nb.server.app", "opd_nb.server.worker", "opd_nb.engine.api")
     assert {"opd_nb.server.app", "opd_nb.wire.deploy_plans"} <= loaded
-    paid_path = ("opd_nb.consent", "opd_nb.spend", "opd_nb.checks")
-    assert not {m for m in loaded if m == paid_path[0] or m.startswith(paid_path[1:])}
+    assert not {m for m in loaded if m.startswith(("opd_nb.paid", "opd_nb.checks"))}
 
 
 def test_each_package_of_opd_nb_says_why_it_exists_in_its_docstring() -> None:
@@ -62,6 +63,25 @@ def test_each_package_of_opd_nb_says_why_it_exists_in_its_docstring() -> None:
         p.parent.name for p in packages if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()
     ]
     assert silent == []
+
+
+def test_the_floors_show_in_the_folders_with_at_most_ten_loose_modules() -> None:
+    """Concepts live in subpackages; what lies loose under `opd_nb/` is the leaves, the entry points and
+    the demo, and each of them is a module of the layers contract (or its one exhaustive ignore)."""
+    import tomllib
+    from pathlib import Path
+
+    import opd_nb
+
+    root = Path(opd_nb.__file__).parent
+    loose = sorted(p.stem for p in root.glob("*.py"))
+    assert len(loose) <= 10, loose
+    pyproject = tomllib.loads((root.parent / "pyproject.toml").read_text())
+    layers = next(c for c in pyproject["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    named = {name.strip() for floor in layers["layers"] for name in floor.split("|")}
+    named |= set(layers["exhaustive_ignores"]) | {"__init__"}
+    packages = {p.parent.name for p in root.glob("*/__init__.py")}
+    assert set(loose) | packages <= named, sorted(set(loose) | packages - named)
 
 
 def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:

@@ -26,8 +26,8 @@ from pydantic import SecretStr
 from opd_nb.cli import invoke, main
 from opd_nb.client import JobClient, Target, dry_run, resolve_target, submit
 from opd_nb.errors import OpdError
-from opd_nb.estimate import SMOKE_STEPS, SMOKE_SUFFIX, SMOKE_VALIDATION_ROWS, billed_hours, estimate
-from opd_nb.spend import NEEDS_CONFIRMATION, PREFLIGHT_FAILED
+from opd_nb.paid.estimate import SMOKE_STEPS, SMOKE_SUFFIX, SMOKE_VALIDATION_ROWS, billed_hours, estimate
+from opd_nb.paid.gate import NEEDS_CONFIRMATION, PREFLIGHT_FAILED
 
 KEY = "sk-standin-0000000000000000"
 

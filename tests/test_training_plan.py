@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from opd_nb.client.job_results import Job
 from opd_nb.engine import hparams
 from opd_nb.engine.api import EngineError, EngineJob
-from opd_nb.estimate import training_steps as estimate_steps
 from opd_nb.notebook.job_state import JobState, progress_of
+from opd_nb.paid.estimate import training_steps as estimate_steps
 from opd_nb.server.bodies import JobBody
 from opd_nb.server.store.job_record import JobMeta, JobRecord
 from opd_nb.server.worker import engine_job

@@ -1,7 +1,7 @@
 """Consent for agents: a paid action is two calls joined by a short-lived, single-use token.
 
 The first call runs the core function with ``yes=False``: where the core's own consent rule
-(:func:`opd_nb.consent.require_consent`, the one `--yes` answers) refuses, nothing was sent, and the
+(:func:`opd_nb.paid.consent.require_consent`, the one `--yes` answers) refuses, nothing was sent, and the
 refusal's one line becomes the summary the agent must show; a token bound to the exact request is
 issued. The second call must carry that token: it runs the core function with ``yes=True`` once, and
 the token then remembers what it started, so a repeated confirmed call answers the same job instead
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from opd_nb.consent import NEEDS_CONFIRMATION
 from opd_nb.errors import OpdError
+from opd_nb.paid.consent import NEEDS_CONFIRMATION
 
 TOKEN_TTL_S = 300.0  # a confirmation is meant for the next call, not for later
 STALE_TOKEN = "stale-confirmation"  # OpdError.code: unknown or expired token

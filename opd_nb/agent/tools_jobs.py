@@ -85,7 +85,7 @@ def job_preview(
     """What the consent step shows besides the line: every warning, the estimate, the request body."""
     from opd_nb.checks import check
     from opd_nb.client import dry_run
-    from opd_nb.estimate import estimate
+    from opd_nb.paid.estimate import estimate
 
     report = check(ws, target.kind, config=config)
     out: dict[str, Any] = {"warnings": [str(f) for f in report.findings if f.severity == "warning"]}

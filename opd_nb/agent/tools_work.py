@@ -21,8 +21,8 @@ from opd_nb.agent.planes import (
 from opd_nb.agent.tools_jobs import paid
 from opd_nb.checks.report import Finding
 from opd_nb.client.deploy_results import ChatReply, Deployment
-from opd_nb.estimate import Estimate
-from opd_nb.evaluation import EvalResult
+from opd_nb.experiments.evaluation import EvalResult
+from opd_nb.paid.estimate import Estimate
 from opd_nb.trackers.records import ReportResult
 from opd_nb.workspace.new import Workspace
 
@@ -81,7 +81,7 @@ def estimate(
 ) -> Estimate:
     """Size the job before it starts (`opd estimate`): steps, rollouts, evaluations, token bounds,
     reward calls, units held per hour, money with a price. Never guesses wall-clock time."""
-    from opd_nb.estimate import estimate as size
+    from opd_nb.paid.estimate import estimate as size
 
     return size(workspace, config=config, price=price, smoke=smoke, sets=dict(sets or {}))
 
@@ -173,7 +173,7 @@ def evaluate(
 ) -> Paid[EvalResult]:
     """Answer the workspace's validation rows with each model and score them with its reward (`opd
     eval`). On Bailian every row is a paid call: two calls, as `submit`."""
-    from opd_nb.evaluation import evaluate as run_eval
+    from opd_nb.experiments.evaluation import evaluate as run_eval
 
     client = client_for(target, base_url, workspace)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from opd_nb.checks.config import dataset_files
 from opd_nb.checks.context import CheckContext
 from opd_nb.checks.report import CheckReport, Severity
-from opd_nb.dataset_scan import (
+from opd_nb.spec.dataset import (
     RULE_FIX,
     RULE_TEXT,
     UPLOAD_LIMIT_BYTES,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 LOCAL_DEFAULT = "__default_local__"
-SMOKE_DEFAULT = "0"  # `--smoke` without N: the default smoke size (opd_nb.estimate.smoke_rows)
+SMOKE_DEFAULT = "0"  # `--smoke` without N: the default smoke size (opd_nb.paid.estimate.smoke_rows)
 
 
 def _looks_like_url(word: str) -> bool:

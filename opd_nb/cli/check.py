@@ -65,7 +65,7 @@ def _print_clean(report: object, workspace: Path, config: str, sets: dict) -> No
     """A clean check in a terminal: the report, then the job's size (`opd estimate`), so the price of a
     start is in view."""
     from opd_nb.errors import OpdError
-    from opd_nb.estimate import estimate
+    from opd_nb.paid.estimate import estimate
 
     print_result(report)
     try:
@@ -96,7 +96,7 @@ def estimate_cmd(
     sets: SetOpt = None,
 ):
     """Size the job before it starts: steps, rollouts, evaluations, token bounds, reward calls, unit-hours."""
-    from opd_nb.estimate import estimate
+    from opd_nb.paid.estimate import estimate
     from opd_nb.spec.sets import parse_sets
 
     result = estimate(workspace, config=config, price=price, smoke=smoke, sets=parse_sets(sets or []))

@@ -73,7 +73,7 @@ def eval_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Answer the workspace's validation rows with each model and score them; rows that differ first."""
-    from opd_nb.evaluation import require_eval_consent
+    from opd_nb.experiments.evaluation import require_eval_consent
     from opd_nb.spec.job import workspace_config
 
     workspace = workspace_config(workspace)[0]  # the folder, or its config file
@@ -87,7 +87,7 @@ def eval_cmd(
 
 def _evaluate_here(client: Any, request: EvalRequest, as_json: bool) -> None:
     """The terminal's eval: a progress bar on stderr, then the table (or JSON)."""
-    from opd_nb.evaluation import evaluate
+    from opd_nb.experiments.evaluation import evaluate
 
     with _progress() as tick:
         result = evaluate(

@@ -366,9 +366,9 @@ def _hooks(
     price: float | None = None,
     reconnect_minutes: float = RECONNECT_MINUTES,
 ) -> Hooks:
-    from opd_nb.consent import is_paid
-    from opd_nb.estimate import price_from_env
     from opd_nb.health.guard import Guard
+    from opd_nb.paid.consent import is_paid
+    from opd_nb.paid.estimate import price_from_env
     from opd_nb.watching.meter import Meter
 
     paid = is_paid(client.target.kind)

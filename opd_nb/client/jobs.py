@@ -25,7 +25,7 @@ from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPag
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
 from opd_nb.client.target import Target, resolve_target
-from opd_nb.consent import require_consent
+from opd_nb.paid.consent import require_consent
 from opd_nb.traces.page import TracesPage
 from opd_nb.wire.deploy_plans import LORA, check_plan
 
@@ -45,7 +45,7 @@ CHAT_TIMEOUT_S = 600.0
 
 
 def require_deploy_consent(target_kind: str, plan: str | None, capacity: int, yes: bool) -> None:
-    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.consent`)."""
+    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.paid.consent`)."""
     billed = "per token" if (plan or LORA) == LORA else "by the hour while it runs"
     require_consent(
         target_kind,

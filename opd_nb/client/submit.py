@@ -160,7 +160,7 @@ def _checked_flag(ws: Path, no_check: bool) -> list[str]:
 def _preflight(ws: Path, target: Target, config: str, overrides: Mapping[str, Any], **how: Any) -> Any:
     """The gate on the config as it would be sent, its `--set` changes and run() arguments included
     (None with `no_check`): an error refuses, before anything."""
-    from opd_nb.spend import gate
+    from opd_nb.paid.gate import gate
 
     if how["no_check"]:
         return None
@@ -181,9 +181,9 @@ def _before_start(
     `--no-check`) and `--yes` for what was decided here, so it does neither twice, and the `sets`,
     `fresh` and `smoke` flags (refused here where the workspace's script lacks them).
     """
-    from opd_nb.consent import is_paid, require_consent
-    from opd_nb.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
-    from opd_nb.spend import warning_lines
+    from opd_nb.paid.consent import is_paid, require_consent
+    from opd_nb.paid.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
+    from opd_nb.paid.gate import warning_lines
 
     done = how.get("preflight_done", False)  # the caller ran the gate (a sweep, once per value)
     report = _preflight(ws, target, config, overrides, sets=how["sets"], no_check=how["no_check"] or done)

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from opd_nb.dataset_scan import scan_jsonl
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.spec.dataset import scan_jsonl
 from opd_nb.views import render
 
 Format = Literal["sharegpt", "alpaca", "openai-chat", "prompt-completion"]

@@ -1,7 +1,7 @@
 """Data helpers for Bailian's OPD JSONL: load, validate, build rows, split, and describe.
 
 One row per line: ``{"messages": [{"role": ..., "content": ...}, ...], "rollout_extra": {"solution": ...}}``.
-The scan itself lives in `opd_nb.dataset_scan` (re-exported here); `validate` applies the same
+The scan itself lives in `opd_nb.spec.dataset` (re-exported here); `validate` applies the same
 preflight rules as `opd check`.
 """
 
@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opd_nb.dataset_scan import (
+from opd_nb.errors import OpdError
+from opd_nb.results import ResultMixin
+from opd_nb.spec.dataset import (
     CHARS_PER_TOKEN,
     ROLES,
     RULE_FIX,
@@ -30,8 +32,6 @@ from opd_nb.dataset_scan import (
     read_jsonl,
     scan_jsonl,
 )
-from opd_nb.errors import OpdError
-from opd_nb.results import ResultMixin
 
 __all__ = [  # the scan's names too: `opd_nb.data` (the package re-exports these) is the user-facing path
     "CHARS_PER_TOKEN",

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from opd_nb.consent import require_consent
 from opd_nb.errors import OpdError
 from opd_nb.functions.entities import Registration, registration_plan
+from opd_nb.paid.consent import require_consent
+from opd_nb.paid.gate import gate, warning_lines
 from opd_nb.results import ResultMixin
 from opd_nb.spec.effective import EffectiveJob, effective_job
 from opd_nb.spec.hyperparams import PARAMS_BY_NAME, ParamSpec, closest
 from opd_nb.spec.job import workspace_config
-from opd_nb.spend import gate, warning_lines
 from opd_nb.views import render
 
 if TYPE_CHECKING:  # the client is imported when a sweep submits, not to plan one

@@ -1,6 +1,6 @@
 """One call to a user's reward function in the SDK's function server: the request, and what came back.
 
-Why one module: training (:mod:`opd_nb.engine.rewards`), ``opd eval`` (:mod:`opd_nb.evaluation`) and
+Why one module: training (:mod:`opd_nb.engine.rewards`), ``opd eval`` (:mod:`opd_nb.experiments.evaluation`) and
 the notebook's reward playground all score through the same server, so they build the request the
 same way and read every reply (a score, a ``status: failed``, a raise, a wrong shape, a timeout)
 into the same :class:`CallOutcome` with the same words. The transport is the caller's (the engine

@@ -1,6 +1,6 @@
 """Eval view (``%opd eval WS --model A --model B``): the models side by side, rows that differ first.
 
-The evaluation (:func:`opd_nb.evaluation.evaluate`) runs in a background thread that only sets
+The evaluation (:func:`opd_nb.experiments.evaluation.evaluate`) runs in a background thread that only sets
 widget state (a progress bar, a status line, the result's HTML); the kernel stays free. Once it is
 done the output becomes the result's side-by-side snapshot alone (through the output's
 ``display_id``; its tables sort with no kernel), so a saved notebook reopens as the comparison.
@@ -57,7 +57,7 @@ class EvalView(LiveView):
         return self
 
     def _run(self) -> None:
-        from opd_nb.evaluation import evaluate
+        from opd_nb.experiments.evaluation import evaluate
 
         try:
             self.result = evaluate(
@@ -78,7 +78,7 @@ class EvalView(LiveView):
         self._render()
 
     def wait(self, timeout_s: float | None = 900) -> Any:
-        """Block until the evaluation is done; returns the :class:`~opd_nb.evaluation.EvalResult`."""
+        """Block until the evaluation is done; returns the :class:`~opd_nb.experiments.evaluation.EvalResult`."""
         self.start()
         if not self._settled.wait(timeout_s):
             raise OpdError(f"the evaluation is still running after {timeout_s}s", fix="call wait() again")

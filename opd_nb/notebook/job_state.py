@@ -185,7 +185,7 @@ def meter_line(st: JobState) -> str | None:
     if st.metrics_available is not False or st.job is None:
         return None
     from opd_nb.errors import OpdError
-    from opd_nb.estimate import price_from_env
+    from opd_nb.paid.estimate import price_from_env
     from opd_nb.watching.meter import Meter
 
     try:

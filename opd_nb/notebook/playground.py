@@ -27,7 +27,7 @@ from opd_nb.results import ResultMixin
 from opd_nb.views import render
 
 if TYPE_CHECKING:
-    from opd_nb.evaluation import RewardFunction
+    from opd_nb.experiments.evaluation import RewardFunction
 
 CANDIDATE_KEYS = ("candidate", "completion", "answer", "response", "content")
 CLEAN_TIMEOUT_S = 10.0
@@ -287,7 +287,7 @@ def load_candidates(path: str | Path) -> list[dict]:
 def _function_of(ws: Path, classpath: str) -> RewardFunction:
     """How a job would run `classpath`: config.yaml's zipdir, runtime env and timeout when it
     registers this class, else from the workspace itself with the default timeout."""
-    from opd_nb.evaluation import RewardFunction, reward_function
+    from opd_nb.experiments.evaluation import RewardFunction, reward_function
     from opd_nb.functions.reward_call import DEFAULT_TIMEOUT_S
     from opd_nb.functions.server import classpath_to_module
 

@@ -1,6 +1,6 @@
 """A live meter for paid jobs: elapsed time, the hours billed so far, and money when a price is set.
 
-Bailian bills training units by the hour, each started hour whole (`opd_nb.estimate.billed_hours`).
+Bailian bills training units by the hour, each started hour whole (`opd_nb.paid.estimate.billed_hours`).
 The meter counts from the job's start (else its creation) to its end (else now), as the job reports
 them (local wall-clock ``YYYY-MM-DD HH:MM:SS``, or ISO 8601); the console's bill is the authority.
 """
@@ -47,7 +47,7 @@ class Meter:
         elapsed = self.elapsed_s(job, now)
         if elapsed is None:
             return f"meter: {job.job_id} has no start time yet; nothing billed"
-        from opd_nb.estimate import billed_hours  # the one billing rule (imports the spec: not at load)
+        from opd_nb.paid.estimate import billed_hours  # the one billing rule (imports the spec: not at load)
 
         hours = billed_hours(elapsed)
         text = (

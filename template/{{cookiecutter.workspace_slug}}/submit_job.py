@@ -678,7 +678,7 @@ def preflight(config: Path, args: argparse.Namespace, sets: dict[str, Any]) -> N
 def size_estimate(config: Path, args: argparse.Namespace, sets: dict[str, Any]) -> dict | None:
     """opd-nb's `opd estimate` of this job, when opd-nb is importable (else None)."""
     try:
-        from opd_nb.estimate import estimate
+        from opd_nb.paid.estimate import estimate
     except ImportError:
         return None
     try:

@@ -21,9 +21,9 @@ from pydantic import BaseModel
 
 from opd_nb import settings
 from opd_nb.constants import SMOKE_STEPS, SMOKE_SUFFIX, SMOKE_VALIDATION_ROWS
-from opd_nb.dataset_scan import scan_jsonl
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.spec.dataset import scan_jsonl
 from opd_nb.spec.effective import effective_job
 from opd_nb.spec.hyperparams import Written
 from opd_nb.spec.job import workspace_config

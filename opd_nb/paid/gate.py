@@ -1,4 +1,4 @@
-"""What stands between a user and a bill: the preflight gate, and the consent rule (:mod:`opd_nb.consent`).
+"""What stands between a user and a bill: the preflight gate, and the consent rule (:mod:`opd_nb.paid.consent`).
 
 One source of both rules for every path that starts a job (`opd submit`, `%opd submit`, sweeps,
 continued training, `opd eval --cloud`): the gate refuses a workspace whose preflight has errors
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks import CheckReport, check
-from opd_nb.consent import NEEDS_CONFIRMATION, PAID_KIND, is_paid, require_consent
 from opd_nb.errors import OpdError
+from opd_nb.paid.consent import NEEDS_CONFIRMATION, PAID_KIND, is_paid, require_consent
 
 __all__ = [
     "NEEDS_CONFIRMATION",

@@ -3,7 +3,7 @@
 A leaf (it imports only :mod:`opd_nb.errors`), so every paid call can hold the rule where it sends:
 `client.submit`, deployments, sweeps and evaluations, whichever front end (CLI, magic, agent,
 Python) calls them. Without ``yes`` the error (code ``needs-confirmation``) says in one line what
-would have started, and nothing is sent. The preflight gate that runs before it is :mod:`opd_nb.spend`.
+would have started, and nothing is sent. The preflight gate that runs before it is :mod:`opd_nb.paid.gate`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def require_consent(
     target_kind: str, yes: bool, what: str, *, fix: str = "", warnings: Sequence[str] = ()
 ) -> None:
     """Refuse a paid start without `yes` (exit 1, nothing sent); `what` says in one line what would start,
-    and `warnings` (the gate's, :func:`opd_nb.spend.warning_lines`) follow it: the user consents knowing them."""
+    and `warnings` (the gate's, :func:`opd_nb.paid.gate.warning_lines`) follow it: the user consents knowing them."""
     if is_paid(target_kind) and not yes:
         raise OpdError(
             f"nothing sent: Bailian bills this, so it needs --yes: {what}"

@@ -352,7 +352,7 @@ def require_eval_consent(
 ) -> str | None:
     """On Bailian every row is a paid call: without `yes` an OpdError (code needs-confirmation) says how
     many, and nothing is sent; with it, the notice to show. None on a local target (nothing billed)."""
-    from opd_nb.consent import is_paid, require_consent
+    from opd_nb.paid.consent import is_paid, require_consent
 
     if not is_paid(target_kind):
         return None
