@@ -438,3 +438,41 @@ def test_agentic_records_keep_the_trajectory_and_mark_trained_tokens(tmp_path, m
         assert all(t["trained"] for t in r["tokens"])
         assert r["completion"] == r["messages"][2]["content"] + r["messages"][4]["content"]
     assert all(0.0 <= x["trace/reward/zero_variance_groups"] <= 1.0 for x in ev.rows if x["step"] > 0)
+
+
+@pytest.mark.parametrize("agentic", [False, True])
+def test_the_engine_writes_typed_records_whose_every_key_the_wire_names(tmp_path, agentic):
+    """The engine builds its records as `wire.rollouts.RolloutRow`s; the route's models declare each of
+    their keys (nothing read back as an unknown extra), native and agentic, with a reward and without."""
+    from opd_nb.engine.models import default_pair, load_tokenizer
+    from opd_nb.wire.rollouts import RolloutRecord, RolloutRow, RolloutToken, TokenRow
+
+    assert set(RolloutRow.__annotations__) == set(RolloutRecord.model_fields)
+    assert set(TokenRow.__annotations__) == set(RolloutToken.model_fields)
+    tok = load_tokenizer(default_pair()[0])
+    ids = tok("12 3", add_special_tokens=False)["input_ids"]
+    turn = rollouts.Turn(ids, [-0.5] * len(ids), [-0.7] * len(ids), message=1 if agentic else None,
+                         dropped=ids[:1] if agentic else [])  # fmt: skip
+    reward = {
+        "reward_score": 0.5,
+        "reward_metrics": {"m": 1.0},
+        "reward_status": "SUCCEEDED",
+        "reward_error": None,
+    }
+    rec = rollouts.Recorder(tmp_path, tok)
+    for r in (
+        rollouts.Rollout(
+            0,
+            0,
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            [turn],
+            reward=reward,
+            agentic=agentic,
+        ),  # fmt: skip
+        rollouts.Rollout(0, 1, [{"role": "user", "content": "q"}], [turn], agentic=agentic, error="boom"),
+    ):
+        row = rec.record(r, "train", 3)
+        record = RolloutRecord.model_validate(json.loads(json.dumps(row)))
+        assert not record.model_extra and not any(t.model_extra for t in record.tokens)
+        assert record.rollout_status == ("failed" if agentic and r.error else "success" if agentic else None)
+        assert [t.trained for t in record.tokens][-1:] == ([False] if agentic else [None])

@@ -298,3 +298,56 @@ def test_a_checkpoint_listing_is_read_from_a_list_or_an_older_servers_object():
     entry = {"checkpoint": "checkpoint-20", "step": 20, "job_id": "job-1"}
     assert [c.name for c in Checkpoint.listing([entry, "junk"])] == ["checkpoint-20"]
     assert [c.step for c in Checkpoint.listing({"checkpoints": [entry]})] == [20]
+
+
+def test_a_client_result_is_its_wire_model_and_reads_an_older_servers_flat_entry():
+    """`Checkpoint` *is* the wire's entry (as `Job` is the job object): its names are views of the wire's
+    fields, so a field the server adds is the client's too; an older server's flat keys read the same."""
+    from opd_nb.client.job_results import Checkpoint
+
+    assert issubclass(Checkpoint, CheckpointEntry)
+    wire = {"checkpoint": "checkpoint-4", "step": 4, "create_time": "2026-01-01 00:00:00",
+            "model_display_name": "mine", "local": {"path": "/d/c4", "metrics": {"r": 0.5}, "published": True}}  # fmt: skip
+    flat = {"name": "checkpoint-4", "step": 4, "created_at": "2026-01-01 00:00:00", "display_name": "mine",
+            "path": "/d/c4", "metrics": {"r": 0.5}, "published": True}  # fmt: skip
+    for entry in (wire, flat):
+        c = Checkpoint.from_entry(entry)
+        assert (c.name, c.step, c.path, c.created_at, c.display_name) == (
+            "checkpoint-4", 4, "/d/c4", "2026-01-01 00:00:00", "mine")  # fmt: skip
+        assert (c.metrics, c.published, c.local and c.local.path) == ({"r": 0.5}, True, "/d/c4")
+        assert c.to_payload()["name"] == "checkpoint-4"
+    assert Checkpoint.from_entry({**wire, "new_field": 1}).model_extra == {"new_field": 1}
+
+
+def test_every_body_the_client_sends_is_a_wire_request_the_server_validates():
+    """One model per request body (`wire/requests.py`): the client builds it, and the route's body is a
+    subclass that only adds the local plane's limits, so what is sent and what is read cannot drift."""
+    from opd_nb.client import _calls
+    from opd_nb.server import bodies
+    from opd_nb.wire import requests
+
+    served = {bodies.CancelBody: requests.CancelRequest, bodies.DeploymentBody: requests.DeploymentCreate,
+              bodies.ScaleBody: requests.DeploymentScale, bodies.ChatBody: requests.ChatRequest}  # fmt: skip
+    for body, request in served.items():
+        assert issubclass(body, request)
+    sent = [
+        _calls.cancel_job("job-1", "guard: loss rose").json,
+        _calls.deploy("opd-local/job-1", 2, "s1", plan="lora").json,
+        _calls.scale_deployment("dep-1", 3).json,
+        _calls.chat_body("m", "hi", False, temperature=0.5, seed=None),
+    ]
+    assert sent[1] == {"model_name": "opd-local/job-1", "capacity": 2, "suffix": "s1", "plan": "lora"}
+    assert sent[3] == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False,
+                       "temperature": 0.5}  # fmt: skip
+    for body, json_body in zip(served, sent, strict=True):
+        body.model_validate(json_body)  # what the client sends, the server reads
+
+
+@pytest.mark.parametrize("capacity", [True, 2.0, "2", None])
+def test_a_request_of_the_wrong_kind_is_refused_before_anything_is_sent(capacity):
+    from opd_nb.client import _calls
+    from opd_nb.errors import OpdError
+
+    with pytest.raises(OpdError) as err:
+        _calls.deploy("opd-local/job-1", capacity, None)
+    assert err.value.code == "invalid-request" and "capacity" in str(err.value)

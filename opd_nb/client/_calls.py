@@ -34,6 +34,7 @@ from opd_nb.views.terminal_text import printable
 from opd_nb.wire.base import json_object, json_objects
 from opd_nb.wire.jobs import JobMetrics
 from opd_nb.wire.models import ModelListing
+from opd_nb.wire.requests import CancelRequest, ChatRequest, DeploymentCreate, DeploymentScale
 
 T = TypeVar("T")
 
@@ -119,7 +120,8 @@ def job_logs(job_id: str, offset: int, lines: int) -> Call[LogPage]:
 def cancel_job(job_id: str, reason: str | None = None) -> Call[None]:
     """``reason`` (who cancelled and why) goes in the body; Bailian's cancel takes none, so pass it
     only to `opd serve` (see :func:`cancel`)."""
-    body = {"reason": " ".join(printable(reason).split())[:CANCEL_REASON_MAX_CHARS]} if reason else None
+    line = " ".join(printable(reason).split())[:CANCEL_REASON_MAX_CHARS] if reason else None
+    body = CancelRequest.of(reason=line) if line else None
     return Call("POST", _job_path(job_id, "/cancel"), f"cancel {job_id}", _nothing, json=body)
 
 
@@ -247,10 +249,7 @@ def _name_path(name: str, tail: str = "") -> str:
 
 def deploy(model: str, capacity: int, suffix: str | None, **plan: Any) -> Call[Deployment]:
     """The create body as the v2 SDK builds it (``plan``, ``deploy_spec``, ``billing_method`` when set)."""
-    body: dict[str, Any] = {"model_name": model, "capacity": capacity}
-    if suffix is not None:
-        body["suffix"] = suffix
-    body.update({k: v for k, v in plan.items() if v is not None})
+    body = DeploymentCreate.of(model_name=model, capacity=capacity, suffix=suffix, **plan)
     return Call(
         "POST", "/deployments", f"deploy {model}", Deployment.from_output, json=body, idempotent=False
     )
@@ -271,7 +270,7 @@ def list_deployments(page: int, size: int) -> Call[DeploymentList]:
 
 
 def scale_deployment(name: str, capacity: int) -> Call[Deployment]:
-    body = {"deployed_model": name, "capacity": capacity}
+    body = DeploymentScale.of(deployed_model=name, capacity=capacity)
     return Call("PUT", _name_path(name, "/scale"), f"scale {name}", Deployment.from_output, json=body)
 
 
@@ -285,9 +284,7 @@ def chat_body(
     """OpenAI's chat body; a plain string is one user message."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
-    body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
-    body.update({k: v for k, v in params.items() if v is not None})
-    return body
+    return ChatRequest.of(model=model, messages=messages, stream=stream, **params)
 
 
 def chat(model: str, body: dict[str, Any]) -> Call[ChatReply]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 from opd_nb.constants import CANCELED, FAILED, PENDING, RUNNING, SUCCEEDED, TERMINAL_STATUSES
 from opd_nb.results import ResultMixin
@@ -191,22 +191,69 @@ class JobEvent(ResultMixin, BaseModel):
             return self.data.strip() or None
 
 
-class Checkpoint(ResultMixin, BaseModel):
-    """One kept checkpoint, read from Bailian's "list checkpoints" entry (local extras under ``local``)."""
+# An older local server's flat entry, and the names callers build a checkpoint by: each key's place on the wire.
+_FLAT_KEYS = {"name": "checkpoint", "created_at": "create_time", "display_name": "model_display_name"}
+_FLAT_LOCAL = ("path", "metrics", "published")
 
-    name: str
-    step: int | None = None
-    path: str | None = None  # local control plane: where it is on disk (deployable by this path)
-    created_at: str | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    published: bool = False
-    checkpoint_id: str | None = None
-    job_id: str | None = None
-    status: str | None = None
-    model_name: str | None = None  # the id to deploy it by, once exported (or continue training from)
-    # the export's `--model-name` (Bailian's model_display_name): a label, never what to deploy
-    display_name: str | None = None
-    expire_time: str | None = None  # Bailian deletes a checkpoint then (about 15 days after create_time)
+
+class Checkpoint(ResultMixin, CheckpointEntry):
+    """One kept checkpoint: the wire's "list checkpoints" entry itself (local extras under ``local``), so
+    the server's shape and the client's reading cannot drift; the names the front ends read it by
+    (``name``, ``path``, ``metrics``, …) are views of those fields, never copies (and are in its JSON,
+    as `--json` has always given them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_keys(cls, data: Any) -> Any:
+        """Read the flat keys (an older local server's ``name``/``path``/``created_at``/…) into the wire's."""
+        if not isinstance(data, dict):
+            return data
+        given = cast(dict[str, Any], data)
+        if not ({*_FLAT_KEYS, *_FLAT_LOCAL} & given.keys()):
+            return given
+        entry = {k: v for k, v in given.items() if k not in _FLAT_KEYS and k not in _FLAT_LOCAL}
+        for flat, key in _FLAT_KEYS.items():
+            if entry.get(key) is None and given.get(flat) is not None:
+                entry[key] = given[flat]
+        if entry.get("local") is None and any(given.get(k) for k in _FLAT_LOCAL):
+            entry["local"] = {"path": given.get("path") or "", "metrics": given.get("metrics") or {},
+                              "published": bool(given.get("published"))}  # fmt: skip
+        return entry
+
+    @computed_field
+    @property
+    def name(self) -> str:
+        """``checkpoint-{step}`` (or ``final``): what `opd export` and the tables name it by."""
+        return self.checkpoint or self.full_name or ""
+
+    @computed_field
+    @property
+    def path(self) -> str | None:
+        """Local control plane: where it is on disk (deployable by this path)."""
+        return (self.local.path or None) if self.local is not None else None
+
+    @computed_field
+    @property
+    def created_at(self) -> str | None:
+        return self.create_time
+
+    @computed_field
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The metrics of its step (local control plane; empty where the plane gives none)."""
+        return dict(self.local.metrics) if self.local is not None else {}
+
+    @computed_field
+    @property
+    def published(self) -> bool:
+        """Whether it is the job's published ``finetuned_output`` (local control plane)."""
+        return self.local.published if self.local is not None else False
+
+    @computed_field
+    @property
+    def display_name(self) -> str | None:
+        """The export's ``--model-name`` (Bailian's ``model_display_name``): a label, never what to deploy."""
+        return self.model_display_name
 
     def expires_in_days(self, now: float | None = None) -> float | None:
         """Days until ``expire_time`` (negative: expired), None where the plane gives none."""
@@ -219,23 +266,7 @@ class Checkpoint(ResultMixin, BaseModel):
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> Checkpoint:
         """Read from Bailian's entry (an older local server's flat ``name``/``path``/``created_at`` too)."""
-        wire = CheckpointEntry.model_validate(entry)
-        local = wire.local
-        old = wire.model_extra or {}  # the flat keys an older local server sent
-        return cls(
-            name=str(wire.checkpoint or old.get("name") or wire.full_name or ""),
-            step=wire.step,
-            path=local.path if local else old.get("path"),
-            created_at=wire.create_time or old.get("created_at"),
-            metrics=dict(local.metrics if local else old.get("metrics") or {}),
-            published=bool(local.published if local else old.get("published", False)),
-            checkpoint_id=wire.checkpoint_id,
-            job_id=wire.job_id,
-            status=wire.status,
-            model_name=wire.model_name,
-            display_name=wire.model_display_name,
-            expire_time=wire.expire_time,
-        )
+        return cls.model_validate(entry)
 
     @classmethod
     def listing(cls, out: Any) -> list[Checkpoint]:

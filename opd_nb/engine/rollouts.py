@@ -65,10 +65,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from opd_nb import settings
 from opd_nb.errors import OpdError
+from opd_nb.wire.rollouts import RolloutRow, TokenRow
 
 DIRNAME = "rollouts"
 FORMAT = "opd-rollouts/1"
@@ -288,6 +289,26 @@ class Rollout:
     error: str | None = None  # a failed agentic rollout (no trajectory)
 
 
+def _token_rows(t: Turn, texts: list[str], *, agentic: bool) -> list[TokenRow]:
+    """A turn's tokens as written: each with both log-probs; agentic, its message and whether it was trained
+    (the tokens cut to fit ``max_length`` follow, unscored)."""
+    n = len(t.ids)
+    if not agentic:
+        return [
+            TokenRow(id=i, text=x, student_logprob=_lp(s), teacher_logprob=_lp(q))
+            for i, x, s, q in zip(t.ids, texts, t.student, t.teacher, strict=True)
+        ]
+    trained = [
+        TokenRow(id=i, text=x, student_logprob=_lp(s), teacher_logprob=_lp(q), turn=t.message, trained=True)
+        for i, x, s, q in zip(t.ids, texts[:n], t.student, t.teacher, strict=True)
+    ]
+    cut = [
+        TokenRow(id=i, text=x, student_logprob=None, teacher_logprob=None, turn=t.message, trained=False)
+        for i, x in zip(t.dropped, texts[n:], strict=True)
+    ]
+    return trained + cut
+
+
 def _own_copy(tokenizer: Any) -> Any:
     """A private copy for the writer thread: a fast tokenizer shared with a thread that encodes (and may
     reconfigure padding/truncation) can fail with "Already borrowed"."""
@@ -339,53 +360,23 @@ class Recorder:
         for tmp in self.dir.glob(".*.tmp") if self.dir.is_dir() else ():
             tmp.unlink(missing_ok=True)
 
-    def record(self, r: Rollout, kind: str, step: int) -> dict[str, Any]:
-        rec: dict[str, Any] = {"kind": kind, "step": step, "group": r.group, "sample": r.sample}
+    def record(self, r: Rollout, kind: str, step: int) -> RolloutRow:
         trained_msgs = {t.message for t in r.turns}
-        rec["messages"] = (
+        messages = (
             [{**m, "trained": a in trained_msgs} for a, m in enumerate(r.messages)]
             if r.agentic
             else r.messages
         )
-        tokens: list[dict[str, Any]] = []
+        tokens: list[TokenRow] = []
         completion: list[str] = []
         for t in r.turns:
             texts, text = self.texts(t.ids + t.dropped)
             completion.append(text)
-            n = len(t.ids)
-            if r.agentic:
-                tokens.extend(
-                    {
-                        "id": i,
-                        "text": x,
-                        "student_logprob": _lp(s),
-                        "teacher_logprob": _lp(q),
-                        "turn": t.message,
-                        "trained": True,
-                    }
-                    for i, x, s, q in zip(t.ids, texts[:n], t.student, t.teacher, strict=True)
-                )
-                tokens.extend(
-                    {
-                        "id": i,
-                        "text": x,
-                        "student_logprob": None,
-                        "teacher_logprob": None,
-                        "turn": t.message,
-                        "trained": False,
-                    }
-                    for i, x in zip(t.dropped, texts[n:], strict=True)
-                )
-            else:
-                tokens.extend(
-                    {"id": i, "text": x, "student_logprob": _lp(s), "teacher_logprob": _lp(q)}
-                    for i, x, s, q in zip(t.ids, texts, t.student, t.teacher, strict=True)
-                )
-        rec["completion"] = "".join(completion)
-        rec["tokens"] = tokens
-        rec["truncated"] = bool(r.truncated)
+            tokens.extend(_token_rows(t, texts, agentic=r.agentic))
+        rec = RolloutRow(kind=kind, step=step, group=r.group, sample=r.sample, messages=messages,
+                         completion="".join(completion), tokens=tokens, truncated=bool(r.truncated))  # fmt: skip
         if r.reward is not None:
-            rec.update(r.reward)
+            rec.update(cast(RolloutRow, r.reward))
         if r.agentic:
             rec["rollout_status"] = "failed" if r.error else "success"
             rec["rollout_error"] = r.error

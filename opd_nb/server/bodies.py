@@ -34,6 +34,7 @@ from opd_nb.server.limits import MAX_ENV_BYTES, MAX_REQUIREMENTS_CHARS
 from opd_nb.server.responses import shown
 from opd_nb.spec.training_plan import TrainingPlan
 from opd_nb.wire.deploy_plans import plan_problems
+from opd_nb.wire.requests import CancelRequest, ChatRequest, DeploymentCreate, DeploymentScale
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 TRAINING_TYPES = ("pg_opd", "reinforcement")
@@ -169,7 +170,7 @@ class NoParameters(Body):
     model_config = ConfigDict(extra="allow")
 
 
-class CancelBody(Body):
+class CancelBody(Body, CancelRequest):
     """A cancel's optional body (the SDK sends none): ``reason``, who cancelled and why, one line of text
     that the job's message and log record (`opd watch --guard` sends its rule, values and step)."""
 
@@ -453,7 +454,7 @@ class Sampling(Body):
         return out
 
 
-class DeploymentBody(Body):
+class DeploymentBody(Body, DeploymentCreate):
     """``POST /deployments`` as ``Deployments.call(model, capacity, suffix=...)`` and the v2
     ``client.deployments.create`` send it (``plan`` and the fields it needs: :mod:`opd_nb.wire.deploy_plans`)."""
 
@@ -494,7 +495,7 @@ class DeploymentBody(Body):
         return value
 
 
-class ScaleBody(Body):
+class ScaleBody(Body, DeploymentScale):
     """``PUT /deployments/{name}/scale``."""
 
     model_config = ConfigDict(extra="allow")
@@ -566,7 +567,7 @@ class GenerationBody(Body):
         return value.strip()
 
 
-class ChatBody(Sampling):
+class ChatBody(Sampling, ChatRequest):
     """``POST /compatible-mode/v1/chat/completions`` (OpenAI's chat body; the unsupported options are a 400)."""
 
     model: str
