@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
+from opd_nb.constants import DEFAULT_CLOUD_API
 from opd_nb.errors import OpdError
 
 T = TypeVar("T")
@@ -406,7 +407,7 @@ DASHSCOPE_BASE_URL = Setting(
     "the control plane the SDK and opd-nb talk to: a loopback URL (127.0.0.0/8, ::1, localhost) is the local "
     "plane, any other the cloud (your key goes there)",
     who="sdk",
-    default_text="https://dashscope.aliyuncs.com/api/v1",
+    default_text=DEFAULT_CLOUD_API,
 )
 DASHSCOPE_API_KEY = Setting(
     "DASHSCOPE_API_KEY",

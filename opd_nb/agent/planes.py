@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 from pydantic import Field
 
 from opd_nb.agent.consent import ConsentBook
+from opd_nb.constants import DEFAULT_LOCAL_API
 from opd_nb.errors import OpdError
 
 TargetArg = Annotated[
@@ -27,7 +28,7 @@ TargetArg = Annotated[
 BaseUrlArg = Annotated[
     str | None,
     Field(
-        description="the control plane's URL (default: http://127.0.0.1:8765 for local, the user's configured "
+        description=f"the control plane's URL (default: {DEFAULT_LOCAL_API} for local, the user's configured "
         "cloud for cloud); for cloud only the URL the user configured or a Bailian host is accepted"
     ),
 ]
