@@ -263,3 +263,17 @@ def test_without_a_reward_only_checkpoints_with_a_loss_row_of_their_own_count():
     pick = pick_checkpoint(cps, plateau)
     assert pick.metric == LOSS and pick.unscored() == ["checkpoint-6"]
     assert pick.best.checkpoint.name == "checkpoint-9" and "plateau" in pick.best.reason
+
+
+def test_pick_checkpoint_is_the_one_best_checkpoint_rule_the_engine_and_record_keep_none() -> None:
+    """The engine once kept its own "best" (highest reward at a save), saved into the job record and never
+    read; the one rule is `pick_checkpoint` over the metric rows. A record written before still loads."""
+    from opd_nb.engine.api import EngineResult
+    from opd_nb.server.store.job_record import TrainingOutcome
+
+    assert not {name for name in EngineResult.model_fields if "best" in name}
+    assert not {name for name in TrainingOutcome.model_fields if "best" in name}
+    before = TrainingOutcome.model_validate(
+        {"final_checkpoint": "/d/final", "best_checkpoint": "/d/c2", "steps": 4}
+    )
+    assert (before.final_checkpoint, before.steps) == ("/d/final", 4)

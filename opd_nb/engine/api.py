@@ -66,7 +66,6 @@ class EngineJob(BaseModel):
 
 class EngineResult(BaseModel):
     final_checkpoint: str  # directory in Hugging Face format, published as finetuned_output
-    best_checkpoint: str | None = None
     steps: int
     epochs: int
     metrics_tail: dict[str, float] = Field(default_factory=dict)

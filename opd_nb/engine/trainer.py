@@ -202,7 +202,6 @@ class Trainer:
         self.updater = Updater(self.student_scorer, estimator, p, self.data.total_steps)
         self.step = 0
         self.metrics_tail: dict[str, float] = {}
-        self.best: tuple[float, str] | None = None
         self._t_start, self._steps_here = 0.0, 0  # the loop's start and steps so far (ETA)
         self.max_total = m.max_total(p.hp.max_length)
         self.sampler = make_sampler(job.sampler, m, self.max_total)
@@ -298,7 +297,6 @@ class Trainer:
         self.log(f"published the final model to {final} after {self.step} step(s)")
         return EngineResult(
             final_checkpoint=final,
-            best_checkpoint=self.best[1] if self.best else None,
             steps=self.step,
             epochs=p.hp.n_epochs,
             metrics_tail=self.metrics_tail,
@@ -323,7 +321,7 @@ class Trainer:
             self.emit(row)
             self.metrics_tail = {k: float(v) for k, v in row.items() if isinstance(v, int | float)}
             self._report(row, epoch)
-            self._save(row, epoch, cursor, len(order))
+            self._save(epoch, cursor, len(order))
         return True
 
     def _report(self, row: dict[str, Any], epoch: int) -> None:
@@ -334,17 +332,13 @@ class Trainer:
         if self.step % max(1, total // 20) == 0 or self.step in (1, total):
             self.log(_step_line(row, total, epoch + 1, n_epochs, eta))
 
-    def _save(self, row: dict[str, Any], epoch: int, cursor: int, n_rows: int) -> None:
-        """A checkpoint when the save strategy says so (resuming at the next row); keeps the best one."""
+    def _save(self, epoch: int, cursor: int, n_rows: int) -> None:
+        """A checkpoint when the save strategy says so (resuming at the next row). Which one is best is
+        not the engine's to say: `health.rules.pick_checkpoint` is the one rule, over the metric rows."""
         end = cursor >= n_rows
         if not self.checkpoints.due(self.step, end):
             return
-        path = self.checkpoints.save(
-            self.step, epoch + 1 if end else epoch, 0 if end else cursor, self.metrics_tail
-        )
-        score = row.get(REWARD_MEAN, row.get(VALIDATION_ACCURACY))
-        if score is not None and (self.best is None or score > self.best[0]):
-            self.best = (float(score), path)
+        self.checkpoints.save(self.step, epoch + 1 if end else epoch, 0 if end else cursor, self.metrics_tail)
 
 
 def run(

@@ -363,7 +363,6 @@ def _publish(store: Store, events: StoreEvents, job_id: str, result: Any) -> Non
     published = f"opd-local/{job_id}"
     outcome = TrainingOutcome(
         final_checkpoint=result.final_checkpoint,
-        best_checkpoint=result.best_checkpoint,
         steps=result.steps,
         epochs=result.epochs,
         metrics_tail=result.metrics_tail,

@@ -18,7 +18,7 @@ from opd_nb.wire.jobs import JobProgress
 
 FunctionKind = Literal["reward", "group_reward", "rollout"]
 _RESUME_KEYS = ("interruptions", "resume_from")  # top-level meta keys of rows before ResumeState
-_OUTCOME_KEYS = ("final_checkpoint", "best_checkpoint", "steps", "epochs", "metrics_tail")
+_OUTCOME_KEYS = ("final_checkpoint", "steps", "epochs", "metrics_tail")
 
 
 class JobFunction(BaseModel):
@@ -59,8 +59,7 @@ class TrainingOutcome(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    final_checkpoint: str
-    best_checkpoint: str | None = None
+    final_checkpoint: str  # (a record from before keeps the engine's best_checkpoint, ignored: `health.rules.pick_checkpoint` is the rule)
     steps: int = 0
     epochs: int = 0
     metrics_tail: dict[str, Any] = Field(default_factory=dict)
