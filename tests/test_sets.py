@@ -73,6 +73,8 @@ def test_bare_names_expand_and_other_keys_pass_through():
         ("lr_scheduler_type=cosinus", "not one of cosine"),
         ("model=qwen3.5-9b", "set one key in it, e.g. --set model.name=qwen3.5-9b"),
         ("n_epochs", "expected KEY=VALUE"),
+        ("finetuned_output=my-model-v2", "remove `finetuned_output`: the service names the trained model"),
+        ("job_id=ft-1", "the service gives each job its id"),
     ],
 )
 def test_a_set_the_service_would_ignore_or_refuse_is_one_line_with_the_key_to_write(item, words):
