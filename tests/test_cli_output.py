@@ -231,6 +231,8 @@ def test_help_defaults_are_the_rules_the_code_follows(monkeypatch, tmp_path) -> 
             settings.CHECKPOINT_TTL_DAYS.flag_default(),
         ],
         ("new",): [f"[default: {d}]" for d in (DEFAULT_STUDENT, DEFAULT_TEACHER, DEFAULT_REWARD_CLASS)],
+        ("estimate",): [settings.PRICE_PER_UNIT_HOUR.flag_default()],
+        ("watch",): [settings.PRICE_PER_UNIT_HOUR.flag_default()],
     }
     for verb, texts in expected.items():
         shown = help_of(*verb)

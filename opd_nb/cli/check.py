@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._output import config_sets, echo, emit, print_result
 from opd_nb.workspace.connection import LOCAL_URL_RULE
@@ -86,7 +87,9 @@ def estimate_cmd(
     ] = "config.yaml",
     price: Annotated[
         float | None,
-        typer.Option("--price", help="money per training unit per hour (default: $OPD_PRICE_PER_UNIT_HOUR)"),
+        typer.Option(
+            "--price", help=f"money per training unit per hour {settings.PRICE_PER_UNIT_HOUR.flag_default()}"
+        ),
     ] = None,
     smoke: Annotated[
         int | None,

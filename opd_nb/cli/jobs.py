@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
 from opd_nb.cli._output import config_sets, echo, emit, note, print_result
@@ -92,7 +93,9 @@ ReconnectOpt = Annotated[
 ]
 PriceOpt = Annotated[
     float | None,
-    typer.Option("--price", help="money per unit-hour for the meter (or $OPD_PRICE_PER_UNIT_HOUR)"),
+    typer.Option(
+        "--price", help=f"money per unit-hour for the meter {settings.PRICE_PER_UNIT_HOUR.flag_default()}"
+    ),
 ]
 NoCheckOpt = Annotated[
     bool, typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit")
