@@ -140,6 +140,11 @@ class Setting(Generic[T]):
                 fix=f"set it to {self.kind.accepts} (default: {self.shown_default()}), or unset it",
             ) from None
 
+    def flag_default(self) -> str:
+        """A CLI flag's default, when this setting is what the flag falls back to: generated here, so that a
+        help text states the default the code uses."""
+        return f"[default: ${self.name}, else {self.shown_default()}]"
+
     def shown_default(self) -> str:
         if self.default_text:
             return self.default_text

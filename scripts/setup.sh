@@ -2,19 +2,29 @@
 # Set up opd-nb on a fresh machine: a venv with the CPU PyTorch wheel first (an open `torch`
 # requirement would pull a multi-GB CUDA build), then the project with every extra.
 # The installs go through uv (from PyPI, into the venv): it resolves and links in parallel, about
-# ten times faster than pip here; pip stays the fallback where uv cannot be installed.
+# ten times faster than pip here; pip stays the fallback where uv cannot be installed or fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${OPD_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+UV=()
 if "${PIP[@]}" uv >/dev/null 2>&1 && [ -x "$VENV/bin/uv" ]; then
   # uv reads no pip.conf: hand it the machine's local wheels (the CPU torch wheel) the way pip sees them.
   links="${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}"
-  INSTALL=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python" ${links:+--find-links "$links"})
-else
-  INSTALL=("${PIP[@]}")
+  UV=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python" ${links:+--find-links "$links"})
 fi
-"${INSTALL[@]}" torch==2.13.0
-"${INSTALL[@]}" -e '.[all]'
+# uv first; where it fails (it reads none of pip's configuration: a custom certificate authority, a
+# private index) pip does this install and the rest, and one line says so.
+install() {
+  if [ ${#UV[@]} -gt 0 ]; then
+    local err
+    if err=$("${UV[@]}" "$@" 2>&1); then return 0; fi
+    echo "setup: uv could not install $* ($(printf '%s\n' "$err" | grep -v '^[[:space:]]*$' | tail -n 1)); uv reads none of pip's configuration (certificates, index), so pip installs instead" >&2
+    UV=()
+  fi
+  "${PIP[@]}" "$@"
+}
+install torch==2.13.0
+install -e '.[all]'
 echo "opd-nb is installed in $VENV ($("$VENV/bin/opd" version))"

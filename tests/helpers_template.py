@@ -26,6 +26,7 @@ REWARD = {
     "functions/reward/__init__.py",
     "functions/reward/reward.py",
     "tests/test_reward.py",
+    "test_reward.py",
 }
 ROLLOUT = {
     "functions/__init__.py",

@@ -352,3 +352,30 @@ def test_fresh_template_workspace_has_no_errors(tmp_path, mode):
     ws = workspace.create(mode, tmp_path / f"ws-{mode}")
     report = check(ws.path)
     assert report.ok and not report.warnings, str(report)
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("finetuned_output: my-model-v2", "read it as `finetuned_output` of the finished job"),
+        ("finetuned_model: my-model-v2", "to keep experiments apart, change only `name:`"),
+        ("job_id: ft-202601010000-abcd", "the service gives each job its id"),
+        ("status: RUNNING", "opd watch JOB"),
+        ("training_file_ids: [file-ft-abc]", "under `datasets:` (type: training)"),
+    ],
+)
+def test_a_key_the_service_reports_says_what_to_do_instead(tmp_path, line, words):
+    """The docs' multi-experiment advice sets `finetuned_output:` in config.yaml, which the SDK refuses
+    whole: preflight says what to do instead, not only "unknown key" (issue 51)."""
+    ws = make_workspace(tmp_path)
+    key = line.split(":")[0]
+    bad = check_config_text(
+        config_text(
+            replace={"teacher_model: qwen3.5-397b-a17b": f"teacher_model: qwen3.5-397b-a17b\n{line}"}
+        ),
+        ws,
+    )
+    hit = bad.by_rule("config.schema")[0]
+    assert f"`{key}` is what the service reports about a job" in hit.message and "1002" in hit.message
+    assert hit.fix.startswith(f"remove `{key}`: ") and words in hit.fix, hit.fix
+    assert hit.where.startswith("config.yaml:"), hit.where

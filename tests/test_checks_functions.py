@@ -123,6 +123,20 @@ def test_import_from_excluded_folder(tmp_path):
     assert "functions.excluded-import" not in check(ws).rules()
 
 
+@pytest.mark.parametrize("name", ["test_reward.py", "reward_test.py", "conftest.py"])
+def test_a_pytest_file_at_the_root_may_import_the_excluded_tests(tmp_path, name):
+    """The docs run `python -m pytest test_reward.py -v` from the workspace root, so a root test file that
+    gathers tests/ is fine: the runtime never imports pytest's files. A function's module doing it is not."""
+    ws = reward_ws(tmp_path)
+    (ws / "tests").mkdir()
+    (ws / "tests" / "test_reward.py").write_text("def test_one():\n    pass\n")
+    (ws / name).write_text("from tests.test_reward import *  # noqa: F403\n")
+    assert "functions.excluded-import" not in check(ws).rules()
+    (ws / "functions" / "helpers.py").write_text("from tests.test_reward import test_one\n")
+    hit = check(ws).by_rule("functions.excluded-import")[0]
+    assert hit.where == "functions/helpers.py:1" and "'tests'" in hit.message
+
+
 def test_zip_members_follow_the_sdk_exclusions(tmp_path):
     ws = reward_ws(tmp_path)
     (ws / ".env").write_text("DASHSCOPE_API_KEY=sk-real\n")

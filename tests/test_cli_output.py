@@ -173,3 +173,79 @@ def test_the_gate_prints_each_fix_once_per_line(tmp_path):
     lines = proc.stderr.splitlines()
     assert all(line.count("fix:") <= 1 for line in lines), proc.stderr
     assert "config.bad-value" in proc.stderr and lines[-1].startswith("fix: correct them (`opd check")
+
+
+def test_help_groups_every_verb_by_the_flow() -> None:
+    """`opd --help` listed 30 verbs beginning with `version` (issue 51): a section per stage of the flow, in
+    the flow's order, and every visible command placed in one."""
+    import os
+    import subprocess
+    import sys
+
+    from opd_nb.cli import command
+    from opd_nb.cli._app import FLOW
+
+    out = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "100"},
+    ).stdout
+    sections = re.findall(r"^(\S[^:\n]*):\n((?:  .*\n?)+)", out, flags=re.M)
+    listed = {title: re.findall(r"^  (\S+)", body, flags=re.M) for title, body in sections}
+    listed.pop("Options", None)
+    assert list(listed) == [title for title, _ in FLOW], out
+    assert listed == {title: list(names) for title, names in FLOW}, out
+    visible = {name for name, cmd in command().commands.items() if not cmd.hidden}
+    assert visible == {name for _, names in FLOW for name in names}
+
+
+def test_help_defaults_are_the_rules_the_code_follows(monkeypatch, tmp_path) -> None:
+    """Help texts stated defaults that were not the real ones (issue 51): `--local` follows a loopback
+    DASHSCOPE_HTTP_BASE_URL, `opd serve --data-dir` XDG_CACHE_HOME. Each help names the rule the code uses."""
+    import os
+    import subprocess
+    import sys
+
+    from opd_nb import settings
+    from opd_nb.constants import DEFAULT_LOCAL_API
+    from opd_nb.server.records import default_data_dir
+    from opd_nb.workspace.connection import LOCAL_URL_RULE, resolve_connection
+    from opd_nb.workspace.new import DEFAULT_REWARD_CLASS, DEFAULT_STUDENT, DEFAULT_TEACHER
+
+    def help_of(*verb: str) -> str:
+        env = {**os.environ, "COLUMNS": "400"}
+        out = subprocess.run(
+            [sys.executable, "-m", "opd_nb", *verb, "--help"], capture_output=True, text=True, env=env
+        )
+        return " ".join(out.stdout.split())
+
+    expected = {
+        ("jobs",): [LOCAL_URL_RULE],
+        ("submit",): [LOCAL_URL_RULE],
+        ("check",): [LOCAL_URL_RULE],
+        ("serve",): [
+            settings.DATA_DIR.flag_default(),
+            settings.MAX_DEPLOYMENTS.flag_default(),
+            settings.CHECKPOINT_TTL_DAYS.flag_default(),
+        ],
+        ("new",): [f"[default: {d}]" for d in (DEFAULT_STUDENT, DEFAULT_TEACHER, DEFAULT_REWARD_CLASS)],
+        ("estimate",): [settings.PRICE_PER_UNIT_HOUR.flag_default()],
+        ("watch",): [settings.PRICE_PER_UNIT_HOUR.flag_default()],
+    }
+    for verb, texts in expected.items():
+        shown = help_of(*verb)
+        for text in texts:
+            assert text in shown, (verb, text, shown)
+    # ... and the rules are what the code does.
+    monkeypatch.delenv("OPD_SERVE_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DASHSCOPE_HTTP_BASE_URL", "http://127.0.0.1:9911/api/v1")
+    assert resolve_connection("local").base_url == "http://127.0.0.1:9911/api/v1"
+    monkeypatch.setenv("DASHSCOPE_HTTP_BASE_URL", "https://dashscope.aliyuncs.com/api/v1")
+    assert resolve_connection("local").base_url == DEFAULT_LOCAL_API
+    monkeypatch.delenv("OPD_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_data_dir() == tmp_path / "xdg" / "opd-nb" / "server"
+    assert "$XDG_CACHE_HOME" in settings.DATA_DIR.flag_default()

@@ -272,3 +272,35 @@ def test_submit_job_py_keeps_the_packages_loopback_rule():
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     assert [module.is_loopback(u) for u in URLS] == [is_loopback_url(u) for u in URLS]
     assert sum(is_loopback_url(u) for u in URLS) == 8
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["jobs"],
+        ["status", "ft-202601010000-abcd"],
+        ["logs", "ft-202601010000-abcd"],
+        ["checkpoints", "ft-1"],
+        ["deployments"],
+        ["cancel", "ft-202601010000-abcd"],
+    ],
+)
+def test_a_cloud_request_without_a_key_fails_at_once_and_says_how_to_go_local(
+    argv, tmp_path, monkeypatch, capsys
+):
+    """`opd jobs` in a new shell with no key went to Bailian and failed seconds later with a ConnectError (issue
+    51): without a cloud key nothing is sent, and one line says how to point at the local plane."""
+    from opd_nb.cli import main
+
+    for var in ("DASHSCOPE_API_KEY", "DASHSCOPE_HTTP_BASE_URL", "OPD_CLOUD_BASE_URL", "OPD_NB_LOCAL_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env here
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert "no API key for the cloud control plane" in err and "`opd use local`" in err and "--local" in err
+    assert "ConnectError" not in err and "Traceback" not in err
+    with pytest.raises(OpdError) as refused:  # the Python client alike, before any request
+        JobClient(resolve_target("cloud")).list()
+    assert refused.value.code == "no-api-key" and refused.value.status is None

@@ -49,8 +49,8 @@ FILLED = {
     "opd jobs; opd watch JOB_ID; opd logs JOB_ID -f; opd cancel JOB_ID": "opd jobs; opd watch {job}; "
     "opd logs {job} -f; opd cancel {running}",
     "opd checkpoints JOB [--json]": "opd checkpoints {job} && opd checkpoints {job} --json",
-    "opd export JOB checkpoint-4 [--model-name early]": "opd export {job} checkpoint-4 && "
-    "opd export {job} checkpoint-2 --model-name early",
+    "opd export JOB CHECKPOINT [--model-name early]": "opd export {job} {checkpoint} && "
+    "opd export {job} {older_checkpoint} --model-name early",
     'opd logs JOB --search "reward" [--tail 20] [--json]': 'opd logs {job} --search "reward" && '
     'opd logs {job} --search "reward" --tail 20 --json',
     "opd deploy opd-local/ft-…  --suffix v1": "opd deploy opd-local/{job}  --suffix v1",
@@ -228,6 +228,12 @@ def _after(command: str, out: str, values: dict[str, str], shell: Shell, cwd: Pa
         values["running"] = re.findall(r"job id: (\S+)", longer)[0]
     elif command.startswith("opd jobs; opd watch"):
         assert "SUCCEEDED" in out and values["job"] in out
+    elif command.startswith(
+        "opd checkpoints JOB"
+    ):  # the names the README's CHECKPOINT stands for, newest first
+        names = list(dict.fromkeys(re.findall(r"\bcheckpoint-\d+\b", out)))
+        assert len(names) >= 2, out
+        values["checkpoint"], values["older_checkpoint"] = names[0], names[-1]
     elif command.startswith("opd export"):
         values["exported"] = re.findall(r"as model_name (\S+);", out)[0]
         assert "'early' is its display name" in out
@@ -329,3 +335,9 @@ def test_the_workspace_readme_in_a_fresh_shell(shell: Shell, server: int, tmp_pa
         if command == "python submit_job.py --local --wait":
             assert "final status: SUCCEEDED" in out
     assert {"pytest", "cp .env.example .env", "python submit_job.py --local --wait"} <= set(commands)
+
+
+def test_the_readme_states_no_test_count():
+    """A count of tests goes stale with the next test (issue 51: the README said 1,072): the README names none."""
+    text = README.read_text(encoding="utf-8")
+    assert not re.findall(r"\b\d[\d,]*\s+(?:tests|test cases|passed)\b", text)

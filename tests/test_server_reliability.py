@@ -255,6 +255,7 @@ def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path, loc
     job = wait_until(lambda: (j := job_view(api, job_id))["status"] == "FAILED" and j, 30, "the job to fail")
     assert job["code"] == "WorkerCrashed" and "SIGKILL" in job["message"], job
     assert "checkpoint-" in job["message"] and "`model`" in job["message"], job
+    assert f"FAILED: {job['message']}" in job_logs(api, job_id)[-1]  # the log ends with the cause (issue 51)
     wait_until(lambda: _gone([p.pid for p in tree]), 15, "every process of the job to end")
     assert not process_tree.members(data_dir, process_tree.job_owner(job_id))
 

@@ -73,6 +73,8 @@ def test_bare_names_expand_and_other_keys_pass_through():
         ("lr_scheduler_type=cosinus", "not one of cosine"),
         ("model=qwen3.5-9b", "set one key in it, e.g. --set model.name=qwen3.5-9b"),
         ("n_epochs", "expected KEY=VALUE"),
+        ("finetuned_output=my-model-v2", "remove `finetuned_output`: the service names the trained model"),
+        ("job_id=ft-1", "the service gives each job its id"),
     ],
 )
 def test_a_set_the_service_would_ignore_or_refuse_is_one_line_with_the_key_to_write(item, words):
@@ -221,3 +223,19 @@ def test_submit_job_py_takes_bare_names_with_and_without_opd_nb(ws):
     assert out_of_range.returncode == 2 and "below the minimum" in out_of_range.stderr
     no_opd = _script(ws, "--dry-run", opd_nb=False)
     assert no_opd.returncode == 0 and "opd-nb is not installed" in no_opd.stderr
+
+
+@pytest.mark.parametrize("verb", [["check"], ["estimate"], ["estimate", "--json"], ["config"]])
+def test_every_verb_says_what_its_set_applied(capsys, ws, verb):
+    """`--set` gave no sign that it applied (issue 51): each change is one line on stderr, so --json stays JSON."""
+    code, out, err = opd(capsys, *verb, str(ws), "--set", "n_epochs=2", "--set", "name=trial-7")
+    assert code in (0, 1), (out, err)  # `opd check` exits 1 on its findings
+    said = [line for line in err.splitlines() if line.startswith("--set ")]
+    assert said == [
+        "--set training.hyper_parameters.n_epochs = 2 (this run only; the config file is unchanged)",
+        '--set name = "trial-7" (this run only; the config file is unchanged)',
+    ], err
+    if "--json" in verb:
+        assert json.loads(out)["n_epochs"] == 2
+    code, _, err = opd(capsys, *verb, str(ws))
+    assert "--set " not in err  # nothing set, nothing said

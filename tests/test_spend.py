@@ -142,7 +142,8 @@ def test_estimate_json_steps_are_rows_over_batch_times_epochs(mode, rows, hp, tm
         "n_rollouts"
     ]
     assert got["rollouts"] == steps * hp["batch_size"] * n_rollouts
-    assert got["eval_passes"] == math.ceil(steps / got["eval_steps"])
+    every = got["eval_steps"]  # before training, every eval_steps steps, and after the last
+    assert got["eval_passes"] == len({0, *range(every, steps + 1, every), steps})
     assert got["unit_hours_per_hour"] == got["mtu_capacity"] == 24
     assert got["money_per_hour"] == 24 * 2.5 and got["wall_clock_hours"] is None
     assert "not known" in got["note"]
@@ -327,3 +328,21 @@ def test_the_terminal_prints_the_warnings_of_a_submit_before_its_job(
     job_id = json.loads(captured.out)["job_id"]
     JobClient(resolve_target("local", base_url=local_server.api_base)).cancel(job_id)
     assert exited.value.code == 0 and "preflight warning config.teacher-smaller" in captured.err, captured.err
+
+
+@pytest.mark.slow
+def test_the_estimates_evaluation_passes_are_the_ones_a_job_records(finished_job, local_server):
+    """`opd estimate` counted ceil(steps / eval_steps) passes where the job also evaluates at step 0 (issue 51):
+    the estimate of a finished job's workspace equals the validation rows the job recorded."""
+    from opd_nb.client import JobClient, resolve_target
+
+    shared = finished_job("reward")
+    client = JobClient(resolve_target("local", base_url=local_server.api_base))
+    rows = client.metrics(shared.job_id) or []
+    recorded = {r["step"] for r in rows if any(k.startswith("validation/") for k in r)}
+    assert recorded and 0 in recorded, rows
+    assert estimate(shared.workspace).eval_passes == len(recorded)
+    steps = estimate(shared.workspace).steps
+    for every in (2, 3):  # other spacings, by the same rule: step 0, every eval_steps and the last
+        sized = estimate(shared.workspace, sets={"training.hyper_parameters.eval_steps": every})
+        assert sized.eval_passes == len({0, *range(every, steps + 1, every), steps}), (every, steps)

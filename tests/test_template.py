@@ -293,6 +293,18 @@ def test_generated_workspace_passes_its_own_tests_and_ruff(baked: dict, case_id:
     )
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert " passed" in tests.stdout and "failed" not in tests.stdout
+    if (path / "functions" / "reward").is_dir():  # the docs' command runs every reward test (issue 51)
+        docs = subprocess.run(
+            [PY, "-m", "pytest", "test_reward.py", "-v", "-p", "no:cacheprovider"],
+            cwd=path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert docs.returncode == 0, docs.stdout[-3000:] + docs.stderr[-2000:]
+        written = (path / "tests" / "test_reward.py").read_text().count("\ndef test_")
+        assert f" {written} passed" in docs.stdout, docs.stdout[-1500:]
     ruff = subprocess.run(
         [PY, "-m", "ruff", "check", "--no-cache", "."], cwd=path, capture_output=True, text=True
     )

@@ -130,8 +130,8 @@ def test_playground_scores_a_sample_with_the_workspace_processor(pg_ws: Path) ->
     w["truth"].value = ""
     w["sample"].value = -1  # typed prompt, no ground truth
     w["prompt"].value = "31"
-    nog = pg.score("13")
-    assert nog.status == "failed" and "ground truth" in (nog.error or "")
+    nog = pg.score("13")  # the docs: with no ground truth and no solution the score is 0, not a failure
+    assert nog.status == "success" and nog.reward_score == 0.0 and not nog.error
 
 
 def test_playground_picks_up_edits_without_restarting(pg_ws: Path) -> None:
@@ -177,20 +177,25 @@ def test_playground_batch_progress_distribution_and_failures(pg_ws: Path) -> Non
     for i, row in enumerate(rows):
         sol = row["rollout_extra"]["solution"]
         lines.append({**row, "candidate": f"<think>x</think>{sol if i % 2 == 0 else sol[::-1] + '0'}"})
-    lines.append({"prompt": "21", "candidate": "12"})  # no ground truth -> a failure
+    lines.append({"prompt": "21", "candidate": "12"})  # no ground truth -> 0, as the docs say
+    lines.append({"prompt": "21", "candidate": "boom", "ground_truth": "12"})  # a scoring bug -> a failure
+    reward = pg_ws / "functions" / "reward" / "reward.py"
+    code = reward.read_text()
+    bug = '    if answer == "boom":\n        raise ValueError("a scoring bug")\n'
+    reward.write_text(code.replace("    truths = [str(t)", bug + "    truths = [str(t)", 1))
     path = pg_ws / "candidates.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     pg = RewardPlayground(pg_ws, concurrency=4)
     seen: list[int] = []
     pg._widgets["progress"].observe(lambda ch: seen.append(ch["new"]), names="value")
     batch = pg.score_batch("candidates.jsonl")
-    assert len(batch.results) == 13 and [r.index for r in batch.results] == list(range(13))
-    assert batch.scores.count(1.0) == 6
-    assert len(batch.failures) == 1 and batch.failures[0].index == 12
-    assert seen and seen[-1] == 13 and seen == sorted(seen)
-    assert pg._widgets["progress"].description == "13/13"
+    assert len(batch.results) == 14 and [r.index for r in batch.results] == list(range(14))
+    assert batch.scores.count(1.0) == 6 and batch.results[12].reward_score == 0.0
+    assert len(batch.failures) == 1 and batch.failures[0].index == 13
+    assert seen and seen[-1] == 14 and seen == sorted(seen)
+    assert pg._widgets["progress"].description == "14/14"
     assert bytes(pg._widgets["hist"].value).startswith(b"\x89PNG")
-    assert "failures" in pg._widgets["failures"].value and "ground truth" in pg._widgets["failures"].value
+    assert "failures" in pg._widgets["failures"].value and "a scoring bug" in pg._widgets["failures"].value
 
 
 def test_playground_reads_the_reward_class_through_the_spec(pg_ws: Path) -> None:

@@ -16,17 +16,47 @@ from typer.core import TyperGroup
 NOTEBOOK_PANEL = "Notebook"  # the help panel of the commands that only make sense in a notebook
 
 
+# `opd --help` lists the verbs in the order of the flow, a section per stage (a new verb must be placed here:
+# tests/test_cli_output.py checks that every visible command is).
+FLOW: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Workspace", ("new", "data", "config", "demo")),
+    ("Check", ("check", "test", "estimate")),
+    ("Run", ("submit", "sweep")),
+    ("Watch", ("jobs", "status", "watch", "logs", "rollouts", "traces", "cancel")),
+    (
+        "After the job",
+        (
+            "checkpoints",
+            "export",
+            "deploy",
+            "deployments",
+            "chat",
+            "eval",
+            "compare",
+            "report",
+            "undeploy",
+            "delete",
+        ),
+    ),
+    ("Local plane and target", ("serve", "use")),
+    ("Agents", ("mcp",)),
+    ("About", ("version",)),
+)
+_PLACE = {name: (i, j, title) for i, (title, names) in enumerate(FLOW) for j, name in enumerate(names)}
+
+
 class SectionedGroup(TyperGroup):
-    """Plain-text help that lists the commands of each help panel in a section of its own."""
+    """Plain-text help that lists the commands of each stage of the flow (and each other help panel, such as
+    the notebook's) in a section of its own."""
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         sections: dict[str, list[tuple[str, Any]]] = {}
-        for name in self.list_commands(ctx):
+        unplaced = (len(FLOW), 0, "Commands")
+        for name in sorted(self.list_commands(ctx), key=lambda n: _PLACE.get(n, unplaced)[:2]):
             cmd = self.get_command(ctx, name)
             if cmd is not None and not cmd.hidden:
-                sections.setdefault(getattr(cmd, "rich_help_panel", None) or "Commands", []).append(
-                    (name, cmd)
-                )
+                panel = getattr(cmd, "rich_help_panel", None) or _PLACE.get(name, unplaced)[2]
+                sections.setdefault(panel, []).append((name, cmd))
         if not sections:
             return
         width = max(len(name) for rows in sections.values() for name, _ in rows)

@@ -127,6 +127,19 @@ def note(line: str) -> None:
         echo(line, err=True)
 
 
+def config_sets(items: list[str] | None) -> dict[str, Any]:
+    """Every verb's `--set KEY=VALUE` items, parsed by the one grammar (:mod:`opd_nb.spec.sets`), each applied
+    change said in one note line: the command's output alone may not show that it took."""
+    from opd_nb.spec.sets import parse_sets
+
+    changes = parse_sets(items or [])
+    for key, value in changes.items():
+        note(
+            f"--set {key} = {json.dumps(value, ensure_ascii=False)} (this run only; the config file is unchanged)"
+        )
+    return changes
+
+
 def in_notebook_source() -> bool:
     """Whether the command's line is saved in a notebook's source (a ``%opd`` line, run under ``invoke()``)
     rather than typed in a terminal: the one thing a typed secret's warning words differently."""

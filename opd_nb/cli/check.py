@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
+from opd_nb import settings
 from opd_nb.cli._app import app
-from opd_nb.cli._output import echo, emit, print_result
-from opd_nb.constants import DEFAULT_LOCAL_API
+from opd_nb.cli._output import config_sets, echo, emit, print_result
+from opd_nb.workspace.connection import LOCAL_URL_RULE
 
 SetOpt = Annotated[
     list[str] | None,
@@ -34,7 +35,7 @@ def check_cmd(
         str | None,
         typer.Option(
             "--base-url",
-            help=f"Local control plane API base (default: $DASHSCOPE_HTTP_BASE_URL, else {DEFAULT_LOCAL_API}).",
+            help=f"Local control plane API base [default: {LOCAL_URL_RULE}].",
         ),
     ] = None,
     tokenizer: Annotated[
@@ -50,9 +51,8 @@ def check_cmd(
     WORKSPACE is the folder or its config file; with --set, the config as `opd submit --set` would send it.
     """
     from opd_nb.checks import check
-    from opd_nb.spec.sets import parse_sets
 
-    changes = parse_sets(sets or [])
+    changes = config_sets(sets)
     report = check(
         workspace, target, base_url=base_url, tokenizer_path=tokenizer, config=config, sets=changes
     )
@@ -87,7 +87,9 @@ def estimate_cmd(
     ] = "config.yaml",
     price: Annotated[
         float | None,
-        typer.Option("--price", help="money per training unit per hour (default: $OPD_PRICE_PER_UNIT_HOUR)"),
+        typer.Option(
+            "--price", help=f"money per training unit per hour {settings.PRICE_PER_UNIT_HOUR.flag_default()}"
+        ),
     ] = None,
     smoke: Annotated[
         int | None,
@@ -97,9 +99,8 @@ def estimate_cmd(
 ):
     """Size the job before it starts: steps, rollouts, evaluations, token bounds, reward calls, unit-hours."""
     from opd_nb.paid.estimate import estimate
-    from opd_nb.spec.sets import parse_sets
 
-    result = estimate(workspace, config=config, price=price, smoke=smoke, sets=parse_sets(sets or []))
+    result = estimate(workspace, config=config, price=price, smoke=smoke, sets=config_sets(sets))
     return emit(result, as_json=as_json)
 
 
@@ -130,12 +131,11 @@ def config_cmd(
 ):
     """Print the effective job (defaults < YAML < run() arguments) as YAML the SDK loads identically."""
     from opd_nb.spec.effective import effective_job
-    from opd_nb.spec.sets import parse_sets
 
     job = effective_job(
         workspace,
         config=config,
-        sets=parse_sets(sets or []),
+        sets=config_sets(sets),
         model=model,
         teacher_model=teacher_model,
         job_name=job_name,

@@ -8,25 +8,25 @@ from typing import Annotated, Any
 
 import typer
 
+from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT as _LOCAL_DEFAULT
-from opd_nb.cli._output import echo, emit, note, print_result
+from opd_nb.cli._output import config_sets, echo, emit, note, print_result
 from opd_nb.cli._secrets import NOTIFY_SECRET, NOTIFY_URL, secret
 from opd_nb.cli.intents import WatchRequest
 from opd_nb.cli.watch import POLL_S, Hooks, wait_reporting_alerts, watch_terminal
-from opd_nb.constants import LOCAL_HOST, LOCAL_PORT, SUCCEEDED
+from opd_nb.constants import SUCCEEDED
 from opd_nb.errors import OpdError
 from opd_nb.health.rules import GuardThresholds, best_checkpoint_line
 from opd_nb.watching.contact import RECONNECT_MINUTES
 from opd_nb.watching.notify import SECRET_VAR as NOTIFY_SECRET_VAR
 from opd_nb.watching.notify import URL_VAR as NOTIFY_URL_VAR
+from opd_nb.workspace.connection import LOCAL_URL_RULE
 
 # `--local` takes an optional URL; opd_nb.cli._argv.normalize() fills in the default before parsing.
 TargetOpt = Annotated[
     str | None,
-    typer.Option(
-        "--local", metavar="[URL]", help=f"use a local `opd serve` (default http://{LOCAL_HOST}:{LOCAL_PORT})"
-    ),
+    typer.Option("--local", metavar="[URL]", help=f"use a local `opd serve` [default: {LOCAL_URL_RULE}]"),
 ]
 CloudOpt = Annotated[bool, typer.Option("--cloud", help="use Bailian (key from DASHSCOPE_API_KEY or .env)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
@@ -93,7 +93,9 @@ ReconnectOpt = Annotated[
 ]
 PriceOpt = Annotated[
     float | None,
-    typer.Option("--price", help="money per unit-hour for the meter (or $OPD_PRICE_PER_UNIT_HOUR)"),
+    typer.Option(
+        "--price", help=f"money per unit-hour for the meter {settings.PRICE_PER_UNIT_HOUR.flag_default()}"
+    ),
 ]
 NoCheckOpt = Annotated[
     bool, typer.Option("--no-check", help="skip the preflight rules (`opd check`) that run before a submit")
@@ -183,11 +185,10 @@ def submit_cmd(
     """
     from opd_nb.client import dry_run as dry_run_job
     from opd_nb.client import submit
-    from opd_nb.spec.sets import parse_sets
 
     client = _client(local, cloud, workspace)
     overrides = {"job_name": job_name, "teacher_model": teacher_model, "model": model, "no_reward": no_reward}
-    common = {"config": config, "sets": parse_sets(sets or []), "fresh": fresh, "smoke": smoke}
+    common = {"config": config, "sets": config_sets(sets), "fresh": fresh, "smoke": smoke}
     common.update(no_check=no_check, **overrides)
     if dry_run:
         return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)

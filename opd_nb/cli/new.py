@@ -8,6 +8,7 @@ import typer
 
 from opd_nb.cli._app import app
 from opd_nb.cli._output import emit, interactive
+from opd_nb.workspace.new import DEFAULT_REWARD_CLASS, DEFAULT_STUDENT, DEFAULT_TEACHER
 
 
 @app.command("new")
@@ -19,8 +20,12 @@ def new(
     name: Annotated[
         str | None, typer.Option(help="workspace name; the job name is its slug (default: DEST's name)")
     ] = None,
-    student: Annotated[str | None, typer.Option(help="student model id (default qwen3.5-9b)")] = None,
-    teacher: Annotated[str | None, typer.Option(help="teacher model id (default qwen3.5-397b-a17b)")] = None,
+    student: Annotated[
+        str | None, typer.Option(help=f"student model id [default: {DEFAULT_STUDENT}]")
+    ] = None,
+    teacher: Annotated[
+        str | None, typer.Option(help=f"teacher model id [default: {DEFAULT_TEACHER}]")
+    ] = None,
     with_reward: Annotated[
         bool | None,
         typer.Option(
@@ -28,7 +33,7 @@ def new(
         ),
     ] = None,
     reward_class: Annotated[
-        str | None, typer.Option(help="reward processor class name (default RewardProcessor)")
+        str | None, typer.Option(help=f"reward processor class name [default: {DEFAULT_REWARD_CLASS}]")
     ] = None,
     no_input: Annotated[
         bool, typer.Option("--no-input", help="never prompt; use defaults for what is not given")
@@ -36,7 +41,7 @@ def new(
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> object:
     """Create a workspace: config.yaml, data, submit_job.py, tests, and the functions the mode needs."""
-    from opd_nb.workspace.new import DEFAULT_STUDENT, DEFAULT_TEACHER, create
+    from opd_nb.workspace.new import create
 
     if not no_input and not as_json and interactive():
         from pathlib import Path

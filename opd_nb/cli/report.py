@@ -13,6 +13,7 @@ import typer
 from opd_nb.cli._app import app
 from opd_nb.cli._output import emit
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
+from opd_nb.trackers.records import DEFAULT_PROJECT
 
 ToOpt = Annotated[
     str,
@@ -20,7 +21,9 @@ ToOpt = Annotated[
 ]
 ProjectOpt = Annotated[
     str | None,
-    typer.Option("--project", help="trackio project / W&B project / MLflow experiment (default: opd-nb)"),
+    typer.Option(
+        "--project", help=f"trackio project / W&B project / MLflow experiment [default: {DEFAULT_PROJECT}]"
+    ),
 ]
 
 
@@ -34,7 +37,7 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> Any:
     """Write a job's metrics (at global steps), config, samples, alerts and end to experiment trackers."""
-    from opd_nb.trackers import DEFAULT_PROJECT, parse_report_to, report_job
+    from opd_nb.trackers import parse_report_to, report_job
 
     names = parse_report_to(to)
     with _client(local, cloud) as client:

@@ -40,10 +40,6 @@ from opd_nb.server import (
 )
 from opd_nb.server.records import (
     API_KEY_ENV,
-    CHECKPOINT_TTL_ENV,
-    DEFAULT_CHECKPOINT_TTL_DAYS,
-    DEFAULT_MAX_DEPLOYMENTS,
-    MAX_DEPLOYMENTS_ENV,
     MAX_INTERRUPTIONS,
     parse_model_map,
 )
@@ -173,9 +169,7 @@ HostFlag = Annotated[str, typer.Option(help="interface to listen on")]
 PortFlag = Annotated[int, typer.Option(help="port (0 picks a free one)")]
 DataDirFlag = Annotated[
     str | None,
-    typer.Option(
-        help="where jobs, files and checkpoints live (default ~/.cache/opd-nb/server or $OPD_DATA_DIR)"
-    ),
+    typer.Option(help=f"where jobs, files and checkpoints live {settings.DATA_DIR.flag_default()}"),
 ]
 ModelMapFlag = Annotated[
     list[str] | None,
@@ -211,7 +205,7 @@ MaxDeploymentsFlag = Annotated[
     typer.Option(
         min=1,
         help="how many deployments may run at once (past that, a deploy is a 400) "
-        f"[default: ${MAX_DEPLOYMENTS_ENV}, else {DEFAULT_MAX_DEPLOYMENTS}]",
+        f"{settings.MAX_DEPLOYMENTS.flag_default()}",
     ),
 ]
 CheckpointTtlFlag = Annotated[
@@ -219,7 +213,7 @@ CheckpointTtlFlag = Annotated[
     typer.Option(
         min=0.0,
         help="days a checkpoint lives (its expire_time; nothing is deleted locally) "
-        f"[default: ${CHECKPOINT_TTL_ENV}, else {DEFAULT_CHECKPOINT_TTL_DAYS:g}]",
+        f"{settings.CHECKPOINT_TTL_DAYS.flag_default()}",
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="print the result as JSON")]

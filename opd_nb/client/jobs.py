@@ -24,7 +24,7 @@ from opd_nb.client.deploy_results import ChatReply, Deployment, DeploymentList
 from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPage
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
-from opd_nb.client.target import Target, resolve_target
+from opd_nb.client.target import Target, require_key, resolve_target
 from opd_nb.paid.consent import require_consent
 from opd_nb.traces.page import TracesPage
 from opd_nb.wire.deploy_plans import LORA, check_plan
@@ -64,6 +64,9 @@ class _Base:
         self.retries = retries
 
     def _headers(self) -> dict[str, str]:
+        require_key(
+            self.target
+        )  # every request builds its headers here: no cloud request leaves without a key
         headers = {"Accept": "application/json", "User-Agent": "opd-nb"}
         if self.target.api_key is not None:
             headers["Authorization"] = f"Bearer {self.target.api_key.get_secret_value()}"

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, JsonValue, PrivateAttr
 
 from opd_nb.client.jobs import Job, JobClient
-from opd_nb.client.target import Target, resolve_target
+from opd_nb.client.target import Target, require_key, resolve_target
 from opd_nb.constants import SUBMIT_RESULT_PROTOCOL
 from opd_nb.errors import OpdError
 from opd_nb.findings import Finding
@@ -225,10 +225,8 @@ def _prepare(
     if not (ws / config).is_file():
         raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
     target = target or resolve_target(workspace=ws)
-    if need_key and target.api_key is None:
-        raise OpdError(
-            "no API key for the cloud target", fix="set DASHSCOPE_API_KEY in the environment or .env"
-        )
+    if need_key:
+        require_key(target)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASHSCOPE_")}
     env.update(target.env())
     env["NO_PROXY"] = ",".join(filter(None, [env.get("NO_PROXY", ""), "127.0.0.1", "localhost"]))

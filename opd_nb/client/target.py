@@ -23,6 +23,7 @@ from opd_nb.workspace.connection import (
     BASE_URL_VAR,
     Target,
     normalize_base,
+    require_key,
     resolve_connection,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "Target",
     "TargetInfo",
     "normalize_base",
+    "require_key",
     "resolve_target",
     "use_target",
 ]

@@ -64,6 +64,7 @@ from opd_nb.engine.api import METRICS_FILE, EngineError, EngineEvents, EngineJob
 from opd_nb.engine.checkpoints import STATE_FILE
 from opd_nb.engine.rollout_source import RolloutParts, RolloutSource
 from opd_nb.engine.scoring import TokenScores
+from opd_nb.spec.training_plan import evaluates_after
 from opd_nb.traces import ids as trace_ids
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ class Trainer:
     def _loop(self) -> EngineResult:
         p, data = self.plan, self.data
         start_epoch, start_cursor = (self.resumed.epoch, self.resumed.cursor) if self.resumed else (0, 0)
-        if self.step == 0 and data.validation:
+        if self.step == 0 and data.validation:  # evaluates_after(0, ...): the job's first evaluation
             ev = self.evaluate()
             if ev:
                 self.emit({"step": 0, "epoch": 0.0, **ev})
@@ -315,7 +316,7 @@ class Trainer:
             metrics = self.train_step(rows, epoch)
             self.step += 1
             self._steps_here += 1
-            if self.step % p.hp.eval_steps == 0 or self.step == data.total_steps:
+            if evaluates_after(self.step, data.total_steps, p.hp.eval_steps):
                 metrics.update(self.evaluate())
             row = {"step": self.step, "epoch": round(self.step / data.steps_per_epoch, 4), **metrics}
             self.emit(row)

@@ -27,7 +27,7 @@ from opd_nb.spec.dataset import scan_jsonl
 from opd_nb.spec.effective import effective_job
 from opd_nb.spec.hyperparams import Written
 from opd_nb.spec.job import workspace_config
-from opd_nb.spec.training_plan import steps_per_epoch, training_steps
+from opd_nb.spec.training_plan import evaluation_passes, steps_per_epoch, training_steps
 
 PRICE_VAR = settings.PRICE_PER_UNIT_HOUR.name  # money per training unit per hour, in the account's currency
 WALL_CLOCK_NOTE = "wall-clock hours are not known before the job runs; the bill is units x hours, each started hour billed whole"
@@ -123,7 +123,7 @@ class Estimate(ResultMixin, BaseModel):
             f"  steps: {n(self.steps)} = ceil({n(self.train_rows)} rows / batch_size {self.batch_size})"
             f" x {self.n_epochs} epoch(s)",
             f"  rollouts: {n(self.rollouts)} ({self.rollouts_per_step} per step = batch_size x n_rollouts)",
-            f"  evaluation passes: {n(self.eval_passes)} (every {self.eval_steps} steps and after the last),"
+            f"  evaluation passes: {n(self.eval_passes)} (before training, every {self.eval_steps} steps and after the last),"
             f" {n(self.eval_samples)} samples",
             f"  generated tokens <= {n(self.generated_tokens_max)}; teacher-scored tokens <= "
             f"{n(self.teacher_tokens_max)}",
@@ -255,9 +255,7 @@ def _counts(
     """Steps, rollouts, evaluations, token bounds and reward calls (None where the rows are unknown)."""
     per_step = shape["batch_size"] * shape["n_rollouts"]
     steps = training_steps(rows, shape["batch_size"], shape["n_epochs"]) if rows else None
-    passes = (
-        None if steps is None else math.ceil(steps / shape["eval_steps"])
-    )  # every eval_steps, and the last
+    passes = None if steps is None else evaluation_passes(steps, shape["eval_steps"])
     eval_samples = None if passes is None or val_rows is None else passes * val_rows
     samples = None if steps is None else steps * per_step + (eval_samples or 0)
     window = min(shape["max_length"], shape["opd_teacher_max_model_len"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -415,13 +416,32 @@ def _record_failure(
     full = full_disk_failure(store.data_dir, [message], exc)
     if full is not None:
         message, explained, code = f"{full} (the error: {message})", True, DISK_FULL
-    lines = events.lines(f"{FAILED}: {message}", level="ERROR")
+    lines: list[str] = []
+    for server in servers:  # what the function servers wrote last, each line at the level it was written
+        level = "INFO"
+        for line in server.log_lines(10):
+            level = function_line_level(line, level)
+            lines += events.lines(f"[{server.func_type} function] {line}", level=level)
     if not explained:
         lines += events.lines(traceback.format_exc(), level="ERROR")
-    for server in servers:
-        for line in server.log_lines(10):
-            lines += events.lines(f"[{server.func_type} function] {line}", level="ERROR")
+    # The docs say to read the end of a failed job's log: the cause is its last lines.
+    lines += events.lines(f"{FAILED}: {message}", level="ERROR")
     fail_job(store, job_id, code, message, lines)
+
+
+_LEVELS = "DEBUG|INFO|WARNING|ERROR|CRITICAL"
+# uvicorn's "INFO:     ...", logging's "... - name - INFO - ..." and "[ERROR] ..."; a traceback's first and last lines.
+_LINE_LEVEL = re.compile(rf"^\[?({_LEVELS})[:\]\s]| - ({_LEVELS}) - ")
+_TRACEBACK = re.compile(r"^(Traceback \(most recent call last\):|[A-Za-z_.]*(Error|Exception)(:|$))")
+
+
+def function_line_level(line: str, previous: str) -> str:
+    """The level a function server wrote ``line`` at: the one it names, ERROR for a traceback, else that of
+    the line before (a message's continuation lines)."""
+    named = _LINE_LEVEL.search(line)
+    if named:
+        return named.group(1) or named.group(2)
+    return "ERROR" if _TRACEBACK.match(line) else previous
 
 
 def main(argv: list[str] | None = None) -> int:

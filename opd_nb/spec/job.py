@@ -366,6 +366,32 @@ _PLACES = {  # where a key of each model lives, in the words of the YAML
 }
 
 
+# What the service reports about a job (the SDK's `FineTuneOutput`), which a config cannot set: the docs'
+# multi-experiment advice names `finetuned_output` as if it could ("job_name identifies the experiment,
+# finetuned_output the output model"), and the SDK refuses a config with it whole (error 1002).
+_REPORTED_BY_SERVICE = {
+    "finetuned_output": "the service names the trained model itself: read it as `finetuned_output` of the "
+    "finished job (`opd status JOB`); to keep experiments apart, change only `name:`",
+    "finetuned_model": "the service names the trained model itself: read it as `finetuned_output` of the "
+    "finished job (`opd status JOB`); to keep experiments apart, change only `name:`",
+    "job_id": "the service gives each job its id: read it from the submit's result (`opd jobs` lists them)",
+    "status": "the service sets a job's status: follow it with `opd watch JOB`",
+    "base_model": "the student is `model:` (`model.name` or `model: <id>`); the service reports `base_model`",
+    "training_file_ids": "list the data under `datasets:` (type: training); the SDK uploads it and the service "
+    "reports the file ids",
+    "validation_file_ids": "list the data under `datasets:` (type: validation); the SDK uploads it and the "
+    "service reports the file ids",
+    "create_time": "the service records when a job was created",
+    "end_time": "the service records when a job ended",
+}
+
+
+def reported_by_service(key: str) -> str | None:
+    """What to do instead of setting `key`, a field the service reports about a job; None for any other key."""
+    what = _REPORTED_BY_SERVICE.get(key)
+    return f"remove `{key}`: {what}" if what else None
+
+
 def _home_of(key: str, here: str) -> str | None:
     """Where `key` belongs when it is not a key of `here` (a hyper-parameter one level off, `classpath`
     on the function instead of its `fcmodel`), or None for a key no level knows (a typo)."""
@@ -399,8 +425,17 @@ def _explain(err: Mapping[str, Any], lines: LineMap) -> ConfigProblem:
         key = str(path[-1]) if path else "?"
         ctx = _context_of(path[:-1])
         home = _home_of(key, ctx)
+        reported = reported_by_service(key) if ctx == "top" else None
         if ctx == "top" and key == "job_name":
             fix = "the YAML key is `name` (the SDK appends a random suffix)"
+        elif reported:
+            return ConfigProblem(
+                path,
+                where,
+                f"`{key}` is what the service reports about a job, not a config key: the SDK refuses the whole "
+                "config (error 1002)",
+                reported,
+            )
         elif home:
             return ConfigProblem(
                 path,

@@ -21,7 +21,7 @@ from typing import Any
 
 from opd_nb.errors import OpdError
 from opd_nb.spec.hyperparams import OTHER_NAMES, PARAMS_BY_NAME, closest, value_problem
-from opd_nb.spec.job import JobConfig, TrainingSpec
+from opd_nb.spec.job import JobConfig, TrainingSpec, reported_by_service
 
 EXAMPLE = "e.g. --set learning_rate=2.0e-6 (or --set training.hyper_parameters.learning_rate=2.0e-6)"
 _SECTIONS = ("hyper_parameters", "resources")
@@ -80,6 +80,11 @@ def check_key(item: str, key: str, value: Any) -> None:
     parts = key.split(".")
     top = parts[0]
     if top not in JobConfig.model_fields:
+        reported = reported_by_service(top)
+        if reported:
+            raise _refuse(
+                item, f"`{top}` is what the service reports about a job, not a config key", reported
+            )
         if len(parts) == 1:
             raise _refuse(item, f"`{top}` is neither a config key nor a hyper-parameter", _suggest(top, None))
         near = difflib.get_close_matches(top, list(JobConfig.model_fields), n=1, cutoff=0.6)

@@ -36,6 +36,18 @@ def training_steps(rows: int, batch_size: int, n_epochs: int) -> int:
     return steps_per_epoch(rows, batch_size) * n_epochs
 
 
+def evaluates_after(step: int, total_steps: int, eval_steps: int) -> bool:
+    """Whether a job with validation data evaluates after ``step``: before training (step 0), every
+    ``eval_steps`` steps, and after the last step."""
+    return step == 0 or step % eval_steps == 0 or step == total_steps
+
+
+def evaluation_passes(total_steps: int, eval_steps: int) -> int:
+    """How many times a job with validation data evaluates (:func:`evaluates_after`): step 0, then
+    ceil(total_steps / eval_steps) times (every ``eval_steps`` and the last)."""
+    return 1 + math.ceil(total_steps / eval_steps)
+
+
 class HyperParameterError(ValueError):
     """Submitted hyper-parameters the job cannot run with: every problem, with its key, value and fix."""
 

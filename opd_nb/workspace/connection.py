@@ -70,6 +70,25 @@ class Target(BaseModel):
         return f"{self.kind} {self.base_url} (key {'set' if self.api_key else 'NOT set'})"
 
 
+# Where `--local` without a URL (and any local request given no URL) goes: resolve_connection's rule, in words.
+LOCAL_URL_RULE = f"${settings.DASHSCOPE_BASE_URL.name} when it is a loopback URL, else {DEFAULT_LOCAL_API}"
+NO_CLOUD_KEY = "no-api-key"
+
+
+def require_key(target: Target) -> None:
+    """A request to the cloud without a key fails here, before the network: Bailian would answer 401 (or,
+    unreachable, a ConnectError seconds later), and a shell that never set a key most likely meant the
+    local plane."""
+    if target.kind == "cloud" and (target.api_key is None or not target.api_key.get_secret_value()):
+        raise OpdError(
+            f"no API key for the cloud control plane ({target.base_url}): {API_KEY_VAR} is set neither in the "
+            "environment nor in .env",
+            fix="for a local `opd serve`, pass --local or run `opd use local` (and the export line it prints); "
+            f"for Bailian, export {API_KEY_VAR}=sk-... or put it in the workspace's .env",
+            code=NO_CLOUD_KEY,
+        )
+
+
 def normalize_base(url: str) -> str:
     """An http(s) URL ending with /api/v1, whether the user wrote the server's root or its API base."""
     url = url.strip().rstrip("/")

@@ -16,7 +16,7 @@ HAS_ROLLOUT = MODE == "agentic"
 
 REMOVE = []
 if not HAS_REWARD:
-    REMOVE += ["functions/reward", "tests/test_reward.py"]
+    REMOVE += ["functions/reward", "tests/test_reward.py", "test_reward.py"]
 if not HAS_ROLLOUT:
     REMOVE += ["functions/rollout", "tests/test_rollout.py"]
 if not (HAS_REWARD or HAS_ROLLOUT):

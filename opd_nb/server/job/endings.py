@@ -64,7 +64,10 @@ class JobEndings:
             job_id,
             code,
             reason,
-            [f"[server] {now_text()} FAILED: {reason}{note}", *(extra or [])],
+            [
+                *(extra or []),
+                f"[server] {now_text()} FAILED: {reason}{note}",
+            ],  # the cause last, where users read
         )
 
     def _finish_canceled(self, job_id: str, running: bool = False) -> None:

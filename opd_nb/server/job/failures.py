@@ -32,7 +32,8 @@ def full_disk_failure(data_dir: Path, evidence: list[str], exc: BaseException | 
 
 
 def fail_job(store: Store, job_id: str, code: str, message: str, log_lines: list[str]) -> bool:
-    """Log ``log_lines`` and mark the job FAILED with ``code`` and ``message``.
+    """Log ``log_lines`` (ending with the cause: the docs say to read a failed job's log from its end) and
+    mark the job FAILED with ``code`` and ``message``.
 
     Only a RUNNING job changes: one that a cancel or another writer already settled keeps its end."""
     store.add_log(job_id, *log_lines)

@@ -69,11 +69,25 @@ def test_ground_truth_wins_over_solution() -> None:
     assert reward("123", ground_truth="321", solution="123").reward.reward_score == 0.0
 
 
-def test_missing_ground_truth_scores_zero_with_an_error() -> None:
-    out = reward("13489")
-    assert out.reward.reward_score == 0.0
-    assert out.status == TaskStatus.FAILED
-    assert "ground truth" in out.error and "rollout_extra.solution" in out.error
+def test_missing_ground_truth_scores_zero() -> None:
+    """As the docs say: with both `ground_truth` and `rollout_extra.solution` empty the score is 0 (not a
+    failed call, which the job would count against the function)."""
+    for out in (reward("13489"), reward("13489", ground_truth="", solution=""), reward("x", solution="  ")):
+        assert out.status == TaskStatus.SUCCESS
+        assert out.reward.reward_score == 0.0
+        assert set(out.reward.reward_metrics.values()) == {0.0}
+
+
+def test_containment_is_reported_and_exact_match_is_the_score() -> None:
+    """The docs' minimal example scores containment (`coverage`); here it is `contains_answer` (see score_answer)."""
+    hit = score_answer("query_status done", "query_status")
+    assert hit["contains_answer"] == 1.0 and hit["reward_score"] == 0.0
+    assert score_answer("query_status", "query_status")["reward_score"] == 1.0
+    assert score_answer("delete_item failed", "query_status") == {
+        "reward_score": 0.0,
+        "contains_answer": 0.0,
+        "length_match": 0.0,
+    }
 
 
 def test_reward_score_is_not_duplicated_into_metrics_and_metrics_are_floats() -> None:

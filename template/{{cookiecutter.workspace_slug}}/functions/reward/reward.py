@@ -76,8 +76,12 @@ def _normalise(text: str) -> str:
 def score_answer(answer: str, ground_truth: Any) -> dict[str, float]:
     """Score a cleaned answer. ``reward_score`` is the main score; the other keys are extra metrics.
 
-    Exact match (whitespace-normalised) is the main score. Replace or extend this for your task,
-    and keep every value a float.
+    Exact match (whitespace-normalised) is the main score, where the docs' minimal example scores
+    containment (their ``coverage``: 1.0 when the answer contains the ground truth, so
+    ``"query_status done"`` hits ``"query_status"``). For this task, sorting digits, containment would
+    pay an answer that repeats the prompt's digits with extra text, so it is only reported, as
+    ``contains_answer``. To score as the docs do, return ``contains_answer`` as ``reward_score``.
+    Replace or extend this for your task, and keep every value a float. An empty ground truth scores 0.
     """
     truths = [str(t) for t in ground_truth] if isinstance(ground_truth, list | tuple) else [str(ground_truth)]
     answer_n = _normalise(answer)
@@ -105,10 +109,12 @@ class {{ cookiecutter.reward_class }}(AbstractRewardProcessor):
         if ground_truth is None and agent_output.rollout_extra:
             ground_truth = agent_output.rollout_extra.get("solution")
         if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
-            return self._failure(
-                "no ground truth: RewardInput.ground_truth is empty and the row has no "
-                "rollout_extra.solution (add it to every JSONL row)",
-                code="missing_ground_truth",
+            # The docs: with both empty the score is 0 (a FAILED answer would count as the function failing).
+            # `opd check` names the rows without rollout_extra.solution.
+            return RewardOutput(
+                reward=Reward(reward_score=0.0, reward_metrics={key: 0.0 for key in METRIC_KEYS}),
+                status=TaskStatus.SUCCESS,
+                error=None,
             )
         try:
             raw = last_assistant_text(agent_output.messages)

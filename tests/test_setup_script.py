@@ -1,0 +1,70 @@
+"""scripts/setup.sh installs with uv and falls back to pip where uv fails (issue 51: behind a custom
+certificate authority uv, which reads none of pip's configuration, fails where pip works).
+
+The script runs on a copy, against a stand-in venv (OPD_VENV) whose `python -m pip` and `uv` only log
+what they were asked: nothing is installed and nothing goes to the network."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+UV_REFUSES = "error: invalid peer certificate: UnknownIssuer"
+
+
+def _stand_in_venv(venv: Path, log: Path, uv_fails: bool) -> None:
+    """bin/python (pip installs uv into bin/), bin/uv and bin/opd that append their arguments to `log`."""
+    bin_dir = venv / "bin"
+    bin_dir.mkdir(parents=True)
+    uv_exit = f'echo "Resolving..." >&2; echo "{UV_REFUSES}" >&2; exit 2' if uv_fails else "exit 0"
+    scripts = {
+        "python": f'echo "pip $*" >> "{log}"\n'
+        'case "$*" in *"pip config get"*) exit 1;; esac\n'
+        f'case "$*" in *" uv") printf \'#!/bin/sh\\necho "uv $*" >> "{log}"\\n{uv_exit}\\n\' > "{bin_dir}/uv";'
+        f' chmod +x "{bin_dir}/uv";; esac\nexit 0\n',
+        "opd": "echo 0.0.0\n",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+
+
+def _run(tmp_path: Path, *, uv_fails: bool) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    log = tmp_path / "calls.log"
+    log.touch()
+    _stand_in_venv(tmp_path / "venv", log, uv_fails)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPD_VENV": str(tmp_path / "venv")}
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    return proc, log.read_text().splitlines()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="setup.sh is a bash script")
+def test_uv_installs_when_it_works(tmp_path: Path) -> None:
+    proc, calls = _run(tmp_path, uv_fails=False)
+    assert proc.returncode == 0, proc.stderr
+    installs = [c for c in calls if "torch==" in c or "[all]" in c]
+    assert installs and all(c.startswith("uv pip install") for c in installs), calls
+    assert "setup:" not in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="setup.sh is a bash script")
+def test_pip_takes_over_when_uv_fails_and_one_line_says_why(tmp_path: Path) -> None:
+    proc, calls = _run(tmp_path, uv_fails=True)
+    assert proc.returncode == 0, proc.stderr
+    torch = [c for c in calls if "torch==" in c]
+    project = [c for c in calls if "[all]" in c]
+    # uv tried once, pip did that install and the next one (uv is not asked again).
+    assert [c.split()[0] for c in torch] == ["uv", "pip"] and [c.split()[0] for c in project] == ["pip"], (
+        calls
+    )
+    said = [line for line in proc.stderr.splitlines() if line.startswith("setup:")]
+    assert len(said) == 1 and UV_REFUSES in said[0] and "pip installs instead" in said[0], proc.stderr
+    assert "opd-nb is installed in" in proc.stdout
