@@ -345,17 +345,22 @@ def _start_functions(
         if spec.kind == "rollout":
             rollout = RolloutEndpoint(name=spec.name, url=server.url, **opts)
             continue
-        rewards.append(
-            RewardEndpoint(
-                name=spec.name,
-                url=server.url,
-                kind=spec.kind,
-                weight=spec.weight or 1.0,
-                reward_metric_weight=spec.reward_metric_weight,
-                **opts,
-            )
-        )
+        rewards.append(reward_endpoint(spec, server.url))
     return rewards, rollout
+
+
+def reward_endpoint(spec: JobFunction, url: str) -> RewardEndpoint:
+    """How the engine calls a reward: the submitted weight as sent (0.0 weighs nothing), and only an
+    absent one takes :class:`RewardEndpoint`'s default; never a truthiness default that reads 0 as 1."""
+    weight = {"weight": spec.weight} if spec.weight is not None else {}
+    return RewardEndpoint(
+        name=spec.name,
+        url=url,
+        kind="group_reward" if spec.kind == "group_reward" else "reward",
+        reward_metric_weight=spec.reward_metric_weight,
+        **weight,
+        **spec.call_options(),
+    )
 
 
 def _publish(store: Store, events: StoreEvents, job_id: str, result: Any) -> None:
