@@ -166,12 +166,12 @@ def _models(ctx: CheckContext) -> None:
         if not isinstance(ident, str) or not ident:
             continue
         role = "teacher_model" if path == ("teacher_model",) else "model.name"
+        if role == "teacher_model" and _unknown_teacher(ctx, path, ident):
+            continue  # the submit contract's teacher rule, as the local plane answers it too
         if _placeholder_id(ctx, path, role, ident):
             continue
         if id_kind(ident) not in (None, "local-output"):
             continue  # a job, checkpoint, file or function id: the identifier rules say what it is
-        if role == "teacher_model" and _unknown_teacher(ctx, path, ident):
-            continue
         if ctx.target == "cloud":
             why = _looks_local(ident, ctx)
             if why:
@@ -217,15 +217,21 @@ def _unknown_teacher(ctx: CheckContext, path: tuple[str, ...], ident: str) -> bo
     if not _cloud_style(ident):
         return False  # a path, a repo id or a local output: the model-id rules below
     problem = teacher_problem(ident)
-    if problem is None or problem.kind == "placeholder":  # a placeholder is config.model-placeholder's
+    if problem is None:
         return False
     if ctx.target == "local":
         _local_model(ctx, path, "teacher_model", ident, quiet_404=True)
         if ident in ctx.local_models:
             return False  # the plane maps it to a model of its own
-    rule = "config.teacher-not-bailian" if problem.kind == "other-vendor" else TEACHER_ID.rule
-    ctx.report.add(rule, "error", ctx.where(path), problem.message, problem.fix)
+    ctx.report.add(_TEACHER_RULES[problem.kind], "error", ctx.where(path), problem.message, problem.fix)
     return True
+
+
+_TEACHER_RULES = {
+    "placeholder": "config.model-placeholder",
+    "other-vendor": "config.teacher-not-bailian",
+    "unknown": TEACHER_ID.rule,
+}
 
 
 def _placeholder_id(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str) -> bool:
