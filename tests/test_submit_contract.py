@@ -226,6 +226,7 @@ def test_too_few_samples_fail_the_job_alike(local_server, client, tmp_path, surf
         resp = _raw_post(local_server, ws)
         assert resp.status_code == 200, resp.text
         job_id = resp.json()["output"]["job_id"]
-    job = wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=300)
+    wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=300)
+    job = client.get(job_id)
     assert job.status == "FAILED" and words in (job.message or ""), (job.status, job.message)
     assert words in "\n".join(client.logs(job_id, lines=200).lines)
