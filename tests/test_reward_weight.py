@@ -1,4 +1,7 @@
-"""A reward's weight counts as submitted: 0.0 weighs nothing, 0.5 half, an absent weight 1 (issue 51).
+"""A meaningful 0 or empty list is kept, never replaced by a default through truthiness (issue 51).
+
+A reward's weight counts as submitted: 0.0 weighs nothing, 0.5 half, an absent weight 1; and a sample's
+`tools: []` offers the student no tools, where only an absent `tools` gets the template's example tools.
 
 The weight travels from the job body (``rewards[i].weight``) through the stored job record to the engine's
 endpoint, and the engine sums ``weight * score`` into ``trace/reward/mean``. A truthiness default
@@ -6,6 +9,10 @@ endpoint, and the engine sums ``weight * score`` into ``trace/reward/mean``. A t
 """
 
 from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +80,46 @@ def test_a_zero_weight_reward_beside_another_adds_nothing():
 def test_call_options_keep_what_was_sent():
     endpoint = _endpoint({"weight": 0.0, "timeout": 5, "concurrency": 2})
     assert (endpoint.weight, endpoint.timeout, endpoint.concurrency) == (0.0, 5.0, 2)
+
+
+# ---------------------------------------------------------------- an empty list stays empty (the same family)
+
+
+@pytest.fixture(scope="module")
+def template_rollout(tmp_path_factory):
+    """The agentic template's rollout class, imported from a generated workspace."""
+    import importlib.util
+
+    from opd_nb.workspace.new import create
+
+    ws = Path(create("agentic", tmp_path_factory.mktemp("agentic") / "ws").path)
+    spec = importlib.util.spec_from_file_location("i51_rollout", ws / "functions" / "rollout" / "rollout.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("row_tools", "offered"), [([], False), (None, True)], ids=["empty", "absent"])
+def test_a_samples_empty_tools_list_offers_no_tools(template_rollout, row_tools, offered):
+    """A row's `tools: []` means "no tools"; only a row without `tools` gets the template's example tools."""
+    import httpx
+    from dashscope.finetune.reinforcement import RolloutInput
+
+    sent: list[dict] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "done"}
+        return httpx.Response(200, json={"choices": [{"message": message, "finish_reason": "stop"}]})
+
+    processor = template_rollout.RolloutProcessor()
+    processor._client = lambda: httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    data = RolloutInput(
+        messages=[{"role": "user", "content": "hi"}],
+        tools=row_tools,
+        model_resource={"model_name": "student", "base_url": "http://student.invalid/v1", "api_key": "k"},
+    )
+    out = asyncio.run(processor.process(data))
+    assert out is not None and len(sent) == 1
+    assert ("tools" in sent[0]) is offered, sent[0]
