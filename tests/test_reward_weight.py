@@ -115,10 +115,16 @@ def test_a_samples_empty_tools_list_offers_no_tools(template_rollout, row_tools,
 
     processor = template_rollout.RolloutProcessor()
     processor._client = lambda: httpx.AsyncClient(transport=httpx.MockTransport(answer))
-    data = RolloutInput(
-        messages=[{"role": "user", "content": "hi"}],
-        tools=row_tools,
-        model_resource={"model_name": "student", "base_url": "http://student.invalid/v1", "api_key": "k"},
+    data = RolloutInput.model_validate(
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": row_tools,
+            "model_resource": {
+                "model_name": "student",
+                "base_url": "http://student.invalid/v1",
+                "api_key": "k",
+            },
+        }
     )
     out = asyncio.run(processor.process(data))
     assert out is not None and len(sent) == 1
