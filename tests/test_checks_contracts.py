@@ -7,7 +7,7 @@ asserts the finding's rule id, severity, `file:line` and fix; the fixed variant 
 from __future__ import annotations
 
 import pytest
-from test_checks_config import REWARD_CODE, REWARD_FUNCTIONS, config_text, make_workspace
+from test_checks_config import REWARD_CODE, REWARD_FUNCTIONS, SDK_WHEEL, config_text, make_workspace
 
 from opd_nb.checks import RULES, check, check_config_text
 
@@ -75,9 +75,8 @@ def test_teacher_bailian_cannot_serve(tmp_path, teacher):
     assert "qwen3.5-397b-a17b" in hit.fix
     assert "config.teacher-not-bailian" not in check_config_text(config_text(), ws).rules()
     local = check_config_text(text, ws, "local", base_url="http://127.0.0.1:9/api/v1")
-    assert (
-        only(local, "config.teacher-not-bailian").severity == "warning"
-    )  # a rehearsal of a job Bailian refuses
+    # the local plane refuses it too (issue 51): no rehearsal of a job Bailian refuses
+    assert only(local, "config.teacher-not-bailian").severity == "error"
 
 
 def test_teacher_smaller_than_the_student(tmp_path):
@@ -303,6 +302,7 @@ def test_check_accepts_the_config_file_itself(tmp_path):
 )
 def test_fc_pypi_lib(tmp_path, monkeypatch, value, expected):
     ws = reward_ws(tmp_path)
+    (ws / SDK_WHEEL).unlink()  # only the wheel the value names, where the test puts it
     if "data/" in value:
         (ws / "data" / "dashscope-2.0.2-py3-none-any.whl").write_bytes(b"PK")
     monkeypatch.setenv("FC_PYPI_LIB", value)

@@ -164,7 +164,7 @@ def test_exact_prompt_length_with_a_local_tokenizer(tmp_path):
 def test_fewer_training_rows_than_batch_size(tmp_path):
     ws = make_workspace(tmp_path, n_train=10)
     hit = check(ws).by_rule("data.too-few-rows")[0]
-    assert hit.severity == "error" and "10 training row(s) is fewer than batch_size 16" in hit.message
+    assert hit.severity == "error" and "10 sample(s), fewer than batch_size 16" in hit.message
     assert "data.too-few-rows" not in check(make_workspace(tmp_path / "b", n_train=17)).rules()
 
 
@@ -172,7 +172,7 @@ def test_rows_equal_to_batch_size_fail_the_platform_gate(tmp_path):
     """Bailian refuses a training file whose sample count is not greater than batch_size (issue 26)."""
     hit = check(make_workspace(tmp_path, n_train=16)).by_rule("data.too-few-rows")[0]
     assert hit.severity == "error" and hit.where == "config.yaml:17"
-    assert "16 training row(s) is not more than batch_size 16" in hit.message
+    assert "16 sample(s), not more than batch_size 16" in hit.message
     assert hit.fix == "add rows (more than 16) or set batch_size <= 15"
 
 

@@ -98,7 +98,7 @@ def test_cli_exit_codes_and_json(tmp_path, clean_env):
     )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "0 error(s)" in ok.stdout
-    (ws / "config.yaml").write_text((ws / "config.yaml").read_text().replace("1.0e-6", "1e-6"))
+    (ws / "config.yaml").write_text((ws / "config.yaml").read_text().replace("n_epochs: 1", "n_epoch: 1"))
     bad = subprocess.run(
         [sys.executable, "-c", "from opd_nb.cli import main; main()", "check", str(ws), "--json"],
         capture_output=True,
@@ -109,6 +109,6 @@ def test_cli_exit_codes_and_json(tmp_path, clean_env):
     assert bad.returncode == 1
     findings = json.loads(bad.stdout)
     assert isinstance(findings, list) and {"rule", "severity", "where", "message", "fix"} <= set(findings[0])
-    assert any(f["rule"] == "config.numeric-string" for f in findings)
+    assert any(f["rule"] == "config.unknown-hyperparameter" for f in findings)
     report = invoke(["check", str(ws)])  # the magic's path: the typed report, nothing printed
     assert not report.ok and "<table>" in report._repr_html_()

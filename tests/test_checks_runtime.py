@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+from importlib import metadata
 
 import pytest
-from test_checks_config import REWARD_CODE, REWARD_FUNCTIONS, config_text, make_workspace
+from test_checks_config import REWARD_CODE, REWARD_FUNCTIONS, SDK_WHEEL, config_text, make_workspace
 from test_checks_contracts import _env, line_of, only  # noqa: F401 (_env: the autouse fixture)
 
 from opd_nb.checks import check
@@ -37,6 +38,7 @@ def with_import(statement: str) -> str:
 def test_a_runtime_without_the_sdk_is_an_error_with_both_fixes(tmp_path, monkeypatch):
     """Seed 001: FC_PYPI_LIB is required for reward and agentic jobs; requirements.txt may bring it instead."""
     ws = reward_ws(tmp_path, requirements="# nothing\nhttpx>=0.27\n")
+    (ws / ".env").unlink()  # no FC_PYPI_LIB either
     hit = only(check(ws), "functions.runtime-sdk")
     assert hit.severity == "error" and hit.where == "requirements.txt"
     assert "FC_PYPI_LIB is not set" in hit.message and "does not list dashscope" in hit.message
@@ -304,3 +306,41 @@ def test_the_templates_reward_and_a_filtered_comprehension_are_clean(tmp_path):
     )
     path.write_text(code)
     assert "functions.reward-score-in-metrics" not in check(ws).rules()
+
+
+# ---------------------------------------------------------------- FC_PYPI_LIB as the docs insist (issue 51)
+
+
+def test_unset_fc_pypi_lib_is_a_cloud_finding_for_a_job_with_functions(tmp_path):
+    """Seed 001: "FC_PYPI_LIB(required) ... pure distillation (functions=None) ... can be skipped"."""
+    ws = reward_ws(tmp_path)  # requirements.txt lists dashscope: the old rule said nothing
+    (ws / ".env").unlink()
+    hit = only(check(ws), "env.fc-pypi-lib")
+    assert hit.severity == "warning" and hit.where == "FC_PYPI_LIB" and "not set" in hit.message
+    assert "FC_PYPI_LIB=./dashscope-" in hit.fix
+    local = check(ws, "local", base_url="http://127.0.0.1:9/api/v1")  # functions run in this environment
+    assert "env.fc-pypi-lib" not in local.rules()
+    pure = make_workspace(tmp_path / "pure")
+    assert "env.fc-pypi-lib" not in check(pure).rules()
+
+
+@pytest.mark.parametrize("other", ["1.27.5", "2.1.3"])
+@pytest.mark.parametrize("where", ["env", "dotenv"])
+def test_fc_pypi_lib_of_another_sdk_version_than_installed(tmp_path, monkeypatch, other, where):
+    """Seed 001: the wheel "本机与远端均按此版本安装" (this machine and the remote install this version)."""
+    ws = reward_ws(tmp_path)
+    wheel = f"dashscope-{other}-py3-none-any.whl"
+    (ws / wheel).write_bytes(b"PK")
+    if where == "env":
+        monkeypatch.setenv("FC_PYPI_LIB", f"./{wheel}")
+    else:
+        (ws / ".env").write_text(f"FC_PYPI_LIB=./{wheel}\n")
+    installed = metadata.version("dashscope")
+    for target in ("cloud", "local"):
+        hit = only(check(ws, target, base_url="http://127.0.0.1:9/api/v1"), "env.fc-pypi-lib")
+        assert hit.severity == "warning" and f"dashscope {other}" in hit.message and installed in hit.message
+        assert hit.where == ("FC_PYPI_LIB" if where == "env" else ".env:1")
+        assert f"dashscope-{installed} wheel" in hit.fix
+    monkeypatch.delenv("FC_PYPI_LIB", raising=False)
+    (ws / ".env").write_text(f"FC_PYPI_LIB=./{SDK_WHEEL}\n")  # the installed version: nothing to say
+    assert "env.fc-pypi-lib" not in check(ws).rules()

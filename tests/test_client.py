@@ -119,8 +119,8 @@ def test_models_listing(client):
 @pytest.mark.slow
 def test_submit_watch_metrics_events_cancel_delete(client, local_server, tmp_path):
     """`submit()` runs the workspace's own submit_job.py through the SDK; the client follows the job."""
-    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=8)
-    result = submit(ws, client.target, no_check=True)  # 8 rows = batch_size: the gate would refuse them
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=9)  # more rows than batch_size 8
+    result = submit(ws, client.target, no_check=True)
     assert result.runner == "submit_job.py" and result.job_id.startswith("ft-")
     assert "sk-" not in json.dumps(result.model_dump())
     events = list(client.events(result.job_id))  # SSE until the job ends

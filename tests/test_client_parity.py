@@ -419,7 +419,7 @@ def test_bailian_unknown_job(bailian, kind, name):
 def _submit_tiny_job(api: httpx.Client) -> str:
     from opd_nb.engine.task import make_rows
 
-    rows = "".join(json.dumps(r) + "\n" for r in make_rows(8, seed=1)).encode()
+    rows = "".join(json.dumps(r) + "\n" for r in make_rows(9, seed=1)).encode()  # > batch_size 8
     upload = api.post(
         "/files",
         files={"files": ("train.jsonl", rows, "application/octet-stream")},

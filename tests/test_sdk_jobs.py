@@ -124,7 +124,7 @@ def test_rl_cli_run_get_list_logs_cancel_then_delete(local_server, client, tmp_p
 def test_v2_client_stream_events_and_continue_training(local_server, finished_jobs, client, tmp_path):
     """A new job continues from a published checkpoint; v2 `rl.jobs` and `FineTunes.stream_events` follow it."""
     parent = finished_jobs["pure-distill"]
-    ws = tiny_workspace("pure-distill", tmp_path / "cont", train_rows=8)
+    ws = tiny_workspace("pure-distill", tmp_path / "cont", train_rows=9)  # > batch_size 8
     job_id = _job_id(run_sdk(local_server, SDK_SUBMIT, ws, parent.finetuned_output, timeout=120))
     code = r"""
 import json, os, sys

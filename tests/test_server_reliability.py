@@ -269,6 +269,8 @@ def test_a_worker_killed_alone_fails_its_job_and_leaves_no_process(tmp_path, loc
             "teacher_model": "qwen3-max",
             "training_type": "pg_opd",
             "training_datasets": [{"type": "training", "file_id": _upload(api, make_rows(4), "t.jsonl")}],
+            # more rows than batch_size, or the job fails at its start as Bailian fails it (issue 51)
+            "hyper_parameters": {"batch_size": 2, "n_rollouts": 1, "ppo_mini_batch_size": 2},
         },
     )
     assert follow.status_code == 200, follow.text

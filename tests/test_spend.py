@@ -271,7 +271,10 @@ def test_the_gate_checks_the_config_as_it_would_be_sent(bailian, cloud_env, tmp_
     with pytest.raises(OpdError) as too_big:
         submit(ws, paid(bailian), yes=True, sets={"batch_size": 24})
     assert too_big.value.code == PREFLIGHT_FAILED
-    assert "--set training.hyper_parameters.batch_size: 24 training row(s)" in too_big.value.message
+    assert (
+        "--set training.hyper_parameters.batch_size: the training file has 24 sample(s)"
+        in too_big.value.message
+    )
     with pytest.raises(OpdError) as vendor:
         submit(ws, paid(bailian), yes=True, teacher_model="gpt-4o")
     assert "config.teacher-not-bailian" in vendor.value.message and "--teacher-model:" in vendor.value.message

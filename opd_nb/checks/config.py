@@ -7,16 +7,29 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.checks.context import CheckContext, as_number
+from opd_nb.checks.report import Severity
 from opd_nb.spec.hyperparams import OTHER_NAMES, PARAMS_BY_NAME, closest
 from opd_nb.spec.ids import id_kind
 from opd_nb.spec.models import (
     OPD_TEACHER_IDS,
     documented,
     family,
-    other_vendor,
     placeholder,
     size_b,
     size_class,
+)
+from opd_nb.spec.submit_rules import (
+    EMPTY_FUNCTIONS,
+    EMPTY_FUNCTIONS_FIX,
+    NEEDS_A_SIGNAL,
+    SIGNAL_FIX,
+    TEACHER_ID,
+    TYPE_BY_HAND,
+    TYPE_BY_HAND_FIX,
+    empty_functions_problem,
+    signal_problem,
+    teacher_problem,
+    type_by_hand_problem,
 )
 from opd_nb.spec.training_plan import training_steps
 from opd_nb.spec.yaml_edit import yaml_scalar
@@ -130,6 +143,7 @@ def _models(ctx: CheckContext) -> None:
             "no student model: the SDK silently leaves `model` out of the request and the service rejects the job",
             "add `model: {name: qwen3-8b}` (a Bailian model id)",
         )
+    _submit_contract(ctx, teacher if isinstance(teacher, str) else None, training.get("type"))
     if not teacher:
         if training.get("type") == "pg_opd":
             rep.add(
@@ -139,7 +153,7 @@ def _models(ctx: CheckContext) -> None:
                 "`training.type: pg_opd` without `teacher_model`: the SDK refuses to submit (error 3006)",
                 "add `teacher_model: <Bailian model id>` (a teacher switches the job to pg_opd by itself)",
             )
-        else:
+        elif ctx.has_reward:
             rep.add(
                 "config.no-teacher",
                 "warning",
@@ -152,6 +166,8 @@ def _models(ctx: CheckContext) -> None:
         if not isinstance(ident, str) or not ident:
             continue
         role = "teacher_model" if path == ("teacher_model",) else "model.name"
+        if role == "teacher_model" and _unknown_teacher(ctx, path, ident):
+            continue  # the submit contract's teacher rule, as the local plane answers it too
         if _placeholder_id(ctx, path, role, ident):
             continue
         if id_kind(ident) not in (None, "local-output"):
@@ -173,6 +189,51 @@ def _models(ctx: CheckContext) -> None:
         _teacher_choice(ctx, student if isinstance(student, str) else "", teacher)
 
 
+def _submit_contract(ctx: CheckContext, teacher: str | None, training_type: Any) -> None:
+    """The documented submit rules the local control plane enforces too (:mod:`opd_nb.spec.submit_rules`)."""
+    rep = ctx.report
+    by_hand = type_by_hand_problem(training_type, teacher) if isinstance(training_type, str) else None
+    if by_hand is not None:
+        rep.add(TYPE_BY_HAND.rule, "error", ctx.where(("training", "type")), by_hand, TYPE_BY_HAND_FIX)
+    no_signal = signal_problem(teacher, len(ctx.function_kinds() - {"rollout"}))
+    if (
+        no_signal is not None and training_type != "pg_opd"
+    ):  # pg_opd without a teacher: config.teacher-missing
+        where = ctx.where(("functions",)) if "functions" in ctx.raw else ctx.config_name
+        rep.add(NEEDS_A_SIGNAL.rule, "error", where, no_signal, SIGNAL_FIX)
+    empty = empty_functions_problem(ctx.raw.get("functions"))
+    if empty is not None and teacher:
+        rep.add(EMPTY_FUNCTIONS.rule, "warning", ctx.where(("functions",)), empty, EMPTY_FUNCTIONS_FIX)
+
+
+def _cloud_style(ident: str) -> bool:
+    """An id of the form Bailian's are (no path, no repo, no local output): what ``teacher_problem`` judges."""
+    return not ("/" in ident or ident.startswith(("~", ".")) or id_kind(ident) is not None)
+
+
+def _unknown_teacher(ctx: CheckContext, path: tuple[str, ...], ident: str) -> bool:
+    """A cloud-style teacher id Bailian does not have (TEACHER_ID), as Bailian and the local plane refuse it.
+    Locally the plane answers first: an id it serves (``--model-map``) passes. True when reported."""
+    if not _cloud_style(ident):
+        return False  # a path, a repo id or a local output: the model-id rules below
+    problem = teacher_problem(ident)
+    if problem is None:
+        return False
+    if ctx.target == "local":
+        _local_model(ctx, path, "teacher_model", ident, quiet_404=True)
+        if ident in ctx.local_models:
+            return False  # the plane maps it to a model of its own
+    ctx.report.add(_TEACHER_RULES[problem.kind], "error", ctx.where(path), problem.message, problem.fix)
+    return True
+
+
+_TEACHER_RULES = {
+    "placeholder": "config.model-placeholder",
+    "other-vendor": "config.teacher-not-bailian",
+    "unknown": TEACHER_ID.rule,
+}
+
+
 def _placeholder_id(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str) -> bool:
     """A model id left as the docs' blank (seed 001's `your-teacher-model-id`): an error on every target,
     since the local plane would train on its stand-in and hide it. True when reported."""
@@ -183,8 +244,13 @@ def _placeholder_id(ctx: CheckContext, path: tuple[str, ...], role: str, ident: 
         "config.model-placeholder",
         "error",
         ctx.where(path),
-        f"{role} {ident!r} is a placeholder to fill in, not a model id: Bailian refuses it (400 "
-        "InvalidParameter), and the local control plane would quietly train its stand-in instead",
+        f"{role} {ident!r} is a placeholder to fill in, not a model id: Bailian refuses it (a model ID not "
+        "registered in Bailian)"
+        + (
+            ", and so does the local control plane"
+            if role == "teacher_model"
+            else "; the local control plane would quietly train its stand-in instead"
+        ),
         f"write a Bailian model id, e.g. {role}: {example}",
     )
     return True
@@ -221,18 +287,8 @@ def _teacher_choice(ctx: CheckContext, student: str, teacher: str) -> None:
     """A teacher Bailian cannot serve, one smaller than the student it should teach, or one the docs do not
     document for OPD."""
     where = ctx.where(("teacher_model",))
-    if other_vendor(teacher):
-        local = ctx.target == "local"
-        ctx.report.add(
-            "config.teacher-not-bailian",
-            "warning" if local else "error",
-            where,
-            f"teacher_model {teacher!r} is another vendor's API model: Bailian can only deploy its own "
-            "models as a teacher, and the job fails (the FAQ's teacher_model error)"
-            + ("; locally it only runs on the stand-in" if local else ""),
-            "use a Bailian model id larger than the student, e.g. qwen3.5-397b-a17b",
-        )
-        return
+    if _cloud_style(teacher) and teacher_problem(teacher) is not None:
+        return  # not a teacher Bailian has: _unknown_teacher's error, or an id the local plane maps
     t_size, s_size = size_b(teacher), size_b(student)
     if t_size is not None and s_size is not None and t_size < s_size:
         ctx.report.add(
@@ -247,7 +303,9 @@ def _teacher_choice(ctx: CheckContext, student: str, teacher: str) -> None:
         _teacher_documented(ctx, student, teacher)
 
 
-def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str) -> None:
+def _local_model(
+    ctx: CheckContext, path: tuple[str, ...], role: str, ident: str, *, quiet_404: bool = False
+) -> None:
     """Ask the local control plane whether it can serve this id (GET {base}/models/{id})."""
     import httpx
 
@@ -278,6 +336,8 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
         ctx.local_models[ident] = resp.json()
         return
     if resp.status_code == 404:
+        if quiet_404:
+            return  # the caller reports the rule the plane applied
         try:
             detail = resp.json().get("message") or ""
         except ValueError:
@@ -301,6 +361,25 @@ def _local_model(ctx: CheckContext, path: tuple[str, ...], role: str, ident: str
     )
 
 
+# What is known of a number sent as a string: the official Bailian CLI (`bl finetune`) sends the learning
+# rate as a string on purpose, "to avoid JSON number precision loss" (reference/bailian-lifecycle-2026.md),
+# so the service reads that one; for any other key the docs do not say. The local plane reads both.
+STRING_SENT_BY_BAILIAN_CLI = frozenset({"learning_rate"})
+
+
+def _string_on_the_wire(key: str) -> tuple[Severity, str]:
+    """How sure a string number is to be read as one: (severity, what is known)."""
+    if key in STRING_SENT_BY_BAILIAN_CLI:
+        return "info", (
+            "the official Bailian CLI sends learning_rate as a string itself (to keep its precision), so the "
+            "service reads it, and so does the local plane"
+        )
+    return "warning", (
+        "the docs do not say whether Bailian reads a string as a number here (its official CLI sends only "
+        "learning_rate as one); the local plane reads it as a number"
+    )
+
+
 def _numeric_string(ctx: CheckContext, section: str, key: str, value: Any) -> bool:
     if isinstance(value, str) and as_number(value) is not None:
         spec = PARAMS_BY_NAME.get(key)
@@ -315,12 +394,13 @@ def _numeric_string(ctx: CheckContext, section: str, key: str, value: Any) -> bo
                 )
             else:
                 fix = f"write {key}: {value.strip()} without quotes"
+            severity, known = _string_on_the_wire(key)
             ctx.report.add(
                 "config.numeric-string",
-                "error",
+                severity,
                 ctx.where(("training", section, key)),
-                f"{key} is the string {value!r}, not a number: YAML reads it as text and the service gets "
-                "a string",
+                f"{key} is the string {value!r}, not a number: YAML reads it as text and the service gets a "
+                f"string; {known}",
                 fix,
             )
             return True

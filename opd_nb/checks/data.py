@@ -16,6 +16,7 @@ from opd_nb.spec.dataset import (
     read_jsonl,
     scan_jsonl,
 )
+from opd_nb.spec.submit_rules import TOO_FEW_SAMPLES, too_few_samples, too_few_samples_fix
 
 _SEVERITY: dict[str, Severity] = {"data.blank-line": "warning"}
 
@@ -174,20 +175,18 @@ def check_data(ctx: CheckContext) -> None:
     if any_train:
         ctx.train_rows = train_rows
         batch, b_set = ctx.hp_value("batch_size")
-        if batch and train_rows <= batch:
+        problem = too_few_samples(train_rows, int(batch)) if batch else None
+        if batch and problem is not None:
             rep.add(
-                "data.too-few-rows",
+                TOO_FEW_SAMPLES.rule,
                 "error",
                 ctx.where(("training", "hyper_parameters", "batch_size"))
                 if b_set
                 else scans["training"][0][0]
                 if scans["training"]
                 else ctx.config_name,
-                f"{train_rows} training row(s) is {'fewer than' if train_rows < batch else 'not more than'} "
-                f"batch_size {int(batch)}"
-                + ("" if b_set else " (default)")
-                + ": Bailian refuses a training file whose sample count is not greater than batch_size",
-                f"add rows (more than {int(batch)}) or set batch_size <= {max(1, train_rows - 1)}",
+                problem + ("" if b_set else f" (batch_size {int(batch)} is the default)"),
+                too_few_samples_fix(train_rows, int(batch)),
             )
     _overlap(rep, scans)
 

@@ -6,6 +6,9 @@ import os
 import sys
 from importlib import metadata
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
 from opd_nb.checks.context import CheckContext
 from opd_nb.constants import DEFAULT_CLOUD_API
 from opd_nb.loopback import is_loopback_url
@@ -64,6 +67,7 @@ def _function_runtime(ctx: CheckContext, dotenv: DotenvFile) -> None:
     if not zipdirs:
         return  # pure distillation (or every function reused): no function runtime is built
     lib = (os.environ.get("FC_PYPI_LIB") or dotenv.values.get("FC_PYPI_LIB", "")).strip()
+    _sdk_wheel(ctx, lib, dotenv)
     if lib and (lib.endswith(".whl") or "/" in lib or "\\" in lib):
         rule, where = "env.fc-pypi-lib", _where_set(ctx, "FC_PYPI_LIB", dotenv)
         fix = "copy the wheel into the workspace (zipdir) and set FC_PYPI_LIB=./<wheel file name>"
@@ -89,6 +93,58 @@ def _function_runtime(ctx: CheckContext, dotenv: DotenvFile) -> None:
             "so requirements.txt is installed at every cold start instead of once as a layer",
             "set FC_LAYER_USED=true (the default: a layer from requirements.txt) or false",
         )
+
+
+# Seed 001, environment preparation: "FC_PYPI_LIB(required): specifies the SDK package installed in the
+# function runtime, fill in the wheel relative path ...; pure distillation (functions=None) does not involve
+# function runtime, this item can be skipped", and of the wheel "本机与远端均按此版本安装" (this machine and
+# the remote side both install this version).
+_FC_PYPI_LIB_DOC = "seed 001: FC_PYPI_LIB is required for a job with functions"
+
+
+def _sdk_wheel(ctx: CheckContext, lib: str, dotenv: DotenvFile) -> None:
+    """FC_PYPI_LIB unset for a cloud job with functions, or naming an SDK wheel of another version than the
+    one installed here (the docs install the same version on both sides)."""
+    if not lib:
+        if ctx.target == "cloud":
+            ctx.report.add(
+                "env.fc-pypi-lib",
+                "warning",
+                "FC_PYPI_LIB",
+                f"FC_PYPI_LIB is not set ({_FC_PYPI_LIB_DOC}): the function runtime then installs no SDK of its "
+                "own (start.sh's SDK_PACKAGE is empty) and gets dashscope only if requirements.txt lists it, "
+                "in whatever version pip picks there",
+                "copy the SDK wheel you installed here into the workspace and set "
+                "FC_PYPI_LIB=./dashscope-<version>-py3-none-any.whl (in .env)",
+            )
+        return
+    local = _installed_sdk()
+    for item in lib.split():
+        wheel = item.partition("[")[0]
+        if not wheel.endswith(".whl"):
+            continue
+        try:
+            name, version, _, _ = parse_wheel_filename(os.path.basename(wheel))
+        except InvalidWheelFilename:
+            continue
+        if canonicalize_name(name) == "dashscope" and local is not None and Version(local) != version:
+            ctx.report.add(
+                "env.fc-pypi-lib",
+                "warning",
+                _where_set(ctx, "FC_PYPI_LIB", dotenv),
+                f"FC_PYPI_LIB installs dashscope {version} in the function runtime, but dashscope {local} is "
+                "installed here: the docs install the same SDK version on this machine and remotely, so the "
+                "functions you tested here run on another SDK in the cloud",
+                f"point FC_PYPI_LIB at the dashscope-{local} wheel, or install the wheel's version here "
+                f"(python -m pip install {wheel})",
+            )
+
+
+def _installed_sdk() -> str | None:
+    try:
+        return metadata.version("dashscope")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def check_environment(ctx: CheckContext) -> None:

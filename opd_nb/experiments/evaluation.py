@@ -451,7 +451,7 @@ def evaluate(
         client = JobClient()
     require_eval_consent(client.target.kind, ws, models, rows, yes)
     data = load_rows(ws, rows)
-    limit = max_tokens or _max_tokens(ws)
+    limit = max_tokens if max_tokens is not None else _max_tokens(ws)
     scorer = _Scorer(ws)
     started = time.monotonic()
     results = [

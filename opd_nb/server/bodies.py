@@ -32,6 +32,7 @@ from opd_nb.constants import CANCEL_REASON_MAX_CHARS
 from opd_nb.engine.openai_wire import MAX_TOP_LOGPROBS
 from opd_nb.server.limits import MAX_ENV_BYTES, MAX_REQUIREMENTS_CHARS
 from opd_nb.server.responses import shown
+from opd_nb.spec.submit_rules import SIGNAL_FIX, TYPE_BY_HAND_FIX, signal_problem, type_by_hand_problem
 from opd_nb.spec.training_plan import TrainingPlan
 from opd_nb.wire.deploy_plans import plan_problems
 from opd_nb.wire.requests import CancelRequest, ChatRequest, DeploymentCreate, DeploymentScale
@@ -292,17 +293,24 @@ class JobBody(Body):
         return self._plan
 
     @model_validator(mode="after")
-    def _needs_a_signal(self) -> JobBody:
-        """OPD learns from a teacher, RL from rewards: a job with neither cannot train."""
-        if self.training_type == "pg_opd" and not (self.teacher_model or "").strip():
+    def _training_type(self) -> JobBody:
+        """The documented rules of the type (:mod:`opd_nb.spec.submit_rules`): a teacher makes the job pg_opd
+        (as the SDK sets it; a type sent by hand against the teacher is refused), pg_opd needs a teacher
+        (the SDK's 3006), and a job without a teacher learns from at least one reward."""
+        teacher = (self.teacher_model or "").strip() or None
+        if "training_type" in self.model_fields_set:
+            problem = type_by_hand_problem(self.training_type, teacher)
+            if problem is not None:
+                raise ValueError(f"{problem}; {TYPE_BY_HAND_FIX}")
+        elif teacher is not None:
+            self.training_type = "pg_opd"  # what the SDK sends whenever a teacher is given
+        if self.training_type == "pg_opd" and teacher is None:
             raise ValueError(
                 "training_type 'pg_opd' needs a teacher_model (set `teacher_model:` in config.yaml)"
             )
-        if self.training_type == "reinforcement" and not self.rewards:
-            raise ValueError(
-                "training_type 'reinforcement' needs at least one reward function (or use pg_opd with a "
-                "teacher_model)"
-            )
+        problem = signal_problem(teacher, len(self.rewards))
+        if problem is not None:
+            raise ValueError(f"{problem}; {SIGNAL_FIX}")
         return self
 
 

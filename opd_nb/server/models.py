@@ -9,7 +9,9 @@ local control plane accepts cloud model ids and runs them on stand-ins. Resoluti
 3. ``local/tiny-student`` / ``local/tiny-teacher``: the bundled pair, by name (``stand-in``);
 4. an absolute path to an existing Hugging Face model directory (``path``);
 5. any other plain cloud id (no ``/``, e.g. ``qwen3.5-9b``): the bundled tiny student when it is
-   the job's ``model``, the bundled tiny teacher when it is the ``teacher_model`` (``stand-in``).
+   the job's ``model``, the bundled tiny teacher when it is the ``teacher_model`` (``stand-in``); a
+   teacher must be an id Bailian documents (:func:`opd_nb.spec.submit_rules.teacher_problem`: a
+   placeholder, another vendor's model or an unknown id is Bailian's model-not-found, as in the cloud).
    A *call* (chat, generation, deploy) resolves ``strict``: there the id must be one Bailian documents
    (:data:`opd_nb.spec.models.BAILIAN_MODEL_IDS`), or the caller gets Bailian's model-not-found.
 
@@ -29,6 +31,7 @@ from opd_nb import settings
 from opd_nb.constants import LOCAL_OUTPUT_PREFIX, SUCCEEDED
 from opd_nb.server.store import Store
 from opd_nb.spec.models import documented
+from opd_nb.spec.submit_rules import teacher_problem
 from opd_nb.wire.models import LocalModel, ResolvedModel
 
 LOCAL_PREFIX = LOCAL_OUTPUT_PREFIX
@@ -160,6 +163,8 @@ class ModelRegistry:
                 "server has no model hub; map it to a local directory with `opd serve --model-map "
                 f"{model_id}=/path/to/model`, or use a cloud model id (it then runs on the bundled stand-in)"
             )
+        if role == "teacher" and (problem := teacher_problem(model_id)) is not None:
+            raise ModelNotFound(f"{problem.message}; {problem.fix}")  # TEACHER_ID: Bailian refuses it
         path = student if role == "student" else teacher
         return self._standin(
             model_id,
@@ -221,7 +226,7 @@ class ModelRegistry:
                 kind="stand-in",
                 path=str(teacher),
                 role="teacher",
-                stands_in_for="any cloud `teacher_model` id",
+                stands_in_for="any `teacher_model` id Bailian documents",
             ),
         ]
         out += [LocalModel(model_id=k, kind="mapped", path=v) for k, v in sorted(self.model_map.items())]

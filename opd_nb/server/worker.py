@@ -41,6 +41,7 @@ from opd_nb.server.store.job_record import (
 )
 from opd_nb.server.tracing.env import function_env
 from opd_nb.server.worker_exits import EXIT_INTERRUPTED
+from opd_nb.spec.submit_rules import too_few_samples, too_few_samples_fix
 
 _STOP_POLL_S = 0.5
 PARENT_ENV = settings.SERVER_PID.name  # the control plane that started this worker
@@ -292,10 +293,21 @@ def _train(
         events.log(f"resuming from {Path(resume_from).name} ({resume_from})")
     for note in meta.substitutions:
         events.log(note)
+    _enough_samples(meta.train_file, job.plan.batch_size)
     rewards, rollout = _start_functions(meta.functions, data_dir / "jobs" / job_id, events, servers)
     from opd_nb.engine.trainer import run as engine_run
 
     return engine_run(engine_job(data_dir, job, rewards, rollout), events, should_stop)
+
+
+def _enough_samples(train_file: str, batch_size: int) -> None:
+    """Fail the job as Bailian fails it when its training file has no more samples than ``batch_size``
+    (:data:`~opd_nb.spec.submit_rules.TOO_FEW_SAMPLES`): the platform accepts it and fails it later."""
+    with open(train_file, encoding="utf-8", errors="replace") as f:
+        rows = sum(1 for line in f if line.strip())
+    problem = too_few_samples(rows, batch_size)
+    if problem is not None:
+        raise EngineError(f"{problem}; {too_few_samples_fix(rows, batch_size)}")
 
 
 def engine_job(
@@ -346,17 +358,22 @@ def _start_functions(
         if spec.kind == "rollout":
             rollout = RolloutEndpoint(name=spec.name, url=server.url, **opts)
             continue
-        rewards.append(
-            RewardEndpoint(
-                name=spec.name,
-                url=server.url,
-                kind=spec.kind,
-                weight=spec.weight or 1.0,
-                reward_metric_weight=spec.reward_metric_weight,
-                **opts,
-            )
-        )
+        rewards.append(reward_endpoint(spec, server.url))
     return rewards, rollout
+
+
+def reward_endpoint(spec: JobFunction, url: str) -> RewardEndpoint:
+    """How the engine calls a reward: the submitted weight as sent (0.0 weighs nothing), and only an
+    absent one takes :class:`RewardEndpoint`'s default; never a truthiness default that reads 0 as 1."""
+    weight = {"weight": spec.weight} if spec.weight is not None else {}
+    return RewardEndpoint(
+        name=spec.name,
+        url=url,
+        kind="group_reward" if spec.kind == "group_reward" else "reward",
+        reward_metric_weight=spec.reward_metric_weight,
+        **weight,
+        **spec.call_options(),
+    )
 
 
 def _publish(store: Store, events: StoreEvents, job_id: str, result: Any) -> None:

@@ -116,9 +116,8 @@ class StudentEndpoint:
             except ChatRequestError as exc:
                 return err(400, str(exc))
             tools = body.get("tools") if isinstance(body, dict) else None  # rendered by the template above
-            req = GenRequest(
-                token, ids, temperature, top_p, max_tokens, cast("list[dict[str, Any]] | None", tools or None)
-            )
+            offered = cast("list[dict[str, Any]] | None", tools if isinstance(tools, list) else None)
+            req = GenRequest(token, ids, temperature, top_p, max_tokens, offered)  # `[]` stays "none offered"
             self.q.put(req)
             comp_ids, text, finish = await asyncio.wrap_future(req.future)
             return completion_body(self.model_name, len(ids), len(comp_ids), text, finish)
@@ -183,7 +182,7 @@ class Generation:
             for r, (ids, ended) in zip(reqs, outs, strict=True):
                 finish = "stop" if ended else "length"
                 self.records.setdefault(r.token, []).append((r.prompt_ids, ids, ended))
-                if r.tools:
+                if r.tools is not None:  # an offered `[]` is "no tools", not "the row's tools"
                     self.offered[r.token] = r.tools
                 text_ids = ids[:-1] if ended else ids
                 # one sequence decodes to one string (transformers types decode for batches too, kwargs untyped)

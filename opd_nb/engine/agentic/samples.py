@@ -51,8 +51,10 @@ def turn_samples_of(
     for j, (i, t) in enumerate(zip(rnd.ok, rnd.trajs, strict=True)):
         msgs = t["messages"]
         token = rnd.tokens[i]
-        # the tools the rollout offered the endpoint (the row's own when it offered none)
-        tools = generation.offered.get(token) or rows[rnd.groups[i]].tools
+        # the tools the rollout offered the endpoint (the row's own when it sent no `tools`; an offered
+        # `[]` stays "no tools": the student was prompted without any)
+        offered = generation.offered.get(token)
+        tools = offered if offered is not None else rows[rnd.groups[i]].tools
         try:
             cut = turn_samples(tok, msgs, tools, generation.records.get(token, []), max_total)
         except Exception as exc:  # noqa: BLE001

@@ -138,8 +138,8 @@ class {{ cookiecutter.rollout_class }}(AbstractRolloutProcessor):
     @observe_processor
     async def process(self, input_data: RolloutInput) -> RolloutOutput:
         messages: list[dict[str, Any]] = [dict(m) for m in input_data.messages]
-        # Tools given with the sample win; otherwise offer the example tools above.
-        tools = input_data.tools or [schema for _, schema in TOOLS.values()]
+        # Tools given with the sample win (a sample's `tools: []` offers none); otherwise the example tools above.
+        tools = input_data.tools if input_data.tools is not None else [schema for _, schema in TOOLS.values()]
         resource = input_data.model_resource
         url = resource.base_url.rstrip("/") + "/chat/completions"
         headers = {"Authorization": f"Bearer {resource.api_key.get_secret_value()}"}
