@@ -44,7 +44,14 @@ class TraceFiles:
 
     def __init__(self, data_dir: Path):
         self.data_dir = data_dir
-        self._lock = threading.Lock()  # appends and retention of all jobs (one writer: this server)
+        self._locks: dict[str, threading.RLock] = {}  # per job: its appends, retention and deletion
+        self._locks_lock = threading.Lock()
+
+    def lock(self, job_id: str) -> threading.RLock:
+        """The one lock of a job's trace directory: every append and its retention take it, and so does
+        the job's deletion (:meth:`opd_nb.server.tracing.intake.TraceIntake.deleting`)."""
+        with self._locks_lock:
+            return self._locks.setdefault(job_id, threading.RLock())
 
     def dir(self, job_id: str) -> Path:
         return self.data_dir / "jobs" / job_id / DIRNAME
@@ -77,7 +84,7 @@ class TraceFiles:
         if not lines:
             return Appended(kept=0, new_file=False)
         path = self.dir(job_id) / file_name(kind, step)
-        with self._lock:
+        with self.lock(job_id):
             try:
                 size = path.stat().st_size
             except FileNotFoundError:

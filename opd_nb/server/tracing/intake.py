@@ -20,18 +20,24 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Generator
+from contextlib import contextmanager
 from pathlib import Path
 
 from opd_nb import settings
 from opd_nb.constants import TERMINAL_STATUSES
+from opd_nb.server.content_encoding import EncodingRefused
+from opd_nb.server.content_encoding import decoded as decoded_body
+from opd_nb.server.decoding import body_problem
 from opd_nb.server.records import read_owner
 from opd_nb.server.store import Store
 from opd_nb.server.store.job_record import JobRecord
 from opd_nb.server.store.traces import TraceFiles
 from opd_nb.server.tracing.env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
 from opd_nb.server.tracing.keys import TraceKeys
-from opd_nb.server.tracing.otlp_decode import Decoded, decode, media_type, response_body
+from opd_nb.server.tracing.otlp_decode import JSON, Decoded, OtlpError, decode, media_type, response_body
 from opd_nb.server.tracing.otlp_forward import Forwarder
+from opd_nb.server.tracing.refusals import Refusals
 from opd_nb.traces.ids import SAMPLE_ID_KEY, SampleRef
 from opd_nb.traces.page import TracesPage
 from opd_nb.traces.spans import Span, trajectories
@@ -49,8 +55,10 @@ class Refused(Exception):
 
 
 class TraceIntake:
-    def __init__(self, data_dir: Path, store: Store, forwarder: Forwarder | None = None):
+    def __init__(self, data_dir: Path, store: Store, forwarder: Forwarder | None = None, *, max_body: int):
         self.data_dir = data_dir
+        self.max_body = max_body  # what a compressed export may expand to (the server's body cap)
+        self.refusals = Refusals(store)
         self.store = store
         self.files = TraceFiles(data_dir)
         self.keys = TraceKeys()
@@ -75,8 +83,11 @@ class TraceIntake:
         return {ENDPOINT_ENV: url, TOKEN_ENV: self.keys.token(job_id)}
 
     # ---- an export -----------------------------------------------------------------------------------
-    def accept(self, token: str | None, body: bytes, content_type: str | None) -> tuple[bytes, str]:
-        """Store (and forward) one export; returns the OTLP answer and its media type."""
+    def accept(
+        self, token: str | None, body: bytes, content_type: str | None, content_encoding: str | None = None
+    ) -> tuple[bytes, str]:
+        """Store (and forward) one export; returns the OTLP answer and its media type. An export the job's
+        token opens but this server cannot read is refused, and the job's log and metrics say so."""
         job = self._job_of(token)
         if self.missing:
             raise Refused(
@@ -85,14 +96,45 @@ class TraceIntake:
                 f"opd serve lacks {', '.join(self.missing)}: install opd-nb[tracing]",
             )
         try:
-            kind = media_type(content_type)
-            decoded = decode(body, kind)
-        except ValueError as exc:
-            raise Refused(400, "InvalidParameter", str(exc)) from None
-        foreign = self._store(job.job_id, decoded, last_step(job))
+            kind, decoded = self._decode(body, content_type, content_encoding)
+        except Refused as exc:
+            self.refusals.export_refused(job.job_id, last_step(job), exc.status, exc.message)
+            raise
+        with self.files.lock(job.job_id):  # DELETE takes it too: no export lands after the job's files go
+            job = self._job_of(token)
+            foreign = self._store(job.job_id, decoded, last_step(job))
+        if decoded.rejected:
+            self.refusals.spans_rejected(job.job_id, last_step(job), decoded.rejected, decoded.reason)
         if self.forwarder is not None and not foreign:  # an export naming a step the job has not run is
             self.forwarder.send(body, kind)  # not its function servers': the user's collector never sees it
         return response_body(decoded, kind), kind
+
+    def _decode(self, body: bytes, content_type: str | None, encoding: str | None) -> tuple[str, Decoded]:
+        """The export's media type and spans, its Content-Encoding undone (to the body cap) and a JSON
+        body held to the rules of every other JSON body (:mod:`opd_nb.server.decoding`)."""
+        try:
+            kind = media_type(content_type)
+            if encoding:
+                body = decoded_body(body, encoding, self.max_body)
+                problem = body_problem(body) if kind == JSON else None
+                if problem:
+                    raise OtlpError(problem)
+            return kind, decode(body, kind)
+        except EncodingRefused as exc:
+            raise Refused(exc.status, exc.code, exc.message) from None
+        except ValueError as exc:
+            raise Refused(400, "InvalidParameter", str(exc)) from None
+
+    @contextmanager
+    def deleting(self, job_id: str) -> Generator[None]:
+        """Hold the job's trace directory while it is deleted: an export that checked the job before
+        finishes first, and one after finds the job deleted (its token ended with it)."""
+        with self.files.lock(job_id):
+            yield
+            with self._lock:
+                for key in [k for k in self._steps if k[0] == job_id]:
+                    del self._steps[key]
+            self.refusals.forget(job_id)
 
     def _job_of(self, token: str | None) -> JobRecord:
         """The live job a token opens; a 401 for any other token, and for one whose job has ended."""
