@@ -17,11 +17,13 @@ never stored nor folded into a metrics row, so retention only ever ranks steps t
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Generator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 
 from opd_nb import settings
@@ -32,13 +34,14 @@ from opd_nb.server.decoding import body_problem
 from opd_nb.server.records import read_owner
 from opd_nb.server.store import Store
 from opd_nb.server.store.job_record import JobRecord
+from opd_nb.server.store.trace_index import read_at
 from opd_nb.server.store.traces import TraceFiles
 from opd_nb.server.tracing.env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
 from opd_nb.server.tracing.keys import TraceKeys
 from opd_nb.server.tracing.otlp_decode import JSON, Decoded, OtlpError, decode, media_type, response_body
 from opd_nb.server.tracing.otlp_forward import Forwarder
 from opd_nb.server.tracing.refusals import Refusals
-from opd_nb.traces.ids import SAMPLE_ID_KEY, SampleRef
+from opd_nb.traces.ids import KINDS, SAMPLE_ID_KEY, SampleRef
 from opd_nb.traces.page import TracesPage
 from opd_nb.traces.spans import Span, trajectories
 from opd_nb.traces.summary import StepTraces
@@ -188,7 +191,7 @@ class TraceIntake:
             acc = self._steps.pop((job_id, step), None)
             if acc is None and not new_file:  # a restart, or the step left memory: its file has all
                 acc = StepTraces()
-                acc.add(self.files.read(job_id, "train", step))
+                acc.add(self.files.spans(job_id, "train", step))
             else:  # (a step's first batch is all its file holds: no need to read it back)
                 acc = acc or StepTraces()
                 acc.add(spans)
@@ -209,21 +212,23 @@ class TraceIntake:
         shown = step if step is not None else (steps[-1] if steps else None)
         if shown is None:
             return TracesPage(job_id=job_id, kind=kind, steps_by_kind=by_kind)
-        spans = [
-            s
-            for k in ((kind,) if kind else ("train", "validation"))
-            for s in self.files.read(job_id, k, shown)
-        ]
+        indexes = [ix for k in ((kind,) if kind else KINDS) if (ix := self.files.index(job_id, k, shown))]
         group, sample = ref
-        trajs = [t for t in trajectories(spans) if _matches(t.sample, group, sample)]
+        calls = heapq.merge(*(ix.calls for ix in indexes), key=lambda c: (c.start_ms, c.trace_id))
+        chosen = list(islice((c for c in calls if _matches(c.sample, group, sample)), limit))
+        spans = [s for c in chosen for s in read_at(c.path, list(c.lines))]
+        peers: dict[str, list[float]] = {}
         acc = StepTraces()
-        acc.add(s for s in spans if (r := s.sample()) is not None and r.kind == "train")
+        for ix in indexes:
+            for name, took in ix.peers.items():
+                peers.setdefault(name, []).extend(took)
+            acc.merge(ix.summary)
         return TracesPage(
             job_id=job_id,
             step=shown,
             kind=kind,
             steps_by_kind=by_kind,
-            trajectories=trajs[:limit],
+            trajectories=trajectories(spans, peers),
             metrics=acc.metrics(),
         )
 
