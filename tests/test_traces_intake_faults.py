@@ -204,3 +204,43 @@ def test_an_export_racing_delete_never_brings_a_step_file_back(tmp_path: Path) -
             t.join()
         assert not (tmp_path / "jobs" / job_id).exists(), attempt
         assert set(after_delete) == {401}
+
+
+@pytest.mark.parametrize(("coding", "pack"), [("gzip", gzip.compress), ("deflate", zlib.compress)])
+def test_a_compressed_export_reaches_the_users_collector_readable(
+    tmp_path: Path, coding: str, pack: Callable[[bytes], bytes]
+) -> None:
+    """--otlp-forward sends what was decoded (the forwarder sends no Content-Encoding)."""
+    from otlp_receiver import OtlpReceiver
+
+    from opd_nb.server.app import create_app
+    from opd_nb.server.records import ServeOptions
+    from opd_nb.server.store.job_record import JobMeta
+
+    receiver = OtlpReceiver()
+    try:
+        app = create_app(ServeOptions(data_dir=str(tmp_path), otlp_forward=receiver.url))
+        services = app.state.services
+        meta = JobMeta(training_type="pg_opd", student_path="/s", teacher_path="/t", train_file="/f.jsonl")
+        services.store.insert_job("ft-1", "traced", {"model": "m"}, meta)
+        services.store.set_job("ft-1", status="RUNNING", progress=JobProgress(step=2, total_steps=10))
+        client = TestClient(app)
+        token = services.traces.keys.token("ft-1")
+        assert _post(client, token, pack(_export()), {**PB, "Content-Encoding": coding}).status_code == 200
+        services.traces.forwarder.close()
+        assert sorted(s.name for s in receiver.spans) == sorted(
+            ["invoke_agentic_rl", "invoke_rollout R", "chat student", "execute_tool count_digits"]
+        )
+    finally:
+        receiver.close()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "deflate, gzip"])
+def test_a_compressed_multipart_upload_is_refused_in_words(tmp_path: Path, coding: str) -> None:
+    """An upload is stored as it comes: compressed, it would be a dataset of gzip bytes."""
+    client, _ = _app(tmp_path)
+    upload = {"files": ("train.jsonl", gzip.compress(b'{"messages": []}\n'))}
+    resp = client.post("/api/v1/files", files=upload, headers={**KEY, "Content-Encoding": coding})
+    assert resp.status_code == 415 and "uncompressed" in resp.json()["message"], resp.text[:300]
+    plain = client.post("/api/v1/files", files=upload, headers={**KEY, "Content-Encoding": "identity"})
+    assert plain.status_code != 415

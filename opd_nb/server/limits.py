@@ -18,7 +18,7 @@ import anyio
 from starlette.exceptions import HTTPException
 
 from opd_nb.server.auth import OSS_PREFIX
-from opd_nb.server.content_encoding import EncodingRefused, codings, decoded
+from opd_nb.server.content_encoding import IDENTITY, EncodingRefused, decoded
 from opd_nb.server.decoding import body_problem
 from opd_nb.server.responses import INVALID, err
 from opd_nb.server.tracing.env import OTLP_PREFIX
@@ -73,13 +73,9 @@ class BodyGuard:
             return
         encoding = headers.get("content-encoding")
         if multipart:
-            try:
-                if codings(encoding):
-                    raise EncodingRefused(
-                        415, "UnsupportedContentEncoding", "send a multipart upload uncompressed"
-                    )
-            except EncodingRefused as exc:
-                await err(exc.status, exc.code, exc.message)(scope, receive, send)
+            if encoding and encoding.strip().lower() != IDENTITY:  # an upload is stored as it comes
+                message = f"a multipart upload is sent uncompressed (got Content-Encoding {encoding[:40]!r})"
+                await err(415, "UnsupportedContentEncoding", message)(scope, receive, send)
                 return
             await self._upload(scope, _counting(receive, cap, what), send)
             return

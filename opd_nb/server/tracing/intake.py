@@ -99,12 +99,17 @@ class TraceIntake:
                 f"opd serve lacks {', '.join(self.missing)}: install opd-nb[tracing]",
             )
         try:
-            kind, decoded = self._decode(body, content_type, content_encoding)
+            kind, body, decoded = self._decode(body, content_type, content_encoding)
         except Refused as exc:
             self.refusals.export_refused(job.job_id, last_step(job), exc.status, exc.message)
             raise
         with self.files.lock(job.job_id):  # DELETE takes it too: no export lands after the job's files go
-            job = self._job_of(token)
+            if self.store.job(job.job_id) is None:
+                raise Refused(
+                    401,
+                    "InvalidTraceToken",
+                    f"the trace token of job {job.job_id} ended with the job (was deleted)",
+                )
             foreign = self._store(job.job_id, decoded, last_step(job))
         if decoded.rejected:
             self.refusals.spans_rejected(job.job_id, last_step(job), decoded.rejected, decoded.reason)
@@ -112,9 +117,12 @@ class TraceIntake:
             self.forwarder.send(body, kind)  # not its function servers': the user's collector never sees it
         return response_body(decoded, kind), kind
 
-    def _decode(self, body: bytes, content_type: str | None, encoding: str | None) -> tuple[str, Decoded]:
-        """The export's media type and spans, its Content-Encoding undone (to the body cap) and a JSON
-        body held to the rules of every other JSON body (:mod:`opd_nb.server.decoding`)."""
+    def _decode(
+        self, body: bytes, content_type: str | None, encoding: str | None
+    ) -> tuple[str, bytes, Decoded]:
+        """The export's media type, its body with its Content-Encoding undone (to the body cap; what the
+        forwarder sends on) and its spans; a JSON body is held to the rules of every other JSON body
+        (:mod:`opd_nb.server.decoding`)."""
         try:
             kind = media_type(content_type)
             if encoding:
@@ -122,7 +130,7 @@ class TraceIntake:
                 problem = body_problem(body) if kind == JSON else None
                 if problem:
                     raise OtlpError(problem)
-            return kind, decode(body, kind)
+            return kind, body, decode(body, kind)
         except EncodingRefused as exc:
             raise Refused(exc.status, exc.code, exc.message) from None
         except ValueError as exc:
