@@ -101,7 +101,7 @@ class TraceIntake:
         try:
             kind, body, decoded = self._decode(body, content_type, content_encoding)
         except Refused as exc:
-            self.refusals.export_refused(job.job_id, last_step(job), exc.status, exc.message)
+            self.refusals.export_refused(job.job_id, done_step(job), exc.status, exc.message)
             raise
         with self.files.lock(job.job_id):  # DELETE takes it too: no export lands after the job's files go
             if self.store.job(job.job_id) is None:
@@ -112,7 +112,7 @@ class TraceIntake:
                 )
             foreign = self._store(job.job_id, decoded, last_step(job))
         if decoded.rejected:
-            self.refusals.spans_rejected(job.job_id, last_step(job), decoded.rejected, decoded.reason)
+            self.refusals.spans_rejected(job.job_id, done_step(job), decoded.rejected, decoded.reason)
         if self.forwarder is not None and not foreign:  # an export naming a step the job has not run is
             self.forwarder.send(body, kind)  # not its function servers': the user's collector never sees it
         return response_body(decoded, kind), kind
@@ -224,7 +224,7 @@ class TraceIntake:
         group, sample = ref
         calls = heapq.merge(*(ix.calls for ix in indexes), key=lambda c: (c.start_ms, c.trace_id))
         chosen = list(islice((c for c in calls if _matches(c.sample, group, sample)), limit))
-        spans = [s for c in chosen for s in read_at(c.path, list(c.lines))]
+        spans = [s for c in chosen for s in read_at(c.path, c.places())]
         peers: dict[str, list[float]] = {}
         acc = StepTraces()
         for ix in indexes:
@@ -255,6 +255,12 @@ def last_step(job: JobRecord) -> int:
         return 1
     running = progress.step + 1
     return min(running, progress.total_steps) if progress.total_steps > 0 else running
+
+
+def done_step(job: JobRecord) -> int:
+    """The job's last finished step (0 before its first): the metrics row its refusal counts go into, a
+    row the job already has, so a refused export never makes a row of its own (retention, resumes)."""
+    return job.progress.step if job.progress is not None else 0
 
 
 def _in_range(ref: SampleRef, last: int) -> bool:

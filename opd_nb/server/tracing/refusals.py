@@ -4,7 +4,7 @@ Why: a refused export was a line in a function server's log only (``Failed to ex
 400``), so a job SUCCEEDED saying its spans were traced while it had none. The intake counts, per job,
 the exports it refused (a body it could not decode, a coding it does not take) and the spans it left
 out of accepted ones; the first of each reason goes into the job's log at once, later ones at most once
-a minute with their counts, and the running totals go into the metrics row of the step the job runs
+a minute with their counts, and the running totals go into the metrics row of the job's last finished step
 (:data:`~opd_nb.constants.TRACE_REFUSED_EXPORTS`, :data:`~opd_nb.constants.TRACE_REJECTED_SPANS`),
 where the health rules (``opd_nb.health.rules.trace_refusal_alert``) and every watcher see them.
 """
