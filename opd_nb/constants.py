@@ -103,3 +103,7 @@ TOOL_METRIC_PREFIX = "trace/tool/"  # + a tool's name + "/latency_p50_s", "/late
 TOOL_ERROR_RATE = "trace/tool/error_rate"  # share of the step's tool spans that failed (every tool)
 TOOL_LATENCY_P95 = "trace/tool/latency_p95_s"  # 95th percentile of the step's tool span durations, seconds
 LLM_CALLS_PER_TRAJECTORY = "trace/llm/calls_per_trajectory"  # mean LLM spans per traced rollout call
+TRACE_REFUSED_EXPORTS = (
+    "trace/refused_exports"  # the job's span exports opd serve refused so far (running total)
+)
+TRACE_REJECTED_SPANS = "trace/rejected_spans"  # spans opd serve left out of the job's accepted exports so far

@@ -88,9 +88,9 @@ def test_the_intake_never_reads_back_a_step_it_has_only_just_begun(tmp_path: Pat
     """A step's first export is all its file holds: its numbers come from the spans in hand. Only a
     step that left memory (a restart, or more steps at once than are kept) is read back from its file."""
     reads: list[int] = []
-    read = TraceFiles.read
+    read = TraceFiles.spans
     monkeypatch.setattr(
-        TraceFiles, "read", lambda self, job, kind, step: reads.append(step) or read(self, job, kind, step)
+        TraceFiles, "spans", lambda self, job, kind, step: reads.append(step) or read(self, job, kind, step)
     )
     services, token = _intake(tmp_path)
     body = _export()  # one traced rollout of train step 3 with a failing tool call

@@ -270,3 +270,37 @@ def test_the_traces_magics_limit_keeps_that_many_trajectories(finished_job, loca
     one = open_view(invoke([*argv, "--limit", "1"]))
     assert everything.state["trajectories"] > 1 and one.state["trajectories"] == 1
     assert len(one.to_html()) < len(everything.to_html())
+
+
+@pytest.mark.parametrize("compression", ["gzip"])
+def test_a_job_whose_function_servers_compress_their_exports_has_its_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compression: str
+) -> None:
+    """`OTEL_EXPORTER_OTLP_COMPRESSION=gzip` in the server's environment reaches the function servers'
+    exporter: the job's spans arrive compressed and are stored (they were a 400, and the job SUCCEEDED
+    with no trace file), and nothing in its log or metrics says a span was refused."""
+    from opd_nb.constants import TRACE_REFUSED_EXPORTS, TRACE_REJECTED_SPANS
+    from opd_nb.server import start
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", compression)
+    data_dir = tmp_path / "data"
+    server = start(port=0, data_dir=data_dir)
+    try:
+        client = JobClient(resolve_target("local", base_url=server.api_base))
+        ws = tiny_workspace("reward", tmp_path / "reward")
+        proc = run_sdk(server, SDK_SUBMIT, ws)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        job_id = next(ln for ln in proc.stdout.splitlines() if ln.startswith("JOB ")).split()[1]
+        job = wait_status(client, job_id, {"SUCCEEDED", "FAILED", "CANCELED"}, timeout=600)
+        log = "\n".join(client.logs(job_id, lines=10000).lines)
+        assert job.status == "SUCCEEDED", f"{job.message}\n{log[-3000:]}"
+        step = client.rollouts(job_id, kind="train").step
+        page = _wait_traces(client, job_id, step, {"train"})
+        names = {n.span.name for t in page.trajectories for _, n in t.nodes()}
+        assert "invoke_reward RewardProcessor" in names, names
+        assert list((data_dir / "jobs" / job_id / "traces").glob("train-*.jsonl"))
+        assert "its spans are traced" in log and "refused a span export" not in log, log[-3000:]
+        rows = client.metrics(job_id)
+        assert not any(r.get(TRACE_REFUSED_EXPORTS) or r.get(TRACE_REJECTED_SPANS) for r in rows), rows[-1]
+    finally:
+        server.stop()

@@ -20,6 +20,7 @@ from opd_nb.constants import (
     REWARD_FAILURE_RATE,
     REWARD_MEAN,
     TOOL_ERROR_RATE,
+    TRACE_REFUSED_EXPORTS,
     TRAIN_REWARD_MEAN,
     TRUNCATED_FRACTION,
     VALID_TOKEN_RATE,
@@ -80,6 +81,7 @@ SCENARIOS: tuple[tuple[str, list[dict[str, Any]]], ...] = (
     (LOSS, _rows(6, {LOSS: lambda s: 1.0 + 0.1 * s})),
     (REWARD_FAILURE_RATE, _rows(4, {REWARD_FAILURE_RATE: lambda s: 0.6, LOSS: lambda s: 1.0 / s})),
     (TOOL_ERROR_RATE, _rows(4, {TOOL_ERROR_RATE: lambda s: 0.25, LOSS: lambda s: 1.0 / s})),
+    (TRACE_REFUSED_EXPORTS, _rows(4, {TRACE_REFUSED_EXPORTS: lambda s: float(s), LOSS: lambda s: 1.0 / s})),
     (
         REWARD_MEAN,
         _rows(4, {REWARD_MEAN: lambda s: 0.0, TRAIN_REWARD_MEAN: lambda s: 0.0, LOSS: lambda s: 1.0 / s}),
@@ -94,6 +96,7 @@ _WHY = {
     "loss_not_decreasing": health.loss_trend_alert,
     "reward_failures": health.reward_failure_alert,
     "tool_failures": health.tool_failure_alert,
+    "traces_refused": health.trace_refusal_alert,
     "reward_zero": health.reward_zero_alert,
     "zero_variance_groups": health.zero_variance_alert,
 }

@@ -20,6 +20,8 @@ from opd_nb.constants import (
     REWARD_MEAN,
     TOOL_ERROR_RATE,
     TOOL_METRIC_PREFIX,
+    TRACE_REFUSED_EXPORTS,
+    TRACE_REJECTED_SPANS,
     TRAIN_REWARD_MEAN,
     TRUNCATED_FRACTION,
     VALID_TOKEN_RATE,
@@ -153,6 +155,24 @@ def tool_failure_alert(rows: Sequence[Mapping[str, Any]], job_id: str | None = N
     )
 
 
+def trace_refusal_alert(rows: Sequence[Mapping[str, Any]], job_id: str | None = None) -> HealthAlert | None:
+    """Spans the control plane refused (an export it could not read, spans it left out): the job's traces
+    miss them, though its function servers traced them."""
+    exports = max((v for _, v in _points(rows, TRACE_REFUSED_EXPORTS)), default=0.0)
+    spans = max((v for _, v in _points(rows, TRACE_REJECTED_SPANS)), default=0.0)
+    if exports <= 0 and spans <= 0:
+        return None
+    logs = f"`opd logs {job_id}`" if job_id else "the job's log"
+    return HealthAlert(
+        "traces_refused",
+        "warning",
+        f"opd serve refused {exports:g} of the job's span exports and left out {spans:g} span(s): its "
+        "traces miss them",
+        f"read why in {logs} (a compression other than gzip or deflate, a step's span cap, a "
+        "malformed span); fix the exporter's settings and rerun to have every trace",
+    )
+
+
 def _after_three_evals(rows: Sequence[Mapping[str, Any]], eval_steps: int | None) -> bool:
     """True once the job ran eval_steps × 3 steps: the docs' point to judge a trend."""
     every = max(1, int(eval_steps or DEFAULT_EVAL_STEPS))
@@ -267,6 +287,7 @@ def health_alerts(
         loss_trend_alert(rows, eval_steps),
         reward_failure_alert(rows),
         tool_failure_alert(rows, job_id),
+        trace_refusal_alert(rows, job_id),
         reward_zero_alert(rows, eval_steps, job_id=job_id),
         zero_variance_alert(rows, eval_steps, job_id=job_id),
     )

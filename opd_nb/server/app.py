@@ -28,7 +28,7 @@ from opd_nb.server.function_registry import MAX_ZIP_BYTES, InstanceManager
 from opd_nb.server.job.manager import JobManager
 from opd_nb.server.launcher import Launcher
 from opd_nb.server.leftovers import reap_partial_files
-from opd_nb.server.limits import BodyGuard
+from opd_nb.server.limits import MAX_JSON_BYTES, BodyGuard
 from opd_nb.server.models import ModelRegistry
 from opd_nb.server.openapi import document
 from opd_nb.server.records import ServeOptions
@@ -95,7 +95,7 @@ def build_services(options: ServeOptions) -> Services:
     registry = ModelRegistry(store, options.model_map)
     launcher = Launcher(data_dir)  # workers and serving processes, forked from one warm process
     forward = Forwarder(options.otlp_forward, headers_from_env()) if options.otlp_forward else None
-    intake = TraceIntake(data_dir, store, forward)
+    intake = TraceIntake(data_dir, store, forward, max_body=MAX_JSON_BYTES)
     return Services(
         data_dir=data_dir,
         store=store,

@@ -3,7 +3,8 @@
 Why here: a 200 MB JSON body used to cost the server 1.7 GB of memory before any route could say
 no, and a body nested 100,000 deep or a lone UTF-16 surrogate (``"\\ud800"``, valid JSON but not
 text) broke whatever touched it next. :class:`BodyGuard` reads a body at most once up to its cap
-(413 above it, from ``Content-Length`` before a byte is read), and hands every non-multipart body,
+(413 above it, from ``Content-Length`` before a byte is read), undoes its ``Content-Encoding``
+(:mod:`opd_nb.server.content_encoding`: gzip and deflate, to the same cap; another coding is a 415), and hands every non-multipart body,
 whatever its content type, to the one decoder (:mod:`opd_nb.server.decoding`), which refuses JSON
 that is not UTF-8, too deep, holds a lone surrogate, a non-finite number or a huge integer with a
 400. Every cap is documented in the README.
@@ -17,6 +18,7 @@ import anyio
 from starlette.exceptions import HTTPException
 
 from opd_nb.server.auth import OSS_PREFIX
+from opd_nb.server.content_encoding import IDENTITY, EncodingRefused, decoded
 from opd_nb.server.decoding import body_problem
 from opd_nb.server.responses import INVALID, err
 from opd_nb.server.tracing.env import OTLP_PREFIX
@@ -69,7 +71,12 @@ class BodyGuard:
         if length.isdigit() and int(length) > cap:
             await err(413, "RequestTooLarge", too_large(what, cap))(scope, receive, send)
             return
+        encoding = headers.get("content-encoding")
         if multipart:
+            if encoding and encoding.strip().lower() != IDENTITY:  # an upload is stored as it comes
+                message = f"a multipart upload is sent uncompressed (got Content-Encoding {encoding[:40]!r})"
+                await err(415, "UnsupportedContentEncoding", message)(scope, receive, send)
+                return
             await self._upload(scope, _counting(receive, cap, what), send)
             return
         if not length and "transfer-encoding" not in headers:
@@ -79,11 +86,21 @@ class BodyGuard:
         if body is None:
             await err(413, "RequestTooLarge", too_large(what, cap))(scope, receive, send)
             return
-        # Every body, whatever its Content-Type: a route may read any body as JSON (only a span export
-        # in protobuf is binary, and its route reads it as nothing else).
-        if ctype.startswith("application/x-protobuf") and scope.get("path", "").startswith(OTLP_PREFIX):
+        # A span export goes to its route as sent: the intake decodes it once it knows the job, so a job
+        # whose spans are refused hears of it (tracing.intake), and checks a JSON one then.
+        if scope.get("path", "").startswith(OTLP_PREFIX) and (
+            encoding or ctype.startswith("application/x-protobuf")
+        ):
             await self.app(scope, _replay(body, receive), send)
             return
+        if encoding:
+            try:
+                body = await anyio.to_thread.run_sync(decoded, body, encoding, cap)
+            except EncodingRefused as exc:
+                await err(exc.status, exc.code, exc.message)(scope, receive, send)
+                return
+            scope = {**scope, "headers": _plain_headers(scope, len(body))}
+        # Every body, whatever its Content-Type: a route may read any body as JSON.
         big = len(body) > _THREAD_ABOVE
         problem = await anyio.to_thread.run_sync(body_problem, body) if big else body_problem(body)
         if problem:
@@ -124,6 +141,16 @@ async def _read(receive: Any, cap: int) -> bytes | None:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+def _plain_headers(scope: dict[str, Any], length: int) -> list[tuple[bytes, bytes]]:
+    """The request's headers for its decoded body: no Content-Encoding, the decoded Content-Length."""
+    kept = [
+        (k, v)
+        for k, v in scope.get("headers", [])
+        if k.lower() not in (b"content-encoding", b"content-length")
+    ]
+    return [*kept, (b"content-length", str(length).encode())]
 
 
 def _replay(body: bytes, receive: Any) -> Any:

@@ -106,39 +106,53 @@ class Trajectory(BaseModel):
             yield from root.walk()
 
 
-def trajectories(spans: Iterable[Span]) -> list[Trajectory]:
+def trajectories(spans: Iterable[Span], peers: Mapping[str, list[float]] | None = None) -> list[Trajectory]:
     """The spans grouped by trace into trees (children by parent id; a span whose parent was not received
-    is a root of its own), ordered by start; a failed span is kept as it came, its tree marks the slow."""
+    is a root of its own), ordered by start; a failed span is kept as it came, its tree marks the slow.
+
+    `peers`: the step's :func:`peer_durations`, when `spans` are only some of its calls (a page read
+    through a step's index): a span is slow beside every peer of the step, not only the ones shown."""
     by_trace: dict[str, list[Span]] = {}
     for s in spans:
         by_trace.setdefault(s.trace_id, []).append(s)
-    out = [_tree(trace_id, group) for trace_id, group in by_trace.items()]
-    _mark_slow(out)
+    out = [trajectory(trace_id, group) for trace_id, group in by_trace.items()]
+    _mark_slow(out, peers)
     return sorted(out, key=lambda t: (t.start_ms, t.trace_id))
 
 
-def _mark_slow(trees: list[Trajectory]) -> None:
-    """Mark the slow spans: slow beside their peers of the same name in the step, else within their trajectory."""
-    inner = [  # a span whose time is its children's (a rollout around its calls) is not the slow one
+def _inner(trees: Iterable[Trajectory]) -> list[tuple[Trajectory, SpanNode]]:
+    """The spans that may be slow: a span whose time is its children's (a rollout around its calls) is not."""
+    return [
         (t, node)
         for t in trees
         for depth, node in t.nodes()
         if depth > 0 and (not node.children or node.span.kind in ("LLM", "TOOL"))
     ]
+
+
+def peer_durations(trees: Iterable[Trajectory]) -> dict[str, list[float]]:
+    """The durations of the spans that may be slow, by name: what a span of the step is compared with."""
     by_name: dict[str, list[float]] = {}
-    for _, node in inner:
+    for _, node in _inner(trees):
         by_name.setdefault(node.span.name, []).append(node.span.duration_ms)
-    for t, node in inner:
-        took, peers = node.span.duration_ms, by_name[node.span.name]
+    return by_name
+
+
+def _mark_slow(trees: list[Trajectory], peers: Mapping[str, list[float]] | None) -> None:
+    """Mark the slow spans: slow beside their peers of the same name in the step, else within their trajectory."""
+    by_name = peer_durations(trees) if peers is None else peers
+    for t, node in _inner(trees):
+        took, same = node.span.duration_ms, by_name.get(node.span.name) or [node.span.duration_ms]
         if took < SLOW_FLOOR_MS:
             continue
-        if len(peers) >= 3:
-            node.slow = took >= SLOW_FACTOR * statistics.median(peers)
+        if len(same) >= 3:
+            node.slow = took >= SLOW_FACTOR * statistics.median(same)
         else:
             node.slow = took / max(t.duration_ms, 1e-9) >= SLOW_SHARE
 
 
-def _tree(trace_id: str, spans: list[Span]) -> Trajectory:
+def trajectory(trace_id: str, spans: list[Span]) -> Trajectory:
+    """One trace's spans as its tree."""
     spans = sorted(spans, key=lambda s: (s.start_ms, s.span_id))
     nodes = {s.span_id: SpanNode(span=s) for s in spans}
     roots: list[SpanNode] = []

@@ -59,6 +59,17 @@ class StepTraces(BaseModel):
             elif s.kind == "ROLLOUT":
                 self.traces.add(s.trace_id)
 
+    def merge(self, other: StepTraces) -> None:
+        """Add another part of the step's spans (``other`` is left as it was)."""
+        for name, theirs in other.tools.items():
+            mine = self.tools.setdefault(name, ToolStats())
+            mine.calls += theirs.calls
+            mine.errors += theirs.errors
+            mine.seconds.extend(theirs.seconds)
+        for trace_id, calls in other.llm_calls.items():
+            self.llm_calls[trace_id] = self.llm_calls.get(trace_id, 0) + calls
+        self.traces |= other.traces
+
     def metrics(self) -> dict[str, float]:
         """The step's trace metrics (only those the spans can tell)."""
         out: dict[str, float] = {}

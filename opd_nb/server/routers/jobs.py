@@ -36,7 +36,16 @@ from opd_nb.server.store import Store
 from opd_nb.server.submission import submit_job
 from opd_nb.wire.checkpoints import CheckpointEntry, ExportAnswer, ExportLocal
 from opd_nb.wire.envelope import Output
-from opd_nb.wire.jobs import JobDeleted, JobListing, JobLogs, JobMetrics, JobOutput, JobStatus, JobStatusEvent
+from opd_nb.wire.jobs import (
+    DeletedFiles,
+    JobDeleted,
+    JobListing,
+    JobLogs,
+    JobMetrics,
+    JobOutput,
+    JobStatus,
+    JobStatusEvent,
+)
 
 router = APIRouter(prefix="/api/v1/fine-tunes", tags=["jobs"])
 MAX_OFFSET = 2**53  # log offsets stay far inside SQLite's 64-bit INTEGER
@@ -102,7 +111,14 @@ def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JobDelete
     job_id = job.job_id
     if job.status not in TERMINAL_STATUSES:
         raise ApiError(400, "JobRunning", f"job {job_id} is {job.status}; cancel it before deleting it")
-    store.set_job(job_id, deleted=1)
+    with services.traces.deleting(job_id):  # an export racing this DELETE cannot bring a step file back
+        store.set_job(job_id, deleted=1)
+        files = _remove_files(job_id, store, services)
+    return JobDeleted(request_id=request_id(), output=JobStatus(job_id=job_id, status=DELETED), local=files)
+
+
+def _remove_files(job_id: str, store: StoreDep, services: ServicesDep) -> DeletedFiles:
+    """Remove the job's directory but what an export or a live deployment still needs."""
     keep = {
         row["path"]: f"exported as model {row['model_name']!r} (it stays deployable)"
         for row in store.exports(job_id).values()
@@ -113,8 +129,7 @@ def delete_job(job: JobDep, store: StoreDep, services: ServicesDep) -> JobDelete
             for row in store.live_deployments()
         }
     )
-    files = remove_job_files(services.data_dir, job_id, keep)
-    return JobDeleted(request_id=request_id(), output=JobStatus(job_id=job_id, status=DELETED), local=files)
+    return remove_job_files(services.data_dir, job_id, keep)
 
 
 # The two routes with query parameters look the job up in their body, not with `JobDep`: FastAPI

@@ -48,6 +48,7 @@ async def receive_traces(request: Request, services: ServicesDep) -> Response:
             token.strip() if scheme.lower() == "bearer" else None,
             body,
             request.headers.get("content-type"),
+            request.headers.get("content-encoding"),
         )
     except Refused as exc:
         raise ApiError(exc.status, exc.code, exc.message) from None

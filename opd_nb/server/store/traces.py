@@ -7,7 +7,8 @@ newest ``OPD_ROLLOUTS_KEEP_STEPS`` train steps, plus every evaluation's), rankin
 has run (``ran_through``: a file past it, as a resumed job's steps to be run again, is no newer step
 that could push a real one out); a step's file stops growing
 at :data:`MAX_STEP_BYTES`. The files live in the job's directory, so they survive a restart and go with
-the job when it is deleted. A line a killed server left half-written is skipped on reading.
+the job when it is deleted. A line a killed server left half-written is skipped on reading. A page of a
+step is read through its index (:mod:`opd_nb.server.store.trace_index`), never the whole step.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from pydantic import ValidationError
-
 from opd_nb.engine.rollouts import expired_steps, keep_steps
+from opd_nb.server.store.trace_index import StepIndex, StepIndexes, lines
 from opd_nb.traces.ids import KINDS
 from opd_nb.traces.spans import Span
 
@@ -44,7 +44,15 @@ class TraceFiles:
 
     def __init__(self, data_dir: Path):
         self.data_dir = data_dir
-        self._lock = threading.Lock()  # appends and retention of all jobs (one writer: this server)
+        self._locks: dict[str, threading.RLock] = {}  # per job: its appends, retention and deletion
+        self._locks_lock = threading.Lock()
+        self._indexes = StepIndexes()
+
+    def lock(self, job_id: str) -> threading.RLock:
+        """The one lock of a job's trace directory: every append and its retention take it, and so does
+        the job's deletion (:meth:`opd_nb.server.tracing.intake.TraceIntake.deleting`)."""
+        with self._locks_lock:
+            return self._locks.setdefault(job_id, threading.RLock())
 
     def dir(self, job_id: str) -> Path:
         return self.data_dir / "jobs" / job_id / DIRNAME
@@ -77,7 +85,7 @@ class TraceFiles:
         if not lines:
             return Appended(kept=0, new_file=False)
         path = self.dir(job_id) / file_name(kind, step)
-        with self._lock:
+        with self.lock(job_id):
             try:
                 size = path.stat().st_size
             except FileNotFoundError:
@@ -101,18 +109,15 @@ class TraceFiles:
 
     def read(self, job_id: str, kind: str, step: int) -> list[Span]:
         """The spans of one step and kind (none when nothing was received, or retention removed them)."""
-        path = self.dir(job_id) / file_name(kind, step)
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        out: list[Span] = []
-        for line in text.splitlines():
-            try:
-                out.append(Span.model_validate_json(line))
-            except (ValidationError, ValueError):
-                continue  # half a line: the server was killed while appending
-        return out
+        return list(self.spans(job_id, kind, step))
+
+    def spans(self, job_id: str, kind: str, step: int) -> Iterator[Span]:
+        """The same, one at a time (a step may hold tens of thousands)."""
+        return (span for _, span in lines(self.dir(job_id) / file_name(kind, step)))
+
+    def index(self, job_id: str, kind: str, step: int) -> StepIndex | None:
+        """The step file's index (:mod:`opd_nb.server.store.trace_index`; None: no such file)."""
+        return self._indexes.get(self.dir(job_id) / file_name(kind, step))
 
     def _retain(self, job_id: str, ran_through: int | None) -> None:
         on_disk = self.steps(job_id)

@@ -17,22 +17,31 @@ never stored nor folded into a metrics row, so retention only ever ranks steps t
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Generator
+from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 
 from opd_nb import settings
 from opd_nb.constants import TERMINAL_STATUSES
+from opd_nb.server.content_encoding import EncodingRefused
+from opd_nb.server.content_encoding import decoded as decoded_body
+from opd_nb.server.decoding import body_problem
 from opd_nb.server.records import read_owner
 from opd_nb.server.store import Store
 from opd_nb.server.store.job_record import JobRecord
+from opd_nb.server.store.trace_index import read_at
 from opd_nb.server.store.traces import TraceFiles
 from opd_nb.server.tracing.env import ENDPOINT_ENV, OTLP_PATH, TOKEN_ENV, missing_packages
 from opd_nb.server.tracing.keys import TraceKeys
-from opd_nb.server.tracing.otlp_decode import Decoded, decode, media_type, response_body
+from opd_nb.server.tracing.otlp_decode import JSON, Decoded, OtlpError, decode, media_type, response_body
 from opd_nb.server.tracing.otlp_forward import Forwarder
-from opd_nb.traces.ids import SAMPLE_ID_KEY, SampleRef
+from opd_nb.server.tracing.refusals import Refusals
+from opd_nb.traces.ids import KINDS, SAMPLE_ID_KEY, SampleRef
 from opd_nb.traces.page import TracesPage
 from opd_nb.traces.spans import Span, trajectories
 from opd_nb.traces.summary import StepTraces
@@ -49,8 +58,10 @@ class Refused(Exception):
 
 
 class TraceIntake:
-    def __init__(self, data_dir: Path, store: Store, forwarder: Forwarder | None = None):
+    def __init__(self, data_dir: Path, store: Store, forwarder: Forwarder | None = None, *, max_body: int):
         self.data_dir = data_dir
+        self.max_body = max_body  # what a compressed export may expand to (the server's body cap)
+        self.refusals = Refusals(store)
         self.store = store
         self.files = TraceFiles(data_dir)
         self.keys = TraceKeys()
@@ -75,8 +86,11 @@ class TraceIntake:
         return {ENDPOINT_ENV: url, TOKEN_ENV: self.keys.token(job_id)}
 
     # ---- an export -----------------------------------------------------------------------------------
-    def accept(self, token: str | None, body: bytes, content_type: str | None) -> tuple[bytes, str]:
-        """Store (and forward) one export; returns the OTLP answer and its media type."""
+    def accept(
+        self, token: str | None, body: bytes, content_type: str | None, content_encoding: str | None = None
+    ) -> tuple[bytes, str]:
+        """Store (and forward) one export; returns the OTLP answer and its media type. An export the job's
+        token opens but this server cannot read is refused, and the job's log and metrics say so."""
         job = self._job_of(token)
         if self.missing:
             raise Refused(
@@ -85,14 +99,53 @@ class TraceIntake:
                 f"opd serve lacks {', '.join(self.missing)}: install opd-nb[tracing]",
             )
         try:
-            kind = media_type(content_type)
-            decoded = decode(body, kind)
-        except ValueError as exc:
-            raise Refused(400, "InvalidParameter", str(exc)) from None
-        foreign = self._store(job.job_id, decoded, last_step(job))
+            kind, body, decoded = self._decode(body, content_type, content_encoding)
+        except Refused as exc:
+            self.refusals.export_refused(job.job_id, done_step(job), exc.status, exc.message)
+            raise
+        with self.files.lock(job.job_id):  # DELETE takes it too: no export lands after the job's files go
+            if self.store.job(job.job_id) is None:
+                raise Refused(
+                    401,
+                    "InvalidTraceToken",
+                    f"the trace token of job {job.job_id} ended with the job (was deleted)",
+                )
+            foreign = self._store(job.job_id, decoded, last_step(job))
+        if decoded.rejected:
+            self.refusals.spans_rejected(job.job_id, done_step(job), decoded.rejected, decoded.reason)
         if self.forwarder is not None and not foreign:  # an export naming a step the job has not run is
             self.forwarder.send(body, kind)  # not its function servers': the user's collector never sees it
         return response_body(decoded, kind), kind
+
+    def _decode(
+        self, body: bytes, content_type: str | None, encoding: str | None
+    ) -> tuple[str, bytes, Decoded]:
+        """The export's media type, its body with its Content-Encoding undone (to the body cap; what the
+        forwarder sends on) and its spans; a JSON body is held to the rules of every other JSON body
+        (:mod:`opd_nb.server.decoding`)."""
+        try:
+            kind = media_type(content_type)
+            if encoding:
+                body = decoded_body(body, encoding, self.max_body)
+                problem = body_problem(body) if kind == JSON else None
+                if problem:
+                    raise OtlpError(problem)
+            return kind, body, decode(body, kind)
+        except EncodingRefused as exc:
+            raise Refused(exc.status, exc.code, exc.message) from None
+        except ValueError as exc:
+            raise Refused(400, "InvalidParameter", str(exc)) from None
+
+    @contextmanager
+    def deleting(self, job_id: str) -> Generator[None]:
+        """Hold the job's trace directory while it is deleted: an export that checked the job before
+        finishes first, and one after finds the job deleted (its token ended with it)."""
+        with self.files.lock(job_id):
+            yield
+            with self._lock:
+                for key in [k for k in self._steps if k[0] == job_id]:
+                    del self._steps[key]
+            self.refusals.forget(job_id)
 
     def _job_of(self, token: str | None) -> JobRecord:
         """The live job a token opens; a 401 for any other token, and for one whose job has ended."""
@@ -146,7 +199,7 @@ class TraceIntake:
             acc = self._steps.pop((job_id, step), None)
             if acc is None and not new_file:  # a restart, or the step left memory: its file has all
                 acc = StepTraces()
-                acc.add(self.files.read(job_id, "train", step))
+                acc.add(self.files.spans(job_id, "train", step))
             else:  # (a step's first batch is all its file holds: no need to read it back)
                 acc = acc or StepTraces()
                 acc.add(spans)
@@ -167,21 +220,23 @@ class TraceIntake:
         shown = step if step is not None else (steps[-1] if steps else None)
         if shown is None:
             return TracesPage(job_id=job_id, kind=kind, steps_by_kind=by_kind)
-        spans = [
-            s
-            for k in ((kind,) if kind else ("train", "validation"))
-            for s in self.files.read(job_id, k, shown)
-        ]
+        indexes = [ix for k in ((kind,) if kind else KINDS) if (ix := self.files.index(job_id, k, shown))]
         group, sample = ref
-        trajs = [t for t in trajectories(spans) if _matches(t.sample, group, sample)]
+        calls = heapq.merge(*(ix.calls for ix in indexes), key=lambda c: (c.start_ms, c.trace_id))
+        chosen = list(islice((c for c in calls if _matches(c.sample, group, sample)), limit))
+        spans = [s for c in chosen for s in read_at(c.path, c.places())]
+        peers: dict[str, list[float]] = {}
         acc = StepTraces()
-        acc.add(s for s in spans if (r := s.sample()) is not None and r.kind == "train")
+        for ix in indexes:
+            for name, took in ix.peers.items():
+                peers.setdefault(name, []).extend(took)
+            acc.merge(ix.summary)
         return TracesPage(
             job_id=job_id,
             step=shown,
             kind=kind,
             steps_by_kind=by_kind,
-            trajectories=trajs[:limit],
+            trajectories=trajectories(spans, peers),
             metrics=acc.metrics(),
         )
 
@@ -200,6 +255,12 @@ def last_step(job: JobRecord) -> int:
         return 1
     running = progress.step + 1
     return min(running, progress.total_steps) if progress.total_steps > 0 else running
+
+
+def done_step(job: JobRecord) -> int:
+    """The job's last finished step (0 before its first): the metrics row its refusal counts go into, a
+    row the job already has, so a refused export never makes a row of its own (retention, resumes)."""
+    return job.progress.step if job.progress is not None else 0
 
 
 def _in_range(ref: SampleRef, last: int) -> bool:
