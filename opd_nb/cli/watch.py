@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opd_nb.cli._output import console as safe_console
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from opd_nb.trackers import Reporter
     from opd_nb.watching.meter import Meter
     from opd_nb.watching.notify import Notifier
+    from opd_nb.watching.outbox import Outbox
     from opd_nb.wire.jobs import JobProgress
 
 SHOWN_METRICS = (
@@ -100,26 +101,41 @@ def _fresh_alerts(
 @dataclass
 class Hooks:
     """What a watcher does besides showing: guard (cancel on an error rule), notify (post to a webhook),
-    meter (paid time); and how long it keeps trying when its control plane stops answering."""
+    meter (paid time); and how long it keeps trying when its control plane stops answering.
+
+    The guard decides and cancels first; the notifications go out beside the loop (an
+    :class:`~opd_nb.watching.outbox.Outbox`), so a slow webhook never delays a poll or a cancel."""
 
     guard: Guard | None = None
     notifier: Notifier | None = None
     meter: Meter | None = None
     reporter: Reporter | None = None  # --report-to: the job into the user's trackers (opd_nb.trackers)
     reconnect_s: float = RECONNECT_MINUTES * 60
+    _outbox: Outbox | None = field(default=None, repr=False)
+
+    @property
+    def outbox(self) -> Outbox | None:
+        """Where the notifications go (None without a webhook): queued, posted by a thread of their own."""
+        if self.notifier is not None and (self._outbox is None or self._outbox.notifier is not self.notifier):
+            from opd_nb.watching.outbox import Outbox
+
+            self._outbox = Outbox(self.notifier)
+        return self._outbox if self.notifier is not None else None
 
     def after_poll(
         self, job: Any, rows: Sequence[Mapping[str, Any]] | None, fresh: list[HealthAlert]
     ) -> list[str]:
         lines: list[str] = []
-        if self.notifier is not None:
-            lines += [line for a in fresh if (line := self.notifier.alert(job.job_id, a))]
-        if self.guard is not None:
-            said = self.guard.poll(job, rows)
-            lines += said
-            if self.notifier is not None and said and self.guard.tripped is not None:
-                cancel = HealthAlert("guard_cancel", "error", said[-1], f"opd logs {job.job_id}")
-                lines += [line for line in [self.notifier.alert(job.job_id, cancel)] if line]
+        said = self.guard.poll(job, rows) if self.guard is not None else []  # decided and cancelled first
+        lines += said
+        if (outbox := self.outbox) is not None:
+            for alert in fresh:
+                outbox.alert(job.job_id, alert)
+            if said and self.guard is not None and self.guard.tripped is not None:
+                outbox.alert(
+                    job.job_id, HealthAlert("guard_cancel", "error", said[-1], f"opd logs {job.job_id}")
+                )
+            lines += outbox.take_lines()
         if self.reporter is not None:
             self.reporter.poll(job, rows, fresh)
             lines += self.reporter.take_lines()
@@ -127,10 +143,11 @@ class Hooks:
 
     def at_end(self, job: Any) -> list[str]:
         lines = [self.meter.final_line(job)] if self.meter is not None and self.meter.applies(job) else []
-        if self.notifier is not None:
+        if (outbox := self.outbox) is not None:
             tripped = self.guard.tripped if self.guard is not None else None
             extra = f"the guard cancelled it: rule {tripped.rule}" if tripped else ""
-            lines += [line for line in [self.notifier.final(job, extra)] if line]
+            outbox.final(job, extra)
+            lines += outbox.flush()  # the final message still goes before the watcher exits
         if self.reporter is not None:
             self.reporter.end(job)
             lines += [*self.reporter.take_lines(), *self.reporter.where_lines()]
@@ -155,7 +172,7 @@ class _Polls:
         self.tracker = AlertTracker()
         self.samples = _Samples(client, job_id)
         where = f"the {client.target.kind} control plane at {client.target.base_url}"
-        self.contact = Contact(job_id, where, hooks.reconnect_s, report, hooks.notifier)
+        self.contact = Contact(job_id, where, hooks.reconnect_s, report, hooks.outbox)
 
     def _read(self) -> tuple[Any, Any, list[HealthAlert]]:
         job = self.client.get(self.job_id)

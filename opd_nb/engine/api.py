@@ -28,6 +28,7 @@ class RewardEndpoint(BaseModel):
     timeout: float = 30.0  # seconds per call
     concurrency: int = 4  # concurrent calls in flight
     reward_metric_weight: dict[str, float] | None = None
+    reconnect_s: float = 0.0  # how long a refused call waits for its server to be restarted (the worker's)
 
 
 class RolloutEndpoint(BaseModel):
@@ -37,6 +38,7 @@ class RolloutEndpoint(BaseModel):
     url: str
     timeout: float = 120.0
     concurrency: int = 4
+    reconnect_s: float = 0.0  # how long a refused call waits for its server to be restarted (the worker's)
 
 
 class EngineJob(BaseModel):

@@ -3,6 +3,11 @@
 Why the standard library's ``http.client`` and not httpx: on the demo's calls (64 small POSTs at once
 to the SDK's function server) httpx's client took 3-4 ms of CPU per call (async) and 1.8 ms (sync, in
 threads); ``http.client`` 0.3 ms. That CPU is the engine's: the same process and GIL as the trainer.
+
+A function server that died is restarted on the same port by the job's worker (once, as the cloud
+restarts a dead instance: :mod:`opd_nb.server.job.function_deaths`); a call that finds it refusing or
+resetting connections meanwhile tries again for up to ``reconnect_s`` (the endpoint's), instead of
+failing its samples as if the user's code had.
 """
 
 from __future__ import annotations
@@ -10,16 +15,20 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 import urllib.parse
 from typing import Any
+
+RECONNECT_POLL_S = 0.25
 
 
 class KeptConnections:
     """Keep-alive connections to one function server, one per calling thread (threads of a pool
     sized to the function's ``concurrency``), POSTing to its ``/api/v1``."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, reconnect_s: float = 0.0):
         self.url = url
+        self.reconnect_s = reconnect_s  # how long a refused or reset call waits for a restarted server
         parts = urllib.parse.urlsplit(url.rstrip("/"))
         self._https = parts.scheme == "https"
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port
@@ -45,8 +54,20 @@ class KeptConnections:
             self._all.remove(conn)
 
     def post(self, body: bytes, timeout: float) -> tuple[int, bytes]:
-        """(status, body) of one POST. A kept connection that the server has closed meanwhile (it
-        ends idle ones) is reopened and the call made again; a new connection's failure raises."""
+        """(status, body) of one POST; a server that refuses or drops it (it died, and its worker
+        restarts it) is tried again every :data:`RECONNECT_POLL_S` for up to ``reconnect_s``."""
+        deadline = time.monotonic() + self.reconnect_s
+        while True:
+            try:
+                return self._post_once(body, timeout)
+            except ConnectionError:  # refused, reset, a broken pipe
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(RECONNECT_POLL_S)
+
+    def _post_once(self, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """One POST. A kept connection that the server has closed meanwhile (it ends idle ones) is
+        reopened and the call made again; a new connection's failure raises."""
         while True:
             conn, fresh = self._connection(timeout)
             conn.timeout = timeout

@@ -87,7 +87,7 @@ class RewardCaller:
         key = (ep.url, max(1, ep.concurrency))
         if key not in self._endpoints:
             pool = ThreadPoolExecutor(max_workers=key[1], thread_name_prefix=f"opd-reward-{ep.name}")
-            self._endpoints[key] = (pool, KeptConnections(ep.url))
+            self._endpoints[key] = (pool, KeptConnections(ep.url, ep.reconnect_s))
         return self._endpoints[key]
 
     def submit(

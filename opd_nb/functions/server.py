@@ -127,6 +127,7 @@ class FunctionServer:
         self.log_path = log_path
         self.func_type = func_type
         self.processor = processor
+        self._launch: tuple[list[str], Path, dict[str, str]] | None = None  # (argv, cwd, env): to restart
 
     @property
     def pid(self) -> int:
@@ -170,18 +171,21 @@ class FunctionServer:
             "--log-level",
             "info",
         ]  # uvicorn's, as _guarded_app reads them
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                cmd,
-                cwd=code_dir,
-                env=child_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        server = cls(process, f"http://{LOCAL_HOST}:{port}", log_path, func_type, processor)
+        server = cls(_spawn(cmd, code_dir, child_env, log_path), f"http://{LOCAL_HOST}:{port}", log_path,
+                     func_type, processor)  # fmt: skip
+        server._launch = (cmd, code_dir, child_env)
         server._wait_healthy(startup_timeout)
         return server
+
+    def restart(self, startup_timeout: float = 60.0) -> None:
+        """Start the server again after it died, as it was started: same code, port and log (appended),
+        so whoever calls :attr:`url` reaches the new process."""
+        if self._launch is None:
+            raise OpdError(f"the {self.func_type} function server for {self.processor} cannot be restarted")
+        self.stop()
+        cmd, code_dir, env = self._launch
+        self.process = _spawn(cmd, code_dir, env, self.log_path)
+        self._wait_healthy(startup_timeout)
 
     def _wait_healthy(self, timeout: float) -> None:
         import httpx
@@ -239,6 +243,13 @@ class FunctionServer:
     def __repr__(self) -> str:
         state = "running" if self.alive() else f"exited({self.process.returncode})"
         return f"FunctionServer({self.func_type}, {self.processor}, {self.url}, {state})"
+
+
+def _spawn(cmd: list[str], code_dir: Path, env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            cmd, cwd=code_dir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
 
 def _serve_watching_parent(argv: list[str]) -> None:

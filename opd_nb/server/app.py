@@ -122,11 +122,28 @@ def build_services(options: ServeOptions) -> Services:
 
 def _reap_partial_files(services: Services) -> None:
     """What a killed run's interrupted writes left, as the database's journal names them (see
-    :mod:`opd_nb.server.leftovers`), with one line each; then the journal is empty."""
-    unfinished = services.store.unfinished_writes()
-    for path in reap_partial_files(services.data_dir, unfinished):
+    :mod:`opd_nb.server.leftovers`), with one line each; a journaled path a record still names is kept
+    and said; then the journal is empty."""
+    store = services.store
+    reaped = reap_partial_files(services.data_dir, store.unfinished_writes(), store.held_paths())
+    for path in reaped.removed:
         print(f"opd serve: removed {path}, left by an interrupted write of an earlier run", file=sys.stderr)
-    services.store.clear_writes()
+    for path, holder in reaped.kept:
+        print(
+            f"opd serve: kept {path}: the journal of interrupted writes names it, but {holder} "
+            "(the record wins; a restored backup or a hand edit can leave the two disagreeing)",
+            file=sys.stderr,
+        )
+    store.clear_writes()
+
+
+def _migrate_paths(services: Services) -> None:
+    """Rows of an older server hold absolute paths: made relative to the data dir, once (store/paths.py)."""
+    if changed := services.store.migrate_paths():
+        print(
+            f"opd serve: {changed} database rows now name their files relative to the data dir",
+            file=sys.stderr,
+        )
 
 
 def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
@@ -139,6 +156,7 @@ def create_app(options: ServeOptions, *, api_key: str | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncGenerator[None]:
         await run_in_threadpool(process_tree.reap_previous_run, services.data_dir)
+        await run_in_threadpool(_migrate_paths, services)
         await run_in_threadpool(_reap_partial_files, services)
         await run_in_threadpool(services.instances.recover)
         await run_in_threadpool(services.jobs.start)

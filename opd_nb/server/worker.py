@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sys
 import threading
@@ -30,6 +29,11 @@ from opd_nb.errors import OpdError
 from opd_nb.functions.log_cap import keep_own_log_under
 from opd_nb.server.disk_space import DISK_FULL
 from opd_nb.server.job.failures import fail_job, full_disk_failure
+from opd_nb.server.job.function_deaths import (
+    DIED_CODE,
+    FunctionWatch,
+    function_log_lines,
+)
 from opd_nb.server.store import Store
 from opd_nb.server.store.db import now_text
 from opd_nb.server.store.job_record import (
@@ -49,6 +53,7 @@ PARENT_ENV = settings.SERVER_PID.name  # the control plane that started this wor
 # (it exits with the server); without it the server itself (``PARENT_ENV``).
 WATCH_ENV = settings.WATCH_PID.name
 FUNCTION_EXIT_S = 1.0  # how long a failed step watches for one of its function servers to exit
+RESTART_GRACE_S = 5.0  # a call waits this much past a restart's start-up limit for the restarted server
 ORPHAN_SETTLE_S = 2.0  # how long a step failed by a dead function server waits to see if the server died
 
 
@@ -183,6 +188,9 @@ def run_job(data_dir: Path, job_id: str) -> int:
     events = StoreEvents(store, job_id)
     should_stop = StopFlag(store, job_id)
     servers: list[Any] = []
+    watch = FunctionWatch(
+        servers, [], events.log, restart_allowed=lambda: not (should_stop.signalled or _orphaned())
+    )
 
     def on_signal(signum: int, frame: Any) -> None:
         should_stop.signalled = True
@@ -190,10 +198,11 @@ def run_job(data_dir: Path, job_id: str) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        result = _train(data_dir, job, events, should_stop, servers)
+        result = _train(data_dir, job, events, should_stop, watch)
     except Interrupted:
         return _interrupted(events)
     except Exception as exc:
+        watch.stop()
         if should_stop.signalled:
             return _interrupted(events)  # the signal broke a step mid-way
         if _orphaned(ORPHAN_SETTLE_S if _a_function_died(servers) else 0.0):
@@ -202,9 +211,10 @@ def run_job(data_dir: Path, job_id: str) -> int:
         if store.cancel_requested(job_id):
             _mark_canceled(store, job_id)
             return 0
-        _record_failure(store, events, job_id, exc, servers)
+        _record_failure(store, events, job_id, exc, servers, died=watch.failure(exc))
         return 1
     else:
+        watch.stop()
         if _orphaned():
             return _orphaned_exit(events, "it finished training, unpublished")
         _stop_servers(servers)
@@ -215,6 +225,7 @@ def run_job(data_dir: Path, job_id: str) -> int:
         _publish(store, events, job_id, result)
         return 0
     finally:
+        watch.stop()
         _stop_servers(servers)
 
 
@@ -283,9 +294,10 @@ def _interrupted(events: StoreEvents) -> int:
 
 
 def _train(
-    data_dir: Path, job: JobRecord, events: StoreEvents, should_stop: StopFlag, servers: list[Any]
+    data_dir: Path, job: JobRecord, events: StoreEvents, should_stop: StopFlag, watch: FunctionWatch
 ) -> Any:
-    """Start the job's functions (appended to ``servers`` for cleanup) and run the engine to the end."""
+    """Start the job's functions (into ``watch``, which restarts a dead one and holds them for cleanup)
+    and run the engine to the end."""
     job_id, meta = job.job_id, job.meta
     resume_from = meta.resume.resume_from
     events.log(f"job {job_id} running on the local OPD engine ({meta.training_type})")
@@ -294,7 +306,8 @@ def _train(
     for note in meta.substitutions:
         events.log(note)
     _enough_samples(meta.train_file, job.plan.batch_size)
-    rewards, rollout = _start_functions(meta.functions, data_dir / "jobs" / job_id, events, servers)
+    rewards, rollout = _start_functions(meta.functions, data_dir / "jobs" / job_id, events, watch)
+    watch.start()
     from opd_nb.engine.trainer import run as engine_run
 
     return engine_run(engine_job(data_dir, job, rewards, rollout), events, should_stop)
@@ -330,10 +343,14 @@ def engine_job(
 
 
 def _start_functions(
-    specs: list[JobFunction], job_dir: Path, events: StoreEvents, servers: list[Any]
+    specs: list[JobFunction], job_dir: Path, events: StoreEvents, watch: FunctionWatch
 ) -> tuple[list[RewardEndpoint], RolloutEndpoint | None]:
-    """One function server per registered function of the job, as the endpoints the engine calls."""
+    """One function server per registered function of the job, as the endpoints the engine calls (whose
+    calls wait for a restarted server as long as its restart may take)."""
     from opd_nb.functions.server import FunctionServer, startup_seconds
+
+    watch.startup_s = startup_seconds()
+    reconnect_s = watch.startup_s + RESTART_GRACE_S
 
     rewards: list[RewardEndpoint] = []
     rollout: RolloutEndpoint | None = None
@@ -350,19 +367,19 @@ def _start_functions(
             spec.processor,
             log_path=job_dir / "functions" / f"{spec.entity_id}.log",
             env={**(spec.env or {}), **tracing},
-            startup_timeout=startup_seconds(),
+            startup_timeout=watch.startup_s,
         )
-        servers.append(server)
+        watch.add(server, f"{spec.kind} function {spec.name!r}")
         events.log(f"{spec.kind} function {spec.name!r} serving at {server.url}")
         opts = spec.call_options()
         if spec.kind == "rollout":
-            rollout = RolloutEndpoint(name=spec.name, url=server.url, **opts)
+            rollout = RolloutEndpoint(name=spec.name, url=server.url, **opts, reconnect_s=reconnect_s)
             continue
-        rewards.append(reward_endpoint(spec, server.url))
+        rewards.append(reward_endpoint(spec, server.url, reconnect_s))
     return rewards, rollout
 
 
-def reward_endpoint(spec: JobFunction, url: str) -> RewardEndpoint:
+def reward_endpoint(spec: JobFunction, url: str, reconnect_s: float = 0.0) -> RewardEndpoint:
     """How the engine calls a reward: the submitted weight as sent (0.0 weighs nothing), and only an
     absent one takes :class:`RewardEndpoint`'s default; never a truthiness default that reads 0 as 1."""
     weight = {"weight": spec.weight} if spec.weight is not None else {}
@@ -373,6 +390,7 @@ def reward_endpoint(spec: JobFunction, url: str) -> RewardEndpoint:
         reward_metric_weight=spec.reward_metric_weight,
         **weight,
         **spec.call_options(),
+        reconnect_s=reconnect_s,
     )
 
 
@@ -425,40 +443,31 @@ def _failure_message(exc: Exception) -> tuple[str, bool]:
 
 
 def _record_failure(
-    store: Store, events: StoreEvents, job_id: str, exc: Exception, servers: list[Any]
+    store: Store,
+    events: StoreEvents,
+    job_id: str,
+    exc: Exception,
+    servers: list[Any],
+    died: str | None = None,
 ) -> None:
-    """Log why the job failed (with the traceback and function logs when unexplained) and mark it FAILED."""
+    """Log why the job failed (with the traceback and function logs when unexplained) and mark it FAILED;
+    `died`: a function server's death stopped it (the platform's failure, said so, not the user's code)."""
     message, explained = _failure_message(exc)
     code = "JobFailed"
+    if died is not None:
+        message, explained, code = died, True, DIED_CODE
     full = full_disk_failure(store.data_dir, [message], exc)
     if full is not None:
         message, explained, code = f"{full} (the error: {message})", True, DISK_FULL
     lines: list[str] = []
     for server in servers:  # what the function servers wrote last, each line at the level it was written
-        level = "INFO"
-        for line in server.log_lines(10):
-            level = function_line_level(line, level)
-            lines += events.lines(f"[{server.func_type} function] {line}", level=level)
+        for level, line in function_log_lines(server.log_lines(10), f"{server.func_type} function"):
+            lines += events.lines(line, level=level)
     if not explained:
         lines += events.lines(traceback.format_exc(), level="ERROR")
     # The docs say to read the end of a failed job's log: the cause is its last lines.
     lines += events.lines(f"{FAILED}: {message}", level="ERROR")
     fail_job(store, job_id, code, message, lines)
-
-
-_LEVELS = "DEBUG|INFO|WARNING|ERROR|CRITICAL"
-# uvicorn's "INFO:     ...", logging's "... - name - INFO - ..." and "[ERROR] ..."; a traceback's first and last lines.
-_LINE_LEVEL = re.compile(rf"^\[?({_LEVELS})[:\]\s]| - ({_LEVELS}) - ")
-_TRACEBACK = re.compile(r"^(Traceback \(most recent call last\):|[A-Za-z_.]*(Error|Exception)(:|$))")
-
-
-def function_line_level(line: str, previous: str) -> str:
-    """The level a function server wrote ``line`` at: the one it names, ERROR for a traceback, else that of
-    the line before (a message's continuation lines)."""
-    named = _LINE_LEVEL.search(line)
-    if named:
-        return named.group(1) or named.group(2)
-    return "ERROR" if _TRACEBACK.match(line) else previous
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,6 +104,9 @@ class Contact:
                 f"watch: gave up on {self.job_id}: no contact with {self.where} for {patience}",
                 lambda n: n.gave_up(self.job_id, self.where, patience, self.last_status),
             )
+            if (flush := getattr(self.notifier, "flush", None)) is not None:  # an Outbox: posts beside us
+                for line in flush():  # the watch ends here: what is queued goes first
+                    self.report(line)
             raise OpdError(
                 f"no contact with {self.where} for {patience}; {self.job_id} was last seen "
                 f"{self.last_status or 'before any answer'}",

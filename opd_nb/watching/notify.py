@@ -5,7 +5,10 @@ WeCom, Slack), else plain JSON; the service is read from the URL's host or set w
 `--notify-format`. A post counts as delivered only when the service says so: a robot that answers
 HTTP 200 with an error code in the body refused the message, and the watcher shows that refusal in
 the service's own words. A rate limit, a 5xx or a timeout is tried again (:data:`ATTEMPTS` tries,
-exponential backoff with jitter, a ``Retry-After`` honoured up to :data:`MAX_WAIT_S`).
+exponential backoff with jitter, a ``Retry-After`` honoured up to :data:`MAX_WAIT_S`). Each post has
+one deadline for the whole exchange (``timeout_s``: connecting, sending, and every byte of the reply,
+however slowly it trickles) and reads at most :data:`MAX_REPLY_BYTES` of the reply: a robot's answer
+is a small JSON object, and a webhook that never stops answering holds no watcher.
 
 The URL carries its own credential and a signing secret is one, so both are handled like the API
 key: kept in a ``SecretStr``, never printed or logged; the URL is shown only as its host, and a
@@ -16,7 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +39,7 @@ from opd_nb.watching.webhook_services import (
     detect_format,
     payload,
     read_reply,
+    shown_reply,
     sign,
 )
 from opd_nb.watching.webhook_url import check_url, masked
@@ -45,7 +51,20 @@ SECRET_VAR = settings.NOTIFY_SECRET.name  # and the robot's signing secret
 ATTEMPTS = 4  # one post and up to three retries
 MAX_WAIT_S = 60.0  # a Retry-After longer than this is not waited for: the message is reported failed
 UNSIGNED = {"wecom": "WeCom robots", "slack": "Slack incoming webhooks", "json": "plain JSON webhooks"}
+MAX_REPLY_BYTES = 64 * 1024  # of a reply, read at most (a robot answers ~100 bytes)
 _TOKEN_CHARS = 12  # a path segment this long is a token (robot tokens are 20-64 characters; "webhook" is not)
+
+
+def _decoded(raw: bytes, encoding: str) -> str:
+    """A reply's first bytes as text; a compressed one (asked for plain) inflated to at most
+    :data:`MAX_REPLY_BYTES`, so a small bomb stays small."""
+    if encoding.strip().lower() in ("gzip", "deflate", "x-gzip"):
+        try:
+            raw = zlib.decompressobj(47).decompress(raw, MAX_REPLY_BYTES)  # 47: gzip or zlib header
+        except zlib.error:
+            return "(a compressed reply that could not be read)"
+    return raw.decode("utf-8", "replace")
+
 
 __all__ = ["FORMATS", "SECRET_VAR", "URL_VAR", "Notifier", "detect_format", "masked", "payload"]
 
@@ -80,7 +99,7 @@ class Notifier:
     url: SecretStr
     fmt: str
     secret: SecretStr | None = None
-    timeout_s: float = 10.0
+    timeout_s: float = 10.0  # one post's whole exchange, not each read
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)  # between tries
 
     @classmethod
@@ -116,7 +135,9 @@ class Notifier:
             return None
         n = tries.statistics.get("attempt_number", 1)
         line = f"notify: the post to {masked(self._url())} failed" + (f" after {n} tries" if n > 1 else "")
-        line += f": {self._blanked(delivery.problem)}" + (f" (fix: {delivery.fix})" if delivery.fix else "")
+        line += f": {shown_reply(delivery.problem, self._blanked)}" + (
+            f" (fix: {delivery.fix})" if delivery.fix else ""
+        )
         log.warning(line)
         return line
 
@@ -124,24 +145,50 @@ class Notifier:
         return self.url.get_secret_value()
 
     def _post(self, body: dict[str, Any]) -> Delivery:
-        import httpx
-
+        """One post, over within ``timeout_s`` whatever the other end does: the exchange runs in a
+        thread of its own, which also stops reading at the deadline (it is not waited for past it)."""
         params: dict[str, str] = {}
         if self.secret is not None:
             params, body = sign(self.fmt, self.secret.get_secret_value(), body)
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        deadline = time.monotonic() + self.timeout_s
+        outcome: list[Delivery] = []
+        exchange = threading.Thread(
+            target=lambda: outcome.append(self._exchange(params, data, deadline)),
+            name="opd-notify-post",
+            daemon=True,
+        )
+        exchange.start()
+        exchange.join(self.timeout_s)
+        return outcome[0] if outcome else self._late()
+
+    def _late(self) -> Delivery:
+        return Delivery(False, f"no whole answer within {self.timeout_s:g}s", retryable=True)
+
+    def _exchange(self, params: dict[str, str], data: bytes, deadline: float) -> Delivery:
+        import httpx
+
         try:
-            reply = httpx.post(
+            with httpx.stream(
+                "POST",
                 httpx.URL(self._url()).copy_merge_params(params),
                 content=data,
-                headers={"Content-Type": "application/json; charset=utf-8"},
+                headers={"Content-Type": "application/json; charset=utf-8", "Accept-Encoding": "identity"},
                 timeout=self.timeout_s,
-            )
+            ) as reply:
+                raw = bytearray()
+                for chunk in reply.iter_raw():
+                    raw += chunk
+                    if len(raw) >= MAX_REPLY_BYTES:
+                        break  # enough to read a robot's answer; the rest is never read
+                    if time.monotonic() > deadline:
+                        return self._late()
+                text = _decoded(bytes(raw[:MAX_REPLY_BYTES]), reply.headers.get("Content-Encoding", ""))
+                return read_reply(self.fmt, reply.status_code, reply.headers, text, self._blanked)
         except httpx.TransportError as exc:  # refused, reset, timed out: worth another try
             return Delivery(False, f"no answer ({type(exc).__name__})", retryable=True)
         except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, ValueError) as exc:
             return Delivery(False, f"cannot post ({type(exc).__name__})")
-        return read_reply(self.fmt, reply.status_code, reply.headers, reply.text)
 
     def _blanked(self, text: str) -> str:
         """`text` with the secret and the URL's credentials (query values, token-long path segments, a

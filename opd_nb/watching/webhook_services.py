@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -148,13 +149,22 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when - (time.time() if now is None else now))
 
 
-def _said(text: str) -> str:
-    """A service's words as one safe line: control characters escaped, whitespace folded, cut short."""
-    line = " ".join(printable(text).split())
+Redact = Callable[[str], str]  # a text with the webhook's credentials blanked (the notifier's)
+
+
+def _kept(text: str) -> str:
+    return text
+
+
+def shown_reply(text: str, redact: Redact) -> str:
+    """A service's words as one safe line, the one helper for every text shown from a remote reply:
+    credentials blanked first (`redact`), then control characters escaped, whitespace folded, and
+    only then cut short, so a cut can never leave part of a token that redaction would have matched."""
+    line = " ".join(printable(redact(text)).split())
     return line if len(line) <= MAX_PROBLEM_CHARS else line[: MAX_PROBLEM_CHARS - 1] + "…"
 
 
-def _coded(fmt: str, body: Any) -> Delivery | None:
+def _coded(fmt: str, body: Any, redact: Redact) -> Delivery | None:
     """DingTalk/WeCom ``errcode`` or Feishu/Lark ``code``/``StatusCode``: None when the body has none."""
     if not isinstance(body, dict):
         return None
@@ -172,20 +182,24 @@ def _coded(fmt: str, body: Any) -> Delivery | None:
         fix = KEYWORD_FIX if "keyword" in lowered else SIGN_FIX if "sign" in lowered else IP_FIX
     retry = code in _RATE_CODES.get(fmt, set())
     return Delivery(
-        False, _said(f"{NAMES[fmt]} refused it: {keys[0]} {code}: {message}"), fix, retryable=retry
+        False,
+        shown_reply(f"{NAMES[fmt]} refused it: {keys[0]} {code}: {message}", redact),
+        fix,
+        retryable=retry,
     )
 
 
-def read_reply(fmt: str, status: int, headers: Any, text: str) -> Delivery:
-    """How the service answered one post (status, headers, body text)."""
+def read_reply(fmt: str, status: int, headers: Any, text: str, redact: Redact = _kept) -> Delivery:
+    """How the service answered one post (status, headers, body text); any of the reply shown passes
+    through :func:`shown_reply` with `redact`."""
     wait = retry_after(headers.get("Retry-After"))
     limited = status == 429 or status >= 500
-    coded = _coded(fmt, _json(text)) if fmt in _CODE_FIXES else None
+    coded = _coded(fmt, _json(text), redact) if fmt in _CODE_FIXES else None
     if coded is not None and (coded.ok and status < 300 or not coded.ok):
         return coded if coded.ok else replace(coded, retryable=coded.retryable or limited, retry_after=wait)
     if limited:
         shown = f"HTTP {status}: {text}" if text.strip() else f"HTTP {status}"
-        return Delivery(False, _said(shown), RATE_FIX if status == 429 else None, True, wait)
+        return Delivery(False, shown_reply(shown, redact), RATE_FIX if status == 429 else None, True, wait)
     if 300 <= status < 400:
         return Delivery(
             False, f"HTTP {status}, a redirect", "pass the URL it redirects to (it is not followed)"
@@ -193,11 +207,15 @@ def read_reply(fmt: str, status: int, headers: Any, text: str) -> Delivery:
     if status >= 400:
         code = text.strip()
         fix = _SLACK_FIXES.get(code) if fmt == "slack" else None
-        return Delivery(False, _said(f"HTTP {status}: {code}" if code else f"HTTP {status}"), fix)
+        return Delivery(
+            False, shown_reply(f"HTTP {status}: {code}" if code else f"HTTP {status}", redact), fix
+        )
     if fmt in _CODE_FIXES:  # a 2xx without the robot's JSON: a proxy's or a login page, not the robot
         shown = f": {text}" if text.strip() else " with an empty body"
         fix = "check that the URL is the robot's webhook itself"
-        return Delivery(False, _said(f"HTTP {status} but not {NAMES[fmt]}'s JSON reply{shown}"), fix)
+        return Delivery(
+            False, shown_reply(f"HTTP {status} but not {NAMES[fmt]}'s JSON reply{shown}", redact), fix
+        )
     return Delivery(ok=True)
 
 

@@ -88,7 +88,7 @@ class RolloutCalls:
         self.generation = generation
         ep = rollout
         self._pool = ThreadPoolExecutor(max_workers=max(1, ep.concurrency), thread_name_prefix="opd-rollout")
-        self._conns = KeptConnections(ep.url)
+        self._conns = KeptConnections(ep.url, ep.reconnect_s)
 
     def close(self) -> None:
         self._pool.shutdown()

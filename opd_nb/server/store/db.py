@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.server.db_safety import DB_FILE
+from opd_nb.server.store.paths import DataPaths
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -75,6 +76,7 @@ class Database:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.data_dir / DB_FILE
+        self.paths = DataPaths(self.data_dir)  # rows hold paths relative to the data dir (paths.py)
         self._local = threading.local()
         self.conn().executescript(SCHEMA)
         self._add_columns("deployments", plan="TEXT", plan_spec="TEXT", restarts="INTEGER", events="TEXT")
@@ -124,3 +126,16 @@ class Database:
 
     def _run(self, sql: str, *args: Any) -> int:
         return self.conn().execute(sql, args).rowcount
+
+    def _read(self, row: sqlite3.Row | None, *path_columns: str) -> dict[str, Any] | None:
+        """A row as a dict, its `path_columns` as absolute paths under this data dir."""
+        if row is None:
+            return None
+        out = dict(row)
+        for col in path_columns:
+            if isinstance(out.get(col), str):
+                out[col] = self.paths.absolute(out[col])
+        return out
+
+    def _read_all(self, rows: list[sqlite3.Row], *path_columns: str) -> list[dict[str, Any]]:
+        return [r for row in rows if (r := self._read(row, *path_columns)) is not None]

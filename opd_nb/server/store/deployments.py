@@ -13,17 +13,19 @@ class DeploymentRows(Database):
     def put_deployment(self, row: dict[str, Any]) -> dict[str, Any]:
         """Insert a deployment, replacing a deleted one of the same name; the row as stored."""
         row = {**row, "gmt_create": now_text(), "gmt_modified": now_text(), "deleted": 0}
+        row["path"] = self.paths.stored(row["path"])
         cols = ", ".join(row)
         self._run(
             f"INSERT OR REPLACE INTO deployments({cols}) VALUES ({','.join('?' * len(row))})", *row.values()
         )
         select = "SELECT * FROM deployments WHERE deployed_model = ?"
-        return dict(self.conn().execute(select, (row["deployed_model"],)).fetchone())
+        stored = self._read(self.conn().execute(select, (row["deployed_model"],)).fetchone(), "path")
+        assert stored is not None  # just written
+        return stored
 
     def deployment(self, name: str) -> dict[str, Any] | None:
         """A deployment by name, deleted ones included (callers say "was deleted")."""
-        row = self._one("SELECT * FROM deployments WHERE deployed_model = ?", name)
-        return dict(row) if row else None
+        return self._read(self._one("SELECT * FROM deployments WHERE deployed_model = ?", name), "path")
 
     def deployments(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         """The listed deployments (not deleted, not the base-model endpoints), newest first."""
@@ -32,7 +34,7 @@ class DeploymentRows(Database):
         rows = self._all(
             f"SELECT * {where} ORDER BY gmt_create DESC, rowid DESC LIMIT ? OFFSET ?", limit, offset
         )
-        return [dict(r) for r in rows], total
+        return self._read_all(rows, "path"), total
 
     def deployments_of(self, model_name: str) -> list[dict[str, Any]]:
         """The live deployments that serve `model_name` (newest first)."""
@@ -40,11 +42,11 @@ class DeploymentRows(Database):
             "SELECT * FROM deployments WHERE model_name = ? AND deleted = 0 AND is_base = 0 ORDER BY rowid DESC",
             model_name,
         )
-        return [dict(r) for r in rows]
+        return self._read_all(rows, "path")
 
     def live_deployments(self) -> list[dict[str, Any]]:
         """Every row that is not deleted, base-model endpoints included (oldest first)."""
-        return [dict(r) for r in self._all("SELECT * FROM deployments WHERE deleted = 0 ORDER BY rowid")]
+        return self._read_all(self._all("SELECT * FROM deployments WHERE deleted = 0 ORDER BY rowid"), "path")
 
     def set_deployment(self, name: str, **fields: Any) -> None:
         fields["gmt_modified"] = now_text()

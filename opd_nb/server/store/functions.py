@@ -40,6 +40,19 @@ class WriteRows(Database):
     def _relative(self, path: Path) -> str:
         return Path(path).relative_to(self.data_dir).as_posix()
 
+    def held_paths(self) -> dict[Path, str]:
+        """Every path a record of the write folders names (dataset files, zips, function code), with
+        the record in words: what the start-up sweep never removes, whatever the journal says."""
+        held: dict[Path, str] = {}
+        for sql, what in (
+            ("SELECT file_id, path FROM files", "file {}"),
+            ("SELECT key, path FROM uploads WHERE path IS NOT NULL", "the upload {}"),
+            ("SELECT entity_id, code_dir FROM functions", "function {}"),
+        ):
+            for key, text in self._all(sql):
+                held[Path(self.paths.absolute(text))] = what.format(key)
+        return held
+
 
 class FileRows(WriteRows):
     """Dataset files uploaded with ``POST /files``."""
@@ -60,7 +73,7 @@ class FileRows(WriteRows):
                 "INSERT INTO files VALUES (?,?,?,?,?,?,?,?)",
                 file_id,
                 name,
-                path,
+                self.paths.stored(path),
                 size,
                 lines,
                 purpose,
@@ -70,15 +83,14 @@ class FileRows(WriteRows):
             self.end_write(*finishes)
 
     def file(self, file_id: str) -> dict[str, Any] | None:
-        row = self._one("SELECT * FROM files WHERE file_id = ?", file_id)
-        return dict(row) if row else None
+        return self._read(self._one("SELECT * FROM files WHERE file_id = ?", file_id), "path")
 
     def files(self, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         total = self._value("SELECT COUNT(*) FROM files")
         rows = self._all(
             "SELECT * FROM files ORDER BY created_at DESC, file_id LIMIT ? OFFSET ?", limit, offset
         )
-        return [dict(r) for r in rows], total
+        return self._read_all(rows, "path"), total
 
     def delete_file(self, file_id: str) -> None:
         self._run("DELETE FROM files WHERE file_id = ?", file_id)
@@ -92,7 +104,7 @@ class FunctionRows(WriteRows):
             self._run(
                 "INSERT OR REPLACE INTO uploads(key, path, bytes, created_at) VALUES (?,?,?,?)",
                 key,
-                path,
+                self.paths.stored(path),
                 size,
                 now_text(),
             )
@@ -100,7 +112,7 @@ class FunctionRows(WriteRows):
 
     def upload_path(self, key: str) -> str | None:
         row = self._one("SELECT path FROM uploads WHERE key = ?", key)
-        return row["path"] if row else None
+        return self.paths.absolute(row["path"]) if row and row["path"] else None
 
     def add_layer(self, layer_code: str, name: str, requirements: str) -> None:
         self._run("INSERT INTO layers VALUES (?,?,?,?)", layer_code, name, requirements, now_text())
@@ -128,14 +140,13 @@ class FunctionRows(WriteRows):
                 func,
                 processor,
                 unique_key,
-                code_dir,
+                self.paths.stored(code_dir),
                 now_text(),
             )
             self.end_write(*finishes)
 
     def function(self, entity_id: str) -> dict[str, Any] | None:
-        row = self._one("SELECT * FROM functions WHERE entity_id = ?", entity_id)
-        return dict(row) if row else None
+        return self._read(self._one("SELECT * FROM functions WHERE entity_id = ?", entity_id), "code_dir")
 
     def add_instance(
         self,
@@ -155,17 +166,16 @@ class FunctionRows(WriteRows):
             tag,
             status,
             token,
-            log_path,
+            self.paths.stored(log_path),
             json.dumps(runtime),
             now_text(),
         )
 
     def instance(self, instance_id: str) -> dict[str, Any] | None:
-        row = self._one("SELECT * FROM instances WHERE instance_id = ?", instance_id)
-        return dict(row) if row else None
+        return self._read(self._one("SELECT * FROM instances WHERE instance_id = ?", instance_id), "log_path")
 
     def instances_with_status(self, status: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._all("SELECT * FROM instances WHERE status = ?", status)]
+        return self._read_all(self._all("SELECT * FROM instances WHERE status = ?", status), "log_path")
 
     def set_instance(self, instance_id: str, **fields: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)

@@ -12,6 +12,7 @@ from opd_nb.constants import PENDING, STEP_SECONDS, TOKENS_PER_S
 from opd_nb.server.db_safety import backup_database
 from opd_nb.server.store.db import Database, now_text
 from opd_nb.server.store.job_record import JobMeta, JobRecord
+from opd_nb.server.store.paths import map_path_keys
 
 
 class JobRows(Database):
@@ -22,12 +23,12 @@ class JobRows(Database):
             seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
             conn.execute(
                 "INSERT INTO jobs(job_id, seq, job_name, status, request, meta, create_time) VALUES (?,?,?,?,?,?,?)",
-                (job_id, seq, job_name, PENDING, json.dumps(request), meta.model_dump_json(), now_text()),
+                (job_id, seq, job_name, PENDING, json.dumps(request), self._meta_text(meta), now_text()),
             )
 
     def job(self, job_id: str) -> JobRecord | None:
         row = self._one("SELECT * FROM jobs WHERE job_id = ? AND deleted = 0", job_id)
-        return _job_record(row) if row else None
+        return self._job_record(row) if row else None
 
     def jobs(self, offset: int, limit: int, model: str | None = None) -> tuple[list[JobRecord], int]:
         """A page of jobs, newest first; `model`: only the jobs whose request's ``model`` is that id."""
@@ -39,14 +40,14 @@ class JobRows(Database):
         rows = self._all(
             f"SELECT * FROM jobs {where} ORDER BY seq DESC LIMIT ? OFFSET ?", *args, limit, offset
         )
-        return [_job_record(r) for r in rows], total
+        return [self._job_record(r) for r in rows], total
 
     def jobs_with_status(self, *statuses: str) -> list[JobRecord]:
         marks = ",".join("?" * len(statuses))
         rows = self._all(
             f"SELECT * FROM jobs WHERE status IN ({marks}) AND deleted = 0 ORDER BY seq", *statuses
         )
-        return [_job_record(r) for r in rows]
+        return [self._job_record(r) for r in rows]
 
     def set_job(self, job_id: str, *, only_if_status: tuple[str, ...] | None = None, **fields: Any) -> bool:
         """Update columns (``progress``: a :class:`JobProgress` or None; the meta: :meth:`update_meta`);
@@ -72,8 +73,23 @@ class JobRows(Database):
             row = conn.execute("SELECT meta FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if row is None:
                 return
-            meta = change(JobMeta.model_validate_json(row[0]))
-            conn.execute("UPDATE jobs SET meta = ? WHERE job_id = ?", (meta.model_dump_json(), job_id))
+            meta = change(self._meta(row[0]))
+            conn.execute("UPDATE jobs SET meta = ? WHERE job_id = ?", (self._meta_text(meta), job_id))
+
+    def _meta_text(self, meta: JobMeta) -> str:
+        """The meta as stored: its paths relative to the data dir."""
+        return json.dumps(map_path_keys(meta.model_dump(mode="json"), self.paths.stored))
+
+    def _meta(self, text: str) -> JobMeta:
+        """A stored meta, its paths absolute under this data dir."""
+        return JobMeta.model_validate(map_path_keys(json.loads(text), self.paths.absolute))
+
+    def _job_record(self, row: sqlite3.Row) -> JobRecord:
+        out = dict(row)
+        out["request"] = json.loads(out["request"])
+        out["meta"] = self._meta(out["meta"])
+        out["progress"] = json.loads(out["progress"]) if out.get("progress") else None
+        return JobRecord.model_validate(out)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether a cancel was asked for (a deleted or unknown job counts as canceled)."""
@@ -130,7 +146,7 @@ class StepRows(Database):
         with self.tx() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO checkpoints(job_id, step, name, path, created_at, metrics) VALUES (?,?,?,?,?,?)",
-                (job_id, step, name, path, now_text(), json.dumps(metrics)),
+                (job_id, step, name, self.paths.stored(path), now_text(), json.dumps(metrics)),
             )
 
     def token_usage(self, job_id: str) -> int:
@@ -146,7 +162,7 @@ class StepRows(Database):
             {
                 "name": r["name"],
                 "step": r["step"],
-                "path": r["path"],
+                "path": self.paths.absolute(r["path"]),
                 "created_at": r["created_at"],
                 "metrics": json.loads(r["metrics"] or "{}"),
             }
@@ -156,28 +172,20 @@ class StepRows(Database):
     # ---- exported checkpoints (deployable by their model name) -----------------------------------
     def add_export(self, row: dict[str, Any]) -> None:
         """Record an export; a checkpoint exported before keeps its first name (export is idempotent)."""
-        row = {**row, "created_at": now_text()}
+        row = {**row, "created_at": now_text(), "path": self.paths.stored(row["path"])}
         cols = ", ".join(row)
         self._run(f"INSERT OR IGNORE INTO exports({cols}) VALUES ({','.join('?' * len(row))})", *row.values())
 
     def exports(self, job_id: str) -> dict[str, dict[str, Any]]:
         """A job's exported checkpoints by checkpoint name."""
-        return {r["checkpoint"]: dict(r) for r in self._all("SELECT * FROM exports WHERE job_id = ?", job_id)}
+        rows = self._read_all(self._all("SELECT * FROM exports WHERE job_id = ?", job_id), "path")
+        return {r["checkpoint"]: r for r in rows}
 
     def export(self, model_name: str) -> dict[str, Any] | None:
-        row = self._one("SELECT * FROM exports WHERE model_name = ?", model_name)
-        return dict(row) if row else None
+        return self._read(self._one("SELECT * FROM exports WHERE model_name = ?", model_name), "path")
 
     def drop_steps_after(self, job_id: str, step: int) -> None:
         """Forget metric and checkpoint rows past ``step`` (a job resuming from checkpoint ``step``)."""
         with self.tx() as conn:
             conn.execute("DELETE FROM metrics WHERE job_id = ? AND step > ?", (job_id, step))
             conn.execute("DELETE FROM checkpoints WHERE job_id = ? AND step > ?", (job_id, step))
-
-
-def _job_record(row: sqlite3.Row) -> JobRecord:
-    out = dict(row)
-    out["request"] = json.loads(out["request"])
-    out["meta"] = JobMeta.model_validate_json(out["meta"])
-    out["progress"] = json.loads(out["progress"]) if out.get("progress") else None
-    return JobRecord.model_validate(out)
