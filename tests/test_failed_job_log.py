@@ -82,6 +82,6 @@ def test_a_failed_reward_jobs_log_ends_with_its_cause_and_function_lines_keep_th
 def test_a_function_servers_line_keeps_the_level_it_was_written_at(
     line: str, previous: str, level: str
 ) -> None:
-    from opd_nb.server.worker import function_line_level
+    from opd_nb.server.job.function_deaths import function_line_level
 
     assert function_line_level(line, previous) == level
