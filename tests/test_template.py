@@ -191,10 +191,22 @@ def test_dry_run_shows_the_effective_job_and_never_the_key(baked: dict, case_id:
         assert job["hyper_parameters"]["learning_rate"] == START_LR[mode]
 
         over, _ = _dry_run(
-            path, "--no-reward", "--teacher-model", "t-2", "--model", "s-2", "--job-name", "exp1", "--local"
+            path,
+            "--no-reward",
+            "--teacher-model",
+            "qwen3-max",
+            "--model",
+            "s-2",
+            "--job-name",
+            "exp1",
+            "--local",
         )
         assert over["functions"] == ([{**job["functions"][0]}] if mode == "agentic" else None)
-        assert (over["teacher_model"], over["model"], over["job_name"]) == ("t-2", "s-2", "exp1-<8 hex>")
+        assert (over["teacher_model"], over["model"], over["job_name"]) == (
+            "qwen3-max",
+            "s-2",
+            "exp1-<8 hex>",
+        )
         assert over["target"] == "http://127.0.0.1:8765/api/v1"
         custom, _ = _dry_run(path, "-c", str(path / "config.yaml"), "--local", "http://127.0.0.1:9999/api/v1")
         assert custom["target"] == "http://127.0.0.1:9999/api/v1"

@@ -219,16 +219,11 @@ def _unknown_teacher(ctx: CheckContext, path: tuple[str, ...], ident: str) -> bo
     problem = teacher_problem(ident)
     if problem is None:
         return False
-    message, severity = problem.message, "error"
     if ctx.target == "local":
         _local_model(ctx, path, "teacher_model", ident, quiet_404=True)
         if ident in ctx.local_models:
             return False  # the plane maps it to a model of its own
-        if ctx.local_models.get("__unreachable__") and problem.kind == "unknown":
-            # no plane to ask: one started with `--model-map` may serve it, so say so rather than refuse
-            message += "; not verified: no local control plane answered, and one refuses it unless its --model-map maps it"
-            severity = "warning"
-    ctx.report.add(_TEACHER_RULES[problem.kind], severity, ctx.where(path), message, problem.fix)
+    ctx.report.add(_TEACHER_RULES[problem.kind], "error", ctx.where(path), problem.message, problem.fix)
     return True
 
 

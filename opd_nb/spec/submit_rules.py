@@ -18,7 +18,7 @@ from typing import Literal
 from opd_nb.spec.models import BAILIAN_MODEL_IDS, OPD_TEACHER_IDS, documented, other_vendor, placeholder
 
 OnBailian = Literal["refuses", "fails", "undocumented"]
-OPD_TYPE = "pg_opd"
+TEACHER_TRAINING_TYPE = "pg_opd"
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def type_by_hand_problem(training_type: str | None, teacher: str | None) -> str 
     """Why a written training type contradicts the teacher (None when it does not).
 
     A teacher makes the job pg_opd; ``pg_opd`` without a teacher is the SDK's error 3006 (another rule)."""
-    if not (teacher or "").strip() or training_type in (None, OPD_TYPE):
+    if not (teacher or "").strip() or training_type in (None, TEACHER_TRAINING_TYPE):
         return None
     return (
         f"training type {training_type!r} is set by hand beside teacher_model {teacher!r}: a teacher makes the "
