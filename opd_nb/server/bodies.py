@@ -468,14 +468,9 @@ class DeploymentBody(Body, DeploymentCreate):
 
     model_config = ConfigDict(extra="allow")
 
-    model_name: str
-    capacity: Capacity
-    suffix: str | None = None
-    model_version: str | None = None
-    plan: str | None = None
-    template_id: str | None = None
-    deploy_spec: Any = None
-    billing_method: Any = None
+    capacity: (
+        Capacity  # the wire's fields, with the local plane's range (the rest as `DeploymentCreate` declares)
+    )
 
     @model_validator(mode="after")
     def _plan_fields(self) -> DeploymentBody:
