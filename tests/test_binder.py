@@ -54,16 +54,16 @@ def _env(venv: Path, home: Path, **extra: str) -> dict[str, str]:
 
 
 def _stop_recorded_server(home: Path) -> None:
-    """Last resort if `opd serve stop` failed: end the server recorded in this HOME's state file."""
-    state = home / ".cache" / "opd-nb" / "serve-state.json"
-    try:
-        pid = int(json.loads(state.read_text())["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        pass
+    """Last resort if `opd serve stop` failed: end the servers recorded in this HOME's state records."""
+    for state in (home / ".cache" / "opd-nb" / "serve-state").glob("*.json"):
+        try:
+            pid = int(json.loads(state.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 def test_postbuild_and_start_leave_a_working_control_plane(tmp_path: Path) -> None:

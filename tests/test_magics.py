@@ -337,6 +337,39 @@ def test_new_check_config_and_serve_lifecycle(ip, capsys, isolated_cache) -> Non
 
 
 @pytest.mark.slow
+def test_a_second_notebook_gets_its_own_server_and_stops_only_what_it_started(
+    ip, capsys, isolated_cache
+) -> None:
+    """Notebook 1 (another process) serves A; this kernel's `--data-dir B` starts B's server, reuses A's
+    when it names A, and its `%opd serve stop` stops B alone."""
+    a, b = isolated_cache / "A", isolated_cache / "B"
+    opd = [sys.executable, "-c", "from opd_nb.cli import main; main()", "serve"]
+    env = {**os.environ, "XDG_CACHE_HOME": str(isolated_cache / "cache")}
+    first = subprocess.run(
+        [*opd, "start", "--port", "0", "--data-dir", str(a)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert first.returncode == 0, first.stderr
+    try:
+        mine = run(ip, f"%opd serve start --port 0 --data-dir {b}", capsys)[0].result
+        assert mine.running and mine.note != "already running" and (b / "server.json").is_file()
+        theirs = run(ip, f"%opd serve start --port 0 --data-dir {a}", capsys)[0].result
+        assert theirs.note == "already running" and theirs.pid != mine.pid
+        stopped = run(ip, "%opd serve stop", capsys)[0].result
+        assert str(b) in stopped.note and str(a) not in stopped.note
+        assert run(ip, f"%opd serve status --data-dir {a}", capsys)[0].result.running  # A still serves
+        again = run(ip, "%opd serve stop", capsys)[0].result  # A is not this kernel's to stop
+        assert "nothing to stop" in again.note and "this kernel started no server" in again.note
+        assert run(ip, f"%opd serve status --data-dir {a}", capsys)[0].result.running
+    finally:
+        subprocess.run([*opd, "stop", "--data-dir", str(a)], env=env, capture_output=True, timeout=60)
+        subprocess.run([*opd, "stop", "--data-dir", str(b)], env=env, capture_output=True, timeout=60)
+
+
+@pytest.mark.slow
 def test_submit_returns_a_live_monitor_then_logs_and_jobs(ip, capsys, isolated_cache, local_server) -> None:
     from conftest import tiny_workspace
 

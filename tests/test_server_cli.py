@@ -1,4 +1,4 @@
-"""`opd serve start|status|stop` from separate processes (state file), and what it prints."""
+"""`opd serve start|status|stop` from separate processes (a record per data dir), and what it prints."""
 
 from __future__ import annotations
 
@@ -26,12 +26,21 @@ def test_serve_start_status_stop(tmp_path):
     )
     try:
         assert httpx.get(url + "/fine-tunes", headers={"Authorization": "Bearer k"}).status_code == 200
-        again = run("start", "--port", "0")
+        again = run("start", "--port", "0", "--data-dir", str(tmp_path / "data"))
         assert again.returncode == 0 and "already running" in again.stdout
         status = run("status")
         assert status.returncode == 0 and "running at" in status.stdout
+        other = run("start", "--port", "0", "--data-dir", str(tmp_path / "other"))  # its own server
+        assert other.returncode == 0 and "already running" not in other.stdout, other.stdout
+        assert (tmp_path / "other" / "server.json").is_file()
+        two = run("stop")  # two run and neither is the default data dir's: say which, stop none
+        assert two.returncode == 0 and "nothing to stop" in two.stdout and "--data-dir" in two.stdout
+        assert str(tmp_path / "other") in two.stdout and str(tmp_path / "data") in two.stdout
+        one = run("stop", "--data-dir", str(tmp_path / "other"))
+        assert one.returncode == 0 and "stopped" in one.stdout and str(tmp_path / "other") in one.stdout
+        assert "running at" in run("status", "--data-dir", str(tmp_path / "data")).stdout
     finally:
-        stopped = run("stop")
+        stopped = run("stop")  # the one left
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     after = run("status")
     assert after.returncode == 1 and "not running" in after.stdout

@@ -1,11 +1,13 @@
-"""The background-server lifecycle: typed start results, the one-record state file, stop and status."""
+"""The background-server lifecycle: typed start results, one record per data dir, stop and status."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,32 +36,93 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def test_start_twice_reuses_the_server_then_stop(cache: Path, tmp_path: Path) -> None:
-    first = start_background(port=0, data_dir=tmp_path / "data")
+def test_start_twice_reuses_the_server_for_its_data_dir_then_stop(cache: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_background(port=0, data_dir=data)
     try:
         assert isinstance(first, StartLaunched), first
         info = first.info
         assert info.port != 0 and info.api_base == f"http://127.0.0.1:{info.port}/api/v1"
-        assert Path(info.data_dir) == (tmp_path / "data").resolve()
-        assert state_file().parent.parent == cache and read_state() == info
-        recorded = json.loads(state_file().read_text())
-        assert recorded["pid"] == info.pid and "servers" not in recorded  # one record, not a list
+        assert Path(info.data_dir) == data.resolve()
+        assert state_file(data).parent.parent.parent == cache and read_state(data) == info
+        recorded = json.loads(state_file(data).read_text())
+        assert recorded["pid"] == info.pid and "servers" not in recorded  # one record per data dir
         reply = httpx.get(
             info.api_base + "/fine-tunes", headers={"Authorization": "Bearer k"}, trust_env=False
         )
         assert reply.status_code == 200
 
-        second = start_background(port=0, data_dir=tmp_path / "other")
+        second = start_background(port=0, data_dir=data)
         assert isinstance(second, StartReused) and second.info.pid == info.pid
-        assert running_server() == info
-        assert server_status().running and server_status().recorded == info
+        assert running_server() == info == running_server(data)
+        assert server_status(data).running and server_status(data).recorded == info
     finally:
-        stopped = stop_background()
-    assert stopped is not None and stopped.pid == info.pid
-    status = server_status()
+        stopped = stop_background(data_dir=data)
+    assert [s.pid for s in stopped] == [info.pid]
+    status = server_status(data)
     assert not status.running and status.recorded is None
-    assert running_server() is None and not state_file().exists()
-    assert stop_background() is None  # nothing left to stop
+    assert running_server() is None and not state_file(data).exists()
+    assert stop_background(data_dir=data) == []  # nothing left to stop
+
+
+def test_two_notebooks_with_two_data_dirs_get_two_servers_and_each_stops_its_own(
+    cache: Path, tmp_path: Path
+) -> None:
+    """`%opd serve start --data-dir B` beside a server on A starts B's (A keeps the default port, B takes a
+    free one), and a kernel stops only what it started: another kernel's stop leaves A running."""
+    from opd_nb.constants import LOCAL_PORT
+    from opd_nb.server import lifecycle
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    port_a = _free_port()
+    first = start_background(port=port_a, data_dir=a)
+    assert isinstance(first, StartLaunched), first
+    lifecycle._STARTED_HERE.clear()  # the first notebook's kernel is another process
+    try:
+        with _holding(LOCAL_PORT):  # the default port is someone else's (the first notebook's, say)
+            second = start_background(data_dir=b)
+        assert isinstance(second, StartLaunched), second
+        assert second.info.pid != first.info.pid and second.info.port not in (port_a, LOCAL_PORT)
+        assert Path(second.info.data_dir) == b.resolve() and (b / "server.json").is_file()
+        assert {Path(i.data_dir) for i in lifecycle.running_servers()} == {a.resolve(), b.resolve()}
+        assert running_server() == second.info  # this kernel's own server comes first
+        stopped = stop_background(started_here_only=True)  # `%opd serve stop` in the second notebook
+        assert [s.pid for s in stopped] == [second.info.pid]
+        assert running_server(a) == first.info  # the first notebook's server still answers
+        assert stop_background(started_here_only=True) == []  # nothing else of this kernel's
+    finally:
+        stop_background(data_dir=a)
+        stop_background(data_dir=b)
+    assert lifecycle.running_servers() == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _holding(port: int) -> Iterator[None]:
+    """``port`` taken for the block (by us, unless something else already holds it)."""
+    with socket.socket() as held:
+        with contextlib.suppress(OSError):
+            held.bind(("127.0.0.1", port))
+        yield
+
+
+def test_a_record_of_an_earlier_version_is_still_found_and_stopped(cache: Path, tmp_path: Path) -> None:
+    """Before servers were kept per data dir there was one `serve-state.json`: its server still shows."""
+    from opd_nb.server import start
+    from opd_nb.server.records import legacy_state_file
+
+    data = tmp_path / "data"
+    with start(port=0, data_dir=data, detach=False) as handle:
+        legacy_state_file().parent.mkdir(parents=True, exist_ok=True)
+        legacy_state_file().write_text(handle.info.to_json())
+        assert read_state(data) == handle.info and running_server(data) is not None
+        assert [s.pid for s in stop_background(data_dir=data)] == [handle.pid]
+    assert not legacy_state_file().exists()
 
 
 def test_a_taken_port_is_a_start_failure_with_the_log_tail(cache: Path, tmp_path: Path) -> None:
@@ -71,14 +134,14 @@ def test_a_taken_port_is_a_start_failure_with_the_log_tail(cache: Path, tmp_path
     assert isinstance(result, StartFailed), result
     assert result.exit_code == 2 and "cannot listen" in result.log_tail
     assert "cannot listen" in str(result.to_error())
-    assert read_state() is None  # a failed start records nothing
+    assert read_state(tmp_path / "data") is None  # a failed start records nothing
 
 
 def test_a_server_that_does_not_answer_in_time_is_a_timeout(cache: Path, tmp_path: Path) -> None:
     result = start_background(port=0, data_dir=tmp_path / "data", startup_timeout=0.01)
     assert isinstance(result, StartTimedOut), result
     assert result.timeout_s == 0.01 and result.log_path.endswith("server.log")
-    assert read_state() is None and running_server() is None
+    assert read_state(tmp_path / "data") is None and running_server() is None
 
 
 def test_a_dead_recorded_server_is_reported_gone(cache: Path, tmp_path: Path) -> None:
@@ -86,13 +149,13 @@ def test_a_dead_recorded_server_is_reported_gone(cache: Path, tmp_path: Path) ->
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
     dead = ServerInfo.at(int(done.stdout), "127.0.0.1", 9, tmp_path)
-    state_file().parent.mkdir(parents=True)
-    state_file().write_text(dead.to_json())
-    assert read_state() == dead
-    status = server_status()
+    state_file(tmp_path).parent.mkdir(parents=True)
+    state_file(tmp_path).write_text(dead.to_json())
+    assert read_state(tmp_path) == dead
+    status = server_status(tmp_path)
     assert status.recorded == dead and not status.running
     assert running_server() is None
-    assert stop_background() is None and not state_file().exists()
+    assert stop_background(data_dir=tmp_path) == [] and not state_file(tmp_path).exists()
 
 
 @pytest.mark.parametrize(
@@ -137,13 +200,13 @@ def test_a_data_dir_has_one_owner_that_start_background_reuses(cache: Path, tmp_
         assert f"{owner.base_url} (pid {owner.pid})" in str(refused.value)
         reused = start_background(port=0, data_dir=data)
         assert isinstance(reused, StartReused) and reused.info.pid == owner.pid, reused
-        assert read_state() is None  # reusing someone else's server does not adopt it
+        assert read_state(data) is None  # reusing someone else's server does not adopt it
     assert read_owner(data) is None and data_dir_owner(data) is None  # a clean stop forgets the record
     again = start_background(port=0, data_dir=data)  # the lock went with the first server
     try:
         assert isinstance(again, StartLaunched), again
     finally:
-        stop_background()
+        stop_background(data_dir=data)
 
 
 def test_the_worker_takes_its_torch_threads_from_opd_then_openmp(monkeypatch) -> None:

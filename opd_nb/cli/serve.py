@@ -34,6 +34,7 @@ from opd_nb.server import (
     ServerInfo,
     StartLaunched,
     StartReused,
+    running_servers,
     server_status,
     start_background,
     stop_background,
@@ -119,19 +120,36 @@ def start_info(options: ServeOptions, api_key: str | None = None) -> ServeInfo:
         case StartReused(info=info):
             return ServeInfo.of(info, note="already running")
         case StartLaunched(info=info):
-            return ServeInfo.of(info)
+            moved = options.port == LOCAL_PORT and info.port != LOCAL_PORT
+            return ServeInfo.of(
+                info, note=f"port {LOCAL_PORT} is taken; listening on {info.port}" if moved else ""
+            )
     raise result.to_error()  # StartFailed | StartTimedOut
 
 
-def stop_info() -> ServeInfo:
-    stopped = stop_background()
-    if stopped is None:
-        return ServeInfo(running=False, note="nothing to stop")
-    return ServeInfo(running=False, note=f"stopped the server at {stopped.base_url}")
+def stop_info(data_dir: str | None = None, *, kernel: bool = False) -> ServeInfo:
+    """`opd serve stop`: ``--data-dir``'s server; else, in a notebook, what this kernel started (another
+    notebook's server is not its to stop); else, in a terminal, the one running (of several, the default
+    data dir's)."""
+    stopped = stop_background(data_dir=data_dir, started_here_only=kernel and data_dir is None)
+    if stopped:
+        where = ", ".join(f"{info.base_url} (data {info.data_dir})" for info in stopped)
+        return ServeInfo(running=False, note=f"stopped the server at {where}")
+    return ServeInfo(running=False, note="nothing to stop" + _others_note(kernel and data_dir is None))
 
 
-def status_info() -> ServeInfo:
-    status = server_status()
+def _others_note(kernel: bool) -> str:
+    """Which servers still run, and how to stop one (a kernel stops only what it started)."""
+    others = running_servers()
+    if not others:
+        return ""
+    whom = "this kernel started no server; " if kernel else ""
+    listed = "; ".join(f"{info.base_url} for {info.data_dir}" for info in others)
+    return f" ({whom}running: {listed} — stop one with `opd serve stop --data-dir DIR`)"
+
+
+def status_info(data_dir: str | None = None) -> ServeInfo:
+    status = server_status(data_dir)
     if status.running and status.recorded is not None:
         return ServeInfo.of(status.recorded)
     if status.recorded is None:
@@ -328,6 +346,6 @@ def serve(
                 return run_foreground(options, key)
             return emit(start_info(options, key), as_json=as_json)
     if action == "stop":
-        return emit(stop_info(), as_json=as_json)
-    info = status_info()
+        return emit(stop_info(data_dir, kernel=not foreground()), as_json=as_json)
+    info = status_info(data_dir)
     return emit(info, exit_code=0 if info.running else 1, as_json=as_json)

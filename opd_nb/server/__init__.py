@@ -12,6 +12,7 @@ from __future__ import annotations
 from opd_nb.server.lifecycle import (
     ServerHandle,
     running_server,
+    running_servers,
     server_status,
     start,
     start_background,
@@ -44,6 +45,7 @@ __all__ = [
     "default_data_dir",
     "read_state",
     "running_server",
+    "running_servers",
     "server_status",
     "start",
     "start_background",

@@ -1,4 +1,4 @@
-"""Start, find and stop the local control plane: one background server per user, kept in a state file.
+"""Start, find and stop the local control plane: one background server per data dir, each recorded.
 
 Modelled on TensorBoard's ``manager.py``. The records (:class:`ServerInfo`, :class:`ServeOptions`, the
 typed start results, the state and owner files) are :mod:`opd_nb.server.records`; this module launches
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb import settings
+from opd_nb.constants import LOCAL_PORT
 from opd_nb.server.records import (
     API_KEY_ENV,
     ServeOptions,
@@ -39,8 +40,10 @@ from opd_nb.server.records import (
     StartReused,
     StartTimedOut,
     clear_state,
+    default_data_dir,
     read_owner,
     read_state,
+    read_states,
     server_urls,
     write_state,
 )
@@ -79,14 +82,34 @@ def _is_running(info: ServerInfo) -> bool:
     return _pid_alive(info.pid) and _healthy(info.base_url, info.key_required)
 
 
-def running_server() -> ServerInfo | None:
-    """The recorded background server if it is alive and answers ``/health``, else None."""
-    info = read_state()
+# The servers this process launched with start_background, by data dir: a kernel stops only these
+# unless it names a data dir (another notebook's server is not its to stop).
+_STARTED_HERE: dict[Path, ServerInfo] = {}
+
+
+def running_servers() -> list[ServerInfo]:
+    """Every recorded background server that is alive and answers, newest first."""
+    return [info for info in read_states() if _is_running(info)]
+
+
+def running_server(data_dir: str | Path | None = None) -> ServerInfo | None:
+    """The background server to use: ``data_dir``'s if given; else one this process started, the
+    default data dir's, or the newest recorded; None when none is alive."""
+    if data_dir is not None:
+        return _alive(read_state(data_dir)) or data_dir_owner(data_dir)
+    for info in [*reversed(_STARTED_HERE.values()), read_state(), *read_states()]:
+        if _alive(info) is not None:
+            return info
+    return None
+
+
+def _alive(info: ServerInfo | None) -> ServerInfo | None:
     return info if info is not None and _is_running(info) else None
 
 
-def server_status() -> ServerStatus:
-    recorded = read_state()
+def server_status(data_dir: str | Path | None = None) -> ServerStatus:
+    """``data_dir``'s recorded server (None: the one :func:`running_server` picks, else the default's record)."""
+    recorded = running_server(data_dir) or read_state(data_dir)
     return ServerStatus(recorded=recorded, running=recorded is not None and _is_running(recorded))
 
 
@@ -377,6 +400,19 @@ def start(
     return outcome
 
 
+def _port_taken(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port`` (a bind test: nothing is held after it)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def start_background(
     options: ServeOptions | None = None,
     *,
@@ -384,25 +420,48 @@ def start_background(
     api_key: str | None = None,
     **settings: Any,
 ) -> StartResult:
-    """Reuse the recorded server, or the one that owns the data dir, if healthy; else launch one and
-    record it. ``settings``: :class:`ServeOptions` fields instead of ``options``."""
+    """Reuse the server that already serves the options' data dir, if healthy; else launch one for it and
+    record it. A server for another data dir is never reused: when it holds the default port, the new
+    one takes a free port (as TensorBoard does). ``settings``: :class:`ServeOptions` fields instead of
+    ``options``."""
     options = _options(options, settings)
-    current = running_server() or data_dir_owner(options.resolved_data_dir())
+    data_dir = options.resolved_data_dir()
+    current = _alive(read_state(data_dir)) or data_dir_owner(data_dir)
     if current is not None:
         return StartReused(info=current)
+    if options.port == LOCAL_PORT and _port_taken(options.host, options.port):
+        options = options.model_copy(update={"port": 0})
     outcome = _launch(options, api_key=api_key, startup_timeout=startup_timeout, log_path=None, detach=True)
     if isinstance(outcome, StartFailed | StartTimedOut):
         return outcome
     write_state(outcome.info)
+    _STARTED_HERE[data_dir] = outcome.info
     return StartLaunched(info=outcome.info)
 
 
-def stop_background(timeout: float = 15.0) -> ServerInfo | None:
-    """Stop the recorded server and forget it; returns what was stopped (None: nothing was running)."""
-    info = read_state()
-    if info is None or not _pid_alive(info.pid):
-        clear_state()
-        return None
-    ServerHandle.attach(info).stop(timeout)
-    clear_state()
-    return info
+def stop_background(
+    timeout: float = 15.0, *, data_dir: str | Path | None = None, started_here_only: bool = False
+) -> list[ServerInfo]:
+    """Stop background servers and forget them; returns what was stopped (empty: nothing ran).
+
+    ``data_dir`` given: the server that serves it, whoever started it. Else ``started_here_only`` (a
+    notebook kernel): the servers this process started. Else (a terminal): the one running server, or,
+    with several, the default data dir's.
+    """
+    if data_dir is not None:
+        targets = [Path(data_dir).expanduser().resolve()]
+    elif started_here_only:
+        targets = list(_STARTED_HERE)
+    else:
+        running = running_servers()
+        only = running[0].data_dir if len(running) == 1 else default_data_dir()
+        targets = [Path(only).resolve()]
+    stopped: list[ServerInfo] = []
+    for target in targets:
+        info = data_dir_owner(target) or read_state(target)
+        _STARTED_HERE.pop(target, None)
+        clear_state(target)
+        if info is not None and _pid_alive(info.pid):
+            ServerHandle.attach(info).stop(timeout)
+            stopped.append(info)
+    return stopped

@@ -10,6 +10,7 @@ Importing this module is light (no FastAPI, no httpx).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import cast
@@ -80,7 +81,7 @@ class ServeOptions(BaseModel):
         return None if value is None else max(0.0, value)
 
     def resolved_data_dir(self) -> Path:
-        return Path(self.data_dir).expanduser().resolve() if self.data_dir else default_data_dir().resolve()
+        return _resolved(self.data_dir)
 
 
 def parse_model_map(items: list[str] | None) -> dict[str, str]:
@@ -106,9 +107,25 @@ def default_data_dir() -> Path:
     return settings.DATA_DIR.get() or _cache_dir() / "server"
 
 
-def state_file() -> Path:
-    """Where the background server started by `opd serve start` is recorded (for `stop`/`status`)."""
+def state_dir() -> Path:
+    """Where `opd serve start` records its background servers: one record per data dir (for `stop`/`status`),
+    as TensorBoard's manager keeps one info file per server."""
+    return _cache_dir() / "serve-state"
+
+
+def legacy_state_file() -> Path:
+    """The single record an earlier version kept (read, so its server can still be found and stopped)."""
     return _cache_dir() / "serve-state.json"
+
+
+def _resolved(data_dir: str | Path | None) -> Path:
+    return Path(data_dir).expanduser().resolve() if data_dir else default_data_dir().resolve()
+
+
+def state_file(data_dir: str | Path | None = None) -> Path:
+    """The record of the background server for ``data_dir`` (None: the default data dir)."""
+    key = hashlib.sha256(str(_resolved(data_dir)).encode("utf-8")).hexdigest()[:16]
+    return state_dir() / f"{key}.json"
 
 
 def _cache_dir() -> Path:
@@ -181,25 +198,55 @@ class ServerInfo(BaseModel):
             return None
 
 
-def read_state() -> ServerInfo | None:
-    """The recorded background server (alive or not), or None."""
+def _read_record(path: Path) -> ServerInfo | None:
     try:
-        return ServerInfo.from_json(state_file().read_text())
+        return ServerInfo.from_json(path.read_text())
     except OSError:
         return None
 
 
+def read_state(data_dir: str | Path | None = None) -> ServerInfo | None:
+    """The recorded background server for ``data_dir`` (None: the default data dir), alive or not."""
+    info = _read_record(state_file(data_dir))
+    if info is not None:
+        return info
+    legacy = _read_record(legacy_state_file())
+    return legacy if legacy is not None and _resolved(legacy.data_dir) == _resolved(data_dir) else None
+
+
+def read_states() -> list[ServerInfo]:
+    """Every recorded background server (alive or not), newest record first; one per data dir."""
+    paths = sorted(state_dir().glob("*.json"), key=_mtime, reverse=True) + [legacy_state_file()]
+    out: dict[Path, ServerInfo] = {}
+    for path in paths:
+        info = _read_record(path)
+        if info is not None:
+            out.setdefault(_resolved(info.data_dir), info)
+    return list(out.values())
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def write_state(info: ServerInfo) -> None:
-    """Record ``info`` as the one background server (atomically: a reader never sees half a file)."""
-    path = state_file()
+    """Record ``info`` as its data dir's background server (atomically: a reader never sees half a file)."""
+    path = state_file(info.data_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     tmp.write_text(info.to_json())
     os.replace(tmp, path)
 
 
-def clear_state() -> None:
-    state_file().unlink(missing_ok=True)
+def clear_state(data_dir: str | Path | None = None) -> None:
+    """Forget the record of ``data_dir``'s server (and an earlier version's single record, if it was that one)."""
+    state_file(data_dir).unlink(missing_ok=True)
+    legacy = _read_record(legacy_state_file())
+    if legacy is None or _resolved(legacy.data_dir) == _resolved(data_dir):
+        legacy_state_file().unlink(missing_ok=True)
 
 
 # ---- one owner per data dir --------------------------------------------------------------------
