@@ -51,6 +51,11 @@ SDK_ZIP_EXCLUDES = (  # the default of the SDK's FC_ZIP_EXCLUDE_PATTERNS (dashsc
     ".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,"
     "*.egg-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data"
 )
+# What a generated workspace leaves out of its function zip when the user set no FC_ZIP_EXCLUDE_PATTERNS: the
+# SDK's defaults, the remembered entities, notebooks (they change with every save, and the code hash with
+# them) and the job's own files (the config and submit_job.py are not the function's). A user's own
+# FC_ZIP_EXCLUDE_PATTERNS is kept as written (only the state dir is added to it).
+WORKSPACE_ZIP_EXCLUDES = f"{SDK_ZIP_EXCLUDES},{ENTITY_STATE_DIR},*.ipynb,.ipynb_checkpoints,submit_job.py,config.yaml,config_*.yaml"
 SDK_GENERATED_FILES = ("start.sh",)  # written into zipdir by the SDK for each function just before zipping
 # Environment knobs the SDK bakes into the generated start.sh: part of "what would be zipped".
 SDK_START_SCRIPT_ENV = (

@@ -143,8 +143,8 @@ def test_zip_members_follow_the_sdk_exclusions(tmp_path):
     (ws / "tests").mkdir()
     (ws / "tests" / "test_reward.py").write_text("")
     names = {p.relative_to(ws).as_posix() for p in zip_members(ws)}
-    assert "functions/reward/reward.py" in names and "config.yaml" in names and "requirements.txt" in names
-    assert not {".env", "tests/test_reward.py", "data/train.jsonl"} & names
+    assert "functions/reward/reward.py" in names and "requirements.txt" in names
+    assert not {".env", "tests/test_reward.py", "data/train.jsonl", "config.yaml", "submit_job.py"} & names
     assert (
         excluded_by("functions/tmp/x.py", ["tmp"]) == "tmp" and excluded_by("functions/a.py", ["tmp"]) is None
     )
@@ -161,6 +161,23 @@ def test_zip_over_200_mib(tmp_path, monkeypatch):
     assert "functions/weights.bin" in hit.message
     monkeypatch.setattr(fn, "ZIP_LIMIT_BYTES", 10 * 1024**2)
     assert "functions.zip-too-large" not in check(ws).rules()
+
+
+def test_preflight_lists_what_a_submit_uploads_when_it_holds_data_or_large_files(tmp_path, monkeypatch):
+    """Notebooks, data and large files in zipdir: named (largest first) before a submit uploads them;
+    a workspace's own notebooks and checkpoints are already out of the zip and not mentioned."""
+    monkeypatch.delenv("FC_ZIP_EXCLUDE_PATTERNS", raising=False)
+    ws = reward_ws(tmp_path)
+    (ws / "explore.ipynb").write_text('{"cells": []}')
+    (ws / ".ipynb_checkpoints").mkdir()
+    (ws / ".ipynb_checkpoints" / "explore-checkpoint.ipynb").write_text("{}")
+    assert "functions.zip-contents" not in check(ws).rules()  # left out by the workspace's list
+    (ws / "functions" / "labels.jsonl").write_text('{"a": 1}\n')
+    (ws / "functions" / "table.pt").write_bytes(b"\0" * (2 * 1024**2))
+    hit = check(ws).by_rule("functions.zip-contents")[0]
+    assert hit.severity == "info" and "explore.ipynb" not in hit.message
+    assert hit.message.index("functions/table.pt") < hit.message.index("functions/labels.jsonl")
+    assert "2,048 KiB" in hit.message
 
 
 def test_secret_in_zip(tmp_path, monkeypatch):

@@ -131,6 +131,7 @@ RULES: dict[str, str] = {
     "functions.zipdir-missing": "fcmodel.zipdir is not a directory",
     "functions.excluded-import": "code imported from a folder the zip leaves out",
     "functions.zip-too-large": "a function zip over 200 MiB",
+    "functions.zip-contents": "a function zip that would upload notebooks, data or large files",
     "functions.secret-in-zip": "a .env file or key-like string in the uploaded zip",
     "env.dashscope-missing": "dashscope not installed",
     "env.dashscope-too-old": "dashscope older than 2.0.2",

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from opd_nb.checks.context import CheckContext
 from opd_nb.checks.processor_contract import check_process
-from opd_nb.constants import SDK_ZIP_EXCLUDES
+from opd_nb.constants import ENTITY_STATE_DIR, WORKSPACE_ZIP_EXCLUDES
 
-DEFAULT_EXCLUDES = SDK_ZIP_EXCLUDES
+DEFAULT_EXCLUDES = WORKSPACE_ZIP_EXCLUDES
 ZIP_LIMIT_BYTES = 200 * 1024**2  # FC_OSS_FILE_SIZE_WARNING, a hard limit in the SDK
 SECRET_SCAN_MAX_BYTES = 2 * 1024**2
 BASES = {
@@ -44,8 +44,12 @@ _PLACEHOLDER = re.compile(r"(?i)your|xxx|example|changeme|placeholder|dummy|<|\.
 
 
 def exclude_patterns() -> list[str]:
-    raw = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS", DEFAULT_EXCLUDES)
-    return [p.strip() for p in raw.split(",") if p.strip()]
+    """What submit_job.py has the SDK leave out of a function zip: the user's FC_ZIP_EXCLUDE_PATTERNS as
+    written, else the workspace's list (the SDK's defaults plus notebooks and the job's own files);
+    the remembered-entities dir is always out."""
+    raw = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS")
+    patterns = [p.strip() for p in (DEFAULT_EXCLUDES if raw is None else raw).split(",") if p.strip()]
+    return patterns if ENTITY_STATE_DIR in patterns else [*patterns, ENTITY_STATE_DIR]
 
 
 def excluded_by(rel: str, patterns: list[str]) -> str | None:
@@ -475,6 +479,7 @@ def _zip(ctx: CheckContext, i: int, zipdir: Path) -> None:
     members = zip_members(zipdir, patterns)
     _excluded_imports(ctx, zipdir, members, patterns)
     _secrets(ctx, zipdir, members)
+    _unexpected_uploads(ctx, zipdir, members)
     total = sum(p.stat().st_size for p in members if p.is_file())
     if total > ZIP_LIMIT_BYTES:
         with tempfile.TemporaryDirectory() as tmp:
@@ -494,6 +499,43 @@ def _zip(ctx: CheckContext, i: int, zipdir: Path) -> None:
                 + ")",
                 "move large files into data/ (excluded) or out of zipdir, or add FC_ZIP_EXCLUDE_PATTERNS",
             )
+
+
+NOTEBOOK_SUFFIX = ".ipynb"
+DATA_SUFFIXES = (".jsonl", ".csv", ".parquet", ".arrow", ".tsv", ".npy", ".pt", ".safetensors", ".bin")
+LARGE_UPLOAD_BYTES = 1024**2
+
+
+def _unexpected_uploads(ctx: CheckContext, zipdir: Path, members: list[Path]) -> None:
+    """Say what a submit would upload with the function when that holds notebooks (every save changes the
+    code and re-registers the function), data or anything large: the user sees it before paying for it."""
+    odd = [
+        p for p in members if p.suffix in (NOTEBOOK_SUFFIX, *DATA_SUFFIXES) or _size(p) >= LARGE_UPLOAD_BYTES
+    ]
+    if not odd:
+        return
+    odd.sort(key=_size, reverse=True)
+    total = sum(_size(p) for p in members)
+    shown = ", ".join(f"{ctx.rel(p)} ({_size(p) / 1024:,.0f} KiB)" for p in odd[:8])
+    more = f" and {len(odd) - 8} more" if len(odd) > 8 else ""
+    notebooks = any(p.suffix == NOTEBOOK_SUFFIX for p in odd)
+    ctx.report.add(
+        "functions.zip-contents",
+        "warning" if notebooks else "info",
+        ctx.rel(zipdir) or ".",
+        f"a submit uploads {len(members)} files ({total / 1024:,.0f} KiB) with the functions, including "
+        f"{shown}{more}"
+        + ("; a notebook changes with every save, and the function is registered again" if notebooks else ""),
+        "leave them out with FC_ZIP_EXCLUDE_PATTERNS (its default in a generated workspace already leaves "
+        "out notebooks, data/ and tests/), or move them out of zipdir",
+    )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _is_pytest_file(path: Path) -> bool:

@@ -52,9 +52,8 @@ def state_path(workspace: str | Path) -> Path:
 
 
 def zip_patterns() -> list[str]:
-    """The SDK's exclusion patterns as submit_job.py sets them: the environment's, plus `.opd`."""
-    patterns = exclude_patterns()
-    return patterns if STATE_DIR in patterns else [*patterns, STATE_DIR]
+    """The SDK's exclusion patterns as submit_job.py sets them (the one rule: ``exclude_patterns``)."""
+    return exclude_patterns()
 
 
 def _sdk_version() -> str:

@@ -74,7 +74,7 @@ def _facts() -> list[str]:
         ("SMOKE_SUFFIX", c.SMOKE_SUFFIX),
     ]
     lines = [f"{name} = {_literal(value)}" for name, value in pairs]
-    for name, text in (("SDK_ZIP_EXCLUDES", c.SDK_ZIP_EXCLUDES), ("STATE_NOTE", c.ENTITY_STATE_NOTE)):
+    for name, text in (("ZIP_EXCLUDES", c.WORKSPACE_ZIP_EXCLUDES), ("STATE_NOTE", c.ENTITY_STATE_NOTE)):
         lines += _split_string(name, text)
     return lines
 

@@ -71,8 +71,9 @@ START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WO
 SMOKE_STEPS = 2
 SMOKE_VALIDATION_ROWS = 4
 SMOKE_SUFFIX = "-smoke"
-SDK_ZIP_EXCLUDES = (".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,*.eg"
-                    "g-info,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data")
+ZIP_EXCLUDES = (".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,*.egg-in"
+                "fo,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data,.opd,*.ip"
+                "ynb,.ipynb_checkpoints,submit_job.py,config.yaml,config_*.yaml")
 STATE_NOTE = ("Functions registered by submit_job.py, reused while the code is unchanged. No secrets. Delete"
               " this file (or pass --fresh) to register again.")
 # </generated>
@@ -217,9 +218,9 @@ def configure_env(args: argparse.Namespace, workspace: Path) -> str:
         source = "OPD_SERVE_API_KEY" if key == os.environ.get("OPD_SERVE_API_KEY") else "placeholder 'local'"
     if not args.verbose:
         os.environ.setdefault("LOG_LEVEL", "warning")  # the SDK logs whole requests at INFO
-    patterns = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS", SDK_ZIP_EXCLUDES)
-    if STATE_DIR not in [p.strip() for p in patterns.split(",")]:
-        os.environ["FC_ZIP_EXCLUDE_PATTERNS"] = f"{patterns},{STATE_DIR}"  # the state never enters the zip
+    # the SDK reads this at import: yours as written, else the workspace's list (notebooks, the config and
+    # this script stay out of the function zip, so saving a notebook does not change the function)
+    os.environ["FC_ZIP_EXCLUDE_PATTERNS"] = ",".join(zip_patterns())
     return source or "not set"
 
 
@@ -387,8 +388,10 @@ def fn_type(function: Any) -> str:
 
 
 def zip_patterns() -> list[str]:
-    raw = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS", SDK_ZIP_EXCLUDES)
-    return [p.strip() for p in raw.split(",") if p.strip()]
+    """Your FC_ZIP_EXCLUDE_PATTERNS as written, else the workspace's; the state dir is always out."""
+    raw = os.environ.get("FC_ZIP_EXCLUDE_PATTERNS")
+    patterns = [p.strip() for p in (ZIP_EXCLUDES if raw is None else raw).split(",") if p.strip()]
+    return patterns if STATE_DIR in patterns else [*patterns, STATE_DIR]
 
 
 def zip_members(zipdir: Path, patterns: list[str]) -> list[str]:
