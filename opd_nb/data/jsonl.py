@@ -32,6 +32,7 @@ from opd_nb.spec.dataset import (
     read_jsonl,
     scan_jsonl,
 )
+from opd_nb.views import theme
 
 __all__ = [  # the scan's names too: `opd_nb.data` (the package re-exports these) is the user-facing path
     "CHARS_PER_TOKEN",
@@ -391,7 +392,7 @@ class DataStats(ResultMixin):
         tok = "prompt tokens" + ("" if self.tokens_exact else " (estimated)")
         return (
             f"<div><b>{html.escape(self.source)}</b>: {self.rows} rows, {self.with_solution} with solution"
-            + (f", <span style='color:#b00'>{self.problems} invalid</span>" if self.problems else "")
+            + (", " + theme.status_span("bad", f"{self.problems} invalid") if self.problems else "")
             + "<table><tr><th></th><th>min</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
             + row(tok, self.prompt_tokens)
             + row("prompt chars", self.prompt_chars)

@@ -27,6 +27,7 @@ from typing import Any
 from opd_nb.notebook.snapshot import MAKE_INTERACTIVE, static_js
 from opd_nb.plots.series import ChartFeed, Rows
 from opd_nb.plots.svg import curves_img
+from opd_nb.views import theme
 
 __all__ = ["MetricChart", "chart_page", "chart_html"]
 
@@ -140,7 +141,7 @@ def chart_html(data: Mapping[str, Any]) -> str:
     title = html.escape(str(data.get("title") or "metric curves"))
     picture = curves_img(data, alt=f"{title} (static picture)")
     return (
-        '<div class="opd-chart-snap">'
+        f'<div class="opd-chart-snap"><style>{theme.inverted_in_dark(".opd-chart-img")}</style>'
         f'<div class="opd-chart-static">{picture}<div><small>{html.escape(STATIC_NOTE)}</small></div></div>'
         '<iframe class="opd-chart-frame" sandbox="allow-scripts" '
         f'style="width:100%;height:{chart_height(data)}px;border:0" title="{title}" '

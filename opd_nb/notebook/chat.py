@@ -19,12 +19,12 @@ from typing import Any
 
 from opd_nb.errors import OpdError
 from opd_nb.notebook.display import LiveView
-from opd_nb.views import render
+from opd_nb.views import render, theme
 
 
 def _bubble(role: str, text: str, *, pending: bool = False) -> str:
     who = {"user": "you", "assistant": "model", "system": "system"}.get(role, role)
-    color = {"user": "#eef4ff", "assistant": "#f4f4f4", "system": "#fff8e6"}.get(role, "#fff")
+    color = {"user": "rgba(59,130,246,.14)", "system": "rgba(234,179,8,.16)"}.get(role, theme.TINT)
     cursor = " ▍" if pending else ""
     return (
         f'<div style="background:{color};border-radius:6px;padding:4px 8px;margin:3px 0">'
@@ -206,13 +206,13 @@ class ChatWidget(LiveView):
             self.send(text)
             w["text"].value = ""
         except OpdError as exc:
-            w["status"].value = f'<span style="color:#cf222e">{render.esc(str(exc))}</span>'
+            w["status"].value = theme.status_span("bad", render.esc(str(exc)))
 
     def _on_reset(self) -> None:
         try:
             self.reset()
         except OpdError as exc:
-            (self._w or {})["status"].value = f'<span style="color:#cf222e">{render.esc(str(exc))}</span>'
+            (self._w or {})["status"].value = theme.status_span("bad", render.esc(str(exc)))
 
     def _render(self) -> None:
         """Push the conversation into the widgets (trait assignments only: thread-safe)."""

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
-from opd_nb.views import render
+from opd_nb.views import render, theme
 
 
 def resolve_config_path(path: str | Path) -> tuple[Path, Path]:
@@ -46,11 +46,11 @@ def diff_html(diff: str) -> str:
     lines = []
     added = removed = 0
     for line in diff.splitlines():
-        color = "#1a7f37" if line.startswith("+") else "#cf222e" if line.startswith("-") else "#555"
+        status = "ok" if line.startswith("+") else "bad" if line.startswith("-") else ""
         if not line.startswith(("+++", "---")):
             added += line.startswith("+")
             removed += line.startswith("-")
-        lines.append(f'<span style="color:{color}">{render.esc(line)}</span>')
+        lines.append(theme.status_span(status, render.esc(line)) if status else render.esc(line))
     summary = f"diff: {added} line(s) added, {removed} removed"
     return f"<details><summary>{summary}</summary><pre>" + "\n".join(lines) + "</pre></details>"
 

@@ -24,7 +24,7 @@ from opd_nb.notebook.configcell import (
 )
 from opd_nb.notebook.display import LiveView
 from opd_nb.spec.yaml_edit import apply_values, yaml_scalar
-from opd_nb.views import render
+from opd_nb.views import render, theme
 
 UNSET = ""  # an empty field: the key is left out of the YAML
 
@@ -246,7 +246,7 @@ class ConfigForm(LiveView):
         for p in self.params:
             hint = render.esc(p.range_text()) + ("" if p.consumed_by_opd else " · <i>not used by OPD</i>")
             bad = problems.get(p.name)
-            extra = f' <b class="bad" style="color:#cf222e">✗ {render.esc(bad)}</b>' if bad else ""
+            extra = " " + theme.status_span("bad", f"<b>✗ {render.esc(bad)}</b>") if bad else ""
             w["notes"][p.name].value = f"<small>{hint} — {render.esc(p.help)}</small>{extra}"
         w["findings"].value = self._findings_html(problems)
         diff = self.diff()

@@ -13,7 +13,7 @@ from typing import Any
 
 from opd_nb.client.rollout_results import LEGEND, summary, tokens_html
 from opd_nb.notebook import snapshot
-from opd_nb.views import render
+from opd_nb.views import render, theme
 
 SNAPSHOT_SAMPLES = 64  # samples whose pane a saved viewer carries (each is a few KB of shaded tokens)
 _SCROLL = "max-height:22em;overflow-y:auto"  # about 14 rows: a saved viewer's table scrolls in this
@@ -124,7 +124,7 @@ def table_html(
 
 
 def legend_html() -> str:
-    return f'<div style="font-size:11px;color:#555">{render.esc(LEGEND)}</div>'
+    return f'<div style="font-size:11px;{theme.MUTED}">{render.esc(LEGEND)}</div>'
 
 
 def viewer_html(

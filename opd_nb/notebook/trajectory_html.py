@@ -17,7 +17,7 @@ from typing import Any
 
 from opd_nb.traces.facts import details, one_line
 from opd_nb.traces.spans import SpanNode, Trajectory
-from opd_nb.views import render
+from opd_nb.views import render, theme
 
 MAX_TEXT = 4000  # characters of one message or payload in a pane (a saved notebook stays small)
 KIND_COLOR = {
@@ -31,10 +31,12 @@ CSS = (
     "<style>.opd-traj details{margin:0}.opd-traj summary{cursor:pointer;list-style:none;display:flex;"
     "align-items:center;gap:6px;font-family:monospace;font-size:12px;white-space:nowrap}"
     ".opd-traj summary::-webkit-details-marker{display:none}.opd-traj .lane{position:relative;flex:1 1 40%;"
-    "height:10px;background:#f6f8fa;min-width:120px}.opd-traj .bar{position:absolute;top:1px;height:8px;"
+    f"height:10px;background:{theme.TINT};min-width:120px}}.opd-traj .bar{{position:absolute;top:1px;height:8px;"
     "min-width:2px}.opd-traj .name{flex:0 0 38%;overflow:hidden;text-overflow:ellipsis}"
-    ".opd-traj .fail{color:#cf222e;font-weight:bold}.opd-traj .slow{color:#9a6700;font-weight:bold}"
-    ".opd-traj .pane{margin:2px 0 6px 24px;padding:4px 8px;border-left:3px solid #ddd;font-size:12px}"
+    ".opd-traj .fail,.opd-traj .slow{font-weight:bold}"
+    + theme.status_css(".opd-traj", {"bad": "fail", "warn": "slow"})
+    + ".opd-traj .pane{margin:2px 0 6px 24px;padding:4px 8px;"
+    f"border-left:3px solid {theme.RULE};font-size:12px}}"
     ".opd-traj pre{white-space:pre-wrap;margin:2px 0;max-height:240px;overflow:auto}</style>"
 )
 
@@ -58,7 +60,7 @@ def pane_html(node: SpanNode) -> str:
     s = node.span
     parts = [f"<div><b>{render.esc(k)}</b>{_value_html(v)}</div>" for k, v in details(s).items()]
     ids = f"span {s.span_id} · {s.status}" + (f" · {s.service}" if s.service else "")
-    parts.append(f'<div style="color:#57606a">{render.esc(ids)}</div>')
+    parts.append(f'<div style="{theme.MUTED}">{render.esc(ids)}</div>')
     return f'<div class="pane">{"".join(parts)}</div>'
 
 

@@ -7,12 +7,14 @@ import html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from opd_nb.views import theme
+
 STYLE = (
     "<style>.opd-nb table{border-collapse:collapse;font-size:12px;margin:4px 0}"
-    ".opd-nb td,.opd-nb th{border:1px solid #ddd;padding:2px 6px;text-align:left;vertical-align:top}"
-    ".opd-nb th{background:#f4f4f4}.opd-nb .ok{color:#1a7f37}.opd-nb .bad{color:#cf222e}"
-    ".opd-nb .warn{color:#9a6700}.opd-nb pre{font-size:11px;margin:2px 0;white-space:pre-wrap}"
-    ".opd-nb .opd-scroll th{position:sticky;top:0}</style>"
+    f".opd-nb td,.opd-nb th{{border:1px solid {theme.RULE};padding:2px 6px;text-align:left;vertical-align:top}}"
+    f".opd-nb th{{background:{theme.TINT}}}{theme.status_css('.opd-nb')}"
+    ".opd-nb pre{font-size:11px;margin:2px 0;white-space:pre-wrap}"
+    f".opd-nb .opd-scroll th{{position:sticky;top:0}}{theme.inverted_in_dark('.opd-chart-img')}</style>"
 )
 
 SEVERITY_CLASS = {"error": "bad", "warning": "warn", "info": "", "ok": "ok"}

@@ -1,0 +1,66 @@
+"""Colours that read in the host's light and dark themes (WCAG AA, 4.5:1 for text), in one place.
+
+Saved outputs carry plain HTML, so the views cannot ask the host for its theme at run time: a table
+header or a bubble takes a translucent tint that works on either background, and the status colours
+have a dark twin chosen by the selectors the hosts set (JupyterLab and Notebook 7:
+``data-jp-theme-light="false"``; VS Code: ``body.vscode-dark``). A static picture (an ``<img>`` that
+cannot inherit the page's colours) is inverted under those selectors, its hues turned back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+LIGHT_BACKGROUND = "#ffffff"
+DARK_BACKGROUND = "#111111"  # JupyterLab Dark's --jp-layout-color0, the darkest a view sits on
+DARK_SELECTORS = ('[data-jp-theme-light="false"]', "body.vscode-dark")
+
+TINT = "rgba(127,127,127,.14)"  # header cells, bubbles, lanes: a shade on either background
+RULE = "rgba(127,127,127,.45)"  # borders
+MUTED = "opacity:.8"  # secondary text keeps the host's text colour, a little fainter
+
+# name -> (on a light background, on a dark background)
+STATUS = {
+    "ok": ("#1a7f37", "#3fb950"),
+    "bad": ("#cf222e", "#ff7b72"),
+    "warn": ("#9a6700", "#d29922"),
+}
+
+
+def status_css(scope: str, classes: Mapping[str, str] | None = None) -> str:
+    """``.ok``/``.bad``/``.warn`` under ``scope`` (or the class names ``classes`` gives each status),
+    with their dark twins."""
+    named = {status: (classes or {}).get(status, status) for status in STATUS}
+    if classes is not None:
+        named = {status: name for status, name in named.items() if status in classes}
+    light = "".join(f"{scope} .{named[s]}{{color:{STATUS[s][0]}}}" for s in named)
+    dark = "".join(
+        f"{sel} {scope} .{named[s]}{{color:{STATUS[s][1]}}}" for sel in DARK_SELECTORS for s in named
+    )
+    return light + dark
+
+
+STATUS_STYLE = "<style>" + status_css("", {s: f"opd-{s}" for s in STATUS}) + "</style>"
+
+
+def status_span(status: str, inner_html: str) -> str:
+    """``inner_html`` in a status colour that follows the host's theme (its style travels with it, as
+    a widget's HTML has no page style to lean on)."""
+    return f'{STATUS_STYLE}<span class="opd-{status}">{inner_html}</span>'
+
+
+def inverted_in_dark(selector: str) -> str:
+    """CSS that shows a light picture as a dark one under a dark host theme (hues kept)."""
+    return "".join(f"{sel} {selector}{{filter:invert(1) hue-rotate(180deg)}}" for sel in DARK_SELECTORS)
+
+
+def contrast(foreground: str, background: str) -> float:
+    """The WCAG contrast ratio of two ``#rrggbb`` colours (1 to 21)."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
