@@ -57,6 +57,16 @@ def test_claim_checks_are_tagged_and_collapsed_and_were_executed(path: Path) -> 
         assert printed.strip() and "False" not in printed, f"{path.name}: a claim does not hold: {printed}"
 
 
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_each_tutorial_is_committed_as_jupyter_saves_it(path: Path) -> None:
+    """Jupyter writes a notebook with nbformat (sorted keys, one-space indent, a final newline): a
+    tutorial committed in any other form shows as modified in a fresh clone once trusting it saves it."""
+    import nbformat
+
+    raw = path.read_text(encoding="utf-8")
+    assert raw == nbformat.writes(nbformat.reads(raw, as_version=nbformat.NO_CONVERT)) + "\n"
+
+
 def test_the_suite_has_one_conftest() -> None:
     """Tests import their helpers `from conftest`; a second conftest.py (a notebooks/conftest.py once)
     is imported under the same module name when `tests notebooks` run together, and those imports then
