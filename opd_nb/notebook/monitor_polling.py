@@ -20,6 +20,10 @@ from opd_nb.notebook.monitor_report import MonitorReport
 _NO_ANSWER = object()  # what `_call` returns when the request raised (the error is on the job state)
 
 
+LOG_PAGE = 200  # lines asked for at a time
+MAX_LOG_PAGES = 50  # a poll reads at most this many pages (a server that never says it is done)
+
+
 class JobPolling:
     """Fetching and following: every attribute below is set by the monitor's ``__init__``."""
 
@@ -82,13 +86,24 @@ class JobPolling:
         return True
 
     def _fetch_logs(self, st: JobState) -> None:
-        page = self._call(st, self.client.logs, st.job_id, offset=st.log_offset, lines=200)
-        if page is _NO_ANSWER or page is None:
-            return
-        lines = list(page.lines)
-        with self._lock:  # `state` iterates the deque from the main thread
-            st.logs.extend(str(line) for line in lines)
-        st.log_offset = page.next_offset
+        """Every new line up to the log's end, in pages: a monitor opened on a long or finished job (or
+        one that missed a burst of lines) shows the log's real tail, not where its first page stopped.
+        Where the server says the total, lines that would scroll out of the kept tail are skipped."""
+        for _ in range(MAX_LOG_PAGES):
+            page = self._call(st, self.client.logs, st.job_id, offset=st.log_offset, lines=LOG_PAGE)
+            if page is _NO_ANSWER or page is None:
+                return
+            total = page.total  # lines are numbered from 1 (the SDK's offset=1)
+            tail_start = None if total is None else total - (st.logs.maxlen or LOG_PAGE) + 1
+            if tail_start is not None and page.offset < tail_start:
+                st.log_offset = tail_start  # only the kept tail shows: read from there
+                continue
+            with self._lock:  # `state` iterates the deque from the main thread
+                st.logs.extend(str(line) for line in page.lines)
+            st.log_offset = page.next_offset
+            done = total is not None and page.next_offset > total
+            if done or len(page.lines) < LOG_PAGE or page.next_offset <= page.offset:
+                return
 
     def _fetch_samples(self, st: JobState) -> None:
         """The latest step's recorded samples, fetched again only when a new step has metrics."""
