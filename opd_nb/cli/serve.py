@@ -11,7 +11,6 @@ never its command line (see :mod:`opd_nb.cli._secrets`).
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import os
 from collections.abc import Iterator
@@ -46,6 +45,8 @@ from opd_nb.server.records import (
 )
 from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
 from opd_nb.server.tracing.otlp_forward import forward_url
+from opd_nb.views import render
+from opd_nb.views.render import esc
 
 ACTIONS = ("run", "start", "stop", "status")
 SERVER_KEY_HINT = "<the server key opd serve was started with>"
@@ -99,14 +100,12 @@ class ServeInfo(ResultMixin, BaseModel):
 
     def _repr_html_(self) -> str:
         if not self.running:
-            return f"<div><b>opd serve</b>: not running {html.escape(self.note)}</div>"
-        rows = "".join(
-            f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
-            for k, v in self.env().items()
-        )
-        return (
-            f"<div><b>opd serve</b> running at <code>{html.escape(self.base_url or '')}</code> "
-            f"(pid {self.pid})<table>{rows}</table></div>"
+            return render.box(esc(self.note), title="opd serve: not running")
+        rows = [(f"<code>{esc(k)}</code>", f"<code>{esc(v)}</code>") for k, v in self.env().items()]
+        where = f"running at {self.base_url} (pid {self.pid}, data {self.data_dir})"
+        note = f"<div><small>{esc(self.note)}</small></div>" if self.note else ""
+        return render.box(
+            note + render.table(["variable", "value"], rows, raw_cols=(0, 1)), title=f"opd serve: {where}"
         )
 
 
