@@ -219,6 +219,31 @@ def test_the_tooltip_stays_inside_the_chart(
         driver.quit()
 
 
+def test_the_read_out_names_only_the_series_under_the_cursor(page) -> None:  # noqa: ANN001
+    """Over stage 2's steps, stage 1 (ended at step 120) is not in the tooltip at its last point, and the
+    other way round; where both run (aligned at 0), both are (issue 49: "step 16" while hovering 27)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.CSS_SELECTOR, "button.opd-reset").click()
+    panel = page.find_element(By.CSS_SELECTOR, "svg.opd-panel")
+    width = panel.size["width"]
+
+    def tip_at(fraction: float) -> str:
+        ActionChains(page).move_to_element_with_offset(panel, int(width * (fraction - 0.5)), 0).perform()
+        return page.find_element(By.CSS_SELECTOR, ".opd-tip").text
+
+    late, early = tip_at(0.85), tip_at(0.2)
+    assert "stage 2" in late and "stage 1" not in late, late
+    assert "stage 1" in early and "stage 2" not in early, early
+    page.find_element(By.CSS_SELECTOR, "input.opd-align").click()
+    try:
+        both = tip_at(0.5)
+        assert "stage 1" in both and "stage 2" in both, both
+    finally:
+        page.find_element(By.CSS_SELECTOR, "input.opd-align").click()
+
+
 def test_a_zoom_keeps_the_smoothed_line_inside_and_names_whole_steps(tmp_path: Path) -> None:
     """Zoomed into the flat end of a curve that fell steeply, the smoothed line (which still carries the
     fall) stays inside the plot; the zoom's edges and the x ticks are whole steps."""

@@ -357,9 +357,14 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
     const span = I.dom[1] - I.dom[0], xv = I.dom[0] + ((vx - I.ml) / I.pw) * span;
     let rows = "", dots = "";
     for (const q of I.parts) {
-      const st = q.s.steps, t = xv - q.o;
+      const st = q.s.steps, t = xv - q.o, n = st.length;
+      if (!n) continue;
+      // a series the cursor is not over (a finished stage 1 beside stage 2) has no point here: within
+      // its steps, or half its spacing past either end, or it stays out of the read-out
+      const slack = n > 1 ? (st[n - 1] - st[0]) / (n - 1) / 2 : span / 100;
+      if (t < st[0] - slack || t > st[n - 1] + slack) continue;
       let i = bound(st, t);
-      if (i >= st.length || (i > 0 && t - st[i - 1] < st[i] - t)) i--; // the nearest point in x
+      if (i >= n || (i > 0 && t - st[i - 1] < st[i] - t)) i--; // the nearest point in x
       const x = st[i] + q.o, v = q.s.values[i], m = q.sm[i], c = colorOf(q.s.job);
       if (x < I.dom[0] || x > I.dom[1]) continue;
       const text = `${q.s.label} \u00b7 step ${fmtStep(x)}${q.o ? ` (job step ${fmtStep(st[i])})` : ""}` +
