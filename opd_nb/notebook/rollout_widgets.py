@@ -48,7 +48,8 @@ class ViewerWidgets:
         self.header = W.HTML()
         self.step = W.Dropdown(description="step", layout=W.Layout(width="160px"))
         self.kind = W.ToggleButtons(options=list(KIND_OPTIONS), value="all", description="kind")
-        self.kind.style.button_width = "80px"
+        # wide enough for the longest label ("validation" was cut to "validat…" at 80px)
+        self.kind.style.button_width = f"{max(len(label) for label, _ in KIND_OPTIONS) + 3}ch"
         self.sort = W.Dropdown(
             options=[(label, key) for key, label in SORTS.items()],
             description="sort",
