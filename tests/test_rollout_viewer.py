@@ -37,15 +37,31 @@ def viewed_job(local_server, tmp_path_factory: pytest.TempPathFactory):
     deadline = time.monotonic() + 240
     while not (page := client.rollouts(job_id)).steps and time.monotonic() < deadline:
         time.sleep(0.3)
+    from opd_nb.notebook.follow import JobFollower
+    from opd_nb.notebook.trajectory_view import TrajectoryView
+
     viewer = RolloutViewer(job_id, client)  # the job is still running (or has just ended)
+    traces = TrajectoryView(job_id, client)
     first = viewer.step
+    # what displaying them in a kernel starts: they follow the job with no press on refresh
+    followers = [JobFollower(view, every_s=0.2).start() for view in (viewer, traces)]
     assert wait_status(client, job_id, set(TERMINAL_STATUSES), timeout=300).status == SUCCEEDED
+    deadline = time.monotonic() + 30
+    while any(f.running for f in followers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    viewer.followed = followers[0]  # type: ignore[attr-defined]
+    viewer.followed_traces = (traces, followers[1])  # type: ignore[attr-defined]
     return job_id, viewer, first, page
 
 
 def test_viewer_follows_a_running_job(viewed_job) -> None:
     job_id, viewer, first, _ = viewed_job
     assert first is not None and viewer.available is True
+    follower = viewer.followed
+    assert not follower.running and follower.refreshes >= 1  # it stopped by itself once the job ended
+    assert viewer.step == 4 and viewer.steps[-1] == 4  # the last step, with no refresh pressed
+    traces, traced = viewer.followed_traces
+    assert not traced.running and traces.state["step"] == traces.state["steps"][-1]
     viewer.refresh()
     assert viewer.step == 4 and viewer.steps[-1] == 4 and viewer.step >= first  # 16 rows x 2 epochs / 8
     assert viewer.state["steps_by_kind"] == {"train": [1, 2, 3, 4], "validation": [0, 1, 2, 3, 4]}

@@ -91,6 +91,10 @@ class LiveView:
             display(bundle, raw=True, display_id=self._display_id)
         if self._shown_live and self.final:  # it ended while being displayed: show the end
             self._refresh_static()
+        self._displayed()
+
+    def _displayed(self) -> None:
+        """Called once the view is on screen (a view that follows a running job starts here)."""
 
     def _refresh_static(self) -> None:
         """Swap the displayed output for the current one (our own display id, never a new cell). A final

@@ -6,7 +6,7 @@ log-ratio, and the selected sample: its completion with each token shaded by how
 disagrees (tooltip: both log-probs), the reward's score, metrics and error beside it.
 
 It reads ``JobClient.rollouts`` (the local control plane's recorded rollouts), from a running job
-(``refresh()`` picks up new steps) or a finished one. Every control change runs on the kernel's
+(displayed in a kernel it follows new steps as they come, :mod:`~opd_nb.notebook.follow`) or a finished one. Every control change runs on the kernel's
 own thread and only sets widget values. Its output (:class:`~opd_nb.notebook.display.LiveView`)
 carries a static HTML snapshot next to the widget, so a frontend without widgets (or an export)
 still shows the table and the selected sample, sortable and clickable with no kernel; a saved
@@ -21,7 +21,8 @@ from typing import Any
 from opd_nb.client.rollout_results import CLOUD_NOTE, KINDS, SORTS, RolloutPage, sort_order, summary
 from opd_nb.errors import OpdError
 from opd_nb.notebook import rollout_html, trajectory_view
-from opd_nb.notebook.display import LiveView
+from opd_nb.notebook.display import LiveView, in_kernel
+from opd_nb.notebook.follow import JobFollower
 from opd_nb.notebook.snapshot import interactive
 from opd_nb.traces.page import TracesPage
 
@@ -58,6 +59,7 @@ class RolloutViewer(LiveView):
         self.selected: int | None = None
         self.loads = 0
         self._widgets: Any = None
+        self.follower: JobFollower | None = None  # set once displayed in a kernel
         self.load(step)  # now, so that an unknown job is an error in the cell that asked
 
     # ------------------------------------------------------------------ data
@@ -201,6 +203,11 @@ class RolloutViewer(LiveView):
         return self.available is False
 
     # ------------------------------------------------------------ widgets
+    def _displayed(self) -> None:
+        """On screen in a kernel: follow the job while it runs (new steps appear without a refresh)."""
+        if self.follower is None and self.available and in_kernel():
+            self.follower = JobFollower(self).start()
+
     def widget(self) -> Any:
         """The ipywidgets VBox (None without ipywidgets)."""
         if self._widgets is None:

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from opd_nb.errors import OpdError
-from opd_nb.notebook.display import LiveView
+from opd_nb.notebook.display import LiveView, in_kernel
+from opd_nb.notebook.follow import JobFollower
 from opd_nb.notebook.snapshot import static_js
 from opd_nb.notebook.trajectory_html import view_html, waterfall_html
 from opd_nb.traces.ids import KINDS, SampleRef
@@ -81,6 +82,7 @@ class TrajectoryView(LiveView):
         self.available: bool | None = None
         self._widgets: Any = None
         self._updating = False
+        self.follower: JobFollower | None = None  # set once displayed in a kernel
         self.load(step)
 
     @property
@@ -140,6 +142,11 @@ class TrajectoryView(LiveView):
 
     def __repr__(self) -> str:
         return f"TrajectoryView({self.job_id!r}, step={self.state['step']!r})"
+
+    def _displayed(self) -> None:
+        """On screen in a kernel: follow the job while it runs (new steps appear without a refresh)."""
+        if self.follower is None and self.available and in_kernel():
+            self.follower = JobFollower(self).start()
 
     def widget(self) -> Any:
         """A step selector, refresh, and the waterfall (its rows open as in the snapshot)."""
