@@ -139,7 +139,9 @@ def test_appends_extend_the_curves_and_a_repeated_poll_adds_nothing(page) -> Non
     assert severe == [], severe
 
 
-def _open(doc: dict, tmp_path: Path, window: str, *, host: bool = False, width: int | None = None):  # noqa: ANN202
+def _open(  # noqa: ANN202
+    doc: dict, tmp_path: Path, window: str, *, host: bool = False, width: int | None = None, body: str = ""
+):
     """A Chromium page of `doc`: the chart page itself (`width`: as wide as a notebook's output area
     is in that window), or (`host`) a notebook-like page holding the saved snapshot's HTML (the frame,
     its static picture and the script that sizes the frame)."""
@@ -150,7 +152,7 @@ def _open(doc: dict, tmp_path: Path, window: str, *, host: bool = False, width: 
     path = tmp_path / "page.html"
     if host:
         path.write_text(
-            f"<!doctype html><html><body style='margin:8px'>{chart_html(doc)}<p>after</p></body></html>"
+            f"<!doctype html><html><body style='margin:8px' {body}>{chart_html(doc)}<p>after</p></body></html>"
         )
     else:
         page = chart_page(doc).replace("opdChart(document", "window.CHART = opdChart(document")
@@ -332,5 +334,44 @@ def test_the_saved_frame_takes_its_page_height(tmp_path: Path, window: str) -> N
                 break
             time.sleep(0.2)
         assert abs(outer - inner) <= 8 and overflow <= 0, (outer, inner, overflow)
+    finally:
+        driver.quit()
+
+
+@pytest.mark.parametrize(
+    ("body", "scheme"),
+    [
+        ('data-jp-theme-light="false" style="background:#111;color:#ddd"', "dark"),  # JupyterLab Dark
+        ('class="vscode-dark" style="background:#1e1e1e;color:#ddd"', "dark"),  # VS Code's dark theme
+        ('data-jp-theme-light="true"', "light"),
+    ],
+)
+def test_the_saved_frame_follows_the_hosts_theme(tmp_path: Path, body: str, scheme: str) -> None:
+    """The chart's frame cannot see the notebook's theme: the host script tells it, and its text (the
+    chart draws in currentColor) is then light on dark, or dark on light, AA either way."""
+    from selenium.webdriver.common.by import By
+
+    from opd_nb.views import theme
+
+    driver = _open(_document(), tmp_path, "1200,1600", host=True, body=body)
+    try:
+        frame = driver.find_element(By.CSS_SELECTOR, "iframe.opd-chart-frame")
+        deadline = time.monotonic() + 10
+        while True:
+            driver.switch_to.frame(frame)
+            try:
+                got, colour = driver.execute_script(
+                    "const c = getComputedStyle(document.querySelector('.opd-chart')).color;"
+                    "return [document.documentElement.style.colorScheme, c]"
+                )
+            finally:
+                driver.switch_to.default_content()
+            if got == scheme or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert got == scheme, (got, colour)
+        rgb = "#" + "".join(f"{int(v):02x}" for v in re.findall(r"\d+", colour)[:3])
+        ground = theme.DARK_BACKGROUND if scheme == "dark" else theme.LIGHT_BACKGROUND
+        assert theme.contrast(rgb, ground) >= 4.5, (rgb, ground)
     finally:
         driver.quit()

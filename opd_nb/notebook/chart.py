@@ -90,17 +90,28 @@ _POST_HEIGHT = (
     "(function(){var root=document.getElementById('opd-chart'),last=0;if(window.parent===window)return;"
     "function post(){var h=Math.ceil(root.getBoundingClientRect().height)+4;"
     "if(h!==last){last=h;window.parent.postMessage({opdChartHeight:h},'*');}}"
-    "if(window.ResizeObserver)new ResizeObserver(post).observe(root);post();})();"
+    "if(window.ResizeObserver)new ResizeObserver(post).observe(root);post();"
+    # the host's theme, which a frame cannot see: its colour scheme turns Canvas and CanvasText (the
+    # chart draws in currentColor) light or dark
+    "window.addEventListener('message',function(e){if(e.source===window.parent&&e.data&&"
+    "(e.data.opdTheme==='dark'||e.data.opdTheme==='light'))"
+    "document.documentElement.style.colorScheme=e.data.opdTheme;});})();"
 )
 # In the notebook, after the frame (a trusted output runs it; a sanitizer drops it with the frame):
 # hide the static picture, and size the frame to the height its page reports.
 _HOST = (
     "(function(root){if(!root)return;var frame=root.querySelector('iframe.opd-chart-frame'),"
     "still=root.querySelector('.opd-chart-static');if(!frame)return;if(still)still.style.display='none';"
+    "function dark(){var b=document.body;return b.getAttribute('data-jp-theme-light')==='false'||"
+    "b.classList.contains('vscode-dark');}"
+    "function theme(){if(frame.contentWindow)frame.contentWindow.postMessage({opdTheme:dark()?'dark':'light'},'*');}"
     "function on(e){if(!frame.isConnected){window.removeEventListener('message',on);return;}"
-    "if(e.source===frame.contentWindow&&e.data&&typeof e.data.opdChartHeight==='number')"
-    "frame.style.height=Math.max(40,Math.min(20000,e.data.opdChartHeight))+'px';}"
-    "window.addEventListener('message',on);})(document.currentScript&&document.currentScript.parentNode);"
+    "if(e.source===frame.contentWindow&&e.data&&typeof e.data.opdChartHeight==='number'){"
+    "frame.style.height=Math.max(40,Math.min(20000,e.data.opdChartHeight))+'px';theme();}}"
+    "window.addEventListener('message',on);frame.addEventListener('load',theme);"
+    "if(window.MutationObserver)new MutationObserver(theme).observe(document.body,"
+    "{attributes:true,attributeFilter:['data-jp-theme-light','class']});"
+    "})(document.currentScript&&document.currentScript.parentNode);"
 )
 STATIC_NOTE = (
     f"A static picture of the curves: for the interactive chart (hover, zoom, smoothing), {MAKE_INTERACTIVE}."
