@@ -2,7 +2,7 @@
 
 A thin front end over :mod:`opd_nb.server.lifecycle`: it parses the flags into one
 :class:`~opd_nb.server.records.ServeOptions`, hands it whole to the lifecycle, branches on the type of
-the start result and emits a :class:`ServeInfo`. Safe by default: a
+the start result and emits a :class:`~opd_nb.server.serve_info.ServeInfo`. Safe by default: a
 non-loopback ``--host`` needs a server key (``OPD_SERVE_API_KEY``, ``--api-key-file`` or ``--api-key``);
 the key is never printed, only where to put it. Secrets reach a background server in its environment,
 never its command line (see :mod:`opd_nb.cli._secrets`).
@@ -11,7 +11,6 @@ never its command line (see :mod:`opd_nb.cli._secrets`).
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import os
 from collections.abc import Iterator
@@ -19,126 +18,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel
 
 from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._output import echo, emit, foreground
 from opd_nb.cli._secrets import API_KEY, OTLP_HEADER, secret, warn_if_typed
-from opd_nb.constants import LOCAL_API_KEY, LOCAL_HOST, LOCAL_PORT
+from opd_nb.constants import LOCAL_HOST, LOCAL_PORT
 from opd_nb.errors import OpdError
 from opd_nb.loopback import binds_loopback_only
-from opd_nb.results import ResultMixin
-from opd_nb.server import (
-    ServeOptions,
-    ServerInfo,
-    StartLaunched,
-    StartReused,
-    server_status,
-    start_background,
-    stop_background,
-)
+from opd_nb.server import ServeOptions, ServerInfo
 from opd_nb.server.records import (
     API_KEY_ENV,
     MAX_INTERRUPTIONS,
     parse_model_map,
 )
-from opd_nb.server.runner import bind_line, open_warning, refuse_open_bind
+from opd_nb.server.runner import bind_line, open_warning
+from opd_nb.server.serve_info import ServeInfo, start_info, status_info, stop_info
 from opd_nb.server.tracing.otlp_forward import forward_url
 
 ACTIONS = ("run", "start", "stop", "status")
-SERVER_KEY_HINT = "<the server key opd serve was started with>"
-
-
-class ServeInfo(ResultMixin, BaseModel):
-    """Where a local control plane runs and the two variables a workspace needs to target it."""
-
-    running: bool
-    base_url: str | None = None
-    api_base: str | None = None
-    pid: int | None = None
-    data_dir: str | None = None
-    host: str | None = None
-    key_required: bool = False
-    note: str = ""
-
-    @classmethod
-    def of(cls, info: ServerInfo, note: str = "") -> ServeInfo:
-        return cls(
-            running=True,
-            base_url=info.base_url,
-            api_base=info.api_base,
-            pid=info.pid,
-            data_dir=info.data_dir,
-            host=info.host,
-            key_required=info.key_required,
-            note=note,
-        )
-
-    def env(self) -> dict[str, str]:
-        if not self.api_base:
-            return {}
-        if self.key_required:  # the SDK in a script of yours sends DASHSCOPE_API_KEY; `opd` and
-            # submit_job.py --local send a local plane OPD_SERVE_API_KEY (never the cloud key)
-            keys = dict.fromkeys(("DASHSCOPE_API_KEY", API_KEY_ENV), SERVER_KEY_HINT)
-            return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, **keys}
-        return {"DASHSCOPE_HTTP_BASE_URL": self.api_base, "DASHSCOPE_API_KEY": LOCAL_API_KEY}
-
-    def __str__(self) -> str:
-        if not self.running:
-            return f"opd serve: not running{'; ' + self.note if self.note else ''}"
-        lines = [f"opd serve: running at {self.base_url} (pid {self.pid}, data {self.data_dir})"]
-        if self.host and not binds_loopback_only(self.host):
-            lines.append(open_warning(self.host))
-        if self.note:
-            lines.append(self.note)
-        lines.append("target it from a workspace with:")
-        lines += [f"  export {k}={v}" for k, v in self.env().items()]
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        if not self.running:
-            return f"<div><b>opd serve</b>: not running {html.escape(self.note)}</div>"
-        rows = "".join(
-            f"<tr><td><code>{k}</code></td><td><code>{html.escape(v)}</code></td></tr>"
-            for k, v in self.env().items()
-        )
-        return (
-            f"<div><b>opd serve</b> running at <code>{html.escape(self.base_url or '')}</code> "
-            f"(pid {self.pid})<table>{rows}</table></div>"
-        )
-
-
-def start_info(options: ServeOptions, api_key: str | None = None) -> ServeInfo:
-    """`opd serve start`: reuse or launch the background server; a failed start is an OpdError."""
-    refusal = refuse_open_bind(options.host, api_key)
-    if refusal:
-        raise OpdError(refusal.removeprefix("error: "), exit_code=2)
-    result = start_background(options, api_key=api_key)
-    match result:
-        case StartReused(info=info):
-            return ServeInfo.of(info, note="already running")
-        case StartLaunched(info=info):
-            return ServeInfo.of(info)
-    raise result.to_error()  # StartFailed | StartTimedOut
-
-
-def stop_info() -> ServeInfo:
-    stopped = stop_background()
-    if stopped is None:
-        return ServeInfo(running=False, note="nothing to stop")
-    return ServeInfo(running=False, note=f"stopped the server at {stopped.base_url}")
-
-
-def status_info() -> ServeInfo:
-    status = server_status()
-    if status.running and status.recorded is not None:
-        return ServeInfo.of(status.recorded)
-    if status.recorded is None:
-        return ServeInfo(
-            running=False, note="no background server recorded (start one with `opd serve start`)"
-        )
-    return ServeInfo(running=False, note=f"the recorded server (pid {status.recorded.pid}) is gone")
 
 
 def print_banner(info: ServerInfo) -> None:
