@@ -8,9 +8,10 @@ the confirmation token is what makes a repeat safe); a stop or cancel is destruc
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from mcp_types import ToolAnnotations
+if TYPE_CHECKING:
+    from mcp.types import ToolAnnotations
 
 
 class Effect(NamedTuple):
@@ -22,6 +23,8 @@ class Effect(NamedTuple):
     open_world: bool
 
     def hints(self) -> ToolAnnotations:
+        from mcp.types import ToolAnnotations  # the `mcp` extra: imported when `opd mcp` builds its server
+
         return ToolAnnotations(
             read_only_hint=self.read_only,
             destructive_hint=self.destructive,

@@ -36,7 +36,7 @@ def _server_class() -> Any:
         UnexpectedResourceError,
         UnexpectedToolError,
     )
-    from mcp_types import CallToolResult, TextContent
+    from mcp.types import CallToolResult, TextContent
     from pydantic import ValidationError
 
     from opd_nb.agent.failures import cap, crash_line, validation_line
