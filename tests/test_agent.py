@@ -252,6 +252,8 @@ def test_codex_write_sets_our_command_and_keeps_everything_else_as_written(layou
 
 
 WRONG_SHAPES = {
+    "cursor": ['{"mcpServers": []}'],
+    "qwen-code": ['{"theme": "dark", "mcpServers": 3}'],
     "claude-code": ['{"mcpServers": []}', '{"mcpServers": "x"}', "[1, 2]", '{"mcpServers": {', '"text"'],
     "codex": ['mcp_servers = "x"', "mcp_servers = [1]", "[mcp_servers]\nopd-nb = 3\n", "not = toml = at all"],
 }
