@@ -258,3 +258,13 @@ def test_check_defaults_to_the_plane_the_server_was_started_for(tmp_path, monkey
     default, cloud = run(calls)
     rules = [{f["rule"] for f in answer["findings"]} for answer in (default, cloud)]
     assert "env.no-api-key" not in rules[0] and "env.no-api-key" in rules[1]
+
+
+def test_an_unknown_tool_name_is_one_capped_line_with_the_fix(logged):
+    async def calls(client: Any) -> list:
+        return [await client.call_tool(name, {}) for name in ("submit_job", SENTINEL + "t" * 100_000)]
+
+    short, huge = (r.content[0].text for r in run(calls))
+    assert short == "no tool 'submit_job' (fix: call one that tools/list names)"
+    assert huge.startswith("no tool ") and "fix:" in huge and len(huge) <= MAX_ERROR_CHARS
+    _no_input_logged(logged)

@@ -44,6 +44,8 @@ def _server_class() -> Any:
     class OpdServer(MCPServer):
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             shown = cap(name, 80)
+            if self._tool_manager.get_tool(name) is None:
+                raise ToolError(f"no tool {shown!r} (fix: call one that tools/list names)")
             try:
                 result = await super().call_tool(name, arguments, context)
             except UnexpectedToolError as exc:
