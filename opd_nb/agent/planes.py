@@ -1,9 +1,11 @@
 """The two control planes as the tools see them: the same target rules as `opd --local/--cloud`, and the
 server's state (the consent book, one guard and one alert tracker per watched job).
 
-Every tool takes ``target`` (local: an `opd serve`; cloud: Bailian) and ``base_url``; the key comes
+Every tool that reaches a plane takes ``target`` (local: an `opd serve`; cloud: Bailian) and ``base_url``
+(left out: the plane `opd mcp` was started for, by :func:`client_for`'s one resolver); the key comes
 from the environment or the workspace's ``.env``, as for `opd`, and never appears in an argument, a
-result or a log line.
+result or a log line. Every string argument is typed here with its cap and no NUL (a path, an id, free
+text), so the input schema says it and a bad value is refused before the tool runs.
 """
 
 from __future__ import annotations
