@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 SKILL = REPO / "skills" / "opd-nb" / "SKILL.md"
 VERBS = {"new_workspace", "check", "estimate", "smoke", "submit", "sweep", "list_jobs", "job_status", "wait_job",
          "metrics", "alerts", "logs", "samples", "checkpoints", "export_checkpoint", "deploy", "undeploy", "chat",
-         "evaluate", "compare", "cancel_job", "report"}  # fmt: skip
+         "evaluate", "compare", "cancel_job", "report", "serve_start", "serve_stop", "serve_status",
+         "list_deployments", "metric_series"}  # fmt: skip
 PAID = {"submit", "smoke", "sweep", "deploy", "evaluate"}
 
 
@@ -52,8 +53,7 @@ def test_every_verb_is_a_tool_with_an_input_and_an_output_schema():
         assert tool.description and len(tool.description) > 30, tool.name
         props = tool.input_schema.get("properties", {})
         assert ("confirmation_token" in props) == (tool.name in PAID), tool.name
-        if tool.name not in {"new_workspace", "estimate"}:  # the rest run against a plane: both, as the CLI
-            assert "base_url" in props, tool.name
+        assert ("target" in props) == ("base_url" in props), tool.name  # a plane is named by both, as the CLI
     paid = by_name["submit"].output_schema
     assert {"status", "confirmation", "result"} <= set(paid["properties"])
     assert {"opd://jobs/{job_id}", "opd://jobs/{job_id}/metrics", "opd://jobs/{job_id}/log",
@@ -163,6 +163,11 @@ def test_the_skill_names_only_tools_fields_resources_and_flags_that_exist():
     unknown = [s for s in identifiers if s not in names | words]
     assert not unknown, f"SKILL.md names what no tool has: {unknown}"
     assert VERBS <= set(identifiers), f"tools the skill never names: {VERBS - set(identifiers)}"
+    flat = " ".join(text.split())
+    said = re.search(r"Every tool but (.+?) \(which work on this machine only\) takes `target`", flat)
+    assert said, "SKILL.md must say which tools take no target"
+    planeless = {t.name for t in tools if "target" not in t.input_schema.get("properties", {})}
+    assert set(re.findall(r"`([a-z_]+)`", said[1])) == planeless
     for uri in (s for s in spans if s.startswith("opd://")):
         assert uri in uris, uri
     group = command()
@@ -188,8 +193,11 @@ def test_mcp_config_prints_what_each_agent_reads_and_write_keeps_the_rest(agent,
             ["mcp", "config", "--for", agent, "--project", str(tmp_path), "--local", "http://127.0.0.1:8799"]
         )
     assert done.value.code == 0
-    printed = capsys.readouterr().out
-    assert AGENTS[agent] in printed and not (tmp_path / AGENTS[agent]).exists()  # printed, not written
+    shown = capsys.readouterr()
+    parse = tomllib.loads if AGENTS[agent].endswith(".toml") else json.loads
+    entry = parse(shown.out)["mcp_servers" if AGENTS[agent].endswith(".toml") else "mcpServers"]["opd-nb"]
+    assert entry["args"][-2:] == ["--local", "http://127.0.0.1:8799"]  # stdout is exactly the file
+    assert AGENTS[agent] in shown.err and not (tmp_path / AGENTS[agent]).exists()  # the hint: stderr
     path = tmp_path / AGENTS[agent]
     path.parent.mkdir(parents=True, exist_ok=True)
     other = (
@@ -209,6 +217,58 @@ def test_mcp_config_prints_what_each_agent_reads_and_write_keeps_the_rest(agent,
     if path.suffix != ".toml":
         assert json.loads(raw)["theme"] == "dark"
     assert "DASHSCOPE_API_KEY" not in raw
+
+
+CODEX_AS_WRITTEN = {  # an opd-nb entry as people write it, with an env of its own and things around it
+    "dotted keys": '# my codex config\nmodel = "o3"\nmcp_servers.opd-nb.command = "old"\n'
+    'mcp_servers.opd-nb.args = ["x"]\nmcp_servers.opd-nb.env = { OPD_LOG = "debug" }\n',
+    "an inline table": '[mcp_servers]\nopd-nb = { command = "old", args = [], env = { OPD_LOG = "debug" } }\n'
+    'other = { command = "x" }  # keep me\n',
+    "an env table": '[mcp_servers.other]\ncommand = "x"  # keep me\n\n[mcp_servers.opd-nb]\ncommand = "old"\n'
+    'args = []\n\n[mcp_servers.opd-nb.env]\nOPD_LOG = "debug"\n',
+    "dotted keys in the table": '[mcp_servers]\nopd-nb.command = "old"\nopd-nb.env.OPD_LOG = "debug"\n',
+}
+
+
+@pytest.mark.parametrize("layout", sorted(CODEX_AS_WRITTEN))
+def test_codex_write_sets_our_command_and_keeps_everything_else_as_written(layout, tmp_path):
+    path = tmp_path / AGENTS["codex"]
+    path.parent.mkdir(parents=True)
+    before = CODEX_AS_WRITTEN[layout]
+    path.write_text(before)
+    agent_config("codex", ["--local"], tmp_path, write=True)
+    agent_config("codex", ["--cloud"], tmp_path, write=True)  # and again, over our own entry
+    after = path.read_text()
+    servers = tomllib.loads(after)["mcp_servers"]  # valid TOML, as Codex reads it
+    ours = servers["opd-nb"]
+    assert ours["command"] == sys.executable and ours["args"] == ["-m", "opd_nb", "mcp", "--cloud"]
+    assert ours["env"] == {"OPD_LOG": "debug"}
+    was = tomllib.loads(before)["mcp_servers"]
+    assert {k: v for k, v in servers.items() if k != "opd-nb"} == {
+        k: v for k, v in was.items() if k != "opd-nb"
+    }
+    for comment in (line for line in before.splitlines() if "#" in line):
+        assert comment.split("#", 1)[1] in after
+
+
+WRONG_SHAPES = {
+    "cursor": ['{"mcpServers": []}'],
+    "qwen-code": ['{"theme": "dark", "mcpServers": 3}'],
+    "claude-code": ['{"mcpServers": []}', '{"mcpServers": "x"}', "[1, 2]", '{"mcpServers": {', '"text"'],
+    "codex": ['mcp_servers = "x"', "mcp_servers = [1]", "[mcp_servers]\nopd-nb = 3\n", "not = toml = at all"],
+}
+
+
+@pytest.mark.parametrize(("agent", "text"), [(a, t) for a, texts in WRONG_SHAPES.items() for t in texts])
+def test_write_over_a_file_of_another_shape_is_a_clear_error_and_leaves_it(agent, text, tmp_path, capsys):
+    path = tmp_path / AGENTS[agent]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    with pytest.raises(SystemExit) as done:
+        main(["mcp", "config", "--for", agent, "--project", str(tmp_path), "--write"])
+    err = capsys.readouterr().err
+    assert done.value.code != 0 and path.read_text() == text
+    assert "Traceback" not in err and str(path) in err and "nothing was written" in err and "fix:" in err
 
 
 def test_mcp_config_names_the_agents_it_knows(capsys):

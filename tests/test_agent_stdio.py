@@ -238,3 +238,43 @@ def test_http_serves_on_loopback_and_needs_a_strong_key_elsewhere(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_bad_input_over_stdio_is_one_line_each_and_the_server_writes_none_of_it(local_server, tmp_path):
+    """The issue's inputs against a real `opd mcp --local` process: a NUL in a path, a 1 MB path, a
+    100,000-character job id, a wrong type, a job the plane does not have (a tool and a resource). Each
+    answer is one line with its fix; the server's stderr holds none of the input (it held a traceback per
+    call with the argument: 2.2 MB for the megabyte path)."""
+    from mcp.shared.exceptions import MCPError
+
+    marker = "opd-stdio-sentinel-91c2"
+    log = (tmp_path / "server.log").open("w+")
+    calls = [
+        ("check", {"workspace": f"{marker}\x00/ws"}),
+        ("check", {"workspace": marker + "x" * 1_048_576}),
+        ("job_status", {"job_id": marker + "j" * 100_000}),
+        ("logs", {"job_id": marker, "tail": marker}),
+        ("job_status", {"job_id": f"ft-000000000000-{marker[:6]}"}),
+    ]
+
+    async def run() -> tuple[list[str], str]:
+        async with agent("--local", local_server.api_base, errlog=log, cwd=tmp_path) as client:
+            said = []
+            for tool, args in calls:
+                result = await client.call_tool(tool, args)
+                assert result.is_error, tool
+                said.append(result.content[0].text)
+            with pytest.raises(MCPError) as missing:
+                await client.read_resource(f"opd://jobs/ft-000000000000-{marker[:6]}")
+            return said, str(missing.value)
+
+    said, missing = anyio.run(run)
+    for line in [*said, missing]:
+        assert "\n" not in line and len(line) < 700 and "fix" in line, line[:300]
+        assert "Error executing tool" not in line and "Error creating resource" not in line, line
+        assert "x" * 100 not in line and "j" * 100 not in line and "pydantic" not in line, line
+    assert "NUL" in said[0] and "at most 4096" in said[1] and "at most 256" in said[2] and "tail" in said[3]
+    assert "ft-000000000000" in said[4] and "ft-000000000000" in missing
+    log.seek(0)
+    written = log.read()
+    assert marker not in written and len(written) < 2000, written[:500]

@@ -53,6 +53,8 @@ FILLED = {
     "opd export {job} {older_checkpoint} --model-name early",
     'opd logs JOB --search "reward" [--tail 20] [--json]': 'opd logs {job} --search "reward" && '
     'opd logs {job} --search "reward" --tail 20 --json',
+    "opd metrics JOB [--name NAME ...] [--global-steps] [--json]": "opd metrics {job} && "
+    "opd metrics {job} --name train/reward/mean --global-steps --json",
     "opd deploy opd-local/ft-…  --suffix v1": "opd deploy opd-local/{job}  --suffix v1",
     'opd deploy NAME --plan ptu --deploy-spec \'{"input_tpm": 100000, "output_tpm": 20000}\'': "opd deploy "
     '{exported} --plan ptu --deploy-spec \'{{"input_tpm": 100000, "output_tpm": 20000}}\'',

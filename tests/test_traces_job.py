@@ -270,6 +270,13 @@ def test_the_traces_magics_limit_keeps_that_many_trajectories(finished_job, loca
     one = open_view(invoke([*argv, "--limit", "1"]))
     assert everything.state["trajectories"] > 1 and one.state["trajectories"] == 1
     assert len(one.to_html()) < len(everything.to_html())
+    total = one.state["total"]  # the view says of how many, as `opd traces` does
+    assert total == everything.state["total"] >= everything.state["trajectories"]
+    assert (
+        f"1 of {total} trajectories" in one.to_html()
+        and f"{total} trajectories" in everything.to_html()  # all of the step's fit the default limit
+        and f"of {total}" not in everything.to_html()
+    )
 
 
 @pytest.mark.parametrize("compression", ["gzip"])

@@ -106,3 +106,35 @@ def test_json_exports_and_the_step_metrics_merge_with_the_engines_row(tmp_path: 
     assert len(one["trajectories"]) == 1 and none["trajectories"] == []
     assert client.get("/api/v1/fine-tunes/ft-9/traces", headers=auth).status_code == 404
     assert client.get("/api/v1/fine-tunes/ft-1/traces?step=-1", headers=auth).status_code == 400
+
+
+def test_a_limited_page_says_of_how_many_and_the_cli_shows_its_default(tmp_path: Path) -> None:
+    """A step with more trajectories than the limit: the page carries the total (`--json` too) and its
+    title says "2 of 5", not "2 trajectories" as if that were all; under the limit it says the plain count;
+    `opd traces --help` shows the default limit the API applies."""
+    from click.testing import CliRunner
+
+    from opd_nb.cli import command
+    from opd_nb.traces.page import DEFAULT_TRAJECTORIES, TracesPage
+
+    client, token = _app(tmp_path)
+    for _ in range(5):  # five rollout calls of the same step, each its own trace
+        sent = client.post(
+            "/otlp/v1/traces", content=_export(), headers={**PB, "Authorization": f"Bearer {token}"}
+        )
+        assert sent.status_code == 200
+    key = {"Authorization": "Bearer local"}
+    pages = {n: TracesPage.model_validate(client.get(f"/api/v1/fine-tunes/ft-1/traces?limit={n}", headers=key)
+                                          .json()["output"]) for n in (2, 5, 9)}  # fmt: skip
+    assert [len(p.trajectories) for p in pages.values()] == [2, 5, 5]
+    assert {p.total for p in pages.values()} == {5}
+    assert "2 of 5 trajectories" in pages[2].title() and '"total":5' in pages[2].model_dump_json()
+    assert " 5 trajectories" in pages[9].title() and " of " not in pages[9].count_line()
+    default = TracesPage.model_validate(
+        client.get("/api/v1/fine-tunes/ft-1/traces", headers=key).json()["output"]
+    )
+    assert default.total == 5 and DEFAULT_TRAJECTORIES == 100
+    shown = " ".join(
+        CliRunner().invoke(command(), ["traces", "--help"], env={"COLUMNS": "200"}).output.split()
+    )
+    assert f"[default: {DEFAULT_TRAJECTORIES};" in shown

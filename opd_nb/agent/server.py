@@ -7,6 +7,7 @@ or key reaches a log, and stdout belongs to the protocol (the SDK diverts the pr
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
@@ -23,16 +24,69 @@ INSTRUCTIONS = (
 )
 
 
+def _server_class() -> Any:
+    """The SDK's MCPServer with our failure rules (:mod:`opd_nb.agent.failures`) and compact results: a
+    tool's text content is its structured content as compact JSON (the data once, not indented again)."""
+    import json
+
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import (
+        ResourceError,
+        ToolError,
+        UnexpectedResourceError,
+        UnexpectedToolError,
+    )
+    from mcp.types import CallToolResult, TextContent
+    from pydantic import ValidationError
+
+    from opd_nb.agent.failures import cap, crash_line, validation_line
+
+    class OpdServer(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            shown = cap(name, 80)
+            if self._tool_manager.get_tool(name) is None:
+                raise ToolError(f"no tool {shown!r} (fix: call one that tools/list names)")
+            try:
+                result = await super().call_tool(name, arguments, context)
+            except UnexpectedToolError as exc:
+                raise ToolError(crash_line(shown, exc)) from None
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(validation_line(shown, exc.__cause__)) from None
+                raise ToolError(
+                    cap(str(exc).replace(f"Error executing tool {name}: ", f"{shown}: "))
+                ) from None
+            if (
+                isinstance(result, CallToolResult)
+                and result.structured_content is not None
+                and not result.is_error
+            ):
+                text = json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False)
+                result.content = [TextContent(type="text", text=text)]
+            return result
+
+        async def read_resource(self, uri: Any, context: Any = None) -> Any:
+            try:
+                return await super().read_resource(uri, context)
+            except UnexpectedResourceError as exc:
+                raise ResourceError(crash_line(cap(str(uri), 120), exc)) from None
+            except ResourceError as exc:
+                raise type(exc)(cap(str(exc))) from None
+
+    return OpdServer
+
+
 def build() -> Any:
     """The MCPServer with every tool and resource registered (imports the `mcp` SDK)."""
-    from mcp.server.mcpserver import MCPServer
-
     from opd_nb._version import __version__
-    from opd_nb.agent import resources, tools_jobs, tools_read, tools_work
+    from opd_nb.agent import resources, tools_jobs, tools_plane, tools_read, tools_work
+    from opd_nb.agent.annotations import annotations_for
 
-    app = MCPServer(NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
-    for tool in (*tools_work.TOOLS, *tools_jobs.TOOLS, *tools_read.TOOLS):
-        app.add_tool(tool)
+    app = _server_class()(NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    # The SDK's INFO lines quote a failing resource's URI (a job id an agent sent): at WARNING, never written.
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    for tool in (*tools_work.TOOLS, *tools_jobs.TOOLS, *tools_read.TOOLS, *tools_plane.TOOLS):
+        app.add_tool(tool, annotations=annotations_for(tool.__name__))
     resources.register(app)
     return app
 

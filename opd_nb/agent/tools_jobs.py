@@ -16,6 +16,8 @@ from opd_nb.agent.planes import (
     AgentState,
     BaseUrlArg,
     ConfigArg,
+    IdArg,
+    JobIdArg,
     TargetArg,
     TokenArg,
     WorkspaceArg,
@@ -125,14 +127,14 @@ def submit(
     base_url: BaseUrlArg = None,
     config: ConfigArg = "config.yaml",
     model: Annotated[
-        str | None,
+        IdArg | None,
         Field(
             description="student model id; to continue training: "
             "opd-local/<job_id>, a checkpoint or an exported model"
         ),
     ] = None,  # fmt: skip
-    teacher_model: Annotated[str | None, Field(description="teacher model id (overrides config)")] = None,
-    job_name: Annotated[str | None, Field(description="job name (the service appends -<8 hex>)")] = None,
+    teacher_model: Annotated[IdArg | None, Field(description="teacher model id (overrides config)")] = None,
+    job_name: Annotated[IdArg | None, Field(description="job name (the service appends -<8 hex>)")] = None,
     no_reward: Annotated[bool, Field(description="submit without reward functions")] = False,
     sets: SetsArg = None,
     fresh: Annotated[bool, Field(description="register the functions again even if unchanged")] = False,
@@ -168,7 +170,7 @@ def smoke(
 
 @tool_errors
 def sweep(
-    params: Annotated[list[str], Field(description="NAME=V1,V2,... e.g. learning_rate=5e-7,1e-6")],
+    params: Annotated[list[IdArg], Field(description="NAME=V1,V2,... e.g. learning_rate=5e-7,1e-6")],
     workspace: WorkspaceArg = ".",
     grid: Annotated[bool, Field(description="several params: one job per combination")] = False,
     target: TargetArg = None,
@@ -212,14 +214,14 @@ def list_jobs(
 
 
 @tool_errors
-def job_status(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
+def job_status(job_id: JobIdArg, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
     """One job: status, progress, model, output (`opd status`)."""
     return JobInfo.of(client_for(target, base_url).get(job_id))
 
 
 @tool_errors
 def wait_job(
-    job_id: str,
+    job_id: JobIdArg,
     timeout_s: Annotated[
         float, Field(gt=0, le=MAX_WAIT_S, description="return by then at the latest")
     ] = 60.0,
@@ -239,7 +241,7 @@ def wait_job(
 
 
 @tool_errors
-def cancel_job(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
+def cancel_job(job_id: JobIdArg, target: TargetArg = None, base_url: BaseUrlArg = None) -> JobInfo:
     """Cancel a job (`opd cancel`); a running local job stops within a few seconds."""
     client = client_for(target, base_url)
     return JobInfo.of(client.cancel(job_id, reason="by a coding agent (opd mcp cancel_job)"))

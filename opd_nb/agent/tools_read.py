@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from opd_nb.agent.models import AlertsResult, MetricsResult, SamplesResult
-from opd_nb.agent.planes import BaseUrlArg, TargetArg, client_for, tool_errors
+from opd_nb.agent.planes import BaseUrlArg, IdArg, JobIdArg, TargetArg, client_for, tool_errors
 from opd_nb.agent.views import alerts_view, metrics_view, samples_view
 from opd_nb.experiments.compare import Comparison
 from opd_nb.health.checkpoint_table import CheckpointTable
@@ -16,8 +16,8 @@ from opd_nb.watching.log_search import LogSearch
 
 @tool_errors
 def metrics(
-    job_id: str,
-    names: Annotated[list[str] | None, Field(description="metric names (default: every metric)")] = None,
+    job_id: JobIdArg,
+    names: Annotated[list[IdArg] | None, Field(description="metric names (default: every metric)")] = None,
     last: Annotated[int, Field(ge=0, le=200, description="how many of the latest rows to include")] = 5,
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
@@ -28,7 +28,7 @@ def metrics(
 
 
 @tool_errors
-def alerts(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> AlertsResult:
+def alerts(job_id: JobIdArg, target: TargetArg = None, base_url: BaseUrlArg = None) -> AlertsResult:
     """The health alerts the monitor shows (the docs' troubleshooting rules), each with its fix, and
     the best checkpoint by the docs' rule (highest reward mean@1, else where the loss levels off)."""
     client = client_for(target, base_url)
@@ -39,8 +39,10 @@ def alerts(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -
 
 @tool_errors
 def logs(
-    job_id: str,
-    search: Annotated[str | None, Field(description="only lines containing this (case-insensitive)")] = None,
+    job_id: JobIdArg,
+    search: Annotated[
+        IdArg | None, Field(description="only lines containing this (case-insensitive)")
+    ] = None,
     tail: Annotated[int | None, Field(ge=1, le=10000, description="only the last N (matching) lines")] = 50,
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
@@ -53,7 +55,7 @@ def logs(
 
 @tool_errors
 def samples(
-    job_id: str,
+    job_id: JobIdArg,
     step: Annotated[int | None, Field(ge=0, description="the step (default: the latest recorded)")] = None,
     kind: Literal["train", "validation"] | None = None,
     target: TargetArg = None,
@@ -65,7 +67,7 @@ def samples(
 
 
 @tool_errors
-def checkpoints(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> CheckpointTable:
+def checkpoints(job_id: JobIdArg, target: TargetArg = None, base_url: BaseUrlArg = None) -> CheckpointTable:
     """A job's checkpoints: step, status, metrics, the best one, days to expiry, exported names."""
     from opd_nb.health.checkpoint_table import checkpoint_table
 
@@ -75,7 +77,7 @@ def checkpoints(job_id: str, target: TargetArg = None, base_url: BaseUrlArg = No
 
 @tool_errors
 def compare(
-    job_ids: Annotated[list[str], Field(min_length=2, description="two or more job ids")],
+    job_ids: Annotated[list[JobIdArg], Field(min_length=2, description="two or more job ids")],
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
 ) -> Comparison:

@@ -12,7 +12,11 @@ from opd_nb.agent.planes import (
     STATE,
     BaseUrlArg,
     ConfigArg,
+    IdArg,
+    JobIdArg,
+    PathArg,
     TargetArg,
+    TextArg,
     TokenArg,
     WorkspaceArg,
     client_for,
@@ -41,10 +45,10 @@ class CheckResult(BaseModel):
 @tool_errors
 def new_workspace(
     mode: Annotated[Literal["pure-distill", "reward", "agentic"], Field(description="the OPD mode")],
-    dest: Annotated[str, Field(description="folder to create (must not exist, or be empty)")],
-    name: str | None = None,
-    student: Annotated[str | None, Field(description="student model id")] = None,
-    teacher: Annotated[str | None, Field(description="teacher model id")] = None,
+    dest: Annotated[PathArg, Field(description="folder to create (must not exist, or be empty)")],
+    name: IdArg | None = None,
+    student: Annotated[IdArg | None, Field(description="student model id")] = None,
+    teacher: Annotated[IdArg | None, Field(description="teacher model id")] = None,
     with_reward: Annotated[bool | None, Field(description="agentic only: add a reward function")] = None,
 ) -> Workspace:
     """Create a workspace (`opd new`): config.yaml, data, submit_job.py, tests, the mode's functions."""
@@ -56,17 +60,18 @@ def new_workspace(
 @tool_errors
 def check(
     workspace: WorkspaceArg = ".",
-    target: Annotated[
-        Literal["cloud", "local"], Field(description="whose rules: cloud (Bailian) or local")
-    ] = "cloud",
+    target: TargetArg = None,
     base_url: BaseUrlArg = None,
     config: ConfigArg = "config.yaml",
 ) -> CheckResult:
     """Every preflight rule over config, data, functions and environment (`opd check`); read-only.
-    The preflight-rules resource lists every rule with its fix."""
+    Whose rules: the plane the other tools use by default (`opd mcp --local`: local). The
+    preflight-rules resource lists every rule with its fix."""
     from opd_nb.checks import check as run_check
+    from opd_nb.client import resolve_target
 
-    report = run_check(workspace, target, base_url=base_url, config=config)
+    kind = resolve_target(target, base_url=base_url, workspace=workspace).kind  # the tools' one default
+    report = run_check(workspace, kind, base_url=base_url, config=config)
     return CheckResult(ok=report.ok, errors=len(report.errors), warnings=len(report.warnings),
                        findings=report.findings)  # fmt: skip
 
@@ -88,9 +93,9 @@ def estimate(
 
 @tool_errors
 def export_checkpoint(
-    job_id: str,
-    checkpoint: Annotated[str, Field(description="checkpoint-N, JOB:checkpoint-N or the step number")],
-    model_name: Annotated[str | None, Field(description="a display name")] = None,
+    job_id: JobIdArg,
+    checkpoint: Annotated[IdArg, Field(description="checkpoint-N, JOB:checkpoint-N or the step number")],
+    model_name: Annotated[IdArg | None, Field(description="a display name")] = None,
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
 ) -> ExportResult:
@@ -103,10 +108,10 @@ def export_checkpoint(
 @tool_errors
 def deploy(
     model: Annotated[
-        str, Field(description="opd-local/<job_id>, an exported model_name, a checkpoint, a base model")
+        IdArg, Field(description="opd-local/<job_id>, an exported model_name, a checkpoint, a base model")
     ],
     capacity: Annotated[int, Field(ge=1)] = 1,
-    suffix: str | None = None,
+    suffix: IdArg | None = None,
     plan: Annotated[
         Literal["lora", "ptu", "mu"] | None, Field(description="Bailian's plan (default lora)")
     ] = None,
@@ -137,16 +142,16 @@ def deploy(
 
 
 @tool_errors
-def undeploy(name: str, target: TargetArg = None, base_url: BaseUrlArg = None) -> Deployment:
+def undeploy(name: IdArg, target: TargetArg = None, base_url: BaseUrlArg = None) -> Deployment:
     """Stop a deployment (`opd undeploy`): on Bailian its billing stops."""
     return client_for(target, base_url).undeploy(name)
 
 
 @tool_errors
 def chat(
-    model: Annotated[str, Field(description="a deployed_model name, or a base model id")],
-    message: str,
-    system: str | None = None,
+    model: Annotated[IdArg, Field(description="a deployed_model name, or a base model id")],
+    message: TextArg,
+    system: TextArg | None = None,
     max_tokens: Annotated[int | None, Field(ge=1)] = None,
     temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None,
     target: TargetArg = None,
@@ -163,7 +168,9 @@ def chat(
 @tool_errors
 def evaluate(
     workspace: WorkspaceArg,
-    models: Annotated[list[str], Field(min_length=1, description="models to compare, e.g. trained and base")],
+    models: Annotated[
+        list[IdArg], Field(min_length=1, description="models to compare, e.g. trained and base")
+    ],
     rows: Annotated[int | None, Field(ge=1, description="only the first N validation rows")] = None,
     concurrency: Annotated[int, Field(ge=1, le=64)] = 8,
     max_tokens: Annotated[int | None, Field(ge=1)] = None,
@@ -194,9 +201,9 @@ def evaluate(
 
 @tool_errors
 def report(
-    job_id: str,
+    job_id: JobIdArg,
     to: Annotated[list[Tracker], Field(min_length=1, description="the trackers to write the job to")],
-    project: Annotated[str | None, Field(description="trackio/W&B project, MLflow experiment")] = None,
+    project: Annotated[IdArg | None, Field(description="trackio/W&B project, MLflow experiment")] = None,
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
 ) -> ReportResult:

@@ -30,21 +30,10 @@ from opd_nb.client.rollout_results import (
     reward_of,
 )
 from opd_nb.health.rules import best_checkpoint, best_checkpoint_line, job_alerts
+from opd_nb.plots.job_series import NO_METRICS, numeric_names, unknown_note
 from opd_nb.plots.png import metric_series
 
-NO_METRICS = "this control plane (Bailian) has no metrics API; read the job in the console"
 DISAGREEING_TOKENS = 5
-
-
-def _names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    seen: dict[str, None] = {}
-    for row in rows:
-        seen.update(
-            (k, None)
-            for k, v in row.items()
-            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool)
-        )
-    return list(seen)
 
 
 def metrics_view(
@@ -53,21 +42,23 @@ def metrics_view(
     """Each metric's summary (points, first/last step and value, min, max, mean) and the last `last` rows."""
     if rows is None:
         return MetricsResult(job_id=job_id, available=False, note=NO_METRICS)
-    series = []
-    for name in names or _names(rows):
+    series, unknown = [], []
+    for name in dict.fromkeys(names) if names else numeric_names(rows):
         steps, values = metric_series(rows, name)
         if values:
             series.append(SeriesSummary(
                 name=name, points=len(values), first_step=steps[0], last_step=steps[-1], first=values[0],
                 last=values[-1], min=min(values), max=max(values), mean=sum(values) / len(values),
             ))  # fmt: skip
+        elif names:
+            unknown.append(name)
     wanted = set(names or []) | {"step"}
     tail = (
         [dict(r) if not names else {k: v for k, v in r.items() if k in wanted} for r in rows[-last:]]
         if last
         else []
     )
-    note = "" if series or not names else f"none of {', '.join(names)} in this job's metrics"
+    note = unknown_note(unknown)  # counted and a few quoted: never every name asked for
     return MetricsResult(job_id=job_id, available=True, note=note, series=series, last_rows=tail)
 
 

@@ -17,6 +17,7 @@ from opd_nb.cli import deploy as _deploy  # noqa: F401
 from opd_nb.cli import eval as _eval  # noqa: F401
 from opd_nb.cli import experiments as _experiments  # noqa: F401
 from opd_nb.cli import jobs as _jobs  # noqa: F401
+from opd_nb.cli import metrics as _metrics  # noqa: F401
 from opd_nb.cli import new as _new  # noqa: F401
 from opd_nb.cli import notebook_only as _notebook_only  # noqa: F401
 from opd_nb.cli import report as _report  # noqa: F401

@@ -22,7 +22,7 @@ FLOW: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Workspace", ("new", "data", "config", "demo")),
     ("Check", ("check", "test", "estimate")),
     ("Run", ("submit", "sweep")),
-    ("Watch", ("jobs", "status", "watch", "logs", "rollouts", "traces", "cancel")),
+    ("Watch", ("jobs", "status", "watch", "logs", "metrics", "rollouts", "traces", "cancel")),
     (
         "After the job",
         (

@@ -17,7 +17,7 @@ import typer
 from opd_nb import settings
 from opd_nb.cli._app import app
 from opd_nb.cli._argv import LOCAL_DEFAULT
-from opd_nb.cli._output import emit, foreground
+from opd_nb.cli._output import emit, foreground, note
 from opd_nb.cli._secrets import API_KEY, secret
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt
 from opd_nb.errors import OpdError
@@ -112,7 +112,11 @@ def mcp_config_cmd(
     cloud: CloudOpt = False,
     as_json: JsonOpt = False,
 ) -> Any:
-    """Print (or --write) the config AGENT reads to start `opd mcp` for this project; no key is written."""
+    """Print (or --write) the config AGENT reads to start `opd mcp` for this project; no key is written.
+    Printed, stdout is exactly the file (`> .mcp.json` works); where it goes is said on stderr."""
     from opd_nb.agent.agent_config import agent_config
 
-    return emit(agent_config(agent, _plane(local, cloud), project, write=write), as_json=as_json)
+    config = agent_config(agent, _plane(local, cloud), project, write=write)
+    if config.hint() and not as_json:
+        note(config.hint())
+    return emit(config, as_json=as_json)

@@ -18,7 +18,7 @@ from opd_nb.cli.intents import TracesRequest
 from opd_nb.cli.jobs import CloudOpt, JsonOpt, TargetOpt, _client
 from opd_nb.cli.rollouts import _kind
 from opd_nb.errors import OpdError
-from opd_nb.traces.page import CLOUD_NOTE
+from opd_nb.traces.page import CLOUD_NOTE, DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES
 
 
 @app.command("traces")
@@ -34,7 +34,12 @@ def traces_cmd(
     sample: Annotated[
         int | None, typer.Option(min=0, help="one rollout of the prompt (a record's sample)")
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="at most this many trajectories")] = None,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=1, max=MAX_TRAJECTORIES, help="at most this many trajectories (the title says of how many)"
+        ),
+    ] = DEFAULT_TRAJECTORIES,
     local: TargetOpt = None,
     cloud: CloudOpt = False,
     as_json: JsonOpt = False,

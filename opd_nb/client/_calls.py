@@ -361,6 +361,8 @@ def error_for(resp: httpx.Response, what: str) -> OpdError:
     fix = None
     if resp.status_code == 401:
         fix = "set DASHSCOPE_API_KEY in the environment or the workspace's .env"
+    elif resp.status_code == 404 and code and code.endswith("NotFound"):  # a job, file or deployment id
+        fix = "check the id: `opd jobs` and `opd deployments` list this control plane's"
     return OpdError(
         f"{what} failed: [{resp.status_code} {code or 'Error'}] {message}",
         fix=fix,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from opd_nb.traces.facts import details, one_line
+from opd_nb.traces.page import count_line
 from opd_nb.traces.spans import SpanNode, Trajectory
 from opd_nb.views import render, theme
 
@@ -120,7 +121,8 @@ def view_html(state: dict[str, Any], trajectories: Sequence[Trajectory], *, scri
     which += f" · sample {state['sample']}" if state["sample"] is not None else ""
     where = (
         f"step <b>{state['step']}</b> of {render.esc(', '.join(map(str, state['steps'])))} · "
-        f"kind {render.esc(state['kind'] or 'all')}{render.esc(which)} · {len(trajectories)} trajectories"
+        f"kind {render.esc(state['kind'] or 'all')}{render.esc(which)} · "
+        f"{render.esc(count_line(len(trajectories), state.get('total')))}"
     )
     numbers = " · ".join(f"{render.esc(k)} {v:.3g}" for k, v in sorted(state["metrics"].items()))
     tools = (

@@ -129,6 +129,7 @@ class TrajectoryView(LiveView):
             "sample": self.sample,
             "metrics": dict(page.metrics) if page else {},
             "trajectories": len(page.trajectories) if page else 0,
+            "total": page.total if page else None,  # before the limit: "100 of 128"
         }
 
     def to_html(self) -> str:

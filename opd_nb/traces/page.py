@@ -14,6 +14,7 @@ from opd_nb.traces.ids import SampleRef
 from opd_nb.traces.spans import SpanNode, Trajectory
 
 MAX_TRAJECTORIES = 1000  # the most one answer holds (the API's cap on `limit`)
+DEFAULT_TRAJECTORIES = 100  # what one answer holds when `limit` is not given (the API's, `opd traces`')
 CLOUD_NOTE = (
     "This control plane keeps no traces (Bailian): the SDK's spans go to ARMS, and the Bailian console "
     "shows them in the job's Trajectory tab."
@@ -28,6 +29,7 @@ class TracesPage(BaseModel, ResultMixin):
     kind: str | None = None  # the kind asked for (None: both)
     steps_by_kind: dict[str, list[int]] = Field(default_factory=dict)
     trajectories: list[Trajectory] = Field(default_factory=list)
+    total: int | None = None  # the step's (or sample's) trajectories before `limit` cut them; None: not said
     metrics: dict[str, float] = Field(default_factory=dict)  # the step's trace metrics (train steps)
 
     @property
@@ -44,13 +46,17 @@ class TracesPage(BaseModel, ResultMixin):
             == (ref.kind, ref.step, ref.group, ref.sample)
         ]
 
+    def count_line(self) -> str:
+        """'100 of 128 trajectories' when a limit cut them, else '128 trajectories'."""
+        return count_line(len(self.trajectories), self.total)
+
     def title(self) -> str:
         if self.step is None:
             return f"traces of {self.job_id}: none received yet"
         errors = sum(t.errors for t in self.trajectories)
         return (
             f"traces of {self.job_id} · step {self.step} ({self.kind or 'train and validation'}) · "
-            f"{len(self.trajectories)} trajector{'y' if len(self.trajectories) == 1 else 'ies'}, {errors} failed span(s)"
+            f"{self.count_line()}, {errors} failed span(s)"
         )
 
     def __str__(self) -> str:
@@ -60,6 +66,14 @@ class TracesPage(BaseModel, ResultMixin):
         for t in self.trajectories:
             lines.extend(trajectory_lines(t))
         return "\n".join(lines)
+
+
+def count_line(shown: int, total: int | None) -> str:
+    """How many trajectories are shown, and of how many when that is more (never a cut list as whole)."""
+    noun = "trajectory" if (total or shown) == 1 else "trajectories"
+    if total is not None and total > shown:
+        return f"{shown} of {total} {noun} (raise the limit to see more)"
+    return f"{shown} {noun}"
 
 
 def trajectory_lines(t: Trajectory) -> list[str]:

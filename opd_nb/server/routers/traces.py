@@ -17,7 +17,7 @@ from opd_nb.server.deps import ServicesDep, StoreDep, existing_job
 from opd_nb.server.errors import ApiError
 from opd_nb.server.tracing.env import OTLP_PATH
 from opd_nb.server.tracing.intake import Refused
-from opd_nb.traces.page import MAX_TRAJECTORIES, TracesPage
+from opd_nb.traces.page import DEFAULT_TRAJECTORIES, MAX_TRAJECTORIES, TracesPage
 from opd_nb.wire.envelope import Output
 
 router = APIRouter()
@@ -73,7 +73,9 @@ def job_traces(
     sample: int | None = Query(
         None, ge=0, le=MAX_STEP, description="one rollout of the prompt (a record's sample)"
     ),
-    limit: int = Query(100, ge=1, le=MAX_TRAJECTORIES, description="at most this many trajectories"),
+    limit: int = Query(
+        DEFAULT_TRAJECTORIES, ge=1, le=MAX_TRAJECTORIES, description="at most this many trajectories"
+    ),
 ) -> Output[TracesPage]:
     """Local-only: a step's traced calls as span trees, each tied to its rollout record."""
     existing_job(job_id, store)

@@ -23,7 +23,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Generator
 from contextlib import contextmanager
-from itertools import islice
 from pathlib import Path
 
 from opd_nb import settings
@@ -223,7 +222,8 @@ class TraceIntake:
         indexes = [ix for k in ((kind,) if kind else KINDS) if (ix := self.files.index(job_id, k, shown))]
         group, sample = ref
         calls = heapq.merge(*(ix.calls for ix in indexes), key=lambda c: (c.start_ms, c.trace_id))
-        chosen = list(islice((c for c in calls if _matches(c.sample, group, sample)), limit))
+        matching = [c for c in calls if _matches(c.sample, group, sample)]
+        chosen = matching[:limit]
         spans = [s for c in chosen for s in read_at(c.path, c.places())]
         peers: dict[str, list[float]] = {}
         acc = StepTraces()
@@ -237,6 +237,7 @@ class TraceIntake:
             kind=kind,
             steps_by_kind=by_kind,
             trajectories=trajectories(spans, peers),
+            total=len(matching),
             metrics=acc.metrics(),
         )
 
