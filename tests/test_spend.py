@@ -78,7 +78,9 @@ def test_a_cloud_submit_needs_yes_and_says_what_would_start(bailian, cloud_env, 
         main(["submit", str(ws), "--cloud"])
     assert exited.value.code == 1
     err = capsys.readouterr().err
-    assert "needs --yes" in err and "Traceback" not in err and KEY not in err
+    assert (
+        "needs your confirmation" in err and "add --yes" in err and "Traceback" not in err and KEY not in err
+    )
 
 
 @pytest.mark.slow
@@ -260,7 +262,7 @@ def test_the_consent_shows_every_warning_before_the_user_says_yes(bailian, cloud
     with pytest.raises(SystemExit) as exited:
         main(["submit", str(ws), "--cloud"])
     err = capsys.readouterr().err
-    assert exited.value.code == 1 and "needs --yes" in err and "config.teacher-smaller" in err, err
+    assert exited.value.code == 1 and "add --yes" in err and "config.teacher-smaller" in err, err
     assert len(bailian.requests) == before
 
 
