@@ -332,3 +332,38 @@ def test_a_lost_submit_answer_finds_the_job_and_a_repeat_is_already_started(
         for job in local.list(size=100).jobs:
             if job.status in ("PENDING", "RUNNING"):
                 local.cancel(job.job_id)
+
+
+@pytest.mark.slow  # a sweep of two jobs through the SDK
+def test_a_sweep_whose_second_answer_is_lost_finds_it_and_an_agents_repeat_is_already_started(
+    lossy, local_server, tmp_path, capsys
+):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24)
+    local = _local(local_server)
+    lossy.fault(*JOB_CREATE, times=2)  # both jobs are created upstream; both answers are lost
+    params = ["learning_rate=1e-6,2e-6"]
+    args = {"workspace": str(ws), "params": params, "target": "cloud", "base_url": lossy.api_base}
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    async def go() -> list:
+        async with Client(build()) as client:
+            asked = await client.call_tool("sweep", args)
+            token = asked.structured_content["confirmation"]["confirmation_token"]
+            confirmed = {**args, "confirmation_token": token}
+            return [await client.call_tool("sweep", confirmed) for _ in range(2)]
+
+    try:
+        first, again = anyio.run(go)
+        assert not first.is_error, first.content[0].text
+        assert first.structured_content["status"] == "started" and lossy.job_creations() == 2
+        assert again.structured_content["status"] == "already_started" and lossy.job_creations() == 2
+        jobs = [j["job_id"] for j in first.structured_content["result"]["jobs"]]
+        assert len(set(jobs)) == 2 and jobs == [
+            j["job_id"] for j in again.structured_content["result"]["jobs"]
+        ]
+    finally:
+        for job in local.list(size=100).jobs:
+            if job.status in ("PENDING", "RUNNING"):
+                local.cancel(job.job_id)

@@ -93,9 +93,8 @@ def test_yes_sends_a_smoke_job_of_40_rows_and_one_epoch(bailian, cloud_env, loca
         assert any(method == "POST" and "fine-tunes" in path for method, path in bailian.requests)
         job = local.get(result.job_id)
         assert job.hyper_parameters["n_epochs"] == 1
-        assert job.job_name.startswith(
-            yaml.safe_load((ws / "config.yaml").read_text())["name"] + SMOKE_SUFFIX
-        )
+        name = yaml.safe_load((ws / "config.yaml").read_text())["name"]  # + the start's request id
+        assert re.fullmatch(rf"{re.escape(name)}-r[0-9a-f]{{10}}{SMOKE_SUFFIX}-[0-9a-f]{{8}}", job.job_name)
         (train_id,) = job.raw["training_file_ids"]
         (val_id,) = job.raw["validation_file_ids"]
         files = httpx.get(f"{local_server.api_base}/files/{train_id}", headers={"Authorization": "Bearer t"})

@@ -118,12 +118,13 @@ class _Base:
         so a lost answer is found by that name (:func:`opd_nb.client._calls.deploy_once`)."""
         check_plan(plan, deploy_spec, billing_method)
         require_deploy_consent(self.target.kind, model, plan, capacity, yes)
-        if is_paid(self.target.kind):
+        paid = is_paid(self.target.kind)
+        if paid:
             suffix = suffix or request or request_id()
         call = calls.deploy(
             model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
         )
-        if suffix is None:
+        if not paid or suffix is None:
             return self._required(call)
         return calls.deploy_once(call, suffix, self.target, self.retries)
 

@@ -372,9 +372,8 @@ def require_eval_consent(
     if not is_paid(target_kind):
         return None
     notice = eval_line(eval_size(workspace, models, rows, max_tokens))
-    require_consent(
-        target_kind, yes, notice, fix="rerun with --yes to make these calls", warnings=[EVAL_WARNING]
-    )
+    fix = "rerun with --yes to make these calls (a fine-tuned model first: `opd deploy MODEL --cloud --yes`)"
+    require_consent(target_kind, yes, notice, fix=fix, warnings=[EVAL_WARNING])
     return f"{notice}. {EVAL_WARNING}"
 
 

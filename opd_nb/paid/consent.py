@@ -62,9 +62,9 @@ def request_id(seed: str | None = None) -> str:
 
 
 def answer_lost(exc: OpdError) -> bool:
-    """Whether a failed send may have been carried out: no answer (a dropped connection, a timeout), a
-    5xx, or a 409 (the id's name exists: an earlier send made it). A 4xx other than 409 refused it."""
-    return exc.code == UNREACHABLE or exc.status is None or exc.status >= 500 or exc.status == 409
+    """Whether a failed send may have been carried out: no answer (a dropped connection, a timeout) or a
+    5xx. A 4xx refused it (a 409 too: the name was taken before this start)."""
+    return exc.code == UNREACHABLE or exc.status is None or exc.status >= 500
 
 
 def found_after_loss(exc: OpdError, found: T | None, what: str) -> tuple[T, str]:
