@@ -414,9 +414,7 @@ def submit(
     `on_note` is given each warning of the gate before anything is sent (the terminal prints them); the
     result's notes keep them too. `preflight_done`: the caller ran the gate on exactly this config (a sweep).
 
-    A paid start is sent once: its job name carries a request id (`request_id`, an agent's; else a new one,
-    :func:`opd_nb.paid.consent.request_id`), and when the answer is lost the job is found by it
-    (:func:`find_started_job`) instead of being submitted again.
+    A paid start is sent once (`request_id`: an agent's; see :func:`_send_once`).
 
     The runner writes its result to a file (submit_job.py's ``--result-file``): nothing the workspace's
     code prints can pass for it. An older template's submit_job.py (no such flag) still submits: its
@@ -432,25 +430,9 @@ def submit(
         on_note=on_note, preflight_done=preflight_done,
     )  # fmt: skip
     client = client or JobClient(target)
-    rid = (request_id or new_request_id()) if is_paid(target.kind) else None
-    if rid is not None:  # the name Bailian records carries it: NAME-rid-<8 hex>
-        overrides["job_name"] = f"{job_name or _config_name(ws / config)}-{rid}"
-
-    def send() -> tuple[str, list[dict[str, Any]], list[str], bool, str]:
-        with tempfile.TemporaryDirectory(prefix="opd-submit-") as tmp:
-            result_file = Path(tmp) / "result.json"
-            runner, cmd, legacy = _runner_command(ws, target, config, overrides, flags, result_file)
-            proc, data = _run_runner(ws, cmd, env, timeout_s, None if legacy else result_file)
-        return *_runner_output(proc, data, legacy), legacy, runner
-
-    try:
-        job_id, functions, tail, legacy, runner = send()
-    except OpdError as exc:  # sent once: a start whose answer was lost is found by its id, not sent again
-        found = find_started_job(client, rid) if rid is not None else None
-        if found is None:
-            raise
-        job_id, functions, tail, legacy, runner = found.job_id, [], [], False, "found"
-        notes.append(lost_note(exc))
+    job_id, functions, tail, legacy, runner = _send_once(
+        client, request_id, ws, target, config, overrides, flags, env=env, timeout_s=timeout_s, notes=notes
+    )
     result = SubmitResult(
         job_id=job_id,
         job=client.get(job_id),
@@ -468,6 +450,52 @@ def submit(
     )
     result._client = client  # pyright: ignore[reportPrivateUsage] - SubmitResult's own module binds it
     return result
+
+
+def _send_once(
+    client: JobClient,
+    request_id: str | None,
+    ws: Path,
+    target: Target,
+    config: str,
+    overrides: dict[str, Any],
+    flags: list[str],
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+    notes: list[str],
+) -> tuple[str, list[dict[str, Any]], list[str], bool, str]:
+    """:func:`_send`, and on Bailian once only: the job name carries the start's request id (NAME-rid-<8 hex>),
+    and a start whose answer was lost is found by it (a note says so), never sent again."""
+    rid = (request_id or new_request_id()) if is_paid(target.kind) else None
+    if rid is not None:
+        overrides["job_name"] = f"{overrides.get('job_name') or _config_name(ws / config)}-{rid}"
+    try:
+        return _send(ws, target, config, overrides, flags, env=env, timeout_s=timeout_s)
+    except OpdError as exc:
+        found = find_started_job(client, rid) if rid is not None else None
+        if found is None:
+            raise
+        notes.append(lost_note(exc))
+        return found.job_id, [], [], False, "found"
+
+
+def _send(
+    ws: Path,
+    target: Target,
+    config: str,
+    overrides: Mapping[str, Any],
+    flags: list[str],
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+) -> tuple[str, list[dict[str, Any]], list[str], bool, str]:
+    """Run the runner once: (job id, functions, stderr tail, legacy, runner); a failed run is an OpdError."""
+    with tempfile.TemporaryDirectory(prefix="opd-submit-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        runner, cmd, legacy = _runner_command(ws, target, config, overrides, flags, result_file)
+        proc, data = _run_runner(ws, cmd, env, timeout_s, None if legacy else result_file)
+    return *_runner_output(proc, data, legacy), legacy, runner
 
 
 def _config_name(cfg: Path) -> str:
