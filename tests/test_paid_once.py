@@ -171,6 +171,26 @@ def test_an_agents_token_is_refused_after_a_file_outside_the_workspace_changes(
     assert proxy.requests == []  # nothing sent
 
 
+@pytest.mark.slow  # the submit preview runs submit_job.py --dry-run
+def test_an_agents_submit_token_is_refused_after_its_config_outside_the_workspace_changes(
+    tmp_path, cloud_env, monkeypatch
+):
+    ws, moved, _ = _outside(tmp_path)
+    proxy = CountingProxy(NOWHERE)
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
+    args = {"workspace": str(ws), "config": str(moved), "target": "cloud", "base_url": proxy.api_base}
+    try:
+        (asked,) = _mcp([("submit", args)])
+        assert not asked.is_error, asked.content[0].text
+        token = asked.structured_content["confirmation"]["confirmation_token"]
+        moved.write_text(moved.read_text().replace("n_epochs: 1", "n_epochs: 2"))  # edited after the yes
+        (confirmed,) = _mcp([("submit", {**args, "confirmation_token": token})])
+    finally:
+        proxy.close()
+    assert confirmed.is_error and "another submit request" in confirmed.content[0].text
+    assert proxy.requests == []  # nothing sent
+
+
 # ---- deploy and evaluate confirmations: the model, the price, warnings, estimate, request ---------------
 def test_deploy_and_eval_confirmations_name_the_model_and_the_price_in_each_surfaces_words(
     tmp_path, cloud_env, monkeypatch, capsys
