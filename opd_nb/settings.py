@@ -312,6 +312,13 @@ PRICE_PER_UNIT_HOUR = Setting(
     "money per training unit per hour, for `opd estimate` and the meter (`--price` wins)",
     default_text="none: no money shown",
 )
+DEPLOY_PRICE_PER_UNIT_HOUR = Setting(
+    "OPD_DEPLOY_PRICE_PER_UNIT_HOUR",
+    POSITIVE,
+    None,
+    "money per deployment unit per hour (ptu and mu plans), for a paid deploy's confirmation",
+    default_text="none: no money shown",
+)
 NOTIFY_URL = Setting(
     "OPD_NOTIFY_URL",
     TEXT,

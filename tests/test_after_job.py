@@ -81,9 +81,9 @@ def test_plans_need_their_fields_and_a_paid_deploy_needs_yes():
     assert "not one of" in plan_problems("gold")[0]
     with pytest.raises(OpdError, match="plan 'mu' needs deploy_spec"):
         check_plan("mu", None, "POST_PAY")
-    require_deploy_consent("local", "mu", 1, yes=False)  # nothing is paid locally
-    with pytest.raises(OpdError, match="paid Bailian deployment") as exc:
-        require_deploy_consent("cloud", "lora", 1, yes=False)
+    require_deploy_consent("local", "qwen3-8b", "mu", 1, yes=False)  # nothing is paid locally
+    with pytest.raises(OpdError, match="paid Bailian deployment of qwen3-8b") as exc:
+        require_deploy_consent("cloud", "qwen3-8b", "lora", 1, yes=False)
     assert exc.value.code == "needs-confirmation" and "--yes" in exc.value.fix
 
 

@@ -71,7 +71,9 @@ class Clock:
 def refuse(yes: bool) -> str:
     """A core start as `spend.require_consent` answers it on Bailian."""
     if not yes:
-        raise OpdError("nothing sent: Bailian bills this, so it needs --yes: a job", code=NEEDS_CONFIRMATION)
+        raise OpdError(
+            "nothing sent: Bailian bills this, so it needs your confirmation: a job", code=NEEDS_CONFIRMATION
+        )
     return "job-1"
 
 
@@ -79,13 +81,13 @@ def test_a_token_is_single_use_expires_and_is_bound_to_its_request():
     clock, started = Clock(), []
     book = ConsentBook(ttl_s=300, clock=clock)
 
-    def start(yes: bool) -> str:
+    def start(yes: bool, request_id: str | None) -> str:
         started.append(yes)
         return refuse(yes) + f"#{len(started)}"
 
     first = book.run("submit", lambda: "fp-a", start, None)
     assert first.refusal is not None and first.result is None and started == [False]
-    assert "needs --yes" in first.refusal.summary
+    assert "needs your confirmation" in first.refusal.summary
     token = first.refusal.token
     with pytest.raises(OpdError) as other:  # the config changed since: another fingerprint
         book.run("submit", lambda: "fp-b", start, token)
@@ -106,7 +108,7 @@ def test_a_token_is_single_use_expires_and_is_bound_to_its_request():
 def test_concurrent_confirmed_calls_start_one_job():
     book, started, gate = ConsentBook(), [], threading.Event()
 
-    def start(yes: bool) -> str:
+    def start(yes: bool, request_id: str | None) -> str:
         if yes:
             gate.wait(5)
             started.append(yes)
@@ -127,7 +129,7 @@ def test_concurrent_confirmed_calls_start_one_job():
 
 def test_a_local_start_needs_no_token():
     book = ConsentBook()
-    outcome = book.run("submit", lambda: "fp", lambda yes: "local-job", None)
+    outcome = book.run("submit", lambda: "fp", lambda yes, request_id: "local-job", None)
     assert outcome.result == "local-job" and outcome.refusal is None
 
 

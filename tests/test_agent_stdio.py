@@ -162,7 +162,12 @@ def test_a_cloud_submit_sends_nothing_without_the_right_token_and_one_job_with_i
             asked = await call("submit", **cloud)
             confirmation = asked["confirmation"]
             assert asked["status"] == "needs_confirmation" and asked["result"] is None
-            assert "needs --yes" in confirmation["summary"] and "24 rows" in confirmation["summary"]
+            assert (
+                "needs your confirmation" in confirmation["summary"] and "24 rows" in confirmation["summary"]
+            )
+            assert (
+                "--yes" not in confirmation["summary"] + confirmation["fix"]
+            )  # the agent's words, not the CLI's
             assert confirmation["estimate"]["steps"] == 3 and confirmation["request"]["hyper_parameters"]
             assert bailian.requests == [], "the first call must send nothing"
             assert "unknown or expired" in await call.error("submit", **cloud, confirmation_token=old)

@@ -49,6 +49,7 @@ KWARGS = {
     "wait": {"poll_s": 0.1, "timeout_s": 60},
     "deploy": {"model": "qwen3-8b"},
     "deployment": {"deployed_model": NO_DEPLOYMENT},
+    "find_deployment": {"suffix": "r0000000000"},
     "wait_deployed": {"deployed_model": NO_DEPLOYMENT, "poll_s": 0.1, "timeout_s": 30},
     "scale": {"deployed_model": NO_DEPLOYMENT, "capacity": 1},
     "undeploy": {"deployed_model": NO_DEPLOYMENT},

@@ -78,7 +78,9 @@ def test_a_cloud_submit_needs_yes_and_says_what_would_start(bailian, cloud_env, 
         main(["submit", str(ws), "--cloud"])
     assert exited.value.code == 1
     err = capsys.readouterr().err
-    assert "needs --yes" in err and "Traceback" not in err and KEY not in err
+    assert (
+        "needs your confirmation" in err and "add --yes" in err and "Traceback" not in err and KEY not in err
+    )
 
 
 @pytest.mark.slow
@@ -91,9 +93,8 @@ def test_yes_sends_a_smoke_job_of_40_rows_and_one_epoch(bailian, cloud_env, loca
         assert any(method == "POST" and "fine-tunes" in path for method, path in bailian.requests)
         job = local.get(result.job_id)
         assert job.hyper_parameters["n_epochs"] == 1
-        assert job.job_name.startswith(
-            yaml.safe_load((ws / "config.yaml").read_text())["name"] + SMOKE_SUFFIX
-        )
+        name = yaml.safe_load((ws / "config.yaml").read_text())["name"]  # + the start's request id
+        assert re.fullmatch(rf"{re.escape(name)}-r[0-9a-f]{{10}}{SMOKE_SUFFIX}-[0-9a-f]{{8}}", job.job_name)
         (train_id,) = job.raw["training_file_ids"]
         (val_id,) = job.raw["validation_file_ids"]
         files = httpx.get(f"{local_server.api_base}/files/{train_id}", headers={"Authorization": "Bearer t"})
@@ -260,7 +261,7 @@ def test_the_consent_shows_every_warning_before_the_user_says_yes(bailian, cloud
     with pytest.raises(SystemExit) as exited:
         main(["submit", str(ws), "--cloud"])
     err = capsys.readouterr().err
-    assert exited.value.code == 1 and "needs --yes" in err and "config.teacher-smaller" in err, err
+    assert exited.value.code == 1 and "add --yes" in err and "config.teacher-smaller" in err, err
     assert len(bailian.requests) == before
 
 

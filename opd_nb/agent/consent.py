@@ -5,8 +5,15 @@ The first call runs the core function with ``yes=False``: where the core's own c
 refusal's one line becomes the summary the agent must show; a token bound to the exact request is
 issued. The second call must carry that token: it runs the core function with ``yes=True`` once, and
 the token then remembers what it started, so a repeated confirmed call answers the same job instead
-of starting another. A token is refused when it is unknown, expired, or was issued for another
-request (a changed config, other data, other arguments, another target or action): nothing is sent.
+of starting another. The token is spent when the request is *sent*, not when it returns: the start
+carries the token's request id (:func:`opd_nb.paid.consent.request_id`) in a name the plane records,
+and a call that repeats a send whose answer was lost finds what that id created and answers
+``already_started`` with it; where the plane shows nothing, it is refused (nothing sent twice).
+A token is refused when it is unknown, expired, or was issued for another request (a changed config,
+other data wherever it lies, other arguments, another target or action): nothing is sent. The
+fingerprint covers every file the request reads, inside the workspace or not (the config, each
+dataset's ``file_name``, each function's code folder), and leaves out what the SDK writes there itself
+(``start.sh``), so a repeat after a submit is still the same request.
 
 Local targets bill nothing, so the first call simply runs. The book lives in the server process.
 """
@@ -23,49 +30,90 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from opd_nb.constants import SDK_GENERATED_FILES
 from opd_nb.errors import OpdError
-from opd_nb.paid.consent import NEEDS_CONFIRMATION
+from opd_nb.paid.consent import NEEDS_CONFIRMATION, request_id
 
 TOKEN_TTL_S = 300.0  # a confirmation is meant for the next call, not for later
 STALE_TOKEN = "stale-confirmation"  # OpdError.code: unknown or expired token
 CHANGED_REQUEST = "changed-request"  # OpdError.code: the token was issued for another request
+SPENT_TOKEN = "spent-confirmation"  # OpdError.code: the token's send lost its answer and made nothing seen
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})  # and every hidden dir (.git, .venv, .opd)
 
 T = TypeVar("T")
 
 
 def _files(root: Path) -> Iterator[Path]:
-    """The workspace's files as a request reads them: hidden files (.env: the key) and caches left out."""
+    """A folder's files as a request reads them: hidden files (.env: the key), caches and what the SDK
+    writes into a function's folder on submit (start.sh) left out."""
     for path in sorted(root.iterdir()):
         if path.name.startswith(".") or path.name in SKIPPED_DIRS:
             continue
         if path.is_dir():
             yield from _files(path)
-        elif path.is_file():
+        elif path.is_file() and path.name not in SDK_GENERATED_FILES:
             yield path
 
 
-def workspace_digest(workspace: str | Path) -> str:
-    """sha256 over every file of the workspace (config, data, functions) by relative path and content."""
+def request_files(workspace: str | Path, config: str = "config.yaml") -> list[Path]:
+    """Every file or folder a start from `workspace` reads, wherever it lies: the workspace, the config
+    (a path outside it too), each dataset's ``file_name`` and each function's code folder and requirements,
+    resolved as submit_job.py resolves them (against the config's folder)."""
+    from opd_nb.spec.job import load_config
+
     root = Path(workspace).expanduser().resolve()
+    cfg = (root / config).resolve()
+    paths = [root, cfg]
+    try:
+        job = load_config(cfg)
+    except OpdError:
+        return paths  # the start refuses it before sending; the config's bytes are bound all the same
+    base = cfg.parent
+    paths += [(base / d.file_name).resolve() for d in job.datasets if d.file_name]
+    for function in job.functions:
+        if function.fcmodel is not None:
+            zipdir = (base / function.fcmodel.zipdir).resolve()
+            paths += [
+                zipdir,
+                *(
+                    [zipdir / function.fcmodel.requirements_path]
+                    if function.fcmodel.requirements_path
+                    else []
+                ),
+            ]
+    return list(dict.fromkeys(paths))
+
+
+def _digest_path(digest: Any, path: Path) -> None:
+    digest.update(path.as_posix().encode() + b"\0")
+    files = list(_files(path)) if path.is_dir() else [path] if path.is_file() else []
+    if not files:
+        digest.update(b"missing\0")
+    for file in files:
+        digest.update(file.relative_to(path).as_posix().encode() + b"\0" if file != path else b"\0")
+        with file.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"\0")
+
+
+def workspace_digest(workspace: str | Path, config: str = "config.yaml") -> str:
+    """sha256 over every file the request reads (:func:`request_files`) by path and content."""
     digest = hashlib.sha256()
-    if root.is_dir():
-        for path in _files(root):
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-            with path.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-            digest.update(b"\0")
+    for path in request_files(workspace, config):
+        _digest_path(digest, path)
     return digest.hexdigest()
 
 
-def request_fingerprint(action: str, target: Any, arguments: Mapping[str, Any], workspace: str | None) -> str:
-    """What a token is bound to: the action, the target, every argument and the workspace's content."""
+def request_fingerprint(
+    action: str, target: Any, arguments: Mapping[str, Any], workspace: str | None, config: str = "config.yaml"
+) -> str:
+    """What a token is bound to: the action, the target, every argument and every file it reads."""
     body = {
         "action": action,
         "target": [target.kind, target.base_url],
         "arguments": {k: v for k, v in sorted(arguments.items())},
-        "workspace": workspace_digest(workspace) if workspace else None,
+        "workspace": workspace_digest(workspace, config) if workspace else None,
     }
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -75,8 +123,10 @@ class _Grant:
     action: str
     fingerprint: str
     expires: float
+    request_id: str = ""  # what the start carries in a name the plane records
     lock: threading.Lock = field(default_factory=threading.Lock)
-    started: Any = None  # what the confirmed call started (None: not yet)
+    sent: bool = False  # the confirmed call sent it: the token is spent, whatever came back
+    started: Any = None  # what the confirmed call started (None: not yet, or its answer was lost)
 
 
 @dataclass(frozen=True)
@@ -109,14 +159,14 @@ class ConsentBook:
         token = "opd-confirm-" + secrets.token_urlsafe(18)
         with self._lock:
             now = self.clock()
-            self._grants = {k: g for k, g in self._grants.items() if g.started is not None or g.expires > now}
-            self._grants[token] = _Grant(action, fingerprint, now + self.ttl_s)
+            self._grants = {k: g for k, g in self._grants.items() if g.sent or g.expires > now}
+            self._grants[token] = _Grant(action, fingerprint, now + self.ttl_s, request_id(token))
         return token
 
     def _grant(self, token: str, fingerprint: str) -> _Grant:
         with self._lock:
             grant = self._grants.get(token)
-        if grant is None or (grant.started is None and grant.expires <= self.clock()):
+        if grant is None or (not grant.sent and grant.expires <= self.clock()):
             raise OpdError(
                 "nothing sent: this confirmation token is unknown or expired",
                 fix="call again without confirmation_token, show the user the new summary, then confirm",
@@ -137,14 +187,16 @@ class ConsentBook:
         self,
         action: str,
         fingerprint: Callable[[], str],
-        start: Callable[[bool], T],
+        start: Callable[[bool, str | None], T],
         token: str | None,
+        find: Callable[[str], T | None] | None = None,
     ) -> Outcome[T]:
-        """`start(yes)` under the consent rule: without a token, `start(False)` (the core refuses a paid
-        start, nothing sent, and a token is issued); with one, `start(True)` once per token."""
+        """`start(yes, request_id)` under the consent rule: without a token, `start(False, None)` (the core
+        refuses a paid start, nothing sent, and a token is issued); with one, `start(True, its id)` once
+        per token. A token whose send lost its answer is not sent again: `find(its id)` answers."""
         if token is None:
             try:
-                return Outcome(result=start(False))  # a local target: nothing to consent to
+                return Outcome(result=start(False, None))  # a local target: nothing to consent to
             except OpdError as exc:
                 if exc.code != NEEDS_CONFIRMATION:
                     raise
@@ -152,8 +204,20 @@ class ConsentBook:
                 return Outcome(refusal=Refusal(exc.message, issued, self.ttl_s))
         grant = self._grant(token, fingerprint())
         with grant.lock:  # a second confirmed call waits for the first, then answers what it started
+            if grant.started is None and grant.sent:
+                grant.started = find(grant.request_id) if find is not None else None
+                if grant.started is None:
+                    raise OpdError(
+                        f"nothing sent: this confirmation token was spent on a {action} request whose answer "
+                        "was lost, and the plane shows nothing it started",
+                        fix="list what runs (list_jobs, or `opd deployments`); to start it again, call without "
+                        "confirmation_token and ask the user anew",
+                        code=SPENT_TOKEN,
+                        exit_code=1,
+                    )
             if grant.started is not None:
                 return Outcome(result=grant.started, repeated=True)
             self._grant(token, fingerprint())  # still valid now that we hold the lock
-            grant.started = start(True)
+            grant.sent = True  # spent now: whatever comes back, this token never sends again
+            grant.started = start(True, grant.request_id)
             return Outcome(result=grant.started)

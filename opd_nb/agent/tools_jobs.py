@@ -26,13 +26,11 @@ from opd_nb.agent.planes import (
 )
 from opd_nb.errors import OpdError
 from opd_nb.experiments.sweep import SweepResult
+from opd_nb.paid.consent import HOW_TO_CONFIRM
 
 T = TypeVar("T")
 MAX_WAIT_S = 600.0
-CONFIRM_FIX = (
-    "nothing was sent: show the user the summary, warnings and estimate; only on their yes, call this tool "
-    "again with the same arguments and confirmation_token"
-)
+CONFIRM_FIX = HOW_TO_CONFIRM["mcp"]  # the one wording of each surface's consent: opd_nb.paid.consent
 SetsArg = Annotated[
     dict[str, Any] | None,
     Field(
@@ -47,13 +45,20 @@ def paid(
     client: Any,
     arguments: dict[str, Any],
     workspace: str | None,
-    start: Callable[[bool], T],
+    start: Callable[[bool, str | None], T],
     token: str | None,
     preview: Callable[[], dict[str, Any]] | None = None,
+    find: Callable[[str], T | None] | None = None,
 ) -> Paid[T]:
-    """`start(yes)` behind the consent book; a refusal comes back with the preview and a token."""
+    """`start(yes, request_id)` behind the consent book; a refusal comes back with the preview and a token;
+    `find(request_id)` answers a repeat whose first send lost its answer."""
+    config = str(arguments.get("config") or "config.yaml")
     outcome = state.consent.run(
-        action, lambda: request_fingerprint(action, client.target, arguments, workspace), start, token
+        action,
+        lambda: request_fingerprint(action, client.target, arguments, workspace, config),
+        start,
+        token,
+        find,
     )
     if outcome.refusal is not None:
         r = outcome.refusal
@@ -105,19 +110,24 @@ def job_preview(
 def _submit(state: AgentState, action: str, ws: str, target: str | None, base_url: str | None, token: str | None,
             config: str, sets: dict | None, smoke: int | None, fresh: bool, **overrides: Any) -> Paid[Submitted]:  # fmt: skip
     from opd_nb.client import submit
+    from opd_nb.client.submit import find_started_job
 
     client = client_for(target, base_url, ws)
 
-    def start(yes: bool) -> Submitted:
+    def start(yes: bool, request_id: str | None) -> Submitted:
         result = submit(ws, client.target, config=config, sets=sets, smoke=smoke, fresh=fresh, yes=yes,
-                        client=client, **overrides)  # fmt: skip
+                        client=client, request_id=request_id, **overrides)  # fmt: skip
         job = result.job or client.get(result.job_id)
         return Submitted(job=JobInfo.of(job), runner=result.runner, functions=result.functions,
                          notes=result.note_lines())  # fmt: skip
 
+    def find(request_id: str) -> Submitted | None:
+        job = find_started_job(client, request_id)
+        return Submitted(job=JobInfo.of(job), runner="found", functions=[]) if job is not None else None
+
     arguments = {"config": config, "sets": sets, "smoke": smoke, "fresh": fresh, **overrides}
     return paid(state, action, client, arguments, ws, start, token,
-                lambda: job_preview(ws, client.target, config, sets, smoke, **overrides))  # fmt: skip
+                lambda: job_preview(ws, client.target, config, sets, smoke, **overrides), find)  # fmt: skip
 
 
 @tool_errors
@@ -185,10 +195,28 @@ def sweep(
 
     client = client_for(target, base_url, workspace)
 
-    def start(yes: bool) -> SweepResult:
+    def start(yes: bool, request_id: str | None) -> SweepResult:
         return run_sweep(  # pyright: ignore[reportReturnType]
-            workspace, params, client.target, grid=grid, yes=yes, fresh=fresh, config=config
-        )
+            workspace, params, client.target, grid=grid, yes=yes, fresh=fresh, config=config,
+            request_id=request_id,
+        )  # fmt: skip
+
+    def find(request_id: str) -> SweepResult | None:  # every job of the sweep, found by its own id
+        from opd_nb.client.submit import find_started_job
+        from opd_nb.experiments.sweep import SweepJob, plan_sweep, point_request_id
+
+        plan = plan_sweep(workspace, params, grid=grid, config=config, target_kind=client.target.kind,
+                          base_url=client.target.base_url, fresh=fresh)  # fmt: skip
+        found = [find_started_job(client, point_request_id(request_id, i)) for i in range(len(plan.points))]
+        if any(job is None for job in found):
+            return None
+        jobs = [
+            SweepJob(point=p, job_id=j.job_id)
+            for p, j in zip(plan.points, found, strict=True)
+            if j is not None
+        ]
+        return SweepResult(workspace=plan.workspace, params=plan.params, jobs=jobs,
+                           target_kind=client.target.kind, base_url=client.target.base_url)  # fmt: skip
 
     def preview() -> dict[str, Any]:  # every point's effective job, checked; nothing sent
         plan = run_sweep(
@@ -198,7 +226,7 @@ def sweep(
         return {**shown, "request": plan.to_payload()}
 
     arguments = {"params": params, "grid": grid, "config": config, "fresh": fresh}
-    return paid(STATE, "sweep", client, arguments, workspace, start, confirmation_token, preview)
+    return paid(STATE, "sweep", client, arguments, workspace, start, confirmation_token, preview, find)
 
 
 @tool_errors

@@ -126,19 +126,41 @@ def deploy(
 ) -> Paid[Deployment]:
     """Deploy a model (`opd deploy`). A Bailian deployment costs money while it runs: the first call
     sends nothing and returns the summary and a confirmation_token; stop it with `undeploy`."""
+    from opd_nb.paid.start_size import deploy_size, deploy_warnings
     from opd_nb.wire.deploy_plans import check_plan
 
     client = client_for(target, base_url)
     check_plan(plan, deploy_spec, billing_method)  # before anything is sent, and before consent
 
-    def start(yes: bool) -> Deployment:
+    def start(yes: bool, request_id: str | None) -> Deployment:
         dep = client.deploy(model, capacity=capacity, suffix=suffix, plan=plan, deploy_spec=deploy_spec,
-                            billing_method=billing_method, yes=yes)  # fmt: skip
-        return client.wait_deployed(dep.deployed_model) if wait else dep
+                            billing_method=billing_method, yes=yes, request_id=request_id)  # fmt: skip
+        return _waited(client, dep) if wait else dep
+
+    def find(request_id: str) -> Deployment | None:  # a resend: the create named by its suffix
+        return client.find_deployment(suffix or request_id)
+
+    def preview() -> dict[str, Any]:
+        size = deploy_size(model, plan, capacity)
+        body = {"model_name": model, "capacity": capacity, "suffix": suffix or "<the confirmation's request id>",
+                "plan": plan, "deploy_spec": deploy_spec, "billing_method": billing_method}  # fmt: skip
+        request = {
+            "method": "POST",
+            "path": "/deployments",
+            "body": {k: v for k, v in body.items() if v is not None},
+        }
+        return {"warnings": deploy_warnings(size), "estimate": size, "request": request}
 
     arguments = {"model": model, "capacity": capacity, "suffix": suffix, "plan": plan,
                  "deploy_spec": deploy_spec, "billing_method": billing_method}  # fmt: skip
-    return paid(STATE, "deploy", client, arguments, None, start, confirmation_token)
+    return paid(STATE, "deploy", client, arguments, None, start, confirmation_token, preview, find)
+
+
+def _waited(client: Any, dep: Deployment) -> Deployment:
+    """The deployment once RUNNING, keeping what the client noted on the create (a lost answer found)."""
+    running = client.wait_deployed(dep.deployed_model)
+    running.notes = [*dep.notes, *running.notes]
+    return running
 
 
 @tool_errors
@@ -180,11 +202,12 @@ def evaluate(
 ) -> Paid[EvalResult]:
     """Answer the workspace's validation rows with each model and score them with its reward (`opd
     eval`). On Bailian every row is a paid call: two calls, as `submit`."""
+    from opd_nb.experiments.evaluation import EVAL_WARNING, eval_size
     from opd_nb.experiments.evaluation import evaluate as run_eval
 
     client = client_for(target, base_url, workspace)
 
-    def start(yes: bool) -> EvalResult:
+    def start(yes: bool, request_id: str | None) -> EvalResult:
         return run_eval(  # on Bailian, refused without `yes` before any call (the core's consent)
             workspace,
             models,
@@ -195,8 +218,15 @@ def evaluate(
             yes=yes,
         )
 
+    def preview() -> dict[str, Any]:  # chat calls leave no record to find: a spent token sends nothing again
+        size = eval_size(workspace, models, rows, max_tokens)
+        per_call = {"model": "<each model>", "messages": "<each validation row's prompt>",
+                    "max_tokens": size["max_tokens"], "temperature": 0.0, "seed": 0}  # fmt: skip
+        request = {"method": "POST", "path": "/chat/completions", "calls": size["calls"], "body": per_call}
+        return {"warnings": [EVAL_WARNING], "estimate": size, "request": request}
+
     arguments = {"models": models, "rows": rows, "concurrency": concurrency, "max_tokens": max_tokens}
-    return paid(STATE, "evaluate", client, arguments, workspace, start, confirmation_token)
+    return paid(STATE, "evaluate", client, arguments, workspace, start, confirmation_token, preview)
 
 
 @tool_errors

@@ -69,10 +69,12 @@ def deploy_cmd(
     if client.target.kind == "cloud" and yes:  # said before the paid call, not after it
         echo(CLOUD_DEPLOY_NOTE, err=True)
     dep = client.deploy(model, capacity=capacity, suffix=suffix, yes=yes, **how)
+    for line in dep.notes:  # a lost answer found again: said before the wait
+        echo(f"note: {line}", err=True)
     if not no_wait:
         if not as_json:
             note(f"deploying {dep.deployed_model} ...")
-        dep = client.wait_deployed(dep.deployed_model)
+        dep = client.wait_deployed(dep.deployed_model).model_copy(update={"notes": dep.notes})
     return emit(dep, as_json=as_json)
 
 

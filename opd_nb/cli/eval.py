@@ -78,7 +78,7 @@ def eval_cmd(
 
     workspace = workspace_config(workspace)[0]  # the folder, or its config file
     client = _client(local, cloud, workspace)
-    notice = require_eval_consent(client.target.kind, workspace, model, rows, yes)
+    notice = require_eval_consent(client.target.kind, workspace, model, rows, yes, max_tokens)
     if notice:
         echo(f"note: {notice}", err=True)
     request = EvalRequest(str(workspace), tuple(model), client.target, rows, concurrency, max_tokens, yes)

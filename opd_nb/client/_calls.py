@@ -29,6 +29,7 @@ from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.target import Target
 from opd_nb.constants import API_PATH, CANCEL_REASON_MAX_CHARS, COMPATIBLE_PATH, PENDING, UPDATING
 from opd_nb.errors import UNREACHABLE, OpdError
+from opd_nb.paid.consent import answer_lost, found_after_loss
 from opd_nb.traces.page import TracesPage
 from opd_nb.views.terminal_text import printable
 from opd_nb.wire.base import json_object, json_objects
@@ -37,6 +38,8 @@ from opd_nb.wire.models import ModelListing
 from opd_nb.wire.requests import CancelRequest, ChatRequest, DeploymentCreate, DeploymentScale
 
 T = TypeVar("T")
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})  # RFC 9110 section 9.2.2
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # no connection: the request never left
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,15 @@ class Call(Generic[T]):
     json: Any = None
     api: str = "api"
     optional: bool = False  # asked everywhere, but None (not an error) where the route is missing
-    idempotent: bool = True  # False: never resent after a lost answer (it may have been carried out)
+    idempotent: bool | None = None  # None: as its method says (:func:`resendable`); True: documented so
+
+    @property
+    def resendable(self) -> bool:
+        """The one resend rule: a request that may have been received and carried out (and billed) is
+        sent again after a lost answer only when its method is idempotent (RFC 9110: GET, HEAD, PUT,
+        DELETE, OPTIONS) or the call says the service documents it so; every other POST (a deploy, a chat
+        call) is sent once. One that never left (no connection) is sent again whatever it is."""
+        return self.idempotent if self.idempotent is not None else self.method in IDEMPOTENT_METHODS
 
 
 # ---- the calls ---------------------------------------------------------------------------------
@@ -122,7 +133,9 @@ def cancel_job(job_id: str, reason: str | None = None) -> Call[None]:
     only to `opd serve` (see :func:`cancel`)."""
     line = " ".join(printable(reason).split())[:CANCEL_REASON_MAX_CHARS] if reason else None
     body = CancelRequest.of(reason=line) if line else None
-    return Call("POST", _job_path(job_id, "/cancel"), f"cancel {job_id}", _nothing, json=body)
+    return Call(  # cancelling a cancelled job changes nothing and bills nothing: safe to send again
+        "POST", _job_path(job_id, "/cancel"), f"cancel {job_id}", _nothing, json=body, idempotent=True
+    )
 
 
 def delete_job(job_id: str) -> Call[None]:
@@ -250,9 +263,30 @@ def _name_path(name: str, tail: str = "") -> str:
 def deploy(model: str, capacity: int, suffix: str | None, **plan: Any) -> Call[Deployment]:
     """The create body as the v2 SDK builds it (``plan``, ``deploy_spec``, ``billing_method`` when set)."""
     body = DeploymentCreate.of(model_name=model, capacity=capacity, suffix=suffix, **plan)
-    return Call(
-        "POST", "/deployments", f"deploy {model}", Deployment.from_output, json=body, idempotent=False
-    )
+    return Call("POST", "/deployments", f"deploy {model}", Deployment.from_output, json=body)
+
+
+def find_deployment(suffix: str, target: Target, retries: int) -> Plan[Deployment | None]:
+    """The deployment whose name ends in ``-suffix`` (a paid create's request id), newest first; None."""
+    listing = yield from required(list_deployments(1, 100), target, retries)
+    return next((d for d in listing.deployments if d.deployed_model.endswith(f"-{suffix}")), None)
+
+
+def deploy_once(call: Call[Deployment], suffix: str, target: Target, retries: int) -> Plan[Deployment]:
+    """Send a create once; a lost answer is looked up by its suffix, never sent again
+    (:func:`opd_nb.paid.consent.sent_once`'s rule, as a plan both clients run)."""
+    try:
+        return (yield from required(call, target, retries))
+    except OpdError as exc:
+        if not answer_lost(exc):
+            raise
+        try:
+            found = yield from find_deployment(suffix, target, retries)
+        except OpdError:
+            found = None
+        dep, note = found_after_loss(exc, found, f"{call.what} (suffix {suffix})")
+        dep.notes.append(note)
+        return dep
 
 
 def get_deployment(name: str) -> Call[Deployment]:
@@ -406,16 +440,18 @@ def backoff(attempt: int) -> float:
 
 
 def _send(call: Call[Any], target: Target, retries: int) -> Plan[httpx.Response]:
-    """Send with retries on 429/5xx/transport errors; the last answer is returned as it is."""
+    """Send with retries on 429/5xx/transport errors, as :attr:`Call.resendable` allows (a call that is
+    not is sent again only when it never left); the last answer is returned as it is."""
     last: httpx.TransportError | None = None
-    retries = retries if call.idempotent else 0
     for attempt in range(retries + 1):
         reply = yield Send(call.method, call.path, call.params, call.json, call.api)
         if isinstance(reply, httpx.Response):
-            if not retryable(reply.status_code) or attempt == retries:
+            if not retryable(reply.status_code) or attempt == retries or not call.resendable:
                 return reply
         else:
             last = reply
+            if not call.resendable and not isinstance(reply, NEVER_SENT):
+                break  # it may have been received: its answer is lost, not retried
         if attempt < retries:
             yield Sleep(backoff(attempt))
     raise unreachable(target, last)

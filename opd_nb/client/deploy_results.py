@@ -32,6 +32,7 @@ class Deployment(ResultMixin, DeploymentOutput):
     status: str = UNKNOWN
     message: str | None = None
     raw: dict[str, Any] = Field(default_factory=dict, repr=False)
+    notes: list[str] = Field(default_factory=list)  # what the client adds (a lost answer found again)
 
     @classmethod
     def from_output(cls, out: Any) -> Deployment:

@@ -25,9 +25,10 @@ from opd_nb.client.job_results import Checkpoint, Job, JobEvent, JobList, LogPag
 from opd_nb.client.rollout_results import RolloutPage
 from opd_nb.client.sse import aparse_sse, parse_sse
 from opd_nb.client.target import Target, require_key, resolve_target
-from opd_nb.paid.consent import require_consent
+from opd_nb.paid.consent import is_paid, request_id, require_consent
+from opd_nb.paid.start_size import deploy_line, deploy_size, deploy_warnings
 from opd_nb.traces.page import TracesPage
-from opd_nb.wire.deploy_plans import LORA, check_plan
+from opd_nb.wire.deploy_plans import check_plan
 
 __all__ = [
     "AsyncJobClient",
@@ -44,14 +45,16 @@ T = TypeVar("T")
 CHAT_TIMEOUT_S = 600.0
 
 
-def require_deploy_consent(target_kind: str, plan: str | None, capacity: int, yes: bool) -> None:
-    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule, :mod:`opd_nb.paid.consent`)."""
-    billed = "per token" if (plan or LORA) == LORA else "by the hour while it runs"
+def require_deploy_consent(target_kind: str, model: str, plan: str | None, capacity: int, yes: bool) -> None:
+    """A deploy on Bailian costs money: without `yes` it is refused (the one consent rule,
+    :mod:`opd_nb.paid.consent`), naming the model, the plan and the price per hour where known."""
+    size = deploy_size(model, plan, capacity)
     require_consent(
         target_kind,
         yes,
-        f"a paid Bailian deployment (plan {plan or LORA}, capacity {capacity}, billed {billed})",
+        deploy_line(size),
         fix="rerun with --yes to deploy it (stop it later with `opd undeploy NAME --cloud`)",
+        warnings=deploy_warnings(size) if is_paid(target_kind) else (),
     )
 
 
@@ -108,14 +111,22 @@ class _Base:
         deploy_spec: dict[str, Any] | None,
         billing_method: str | None,
         yes: bool,
+        request: str | None = None,
     ) -> Plan[Deployment]:
-        """The plan's fields, then the consent, are checked here, before anything is sent (both clients)."""
+        """The plan's fields, then the consent, are checked here, before anything is sent (both clients).
+        A paid create is sent once, named by `suffix`, else by its request id (`request`, else a new one),
+        so a lost answer is found by that name (:func:`opd_nb.client._calls.deploy_once`)."""
         check_plan(plan, deploy_spec, billing_method)
-        require_deploy_consent(self.target.kind, plan, capacity, yes)
+        require_deploy_consent(self.target.kind, model, plan, capacity, yes)
+        paid = is_paid(self.target.kind)
+        if paid:
+            suffix = suffix or request or request_id()
         call = calls.deploy(
             model, capacity, suffix, plan=plan, deploy_spec=deploy_spec, billing_method=billing_method
         )
-        return self._required(call)
+        if not paid or suffix is None:
+            return self._required(call)
+        return calls.deploy_once(call, suffix, self.target, self.retries)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.target})"
@@ -270,18 +281,26 @@ class JobClient(_Base):
         deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
         yes: bool = False,
+        request_id: str | None = None,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
 
         `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent; on Bailian it
-        needs `yes` (the consent rule, :func:`require_deploy_consent`), whichever front end calls it."""
-        return self._run(self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method, yes))
+        needs `yes` (the consent rule, :func:`require_deploy_consent`), whichever front end calls it, and is
+        sent once: `request_id` (an agent's, else a new one) names it when `suffix` does not."""
+        return self._run(
+            self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method, yes, request_id)
+        )
 
     def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
         return self._run(self._required(calls.list_deployments(page, size)))
 
     def deployment(self, deployed_model: str) -> Deployment:
         return self._run(self._required(calls.get_deployment(deployed_model)))
+
+    def find_deployment(self, suffix: str) -> Deployment | None:
+        """The deployment named ``...-suffix`` (a paid create's request id), else None."""
+        return self._run(calls.find_deployment(suffix, self.target, self.retries))
 
     def wait_deployed(
         self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600
@@ -464,13 +483,15 @@ class AsyncJobClient(_Base):
         deploy_spec: dict[str, Any] | None = None,
         billing_method: str | None = None,
         yes: bool = False,
+        request_id: str | None = None,
     ) -> Deployment:
         """Deploy `model` (PENDING at first; :meth:`wait_deployed` waits for RUNNING). Costs money on Bailian.
 
         `plan` (lora, ptu, mu) and the fields it needs are checked before anything is sent; on Bailian it
-        needs `yes` (the consent rule, :func:`require_deploy_consent`), whichever front end calls it."""
+        needs `yes` (the consent rule, :func:`require_deploy_consent`), whichever front end calls it, and is
+        sent once: `request_id` (an agent's, else a new one) names it when `suffix` does not."""
         return await self._run(
-            self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method, yes)
+            self._deploy_plan(model, capacity, suffix, plan, deploy_spec, billing_method, yes, request_id)
         )
 
     async def deployments(self, page: int = 1, size: int = 20) -> DeploymentList:
@@ -478,6 +499,10 @@ class AsyncJobClient(_Base):
 
     async def deployment(self, deployed_model: str) -> Deployment:
         return await self._run(self._required(calls.get_deployment(deployed_model)))
+
+    async def find_deployment(self, suffix: str) -> Deployment | None:
+        """The deployment named ``...-suffix`` (a paid create's request id), else None."""
+        return await self._run(calls.find_deployment(suffix, self.target, self.retries))
 
     async def wait_deployed(
         self, deployed_model: str, *, poll_s: float = 1.0, timeout_s: float | None = 600

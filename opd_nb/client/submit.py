@@ -25,6 +25,8 @@ from opd_nb.client.target import Target, require_key, resolve_target
 from opd_nb.constants import SUBMIT_RESULT_PROTOCOL
 from opd_nb.errors import OpdError
 from opd_nb.findings import Finding
+from opd_nb.paid.consent import is_paid, lost_note
+from opd_nb.paid.consent import request_id as new_request_id
 from opd_nb.results import ResultMixin
 from opd_nb.wire.submit_result import read_script_result
 
@@ -399,6 +401,7 @@ def submit(
     client: JobClient | None = None,
     on_note: Callable[[str], None] | None = None,
     preflight_done: bool = False,
+    request_id: str | None = None,
 ) -> SubmitResult:
     """Check, ask, then register functions, upload data and submit exactly as the SDK does.
 
@@ -410,6 +413,8 @@ def submit(
     caller's, on `target`; else a new one) reads the job back, and the result keeps it (`.client`).
     `on_note` is given each warning of the gate before anything is sent (the terminal prints them); the
     result's notes keep them too. `preflight_done`: the caller ran the gate on exactly this config (a sweep).
+
+    A paid start is sent once (`request_id`: an agent's; see :func:`_send_once`).
 
     The runner writes its result to a file (submit_job.py's ``--result-file``): nothing the workspace's
     code prints can pass for it. An older template's submit_job.py (no such flag) still submits: its
@@ -424,12 +429,10 @@ def submit(
         ws, target, config, overrides, no_check=no_check, yes=yes, smoke=smoke, sets=sets, fresh=fresh,
         on_note=on_note, preflight_done=preflight_done,
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="opd-submit-") as tmp:
-        result_file = Path(tmp) / "result.json"
-        runner, cmd, legacy = _runner_command(ws, target, config, overrides, flags, result_file)
-        proc, data = _run_runner(ws, cmd, env, timeout_s, None if legacy else result_file)
-    job_id, functions, tail = _runner_output(proc, data, legacy)
     client = client or JobClient(target)
+    job_id, functions, tail, legacy, runner = _send_once(
+        client, request_id, ws, target, config, overrides, flags, env=env, timeout_s=timeout_s, notes=notes
+    )
     result = SubmitResult(
         job_id=job_id,
         job=client.get(job_id),
@@ -447,3 +450,69 @@ def submit(
     )
     result._client = client  # pyright: ignore[reportPrivateUsage] - SubmitResult's own module binds it
     return result
+
+
+def _send_once(
+    client: JobClient,
+    request_id: str | None,
+    ws: Path,
+    target: Target,
+    config: str,
+    overrides: dict[str, Any],
+    flags: list[str],
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+    notes: list[str],
+) -> tuple[str, list[dict[str, Any]], list[str], bool, str]:
+    """:func:`_send`, and on Bailian once only: the job name carries the start's request id (NAME-rid-<8 hex>),
+    and a start whose answer was lost is found by it (a note says so), never sent again."""
+    rid = (request_id or new_request_id()) if is_paid(target.kind) else None
+    if rid is not None:
+        overrides["job_name"] = f"{overrides.get('job_name') or _config_name(ws / config)}-{rid}"
+    try:
+        return _send(ws, target, config, overrides, flags, env=env, timeout_s=timeout_s)
+    except OpdError as exc:
+        found = find_started_job(client, rid) if rid is not None else None
+        if found is None:
+            raise
+        notes.append(lost_note(exc))
+        return found.job_id, [], [], False, "found"
+
+
+def _send(
+    ws: Path,
+    target: Target,
+    config: str,
+    overrides: Mapping[str, Any],
+    flags: list[str],
+    *,
+    env: dict[str, str],
+    timeout_s: float,
+) -> tuple[str, list[dict[str, Any]], list[str], bool, str]:
+    """Run the runner once: (job id, functions, stderr tail, legacy, runner); a failed run is an OpdError."""
+    with tempfile.TemporaryDirectory(prefix="opd-submit-") as tmp:
+        result_file = Path(tmp) / "result.json"
+        runner, cmd, legacy = _runner_command(ws, target, config, overrides, flags, result_file)
+        proc, data = _run_runner(ws, cmd, env, timeout_s, None if legacy else result_file)
+    return *_runner_output(proc, data, legacy), legacy, runner
+
+
+def _config_name(cfg: Path) -> str:
+    """The config's `name` (the job name before the SDK's -<8 hex>), as the SDK reads it."""
+    from opd_nb.spec.job import JobConfig, load_config
+
+    try:
+        return load_config(cfg).name
+    except OpdError:  # the gate let it through: the SDK's default name
+        return JobConfig().name
+
+
+def find_started_job(client: JobClient, rid: str) -> Job | None:
+    """The job a paid start with request id `rid` created (its name holds ``-rid-``), among the newest 100;
+    None when the plane shows none (or cannot be asked)."""
+    try:
+        listing = client.list(page=1, size=100)
+    except OpdError:
+        return None
+    return next((j for j in listing.jobs if f"-{rid}-" in (j.job_name or "")), None)

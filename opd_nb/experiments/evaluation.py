@@ -339,26 +339,42 @@ def calls_needed(workspace: str | Path, models: Sequence[str], rows: int | None 
     return len(load_rows(workspace, rows)) * len(models)
 
 
-def cloud_notice(n_calls: int, models: list[str]) -> str:
-    return (
-        f"this evaluation makes {n_calls} calls to Bailian's chat API, which cost money "
-        f"({n_calls // max(1, len(models))} rows x {len(models)} model(s)). A fine-tuned model answers only "
-        "once deployed: `opd deploy MODEL --cloud --yes` (paid), then pass its deployed_model name to --model"
-    )
+EVAL_WARNING = (  # in words every surface shares: deploying is a paid start of its own
+    "a fine-tuned model answers only once deployed (a paid deployment of its own); pass its deployed_model "
+    "name as the model"
+)
+
+
+def eval_size(
+    workspace: str | Path, models: Sequence[str], rows: int | None, max_tokens: int | None = None
+) -> dict[str, Any]:
+    """The calls an evaluation makes and their bounds (:func:`opd_nb.paid.start_size.eval_size`), read
+    from the workspace as :func:`evaluate` reads it: what its consent shows."""
+    from opd_nb.paid.start_size import eval_size as size
+
+    limit = max_tokens if max_tokens is not None else _max_tokens(Path(workspace))
+    return size(list(models), len(load_rows(workspace, rows)), limit)
 
 
 def require_eval_consent(
-    target_kind: str, workspace: str | Path, models: Sequence[str], rows: int | None, yes: bool
+    target_kind: str,
+    workspace: str | Path,
+    models: Sequence[str],
+    rows: int | None,
+    yes: bool,
+    max_tokens: int | None = None,
 ) -> str | None:
-    """On Bailian every row is a paid call: without `yes` an OpdError (code needs-confirmation) says how
-    many, and nothing is sent; with it, the notice to show. None on a local target (nothing billed)."""
+    """On Bailian every row is a paid call: without `yes` an OpdError (code needs-confirmation) names the
+    models and the calls, and nothing is sent; with it, the notice to show. None on a local target."""
     from opd_nb.paid.consent import is_paid, require_consent
+    from opd_nb.paid.start_size import eval_line
 
     if not is_paid(target_kind):
         return None
-    notice = cloud_notice(calls_needed(workspace, models, rows), list(models))
-    require_consent(target_kind, yes, notice, fix="rerun with --yes to make these calls")
-    return notice
+    notice = eval_line(eval_size(workspace, models, rows, max_tokens))
+    fix = "rerun with --yes to make these calls (a fine-tuned model first: `opd deploy MODEL --cloud --yes`)"
+    require_consent(target_kind, yes, notice, fix=fix, warnings=[EVAL_WARNING])
+    return f"{notice}. {EVAL_WARNING}"
 
 
 def deploy_fix(model: str, cloud: bool) -> str:
@@ -449,7 +465,7 @@ def evaluate(
         from opd_nb.client import JobClient
 
         client = JobClient()
-    require_eval_consent(client.target.kind, ws, models, rows, yes)
+    require_eval_consent(client.target.kind, ws, models, rows, yes, max_tokens)
     data = load_rows(ws, rows)
     limit = max_tokens if max_tokens is not None else _max_tokens(ws)
     scorer = _Scorer(ws)

@@ -306,10 +306,14 @@ def submit_sweep(
     *,
     fresh: bool = False,
     on_submitted: Callable[[SweepPoint, SubmitResult], None] | None = None,
+    request_id: str | None = None,
 ) -> SweepResult:
-    """Submit the plan's points in order: the first registers the functions, the others reuse them."""
+    """Submit the plan's points in order: the first registers the functions, the others reuse them.
+    Each paid point is sent once under its own request id (:func:`point_request_id`)."""
     from opd_nb.client import submit
+    from opd_nb.paid.consent import request_id as new_request_id
 
+    rid = request_id or new_request_id()
     jobs: list[SweepJob] = []
     for i, point in enumerate(plan.points):
         try:
@@ -322,6 +326,7 @@ def submit_sweep(
                 fresh=fresh and i == 0,
                 yes=True,  # the sweep as a whole was consented to and checked
                 preflight_done=True,
+                request_id=point_request_id(rid, i),
             )
         except OpdError as exc:
             if not jobs:
@@ -345,6 +350,11 @@ def submit_sweep(
         target_kind=plan.target_kind,
         base_url=plan.base_url,
     )
+
+
+def point_request_id(request_id: str, index: int) -> str:
+    """The request id of a sweep's `index`-th job: the sweep's, numbered (its job name holds it)."""
+    return f"{request_id}-{index}"
 
 
 def check_runner(workspace: str) -> None:
@@ -401,6 +411,7 @@ def run_sweep(
     config: str = "config.yaml",
     on_submitted: Callable[[SweepPoint, SubmitResult], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    request_id: str | None = None,
 ) -> SweepPlan | SweepResult:
     """Plan (values checked), preflight each point, refuse paid jobs without `yes` (showing the warnings),
     show the warnings (`on_note`) before anything is sent, then submit one job per value."""
@@ -428,4 +439,4 @@ def run_sweep(
     if on_note is not None:
         for line in plan.warnings:
             on_note(line)
-    return submit_sweep(plan, target, fresh=fresh, on_submitted=on_submitted)
+    return submit_sweep(plan, target, fresh=fresh, on_submitted=on_submitted, request_id=request_id)
