@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 SKILL = REPO / "skills" / "opd-nb" / "SKILL.md"
 VERBS = {"new_workspace", "check", "estimate", "smoke", "submit", "sweep", "list_jobs", "job_status", "wait_job",
          "metrics", "alerts", "logs", "samples", "checkpoints", "export_checkpoint", "deploy", "undeploy", "chat",
-         "evaluate", "compare", "cancel_job", "report"}  # fmt: skip
-PAID = {"submit", "smoke", "sweep", "deploy", "evaluate"}
+         "evaluate", "compare", "cancel_job", "report", "probe"}  # fmt: skip
+PAID = {"submit", "smoke", "sweep", "deploy", "evaluate", "probe"}
 
 
 def listing() -> tuple[list, list]:
