@@ -355,3 +355,56 @@ def test_the_mcp_tool_is_two_calls_on_the_cloud_and_probes_locally(local_server,
     assert proxy.requests == [] and cloud["status"] == "needs_confirmation"
     assert "16 chat calls" in cloud["confirmation"]["summary"]
     assert local["status"] == "started" and local["result"]["verdicts"][-1]["code"] == "opd-can-help"
+
+
+def test_opd_submit_mentions_the_probe_once_for_an_unprobed_config(tmp_path):
+    """The CLI's submit says it before its consent refusal (nothing sent on the stand-in), once per config."""
+    from bailian_standin import CountingProxy
+
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=24)
+    proxy = CountingProxy("http://127.0.0.1:9")  # answers nothing: a request that got through would show
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_"))}
+    env.update(DASHSCOPE_API_KEY="sk-standin-0000000000", OPD_CLOUD_BASE_URL=proxy.api_base)
+    submit = [sys.executable, "-m", "opd_nb", "submit", str(ws), "--cloud"]
+    try:
+        first, second = (
+            subprocess.run(submit, capture_output=True, text=True, timeout=120, env=env) for _ in "12"
+        )
+    finally:
+        proxy.close()
+    assert first.returncode == second.returncode == 1 and proxy.job_creations() == 0
+    assert first.stderr.count("`opd probe ") == 1 and "needs --yes" in first.stderr
+    assert "opd probe" not in second.stderr and "needs --yes" in second.stderr
+
+
+FAILING = """
+from dashscope.finetune.reinforcement import AbstractRewardProcessor, Reward, RewardOutput, TaskStatus
+
+
+class RewardProcessor(AbstractRewardProcessor):
+    async def process(self, input_data):
+        if int(str(input_data.ground_truth)[-1]) % 2:
+            raise ValueError("planted failure on odd solutions")
+        return RewardOutput(reward=Reward(reward_score=1.0, reward_metrics={}), status=TaskStatus.SUCCESS)
+"""
+
+
+@pytest.mark.slow
+def test_a_reward_that_fails_on_some_answers_is_named_with_the_functions_error(client, tmp_path):
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=8)
+    (ws / "functions" / "reward" / "reward.py").write_text(FAILING)
+    result = _probe(ws, client)
+    fails = next(v for v in result.verdicts if v.code == "reward-fails")
+    failed = [a for a in result.answers if a.reward_failed]
+    assert 0 < len(failed) < len(result.answers) and result.teacher.failed + result.student.failed == len(
+        failed
+    )
+    assert all("planted failure on odd solutions" in e for e in fails.evidence)
+
+
+@pytest.mark.slow
+def test_a_pure_distillation_workspace_is_scored_by_exact_match(client, tmp_path):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", val_rows=8)
+    result = _probe(ws, client)
+    assert result.scorer == "exact_match" and set(result.teacher.metrics) == {"exact_match"}
+    assert result.teacher.mean is not None and result.teacher.mean > result.student.mean
