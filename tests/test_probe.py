@@ -357,6 +357,7 @@ def test_the_mcp_tool_is_two_calls_on_the_cloud_and_probes_locally(local_server,
     assert local["status"] == "started" and local["result"]["verdicts"][-1]["code"] == "opd-can-help"
 
 
+@pytest.mark.slow  # two submits' preflights in subprocesses
 def test_opd_submit_mentions_the_probe_once_for_an_unprobed_config(tmp_path):
     """The CLI's submit says it before its consent refusal (nothing sent on the stand-in), once per config."""
     from bailian_standin import CountingProxy
