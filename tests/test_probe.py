@@ -125,7 +125,39 @@ def test_verdicts_put_the_rewards_problems_first():
     assert codes == ["reward-does-not-separate", "reward-rejects-teacher", "no-headroom"]
 
 
-# ---- the plan: draw, budget, the submit hint ------------------------------------------------------
+# ---- the plan: what is probed, draw, budget, the submit hint ------------------------------------------------------
+def test_a_workspace_without_a_teacher_or_data_is_one_line_naming_the_config(tmp_path):
+    import yaml
+
+    from opd_nb.experiments.probe_plan import plan_probe
+
+    ws = tiny_workspace("reward", tmp_path / "ws")
+    cfg = yaml.safe_load((ws / "config.yaml").read_text())
+    (ws / "config.yaml").write_text(yaml.safe_dump({**cfg, "teacher_model": None}, sort_keys=False))
+    with pytest.raises(OpdError, match="names no teacher_model") as no_teacher:
+        plan_probe(ws, prompts=4, samples=2, seed=0)
+    assert no_teacher.value.where == str(ws / "config.yaml") and "teacher_model:" in (
+        no_teacher.value.fix or ""
+    )
+    (ws / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for name in ("train.jsonl", "validation.jsonl"):
+        (ws / "data" / name).unlink()
+    with pytest.raises(OpdError, match="no local validation or training data"):
+        plan_probe(ws, prompts=4, samples=2, seed=0)
+
+
+def test_training_rows_are_probed_when_there_is_no_validation_file(tmp_path):
+    from opd_nb.experiments.probe_plan import plan_probe
+
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=5)
+    (ws / "data" / "validation.jsonl").unlink()
+    plan = plan_probe(ws, prompts=32, samples=4, seed=0)
+    assert plan.data == ws / "data" / "train.jsonl" and len(plan.rows) == 5
+    assert (
+        plan.max_tokens == plan.max_length - 40
+    )  # the answer room a job gives (TINY_HP's max_prompt_length)
+
+
 def test_prompts_are_drawn_by_seed():
     rows = [{"i": i} for i in range(20)]
     assert draw_rows(rows, 5, 1) == draw_rows(rows, 5, 1) != draw_rows(rows, 5, 2)

@@ -36,6 +36,7 @@ from opd_nb.experiments.probe_plan import (
 from opd_nb.experiments.probe_result import (
     SIDES,
     ProbeAnswer,
+    ProbeCost,
     ProbeResult,
     Side,
     side_figures,
@@ -97,7 +98,7 @@ def probe(
         answers = run.all(max(1, concurrency), progress)
     finally:
         scorer.stop()
-    result = _result(plan, client, scorer, cost, caps, answers, price)
+    result = _result(plan, client, scorer, cost, caps, answers)
     result.seconds = time.monotonic() - started
     record_probe(ws, plan.config_hash, _record(result))
     return result
@@ -253,7 +254,7 @@ def _pool(
     return [a for a in out if a is not None]
 
 
-def _job_estimate(plan: ProbePlan, price: float | None) -> str | None:
+def _job_estimate(plan: ProbePlan) -> str | None:
     """`opd estimate`'s line for the job this workspace would start (None where it cannot size it)."""
     from opd_nb.paid.estimate import estimate
 
@@ -269,15 +270,14 @@ def _result(
     plan: ProbePlan,
     client: Any,
     scorer: AnswerScorer,
-    cost: Any,
+    cost: ProbeCost,
     budget: Budget,
     answers: list[ProbeAnswer],
-    price: float | None,
 ) -> ProbeResult:
     teacher = side_figures(plan.teacher, [a for a in answers if a.side == "teacher"])
     student = side_figures(plan.student, [a for a in answers if a.side == "student"])
     beats = teacher_beats_share(answers)
-    estimate_line = _job_estimate(plan, price)
+    estimate_line = _job_estimate(plan)
     facts = ProbeFacts(teacher, student, beats, answers, scorer.name, estimate_line, plan.max_tokens)
     return ProbeResult(
         workspace=str(plan.workspace),
