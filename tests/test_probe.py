@@ -440,4 +440,5 @@ def test_a_pure_distillation_workspace_is_scored_by_exact_match(client, tmp_path
     ws = tiny_workspace("pure-distill", tmp_path / "ws", val_rows=8)
     result = _probe(ws, client)
     assert result.scorer == "exact_match" and set(result.teacher.metrics) == {"exact_match"}
-    assert result.teacher.mean is not None and result.teacher.mean > result.student.mean
+    assert result.teacher.mean is not None and result.student.mean is not None
+    assert result.teacher.mean > result.student.mean
