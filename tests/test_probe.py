@@ -158,6 +158,19 @@ def test_training_rows_are_probed_when_there_is_no_validation_file(tmp_path):
     )  # the answer room a job gives (TINY_HP's max_prompt_length)
 
 
+def test_no_plane_at_the_url_is_one_line_before_any_answer(tmp_path):
+    from opd_nb.experiments.probe import probe
+
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", val_rows=4)
+    nowhere = JobClient(
+        Target(kind="local", base_url="http://127.0.0.1:9/api/v1", api_key=SecretStr("local"))
+    )
+    with pytest.raises(
+        OpdError, match=r"cannot probe (teacher|student) \S+: cannot reach the local control plane"
+    ):
+        probe(ws, client=nowhere, prompts=2, samples=1)
+
+
 def test_prompts_are_drawn_by_seed():
     rows = [{"i": i} for i in range(20)]
     assert draw_rows(rows, 5, 1) == draw_rows(rows, 5, 1) != draw_rows(rows, 5, 2)

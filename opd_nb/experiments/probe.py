@@ -148,7 +148,8 @@ class _Run:
             )
         except OpdError as exc:
             self.budget.settle(worst, 0)
-            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+            if exc.status is None or (400 <= exc.status < 500 and exc.status != 429):
+                # no plane, or a model it does not serve: every call would say the same
                 raise OpdError(
                     f"cannot probe {side} {self._configured(side)}: {exc.message}",
                     fix=exc.fix or "name a model the plane serves in config.yaml (`opd check`)",
