@@ -24,8 +24,8 @@ SKILL = REPO / "skills" / "opd-nb" / "SKILL.md"
 VERBS = {"new_workspace", "check", "estimate", "smoke", "submit", "sweep", "list_jobs", "job_status", "wait_job",
          "metrics", "alerts", "logs", "samples", "checkpoints", "export_checkpoint", "deploy", "undeploy", "chat",
          "evaluate", "compare", "cancel_job", "report", "serve_start", "serve_stop", "serve_status",
-         "list_deployments", "metric_series"}  # fmt: skip
-PAID = {"submit", "smoke", "sweep", "deploy", "evaluate"}
+         "list_deployments", "metric_series", "probe"}  # fmt: skip
+PAID = {"submit", "smoke", "sweep", "deploy", "evaluate", "probe"}
 
 
 def listing() -> tuple[list, list]:

@@ -221,6 +221,8 @@ def _after(command: str, out: str, values: dict[str, str], shell: Shell, cwd: Pa
         assert "env.no-api-key" in out and "1 error(s)" in out
     elif command == "opd check my-ws":  # with the user's key: ready, and the job's size follows
         assert "0 error(s)" in out and "steps: 4 = ceil(32 rows / batch_size 8)" in out
+    elif command == "opd probe my-ws":  # the README's claim: on the template's task the teacher wins
+        assert "opd-can-help" in out, out
     elif command.startswith("opd data convert"):
         assert "20 of 20 record(s) written, 20 with rollout_extra.solution" in out
     elif command == "python my-ws/submit_job.py --local":

@@ -16,9 +16,9 @@ from opd_nb.loopback import bearer_token, binds_loopback_only, guard, same_key
 NAME = "opd-nb"
 INSTRUCTIONS = (
     "opd-nb runs online policy distillation (OPD) jobs on Alibaba Cloud Bailian (target cloud, paid) or on a "
-    "local `opd serve` (target local, free). Workflow: new_workspace, check, estimate, smoke, submit, "
+    "local `opd serve` (target local, free). Workflow: new_workspace, check, estimate, probe, smoke, submit, "
     "wait_job (with guard), metrics/alerts/samples to diagnose, checkpoints, export_checkpoint, deploy, "
-    "evaluate. A paid action (cloud submit, smoke, sweep, continued training, deploy, cloud evaluate) is two "
+    "evaluate. A paid action (cloud submit, smoke, sweep, continued training, deploy, cloud evaluate or probe) is two "
     "calls: the first sends nothing and returns a confirmation with a token; show the user its summary, "
     "warnings and estimate, and only on their yes call again with confirmation_token. Never invent a token."
 )

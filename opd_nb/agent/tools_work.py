@@ -1,5 +1,5 @@
-"""Tools before and after a job: create a workspace, check, estimate; export, deploy, undeploy, chat,
-evaluate (deploy and a cloud evaluation are paid: two calls), report to trackers."""
+"""Tools before and after a job: create a workspace, check, estimate, probe; export, deploy, undeploy, chat,
+evaluate (deploy and a cloud evaluation or probe are paid: two calls), report to trackers."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from opd_nb.agent.tools_jobs import paid
 from opd_nb.checks.report import Finding
 from opd_nb.client.deploy_results import ChatReply, Deployment
 from opd_nb.experiments.evaluation import EvalResult
+from opd_nb.experiments.probe_result import ProbeResult
 from opd_nb.paid.estimate import Estimate
 from opd_nb.trackers.records import ReportResult
 from opd_nb.workspace.new import Workspace
@@ -230,6 +231,35 @@ def evaluate(
 
 
 @tool_errors
+def probe(
+    workspace: WorkspaceArg,
+    prompts: Annotated[
+        int, Field(ge=1, description="prompts drawn (seeded) from validation, else training")
+    ] = 32,
+    samples: Annotated[int, Field(ge=1, description="answers per prompt and model")] = 4,
+    seed: int = 0,
+    budget: Annotated[str | None, Field(description="cap: N calls (64) or tokens (20000tokens)")] = None,
+    price: Annotated[float | None, Field(gt=0, description="money per million tokens")] = None,
+    target: TargetArg = None,
+    base_url: BaseUrlArg = None,
+    confirmation_token: TokenArg = None,
+) -> Paid[ProbeResult]:
+    """Before the first job (`opd probe`): sample the teacher and the student on the workspace's prompts,
+    score them with its reward as a job does, and say whether OPD can help (verdicts with evidence).
+    On Bailian every call is billed per token: two calls, as `submit`."""
+    from opd_nb.experiments.probe import probe as run_probe
+
+    client = client_for(target, base_url, workspace)
+
+    def start(yes: bool) -> ProbeResult:
+        return run_probe(workspace, client=client, prompts=prompts, samples=samples, seed=seed,
+                         budget=budget, price=price, yes=yes)  # fmt: skip
+
+    arguments = {"prompts": prompts, "samples": samples, "seed": seed, "budget": budget, "price": price}
+    return paid(STATE, "probe", client, arguments, workspace, start, confirmation_token)
+
+
+@tool_errors
 def report(
     job_id: JobIdArg,
     to: Annotated[list[Tracker], Field(min_length=1, description="the trackers to write the job to")],
@@ -254,5 +284,6 @@ TOOLS = (
     undeploy,
     chat,
     evaluate,
+    probe,
     report,
 )  # registered by opd_nb.agent.server, in this order

@@ -20,6 +20,7 @@ from opd_nb.cli import jobs as _jobs  # noqa: F401
 from opd_nb.cli import metrics as _metrics  # noqa: F401
 from opd_nb.cli import new as _new  # noqa: F401
 from opd_nb.cli import notebook_only as _notebook_only  # noqa: F401
+from opd_nb.cli import probe as _probe  # noqa: F401
 from opd_nb.cli import report as _report  # noqa: F401
 from opd_nb.cli import rollouts as _rollouts  # noqa: F401
 from opd_nb.cli import serve as _serve  # noqa: F401

@@ -20,7 +20,7 @@ NOTEBOOK_PANEL = "Notebook"  # the help panel of the commands that only make sen
 # tests/test_cli_output.py checks that every visible command is).
 FLOW: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Workspace", ("new", "data", "config", "demo")),
-    ("Check", ("check", "test", "estimate")),
+    ("Check", ("check", "test", "estimate", "probe")),
     ("Run", ("submit", "sweep")),
     ("Watch", ("jobs", "status", "watch", "logs", "metrics", "rollouts", "traces", "cancel")),
     (

@@ -27,13 +27,13 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def _progress() -> Iterator[Callable[[int, int], None]]:
+def progress_bar(label: str = "eval") -> Iterator[Callable[[int, int], None]]:
     """A bar on stderr from the first call on (calls done of all calls), gone when the table prints;
     nothing at all when stderr is not a terminal (a log, a pipe)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(
-        TextColumn("eval"),
+        TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("calls"),
@@ -45,7 +45,7 @@ def _progress() -> Iterator[Callable[[int, int], None]]:
 
     def tick(done: int, total: int) -> None:
         if not task:
-            task.append(bar.add_task("eval", total=total))
+            task.append(bar.add_task(label, total=total))
         bar.update(task[0], completed=done, total=total)
 
     with bar:
@@ -89,7 +89,7 @@ def _evaluate_here(client: Any, request: EvalRequest, as_json: bool) -> None:
     """The terminal's eval: a progress bar on stderr, then the table (or JSON)."""
     from opd_nb.experiments.evaluation import evaluate
 
-    with _progress() as tick:
+    with progress_bar() as tick:
         result = evaluate(
             Path(request.workspace),
             list(request.models),

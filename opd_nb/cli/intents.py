@@ -201,3 +201,32 @@ class EvalRequest(ResultMixin):
 
     def __str__(self) -> str:
         return f"eval of {', '.join(self.models)} on {self.workspace}"
+
+
+@dataclass(frozen=True)
+class ProbeRequest(ResultMixin):
+    """Probe `workspace`'s teacher against its student on its reward over `target` (`opd probe`)."""
+
+    workspace: str
+    target: Target
+    prompts: int = 32
+    samples: int = 4
+    seed: int = 0
+    budget: str | None = None
+    price: float | None = None
+    yes: bool = False  # consent to a cloud probe's paid calls (the core asks for it again)
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "view": "probe",
+            "workspace": self.workspace,
+            "target": self.target.kind,
+            "base_url": self.target.base_url,
+            "prompts": self.prompts,
+            "samples": self.samples,
+            "seed": self.seed,
+            "budget": self.budget,
+        }
+
+    def __str__(self) -> str:
+        return f"probe of {self.workspace}"

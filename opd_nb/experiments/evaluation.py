@@ -61,14 +61,20 @@ def _config(workspace: Path) -> Any:
     return parse_config_text(read_config_text(path), str(path)).config  # not UTF-8: one line, not a traceback
 
 
+def data_file(workspace: str | Path, kind: str) -> Path:
+    """The JSONL config.yaml names for dataset `kind` ("validation", "training"; else ``data/<kind>.jsonl``),
+    whether or not it exists."""
+    ws = Path(workspace)
+    config = _config(ws)
+    names = [d.file_name for d in (config.datasets if config else []) if d.type == kind and d.file_name]
+    default = "data/validation.jsonl" if kind == "validation" else "data/train.jsonl"
+    return ws / (names[0] if names else default)
+
+
 def validation_file(workspace: str | Path) -> Path:
     """The validation JSONL config.yaml names (else ``data/validation.jsonl``)."""
     ws = Path(workspace)
-    config = _config(ws)
-    names = [
-        d.file_name for d in (config.datasets if config else []) if d.type == "validation" and d.file_name
-    ]
-    path = ws / (names[0] if names else "data/validation.jsonl")
+    path = data_file(ws, "validation")
     if not path.is_file():
         raise OpdError(
             f"no validation data at {path}",
@@ -80,7 +86,12 @@ def validation_file(workspace: str | Path) -> Path:
 
 def load_rows(workspace: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """The validation rows (``messages`` + ``rollout_extra``), the first `limit` of them."""
-    path = validation_file(workspace)
+    return read_rows(validation_file(workspace), limit)
+
+
+def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """A data file's rows (``messages`` + ``rollout_extra``), the first `limit` of them; a bad row is one
+    line naming it."""
     rows: list[dict[str, Any]] = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -112,12 +123,17 @@ class RewardFunction(NamedTuple):
 
 def reward_function(workspace: str | Path) -> RewardFunction | None:
     """The workspace's first reward function (config.yaml); None without one."""
+    return workspace_function(workspace, "reward")
+
+
+def workspace_function(workspace: str | Path, kind: str) -> RewardFunction | None:
+    """The workspace's first function of `kind` ("reward", "rollout") as a job runs it; None without one."""
     from opd_nb.functions.reward_call import DEFAULT_TIMEOUT_S
     from opd_nb.spec import function_classpath
 
     ws = Path(workspace)
     config = _config(ws)
-    for function in config.functions_of("reward") if config else []:
+    for function in config.functions_of(kind) if config else []:
         classpath = function_classpath(function)
         if classpath:
             zipdir = (function.fcmodel.zipdir if function.fcmodel else None) or "./"
@@ -130,7 +146,7 @@ def reward_function(workspace: str | Path) -> RewardFunction | None:
     return None
 
 
-def _prompt(row: dict[str, Any]) -> list[dict[str, Any]]:
+def prompt_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
     msgs = list(row["messages"])
     while msgs and msgs[-1].get("role") == "assistant":
         msgs.pop()  # the answer is what the model writes
@@ -386,7 +402,7 @@ def deploy_fix(model: str, cloud: bool) -> str:
     )
 
 
-class _Scorer:
+class AnswerScorer:
     """The workspace's reward in a function server (the training path), else exact match."""
 
     def __init__(self, workspace: Path):
@@ -421,19 +437,26 @@ class _Scorer:
         self, row: dict[str, Any], answer: str, model: str, index: int
     ) -> tuple[float | None, dict, str | None]:
         """The workspace's reward function's (score, metrics, error) for one answer (started first)."""
+        conversation = [*prompt_messages(row), {"role": "assistant", "content": answer}]
+        return self.score_conversation(row, conversation, model, index, job_id="opd-eval")
+
+    def score_conversation(
+        self, row: dict[str, Any], messages: list[dict[str, Any]], rollout_id: str, index: int, *, job_id: str
+    ) -> tuple[float | None, dict, str | None]:
+        """The reward function's (score, metrics, error) for a whole conversation (a rollout's
+        trajectory, or a prompt and its answer), sent as a training job sends it (started first)."""
         from opd_nb.functions import reward_call
 
         if self.server is None or self.fn is None:
             raise RuntimeError("the reward function's server is not started: call start() first")
         url, timeout = self.server.url, self.fn.timeout
-
         request = reward_call.reward_request(
-            [*_prompt(row), {"role": "assistant", "content": answer}],
+            messages,
             row.get("rollout_extra") or {},
             _solution(row),
-            job_id="opd-eval",
+            job_id=job_id,
             sample_id=str(index),
-            rollout_id=model,
+            rollout_id=rollout_id,
         )
         send = reward_call.post_once(url)
         (outcome,) = reward_call.call(send, request, timeout, url=url)
@@ -468,10 +491,11 @@ def evaluate(
     require_eval_consent(client.target.kind, ws, models, rows, yes, max_tokens)
     data = load_rows(ws, rows)
     limit = max_tokens if max_tokens is not None else _max_tokens(ws)
-    scorer = _Scorer(ws)
+    scorer = AnswerScorer(ws)
     started = time.monotonic()
     results = [
-        RowResult(index=i, prompt=_user_text(_prompt(r)), solution=_solution(r)) for i, r in enumerate(data)
+        RowResult(index=i, prompt=_user_text(prompt_messages(r)), solution=_solution(r))
+        for i, r in enumerate(data)
     ]
     scorer.start()
     try:
@@ -495,7 +519,7 @@ def _run_calls(
     models: list[str],
     data: list[dict[str, Any]],
     results: list[RowResult],
-    scorer: _Scorer,
+    scorer: AnswerScorer,
     limit: int | None,
     concurrency: int,
     progress: Progress | None,
@@ -509,7 +533,7 @@ def _run_calls(
         row, out = data[i], results[i]
         try:
             reply = client.chat(
-                model, _prompt(row), max_tokens=limit, temperature=0.0, seed=0, tools=row.get("tools")
+                model, prompt_messages(row), max_tokens=limit, temperature=0.0, seed=0, tools=row.get("tools")
             )
         except OpdError as exc:
             if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:

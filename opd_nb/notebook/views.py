@@ -18,6 +18,7 @@ from opd_nb.cli.intents import (
     EvalRequest,
     FormRequest,
     PlaygroundRequest,
+    ProbeRequest,
     RolloutsRequest,
     SweepRequest,
     TracesRequest,
@@ -157,7 +158,23 @@ def _eval(request: EvalRequest) -> Any:
     ).start()
 
 
+def _probe(request: ProbeRequest) -> Any:
+    """The probe, run in the cell (a few dozen calls), shown as its final view."""
+    from opd_nb.cli.probe import run_request
+    from opd_nb.client import JobClient
+    from opd_nb.notebook.probe_view import ProbeView
+
+    return ProbeView(run_request(JobClient(request.target), request))
+
+
+def _probe_result(result: Any) -> Any:
+    from opd_nb.notebook.probe_view import ProbeView
+
+    return ProbeView(result)
+
+
 _OPENERS: dict[type, Any] = {
+    ProbeRequest: _probe,
     ChatRequest: _chat,
     EvalRequest: _eval,
     WatchRequest: _monitor,
@@ -173,6 +190,7 @@ _OPENERS: dict[type, Any] = {
 _CORE_OPENERS: dict[tuple[str, str], Any] = {
     ("opd_nb.client.submit", "SubmitResult"): _submitted,
     ("opd_nb.experiments.compare", "Comparison"): _compare,
+    ("opd_nb.experiments.probe_result", "ProbeResult"): _probe_result,
 }
 
 

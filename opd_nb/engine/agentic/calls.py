@@ -8,7 +8,6 @@ trajectory is malformed) fails the job with the first error.
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,15 +21,13 @@ from opd_nb.engine.agentic.endpoint import Generation, StudentEndpoint
 from opd_nb.engine.api import EngineError
 from opd_nb.engine.keepalive import KeptConnections
 from opd_nb.engine.trajectory import MALFORMED, check_trajectory
+from opd_nb.functions.rollout_reply import CallResult, agent_output
 from opd_nb.traces import ids as trace_ids
 
 if TYPE_CHECKING:
     from opd_nb.engine.api import RolloutEndpoint
     from opd_nb.engine.data import Row
     from opd_nb.engine.rollout_source import RolloutParts
-
-# A call's result: (agent_output, None) or (None, what went wrong).
-CallResult = tuple[dict[str, Any] | None, str | None]
 
 
 @dataclass
@@ -43,27 +40,6 @@ class RolloutRound:
     trajs: list[dict[str, Any]]  # their agent_output, parallel to ok
     metrics: dict[str, float]  # the rollout function's own rollout_metrics (means) and the failure rate
     errors: dict[int, str]  # call index -> error, for failed calls
-
-
-def agent_output(status: int, data: bytes) -> CallResult:
-    """The trajectory in a rollout function's reply, or what is wrong with the reply."""
-    try:
-        body: JsonValue = json.loads(data)
-    except ValueError:
-        body = None
-    if status != 200 or not isinstance(body, dict):
-        msg = (
-            body.get("message") or body.get("detail")
-            if isinstance(body, dict)
-            else data[:300].decode("utf-8", "replace")
-        )
-        return None, f"HTTP {status}: {msg}"
-    if str(body.get("status", "success")) != "success":
-        return None, f"status {body.get('status')}: {body.get('error') or body.get('error_code')}"
-    ao = body.get("agent_output") or {}
-    if not isinstance(ao, dict) or not isinstance(messages := ao.get("messages"), list) or not messages:
-        return None, "agent_output.messages is empty; return the full trajectory"
-    return ao, None
 
 
 def rollout_metrics(results: list[CallResult]) -> dict[str, float]:
