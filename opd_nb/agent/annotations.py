@@ -53,6 +53,7 @@ EFFECTS: dict[str, Effect] = {
     "undeploy": STOP,
     "chat": BILLED_CALL,
     "evaluate": PAID_START,
+    "probe": PAID_START,  # N x K x 2 chat calls, billed per token on Bailian
     "report": CREATE,
     "submit": PAID_START,
     "smoke": PAID_START,

@@ -238,7 +238,7 @@ def probe(
     ] = 32,
     samples: Annotated[int, Field(ge=1, description="answers per prompt and model")] = 4,
     seed: int = 0,
-    budget: Annotated[str | None, Field(description="cap: N calls (64) or tokens (20000tokens)")] = None,
+    budget: Annotated[IdArg | None, Field(description="cap: N calls (64) or tokens (20000tokens)")] = None,
     price: Annotated[float | None, Field(gt=0, description="money per million tokens")] = None,
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
@@ -251,7 +251,7 @@ def probe(
 
     client = client_for(target, base_url, workspace)
 
-    def start(yes: bool) -> ProbeResult:
+    def start(yes: bool, _request_id: str | None) -> ProbeResult:  # chat calls: nothing a plane names by it
         return run_probe(workspace, client=client, prompts=prompts, samples=samples, seed=seed,
                          budget=budget, price=price, yes=yes)  # fmt: skip
 
