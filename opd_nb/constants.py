@@ -74,6 +74,7 @@ LOCAL_ESTIMATORS = (
 )  # only on the local engine, where `algorithm` may name them (the spec's local choices)
 
 # Metric names (Bailian's, plus the local engine's extras).
+EPOCH = "epoch"  # in every row the engine writes (its step's own numbers), never in the trace intake's
 LOSS = "actor/distillation/loss"
 VALID_TOKEN_RATE = "trace/distillation/valid_token_rate"
 REWARD_MEAN = "validation/data/reward/mean@1"

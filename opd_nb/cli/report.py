@@ -36,7 +36,10 @@ def report_cmd(
     cloud: CloudOpt = False,
     as_json: JsonOpt = False,
 ) -> Any:
-    """Write a job's metrics (at global steps), config, samples, alerts and end to experiment trackers."""
+    """Write a job's metrics (at global steps), config, samples, alerts and end to experiment trackers.
+
+    A job is one run in each tracker: reporting it again, or after `opd watch --report-to`, resumes or
+    replaces that run. A running job's last steps (still growing) wait for the next report or a watch."""
     from opd_nb.trackers import parse_report_to, report_job
 
     names = parse_report_to(to)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opd_nb.constants import (
+    EPOCH,
     GEN_SECONDS,
     LEARNING_RATE,
     LOSS,
@@ -284,7 +285,7 @@ class Trainer:
         if self.step == 0 and data.validation:  # evaluates_after(0, ...): the job's first evaluation
             ev = self.evaluate()
             if ev:
-                self.emit({"step": 0, "epoch": 0.0, **ev})
+                self.emit({"step": 0, EPOCH: 0.0, **ev})
                 self.log("before training: " + ", ".join(f"{k}={v:.4f}" for k, v in ev.items()))
         self.log(
             f"training {data.total_steps} steps ({p.hp.n_epochs} epoch(s) x {data.steps_per_epoch} steps over "
@@ -318,7 +319,7 @@ class Trainer:
             self._steps_here += 1
             if evaluates_after(self.step, data.total_steps, p.hp.eval_steps):
                 metrics.update(self.evaluate())
-            row = {"step": self.step, "epoch": round(self.step / data.steps_per_epoch, 4), **metrics}
+            row = {"step": self.step, EPOCH: round(self.step / data.steps_per_epoch, 4), **metrics}
             self.emit(row)
             self.metrics_tail = {k: float(v) for k, v in row.items() if isinstance(v, int | float)}
             self._report(row, epoch)

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_nb.constants import LOCAL_OUTPUT_PREFIX
+from opd_nb.constants import EPOCH, LOCAL_OUTPUT_PREFIX
 
 MAX_POINTS = 2000  # per series in a snapshot; beyond it the series is downsampled (LTTB)
 MAX_PARENTS = 8  # how far back a chain of continued jobs is followed
+SETTLED_AFTER = 2  # a live step's row is final once the engine has written this many later steps
 # One colour per job, in order of first appearance; mid-luminance hues that read on white and on dark
 # themes. The interactive chart (static/chart.js) takes them from the document, the static SVG too.
 PALETTE = (
@@ -121,10 +122,28 @@ def step_offset(
     return offset
 
 
+def settled_rows(rows: Rows, *, ended: bool) -> int:
+    """How many of a job's leading rows hold their final numbers: every row once the job has ended, else
+    the rows before the engine's `SETTLED_AFTER`-th last row. A step's row grows in place while it runs
+    (its trace numbers are running totals of the spans in so far, the engine's numbers join when it ends,
+    a refused export's count goes into the last finished step), so what must be written once, at its
+    final value (a tracker run), is written only when the engine has finished two later steps."""
+    if ended:
+        return len(rows)
+    seen = 0
+    for i in range(len(rows) - 1, -1, -1):
+        if EPOCH in rows[i]:
+            seen += 1
+            if seen == SETTLED_AFTER:
+                return i
+    return 0
+
+
 @dataclass
 class RowCursor:
-    """Which of one job's metric rows are new or grew since the last read: the one rule of every reader
-    that follows a job (the chart feed, the tracker reporter). A step's row grows in place (its trace
+    """Which of one job's metric rows are new or grew since the last read: the rule of a reader that
+    redraws what changed (the chart feed; what is written once, a tracker run, waits for `settled_rows`
+    instead). A step's row grows in place (its trace
     numbers arrive while the step runs, the engine's when it ends), so a row is read again when its key
     count changed; a shorter list is another history (it restarted) and is read from the start."""
 

@@ -5,6 +5,10 @@ The config goes in twice: flattened as params (``hyper_parameters.learning_rate`
 ``opd/config.json``; each step's samples are a JSON artifact, the end is the run's status and a tag.
 MLflow refuses ``@`` in a metric name, so ``validation/data/reward/mean@1`` is logged as
 ``validation/data/reward/mean_at_1`` (:func:`mlflow_key`, and ``opd/metric_names.json`` maps back).
+
+A job is one run, found by its ``opd.job_id`` tag: a second report or a restarted watch resumes it
+(MLflow cannot replace a point, and a point logged again is a second point at its step), so only the
+points the run lacks are logged, and only the params it lacks (MLflow refuses to change one).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Run:
         self._metric, self._param = Metric, Param
         self._run_id = ""
         self._names: dict[str, str] = {}
+        self._held: set[tuple[str, int]] = set()  # (key, step) points the resumed run already has
 
     def start(self, run: RunInfo) -> None:
         client = self._client
@@ -59,19 +64,40 @@ class Run:
         tags = {"opd.job_id": run.job_id, "opd.group": run.group, "opd.target": run.target}
         if run.parent_job_id:
             tags["opd.parent_job_id"] = run.parent_job_id
-        self._run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
-        params = [self._param(k, v) for k, v in _flat(run.config).items()]
+        held = self._resume(experiment_id, run.job_id)
+        if held is None:
+            self._run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
+            held = {}
+        params = [self._param(k, v) for k, v in _flat(run.config).items() if k not in held]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             client.log_batch(self._run_id, params=params[i : i + 100])
         client.log_dict(self._run_id, run.config, "opd/config.json")
+
+    def _resume(self, experiment_id: str, job_id: str) -> dict[str, str] | None:
+        """Reopen the job's run if the experiment has one (its params returned; the points it holds
+        kept in `_held`); None when there is none."""
+        client = self._client
+        found = client.search_runs(
+            [experiment_id], filter_string=f"tags.`opd.job_id` = '{job_id}'", order_by=["start_time ASC"]
+        )
+        if not found:
+            return None
+        run = found[0]  # the first: older opd versions made a run per report
+        self._run_id = run.info.run_id
+        client.update_run(self._run_id, status="RUNNING")
+        for key in run.data.metrics:
+            self._held.update((key, m.step) for m in client.get_metric_history(self._run_id, key))
+        return dict(run.data.params)
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         stamp = int(time.time() * 1000)
         metrics = []
         for name, value in values.items():
             key = self._names.setdefault(name, mlflow_key(name))
-            metrics.append(self._metric(key, value, stamp, step))
-        self._client.log_batch(self._run_id, metrics=metrics)
+            if (key, step) not in self._held:
+                metrics.append(self._metric(key, value, stamp, step))
+        if metrics:
+            self._client.log_batch(self._run_id, metrics=metrics)
 
     def log_samples(self, step: int, rows: Sequence[Sequence[Any]]) -> None:
         records = [dict(zip(SAMPLE_COLUMNS, row, strict=True)) for row in rows]

@@ -4,8 +4,12 @@ What `opd watch --report-to`, `opd report --to` and the monitor's ``report_to=``
 hands each poll to :meth:`Reporter.poll` (the job, its metric rows, the alerts that just appeared)
 and the end to :meth:`Reporter.end`; `report_job` backfills a job in one pass through the same
 calls. Rows are the job's ``/metrics`` as they are, so the trackers hold what the control plane
-holds. On Bailian, which has no metrics API, a reporter writes what a watcher can see there: the
-status, the error lines of the log as alerts, and the final checkpoint list, and it says so.
+holds: each step is written once, at its final numbers (a live step's row grows in place until
+`plots/series.py`'s `settled_rows` says it is done), in step order, so a streamed run equals the
+backfill point for point. Each backend's run is the job's one run: a second report or a restarted
+watch resumes or replaces it (each backend says which). On Bailian, which has no metrics API, a
+reporter writes what a watcher can see there: the status, the error lines of the log as alerts, and
+the final checkpoint list, and it says so.
 
 A backend that fails while a job is watched is dropped with one line; the watch goes on.
 """
@@ -20,7 +24,7 @@ from opd_nb.client.rollout_results import summary as sample_summary
 from opd_nb.errors import OpdError
 from opd_nb.health.guard import LOG_PAGE, log_error_alert
 from opd_nb.health.rules import HealthAlert, best_checkpoint_line
-from opd_nb.plots.series import MAX_PARENTS, RowCursor, client_offsets, parent_of
+from opd_nb.plots.series import MAX_PARENTS, client_offsets, parent_of, settled_rows
 from opd_nb.trackers.backends import SAMPLE_COLUMNS, Backend, open_backend, require
 from opd_nb.trackers.quiet import muted
 from opd_nb.trackers.records import DEFAULT_PROJECT, STEP, ReportResult, RunInfo, job_config
@@ -95,9 +99,7 @@ class Reporter:
         self.run: RunInfo | None = None
         self.result = ReportResult(job_id=job_id, backends=self.names, status="")
         self._backends: list[Backend] = []
-        self._rows = RowCursor()  # rows grow in place: the chart feed's rule
-        self._logged: dict[int, set[str]] = {}  # the metric names written at each global step
-        self._sample_steps: set[int] = set()
+        self._through: int | None = None  # the last global step written (nothing is written at or below it)
         self._samples_asked_at: int | None = None  # the last step samples were asked for
         self._alert_rules: set[str] = set()
         self._log_offset = 1
@@ -140,69 +142,75 @@ class Reporter:
         for alert in alerts:
             self._alert(alert, rows)
 
-    def _write(self, rows: Sequence[Mapping[str, Any]], *, every: bool = False) -> None:
-        """The rows not written yet and the samples of steps not written yet, in step order (W&B
-        drops anything logged at a step below one it has seen)."""
-        events: list[tuple[int, int, Any]] = self._new_metrics(rows)
-        try:
-            tables = self._new_samples(rows, every)
-        except OpdError:  # a poll that could not read the samples: the next one catches up
-            tables = {}
-        events += [(step, 1, table) for step, table in tables.items()]
-        for step, kind, payload in sorted(events, key=lambda e: (e[0], e[1])):
-            if kind == 0:
-                self._each("metrics", lambda b, s=step, v=payload: b.log_metrics(s, v))
-                self.result.metric_rows = len(self._logged)  # rows (steps) written, a grown one once
-                self.result.steps = [self.result.steps[0] if self.result.steps else step, step]
-            else:
-                self._each("samples", lambda b, s=step, t=payload: b.log_samples(s, t))
-                self.result.sample_tables += 1
-
-    def _new_metrics(self, rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, Any]]:
-        """(global step, 0, values) for each row that is new or grew since the last poll, with only the
-        values not written at that step yet (a grown row's new keys; W&B merges them into its step)."""
+    def _write(self, rows: Sequence[Mapping[str, Any]], *, ended: bool = False) -> None:
+        """The settled rows past the last step written, each step once and whole (its metrics, then its
+        samples table), in step order. A row is written when its numbers are final (`settled_rows`: a
+        live step's row grows in place), and nothing is written at or below a step already written: W&B
+        drops it ("less than the current step"), and the others would hold the step twice."""
         run = self.run
         assert run is not None
-        first, restarted = self._rows.advance(rows)
-        if restarted:  # a shorter list is not the same history: start over
-            self._logged.clear()
-        events: list[tuple[int, int, Any]] = []
-        for row in rows[first:]:
+        final = rows[: settled_rows(rows, ended=ended)]
+        metrics = self._new_metrics(final)
+        last = run.global_step(final[-1].get(STEP)) if final else None
+        try:
+            tables = self._new_samples(last, every=ended)
+        except OpdError:  # samples not read this time: write nothing past them, the next poll writes both
+            if not ended:
+                return
+            tables = {}
+        for step in sorted(set(metrics) | set(tables)):
+            if step in metrics:
+                self._each("metrics", lambda b, s=step: b.log_metrics(s, metrics[s]))
+                self.result.metric_rows += 1
+                self.result.steps = [self.result.steps[0] if self.result.steps else step, step]
+            if step in tables:
+                self._each("samples", lambda b, s=step: b.log_samples(s, tables[s]))
+                self.result.sample_tables += 1
+            self._through = step
+
+    def _new_metrics(self, final: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float]]:
+        """The values of each settled row past the last step written, by global step (read from the end
+        back to that step: a poll costs its new rows)."""
+        run = self.run
+        assert run is not None
+        out: dict[int, dict[str, float]] = {}
+        for row in reversed(final):
             step = run.global_step(row.get(STEP))
             if step is None:
                 continue
-            done = self._logged.setdefault(step, set())
-            values = {k: v for k, v in metric_values(row).items() if k not in done}
+            if self._through is not None and step <= self._through:
+                break
+            values = metric_values(row)
             if values:
-                events.append((step, 0, values))
-                done.update(values)
-        return events
+                out[step] = values
+        return out
 
-    def _new_samples(self, rows: Sequence[Mapping[str, Any]], every: bool) -> dict[int, list[list[Any]]]:
-        """Each recorded step not written yet, as a table (asked only when a new step has metrics, or
-        `every`); a control plane without recorded samples answers none."""
+    def _new_samples(self, last: int | None, *, every: bool) -> dict[int, list[list[Any]]]:
+        """Each recorded step past the last step written and up to `last` (any, with `every`), as a
+        table; asked only when `last` moved, or `every`. A control plane without samples answers none."""
         run = self.run
         assert run is not None
-        last = run.global_step(rows[-1].get(STEP)) if rows else None
         if not every and (last is None or last == self._samples_asked_at):
             return {}
-        self._samples_asked_at = last
         page = self.client.rollouts(self.job_id)
         tables: dict[int, list[list[Any]]] = {}
         if page is None:
+            self._samples_asked_at = last
             return tables
         for step in page.steps:
             at = run.global_step(step)
-            if at is None or at in self._sample_steps:
+            if at is None or (self._through is not None and at <= self._through):
+                continue
+            if not every and last is not None and at > last:  # not settled yet
                 continue
             if step == page.step:
                 records = page.rollouts
             else:
                 other = self.client.rollouts(self.job_id, step=step)
                 records = other.rollouts if other is not None else []
-            self._sample_steps.add(at)
             if records:
                 tables[at] = [[sample_summary(r).get(c) for c in SAMPLE_COLUMNS] for r in records]
+        self._samples_asked_at = last  # read whole: the next poll asks again only when `last` moves
         return tables
 
     def _log_alerts(self) -> list[HealthAlert]:
@@ -232,7 +240,7 @@ class Reporter:
             self.result.notes.append(NO_METRICS_NOTE)
             self._pending.append(NO_METRICS_NOTE)
         else:
-            self._write(rows, every=True)
+            self._write(rows, ended=job.terminal)
         checkpoints = self.client.checkpoints(self.job_id)
         summary = {
             "last_step": self.result.steps[-1] if self.result.steps else None,
@@ -273,6 +281,7 @@ def report_job(
     reporter.poll(job, rows, alerts)
     result = reporter.end(job)
     if not job.terminal:
-        result.notes.append(f"{job_id} is still {job.status}: reported what is there so far; "
-                            f"`opd watch {job_id} --report-to {','.join(to)}` follows it to the end")  # fmt: skip
+        result.notes.append(f"{job_id} is still {job.status}: reported its settled steps (a running step's numbers "
+                            f"still grow); `opd watch {job_id} --report-to {','.join(to)}` or a later `opd report` "
+                            "goes on in the same run")  # fmt: skip
     return result

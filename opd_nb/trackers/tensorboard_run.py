@@ -4,12 +4,17 @@ Written with TensorBoard's own event-file writer and protos (numpy only: neither
 is imported), so `tensorboard --logdir runs` overlays a job and its continued jobs on one step axis.
 Scalars are TensorBoard's float32; the config, alerts, final status and sample tables are text
 summaries (TensorBoard has no table type: each table is Markdown).
+
+A job is one run directory: a second report or a restarted watch writes the run again in a new event
+file and, once it is closed, removes the directory's earlier event files (replaced: TensorBoard reads
+every event file of a run, so an earlier one would put a second value at each tag and step).
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ CONFIG_TAG = "opd/config"
 STATUS_TAG = "opd/final_status"
 ALERT_TAG = "opd/alerts"
 SAMPLES_TAG = "rollouts/samples"
+EVENT_FILES = "events.out.tfevents.*"
 
 
 def log_root() -> Path:
@@ -47,10 +53,11 @@ class Run:
         self._writer_cls = EventFileWriter
         self._writer: Any = None
         self._dir = Path()
+        self._suffix = f".opd-{uuid.uuid4().hex[:12]}"  # names this run's event file among earlier ones
 
     def start(self, run: RunInfo) -> None:
         self._dir = log_root() / run.name
-        self._writer = self._writer_cls(str(self._dir))
+        self._writer = self._writer_cls(str(self._dir), filename_suffix=self._suffix)
         self._text(CONFIG_TAG, "```json\n" + json.dumps(run.config, indent=2, default=str) + "\n```", 0)
 
     def _emit(self, step: int, values: list[Any]) -> None:
@@ -83,6 +90,9 @@ class Run:
         lines = [f"**{status}**", *(f"- {k}: {_cell(v)}" for k, v in summary.items())]
         self._text(STATUS_TAG, "\n".join(lines), int(summary.get("last_step") or 0))
         self._writer.close()
+        for earlier in self._dir.glob(EVENT_FILES):  # this run is whole now: it replaces the earlier ones
+            if not earlier.name.endswith(self._suffix):
+                earlier.unlink(missing_ok=True)
 
     def where(self) -> str:
         return f"event files in {self._dir}: tensorboard --logdir {self._dir.parent}"

@@ -2,6 +2,10 @@
 
 A run per job, grouped by the chain it continues; opd's health alerts become trackio alerts (the
 ones Hugging Face's training skill tells agents to read), rollout samples a ``trackio.Table``.
+
+A job is one run, by its name: a second report or a restarted watch deletes the earlier run of that
+name and writes it again (replaced: a point trackio has cannot be changed, and one logged again is a
+second row at its step).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from opd_nb.trackers.records import RunInfo
 
 SAMPLES_KEY = "rollouts/samples"
 FINAL_STATUS = "final_status"  # the title of the alert that carries the job's end
+MAX_EARLIER = 100  # earlier runs of a job deleted at most (each report of an older opd made one)
 
 
 class Run:
@@ -32,6 +37,7 @@ class Run:
         # trackio.init finishes "the current run" of its context: a context of our own per job, so two
         # jobs reported from one process (the monitor, a sweep) do not end each other's runs.
         self._project = run.project
+        self._forget(run.project, run.name)
         self._run = contextvars.Context().run(
             self._trackio.init,
             project=run.project,
@@ -43,6 +49,14 @@ class Run:
             auto_log_gpu=False,
             auto_log_cpu=False,
         )
+
+    def _forget(self, project: str, name: str) -> None:
+        """Delete every earlier run of `name` in the local store (older opd versions made one per report)."""
+        from trackio.sqlite_storage import SQLiteStorage
+
+        for _ in range(MAX_EARLIER):
+            if not SQLiteStorage.delete_run(project, name):
+                break
 
     def log_metrics(self, step: int, values: dict[str, float]) -> None:
         self._run.log(values, step=step)
