@@ -62,6 +62,36 @@ def test_a_step_row_that_grows_in_place_is_read_again() -> None:
     assert doc[LOSS] == ([1, 2], [1.0, 0.8]) and doc[TOOL_LATENCY_P95] == ([1, 2, 3], [0.1, 0.2, 0.3])
 
 
+def test_a_running_total_that_changes_value_without_new_keys_is_sent_again_as_a_replacement() -> None:
+    """A live step's trace numbers are running totals: the value at a step already drawn changes while
+    the keys stay. The chart gets the new value (marked `replace`), once; a repeated poll sends nothing;
+    settled rows are not read again (issue 50: the chart kept early partial values)."""
+    from opd_nb.constants import EPOCH
+
+    feed = ChartFeed()
+    rows: list[dict] = [{"step": s, EPOCH: 1, LOSS: 1.0 / s, TOOL_LATENCY_P95: 0.1} for s in (1, 2, 3)]
+    rows.append({"step": 4, TOOL_LATENCY_P95: 0.1})  # step 4 runs: its spans so far
+    feed.update({"ft-a": rows}, [LOSS, TOOL_LATENCY_P95])
+    feed.delta()
+    rows[3] = {"step": 4, TOOL_LATENCY_P95: 0.4}  # more spans of step 4: a new value, the same keys
+    feed.update({"ft-a": rows}, [LOSS, TOOL_LATENCY_P95])
+    (entry,) = feed.delta()
+    assert entry["replace"] is True and (entry["metric"], entry["steps"], entry["values"]) == (
+        TOOL_LATENCY_P95,
+        [4],
+        [0.4],
+    )
+    feed.update({"ft-a": rows}, [LOSS, TOOL_LATENCY_P95])
+    assert feed.delta() == []  # the same poll again: nothing
+    doc = {s["metric"]: (s["steps"], s["values"]) for s in feed.full()["series"]}
+    assert doc[TOOL_LATENCY_P95] == ([1, 2, 3, 4], [0.1, 0.1, 0.1, 0.4])
+    from opd_nb.plots.series import RowCursor
+
+    cursor = RowCursor()
+    cursor.advance(rows)
+    assert cursor.advance(rows)[0] == 1  # only rows after the settled ones (two engine rows later) are read
+
+
 def test_full_marks_points_sent_unless_asked_not_to() -> None:
     feed = ChartFeed()
     feed.update({"ft-a": _rows(5)}, [LOSS])

@@ -100,6 +100,43 @@ def test_panels_legend_align_and_log_y(page) -> None:  # noqa: ANN001
     assert page.find_elements(By.CSS_SELECTOR, ".opd-warn") == []
 
 
+def test_a_replacement_changes_a_held_points_value_and_adds_none(page) -> None:  # noqa: ANN001
+    """A live step's running total sent again (`replace`): the point at that step takes the new value,
+    the count stays, and the drawn line follows."""
+    from selenium.webdriver.common.by import By
+
+    chart = page.find_element(By.CSS_SELECTOR, ".opd-chart")
+    before = int(chart.get_attribute("data-points"))
+    path = f'svg.opd-panel[data-metric="{REWARD}"] path.opd-raw[data-job="{PARENT}"]'
+    drawn = page.find_element(By.CSS_SELECTOR, path).get_attribute("d")
+    page.execute_script(
+        "CHART.append([arguments[0]]); CHART.state()",
+        {"job": PARENT, "metric": REWARD, "steps": [60], "values": [5.0], "replace": True},
+    )
+    held = page.execute_script("return CHART.series(arguments[0], arguments[1])", PARENT, REWARD)
+    assert held["values"][held["steps"].index(60)] == 5.0
+    assert int(chart.get_attribute("data-points")) == before
+    assert page.find_element(By.CSS_SELECTOR, path).get_attribute("d") != drawn
+
+
+def test_the_live_widget_folds_a_replacement_into_its_saved_data_in_place(page) -> None:  # noqa: ANN001
+    """The live chart keeps every delta in its own `data` (what a saved notebook restores): a replacement
+    changes the value at its step and adds no point, and no `replace` mark is left on the series."""
+    from opd_nb.notebook.chart import _GLUE
+
+    merge = _GLUE[: _GLUE.index("export default")]
+    doc = {"series": [{"job": "j", "metric": "m", "steps": [1, 2], "values": [0.1, 0.2]}]}
+    deltas = [
+        {"job": "j", "metric": "m", "steps": [2], "values": [0.9], "replace": True},
+        {"job": "j", "metric": "m", "steps": [3], "values": [0.3]},
+        {"job": "k", "metric": "m", "steps": [1], "values": [1.0], "replace": True},  # nothing held: ignored
+    ]
+    out = page.execute_script(merge + "return opdMerge(arguments[0], arguments[1], 7);", doc, deltas)
+    assert out["seq"] == 7 and len(out["series"]) == 1
+    (series,) = out["series"]
+    assert (series["steps"], series["values"]) == ([1, 2, 3], [0.1, 0.9, 0.3]) and "replace" not in series
+
+
 def test_zoom_pan_and_reset(page) -> None:  # noqa: ANN001
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -45,8 +45,14 @@ function opdMerge(doc, points, seq) {
   const at = new Map(out.series.map((s, i) => [s.job + "\\u0000" + s.metric, i]));
   for (const p of points || []) {
     const key = p.job + "\\u0000" + p.metric, i = at.get(key);
-    if (i === undefined) { at.set(key, out.series.length); out.series.push(p); continue; }
+    if (i === undefined) { if (!p.replace) { at.set(key, out.series.length); out.series.push(p); } continue; }
     const s = out.series[i];
+    if (p.replace) { // new values for points held: at their steps, nothing added
+      const values = s.values.slice();
+      p.steps.forEach((st, k) => { const j = s.steps.indexOf(st); if (j >= 0) values[j] = p.values[k]; });
+      out.series[i] = Object.assign({}, s, { values });
+      continue;
+    }
     out.series[i] = Object.assign({}, s, p, { steps: s.steps.concat(p.steps), values: s.values.concat(p.values) });
   }
   return out;

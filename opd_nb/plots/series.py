@@ -141,7 +141,7 @@ def settled_rows(rows: Rows, *, ended: bool) -> int:
 
 @dataclass
 class RowCursor:
-    """Which of one job's metric rows are new or grew since the last read: the rule of a reader that
+    """Which of one job's metric rows are new, grew or may still change since the last read: the rule of a reader that
     redraws what changed (the chart feed; what is written once, a tracker run, waits for `settled_rows`
     instead). A step's row grows in place (its trace
     numbers arrive while the step runs, the engine's when it ends), so a row is read again when its key
@@ -154,13 +154,16 @@ class RowCursor:
         return len(self._sizes)
 
     def advance(self, rows: Rows) -> tuple[int, bool]:
-        """(the index of the first row that is new or grew since the last call, whether the list restarted)."""
+        """(the index of the first row that is new, grew, or is not settled yet since the last call,
+        whether the list restarted). A row not yet settled (`settled_rows`) is read again on every call:
+        its trace numbers are running totals that change value without adding keys; only a few such
+        rows exist at the end of a list, so a poll still costs what may have changed."""
         sizes = [len(row) for row in rows]
         restarted = len(sizes) < len(self._sizes)
         read = [] if restarted else self._sizes
         first = next((i for i, n in enumerate(read) if sizes[i] != n), len(read))
         self._sizes = sizes
-        return first, restarted
+        return min(first, settled_rows(rows, ended=False)), restarted
 
 
 @dataclass
@@ -179,6 +182,7 @@ class ChartFeed:
     _sent: dict[tuple[str, str], float] = field(default_factory=dict)
     _series: dict[tuple[str, str], tuple[list[float], list[float]]] = field(default_factory=dict)
     _cursors: dict[str, RowCursor] = field(default_factory=dict)  # what was read of each job
+    _changed: dict[tuple[str, str], dict[float, float]] = field(default_factory=dict)  # sent, then changed
 
     def offset(self, job: str) -> float:
         """The global-step offset `job`'s series are drawn at: 0 until a parent is found."""
@@ -211,6 +215,12 @@ class ChartFeed:
         have = self._series.get((job, metric))
         if have is not None and reread:  # rows read before: drop their points
             redo = set(steps)
+            sent = self._sent.get((job, metric), -math.inf)
+            new = dict(zip(steps, values, strict=True))
+            changed = self._changed.setdefault((job, metric), {})
+            for step, value in zip(*have, strict=True):  # a point already drawn that changed: send it again
+                if step in redo and step <= sent and new[step] != value:
+                    changed[step] = new[step]
             kept = [(s, v) for s, v in zip(*have, strict=True) if s not in redo]
             have[0][:], have[1][:] = [p[0] for p in kept], [p[1] for p in kept]
         if not steps:
@@ -225,8 +235,15 @@ class ChartFeed:
             have_v.extend(values)
 
     def delta(self) -> list[dict[str, Any]]:
-        """The points no earlier delta (or full document) included, one entry per series that grew."""
+        """The points no earlier delta (or full document) included, one entry per series that grew, and
+        before them an entry marked ``replace`` with the new values of points already sent that changed (a
+        live step's running totals)."""
         out = []
+        for key, changed in self._changed.items():
+            if changed:
+                steps = sorted(changed)
+                out.append({**self._entry(*key, steps, [changed[s] for s in steps]), "replace": True})
+        self._changed.clear()
         for (job, metric), (steps, values) in self._series.items():
             last = self._sent.get((job, metric), -math.inf)
             start = bisect.bisect_right(steps, last)
@@ -246,6 +263,8 @@ class ChartFeed:
             series.append(self._entry(job, metric, shown_s, shown_v))
             if mark:
                 self._sent[(job, metric)] = steps[-1]
+        if mark:
+            self._changed.clear()  # the document holds every point's latest value
         note = None
         if cut:
             note = (

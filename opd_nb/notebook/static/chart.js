@@ -132,6 +132,17 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
     if (p.label) s.label = String(p.label);
     if (num(p.offset) !== null) s.offset = p.offset;
     const steps = p.steps || [], values = p.values || [];
+    if (p.replace) { // points already held whose value changed (a live step's running totals)
+      for (let i = 0; i < steps.length; i++) {
+        const st = num(steps[i]), v = num(values[i]);
+        if (st === null || v === null) continue;
+        const at = bound(s.steps, st);
+        if (s.steps[at] === st) s.values[at] = v;
+        else if (st <= s.last) { s.steps.splice(at, 0, st); s.values.splice(at, 0, v); model.points++; }
+      }
+      s.ema = null; // the smoothed line is recomputed from the changed point on
+      return;
+    }
     for (let i = 0; i < steps.length; i++) {
       const st = num(steps[i]), v = num(values[i]);
       if (st === null || st <= s.last) continue; // a repeated poll resends points already held
@@ -498,6 +509,10 @@ path.opd-line{fill:none;stroke-width:1.6;stroke-linejoin:round;stroke-linecap:ro
       if (pending) draw(); // what the next frame shows
       return { points: model.points, drawn: view.drawn, smoothing: ui.smoothing, logy: ui.logy, align: ui.align,
         hidden: [...ui.hidden], xdomain: view.xdomain && view.xdomain.slice(), zoomed: !!ui.zoom };
+    },
+    series(job, metric) { // the points held for one series (what the panel draws)
+      const s = model.byKey.get(String(job) + "\u0000" + String(metric));
+      return s ? { steps: s.steps.slice(), values: s.values.slice() } : null;
     },
   };
 }
