@@ -223,12 +223,12 @@ def test_mcp_config_prints_what_each_agent_reads_and_write_keeps_the_rest(agent,
 
 CODEX_AS_WRITTEN = {  # an opd-nb entry as people write it, with an env of its own and things around it
     "dotted keys": '# my codex config\nmodel = "o3"\nmcp_servers.opd-nb.command = "old"\n'
-    'mcp_servers.opd-nb.args = ["x"]\nmcp_servers.opd-nb.env = { OPD_LOG = "debug" }\n',
-    "an inline table": '[mcp_servers]\nopd-nb = { command = "old", args = [], env = { OPD_LOG = "debug" } }\n'
+    'mcp_servers.opd-nb.args = ["x"]\nmcp_servers.opd-nb.env = { LOG_LEVEL = "debug" }\n',
+    "an inline table": '[mcp_servers]\nopd-nb = { command = "old", args = [], env = { LOG_LEVEL = "debug" } }\n'
     'other = { command = "x" }  # keep me\n',
     "an env table": '[mcp_servers.other]\ncommand = "x"  # keep me\n\n[mcp_servers.opd-nb]\ncommand = "old"\n'
-    'args = []\n\n[mcp_servers.opd-nb.env]\nOPD_LOG = "debug"\n',
-    "dotted keys in the table": '[mcp_servers]\nopd-nb.command = "old"\nopd-nb.env.OPD_LOG = "debug"\n',
+    'args = []\n\n[mcp_servers.opd-nb.env]\nLOG_LEVEL = "debug"\n',
+    "dotted keys in the table": '[mcp_servers]\nopd-nb.command = "old"\nopd-nb.env.LOG_LEVEL = "debug"\n',
 }
 
 
@@ -244,7 +244,7 @@ def test_codex_write_sets_our_command_and_keeps_everything_else_as_written(layou
     servers = tomllib.loads(after)["mcp_servers"]  # valid TOML, as Codex reads it
     ours = servers["opd-nb"]
     assert ours["command"] == sys.executable and ours["args"] == ["-m", "opd_nb", "mcp", "--cloud"]
-    assert ours["env"] == {"OPD_LOG": "debug"}
+    assert ours["env"] == {"LOG_LEVEL": "debug"}
     was = tomllib.loads(before)["mcp_servers"]
     assert {k: v for k, v in servers.items() if k != "opd-nb"} == {
         k: v for k, v in was.items() if k != "opd-nb"

@@ -71,6 +71,7 @@ def _whole_step_page(
         kind=kind,
         steps_by_kind=intake.files.steps("ft-1"),
         trajectories=trajs[:limit],
+        total=len(trajs),
         metrics=acc.metrics(),
     )
 
