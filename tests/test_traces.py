@@ -274,3 +274,19 @@ def test_otlp_header_needs_otlp_forward() -> None:
 
     out = CliRunner().invoke(app, ["serve", "status", "--otlp-header", "a=b"])
     assert out.exit_code != 0 and "--otlp-header needs --otlp-forward" in str(out.exception)
+
+
+def test_a_long_run_names_its_steps_as_ranges_and_its_waterfalls_scroll_inside_the_view() -> None:
+    """A 192-step job's trace view said "step 58 of 0, 1, 2, ..., 192" and grew a cell ~9,700 px tall."""
+    from opd_nb.notebook.trajectory_html import SCROLL_PX, view_html, waterfall_html
+    from opd_nb.views.render import ranges
+
+    assert ranges(range(193)) == "0–192" and ranges([9, 1, 4, 5, 6, 4]) == "1, 4–6, 9" and ranges([]) == ""
+    spans = decode(_export(), "application/x-protobuf").spans
+    trajs = trajectories(spans)
+    state = {"job_id": "ft-1", "note": None, "step": 58, "steps": list(range(193)), "kind": None,
+             "group": None, "sample": None, "metrics": {}, "total": 128}  # fmt: skip
+    html = view_html(state, trajs)
+    assert "step <b>58</b> of 0–192 (193 with spans)" in html and ", 1, 2, 3," not in html
+    assert f"max-height:{SCROLL_PX}px;overflow:auto" in waterfall_html(trajs)
+    assert f"{len(trajs)} of 128 trajector" in html

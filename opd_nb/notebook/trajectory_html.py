@@ -28,6 +28,7 @@ KIND_COLOR = {
     "LLM": "#1a7f37",
     "TOOL": "#bc4c00",
 }
+SCROLL_PX = 640  # the waterfalls' height before they scroll
 CSS = (
     "<style>.opd-traj details{margin:0}.opd-traj summary{cursor:pointer;list-style:none;display:flex;"
     "align-items:center;gap:6px;font-family:monospace;font-size:12px;white-space:nowrap}"
@@ -104,7 +105,10 @@ def waterfall_html(trajectories: Sequence[Trajectory], *, empty: str = "no spans
         + ' <span class="fail">■ failed</span> · click a span for what it holds'
     )
     body = "".join(trajectory_html(t) for t in trajectories)
-    return f'<div class="opd-traj">{CSS}<div style="font-size:11px">{legend}</div>{body}</div>'
+    return (  # a step's many trajectories scroll inside the view, not down the notebook
+        f'<div class="opd-traj">{CSS}<div style="font-size:11px">{legend}</div>'
+        f'<div style="max-height:{SCROLL_PX}px;overflow:auto">{body}</div></div>'
+    )
 
 
 def view_html(state: dict[str, Any], trajectories: Sequence[Trajectory], *, scripted: bool = True) -> str:
@@ -120,7 +124,8 @@ def view_html(state: dict[str, Any], trajectories: Sequence[Trajectory], *, scri
     which = f" · group {state['group']}" if state["group"] is not None else ""
     which += f" · sample {state['sample']}" if state["sample"] is not None else ""
     where = (
-        f"step <b>{state['step']}</b> of {render.esc(', '.join(map(str, state['steps'])))} · "
+        f"step <b>{state['step']}</b> of {render.esc(render.ranges(state['steps']))} "
+        f"({len(state['steps'])} with spans) · "
         f"kind {render.esc(state['kind'] or 'all')}{render.esc(which)} · "
         f"{render.esc(count_line(len(trajectories), state.get('total')))}"
     )

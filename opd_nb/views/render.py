@@ -24,6 +24,22 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def ranges(numbers: Iterable[int]) -> str:
+    """Sorted whole numbers as runs ("0–192", "1, 4–6, 9"): a long step list stays one short line."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(set(numbers)):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}")
+        run = [n]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}")
+    return ", ".join(out)
+
+
 def fmt(value: Any) -> str:
     """A compact number or text for tables."""
     if isinstance(value, bool) or value is None:
