@@ -50,9 +50,15 @@ def diff_html(diff: str) -> str:
         if not line.startswith(("+++", "---")):
             added += line.startswith("+")
             removed += line.startswith("-")
-        lines.append(theme.status_span(status, render.esc(line)) if status else render.esc(line))
+        lines.append(
+            theme.status_span(status, render.esc(line), styled=False) if status else render.esc(line)
+        )
     summary = f"diff: {added} line(s) added, {removed} removed"
-    return f"<details><summary>{summary}</summary><pre>" + "\n".join(lines) + "</pre></details>"
+    return (
+        f"{theme.STATUS_STYLE}<details><summary>{summary}</summary><pre>"
+        + "\n".join(lines)
+        + "</pre></details>"
+    )
 
 
 def blocking_errors(report: Any) -> list[Any]:

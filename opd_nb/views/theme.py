@@ -43,10 +43,11 @@ def status_css(scope: str, classes: Mapping[str, str] | None = None) -> str:
 STATUS_STYLE = "<style>" + status_css("", {s: f"opd-{s}" for s in STATUS}) + "</style>"
 
 
-def status_span(status: str, inner_html: str) -> str:
+def status_span(status: str, inner_html: str, *, styled: bool = True) -> str:
     """``inner_html`` in a status colour that follows the host's theme (its style travels with it, as
-    a widget's HTML has no page style to lean on)."""
-    return f'{STATUS_STYLE}<span class="opd-{status}">{inner_html}</span>'
+    a widget's HTML has no page style to lean on; ``styled=False`` where the caller put
+    :data:`STATUS_STYLE` once before many spans)."""
+    return f'{STATUS_STYLE if styled else ""}<span class="opd-{status}">{inner_html}</span>'
 
 
 def inverted_in_dark(selector: str) -> str:
