@@ -419,8 +419,8 @@ def test_opd_submit_mentions_the_probe_once_for_an_unprobed_config(tmp_path):
     finally:
         proxy.close()
     assert first.returncode == second.returncode == 1 and proxy.job_creations() == 0
-    assert first.stderr.count("`opd probe ") == 1 and "needs --yes" in first.stderr
-    assert "opd probe" not in second.stderr and "needs --yes" in second.stderr
+    assert first.stderr.count("`opd probe ") == 1 and "add --yes" in first.stderr
+    assert "opd probe" not in second.stderr and "add --yes" in second.stderr
 
 
 FAILING = """
