@@ -28,6 +28,7 @@ class Fault:
     status: int  # DROP: the connection closes with no answer at all
     forward: bool  # True: the upstream carries it out, and its answer is lost
     times: int  # how many matching requests it hits (then it is spent)
+    code: str = ""  # the error code it answers (else ServiceUnavailable / InternalError)
 
 
 class CountingProxy:
@@ -57,7 +58,8 @@ class CountingProxy:
                     self.close_connection = True
                     return
                 if fault is not None and not fault.forward:
-                    self._answer(fault.status, {"code": "ServiceUnavailable", "message": "busy (injected)"})
+                    code = fault.code or "ServiceUnavailable"
+                    self._answer(fault.status, {"code": code, "message": "busy (injected)"})
                     return
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
@@ -69,7 +71,8 @@ class CountingProxy:
                     self.close_connection = True
                     return
                 if fault is not None:  # carried out upstream; the caller never learns it
-                    self._answer(fault.status, {"code": "InternalError", "message": "answer lost (injected)"})
+                    code = fault.code or "InternalError"
+                    self._answer(fault.status, {"code": code, "message": "answer lost (injected)"})
                     return
                 self.send_response(reply.status_code)
                 for k, v in reply.headers.items():
@@ -94,12 +97,19 @@ class CountingProxy:
         self.thread.start()
 
     def fault(
-        self, method: str, path: str, status: int = 500, *, forward: bool = True, times: int = 1
+        self,
+        method: str,
+        path: str,
+        status: int = 500,
+        *,
+        forward: bool = True,
+        times: int = 1,
+        code: str = "",
     ) -> None:
         """Hit the next `times` requests to `path`: forward=True loses the answer of a request carried out;
         False answers `status` without forwarding it (a busy host). `status` DROP answers nothing."""
         with self._lock:
-            self.faults.append(Fault(method, path, status, forward, times))
+            self.faults.append(Fault(method, path, status, forward, times, code))
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:

@@ -124,3 +124,16 @@ def test_a_dry_run_is_unchanged_and_carries_no_request_id(workspace, proxy):
     job = json.loads(proc.stdout)
     assert job["job_name"].endswith("-<8 hex>") and not re.search(r"-r[0-9a-f]{10}", job["job_name"])
     assert proxy.requests == []  # nothing sent
+
+
+def test_a_5xx_naming_a_remembered_function_is_not_a_reason_to_send_again(proxy, local_server, tmp_path):
+    """The script re-registers a function the plane no longer knows and submits again only after a clean
+    refusal (a 4xx); a 5xx saying FunctionNotFound may come from a create that ran, so it is looked up."""
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=16)
+    first, _ = run_script(ws, proxy)  # registers the reward and remembers it in .opd/entities.json
+    assert first.returncode == 0, first.stderr
+    proxy.fault(*JOB_CREATE, 503, forward=False, code="FunctionNotFound")
+    proc, result = run_script(ws, proxy)
+    assert proc.returncode == 1 and not result, proc.stderr
+    assert proxy.job_creations() == 2  # the first submit's and this one's: no resend
+    assert "registering it again" not in proc.stderr and "not sent again" in proc.stderr
