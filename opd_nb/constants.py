@@ -39,6 +39,10 @@ SUBMIT_RESULT_PROTOCOL = 1  # the version of the result submit_job.py writes to 
 SMOKE_STEPS = 2  # a smoke run's default training rows: enough for this many steps
 SMOKE_VALIDATION_ROWS = 4  # validation rows a smoke run keeps
 SMOKE_SUFFIX = "-smoke"  # appended to a smoke run's job name
+# A paid start's client-chosen request id: PREFIX + HEX hex digits, carried in the job name it submits
+# (NAME-rid-<8 hex>), to find the start again when its answer is lost (opd_nb.paid.consent, submit_job.py).
+REQUEST_ID_PREFIX = "r"
+REQUEST_ID_HEX = 10
 ENTITY_STATE_DIR = (
     ".opd"  # remembered function entities (also added to FC_ZIP_EXCLUDE_PATTERNS: never zipped)
 )

@@ -3,8 +3,8 @@ it to a local control plane, so a job it lets through is a real job and a job it
 Only the real host is stood in for; our own code runs unchanged.
 
 Faults are the network's and the host's, injected here (:meth:`CountingProxy.fault`): an answer lost after
-the request was carried out (forwarded, then a 500 instead of its answer), or a busy host (a 503 for a
-request never forwarded)."""
+the request was carried out (forwarded, then a 500 instead of its answer, or the connection cut with no
+answer: :data:`DROP`), or a busy host (a 503 for a request never forwarded, or a cut connection)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,17 @@ import httpx
 JOB_CREATE = ("POST", "/api/v1/fine-tunes")  # what starting a job sends
 DEPLOY_CREATE = ("POST", "/api/v1/deployments")  # what starting a deployment sends
 CHAT = ("POST", "/compatible-mode/v1/chat/completions")  # one billed model call
+DROP = 0  # a fault's status that answers nothing: the connection is cut (the client sees it dropped)
 
 
 @dataclass
 class Fault:
     method: str
     path: str  # without the query
-    status: int
+    status: int  # DROP: the connection closes with no answer at all
     forward: bool  # True: the upstream carries it out, and its answer is lost
     times: int  # how many matching requests it hits (then it is spent)
+    code: str = ""  # the error code it answers (else ServiceUnavailable / InternalError)
 
 
 class CountingProxy:
@@ -52,8 +54,12 @@ class CountingProxy:
                 proxy.requests.append((self.command, self.path))
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 fault = proxy._take_fault(self.command, self.path.split("?")[0])
+                if fault is not None and not fault.forward and fault.status == DROP:
+                    self.close_connection = True
+                    return
                 if fault is not None and not fault.forward:
-                    self._answer(fault.status, {"code": "ServiceUnavailable", "message": "busy (injected)"})
+                    code = fault.code or "ServiceUnavailable"
+                    self._answer(fault.status, {"code": code, "message": "busy (injected)"})
                     return
                 headers = {
                     k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
@@ -61,8 +67,12 @@ class CountingProxy:
                 reply = httpx.request(
                     self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=120
                 )
+                if fault is not None and fault.status == DROP:  # carried out upstream, then cut off
+                    self.close_connection = True
+                    return
                 if fault is not None:  # carried out upstream; the caller never learns it
-                    self._answer(fault.status, {"code": "InternalError", "message": "answer lost (injected)"})
+                    code = fault.code or "InternalError"
+                    self._answer(fault.status, {"code": code, "message": "answer lost (injected)"})
                     return
                 self.send_response(reply.status_code)
                 for k, v in reply.headers.items():
@@ -87,12 +97,19 @@ class CountingProxy:
         self.thread.start()
 
     def fault(
-        self, method: str, path: str, status: int = 500, *, forward: bool = True, times: int = 1
+        self,
+        method: str,
+        path: str,
+        status: int = 500,
+        *,
+        forward: bool = True,
+        times: int = 1,
+        code: str = "",
     ) -> None:
         """Hit the next `times` requests to `path`: forward=True loses the answer of a request carried out;
-        False answers `status` without forwarding it (a busy host)."""
+        False answers `status` without forwarding it (a busy host). `status` DROP answers nothing."""
         with self._lock:
-            self.faults.append(Fault(method, path, status, forward, times))
+            self.faults.append(Fault(method, path, status, forward, times, code))
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:

@@ -321,7 +321,7 @@ def test_a_lost_submit_answer_finds_the_job_and_a_repeat_is_already_started(
         main(["submit", str(ws), "--cloud", "--yes"])
     out = "".join(capsys.readouterr())
     assert done.value.code == 0 and lossy.job_creations() == 1, out
-    assert "answer to this start was lost (the service rejected the job (HTTP 500" in out
+    assert "answer to this start was lost (HTTP 500, code InternalError" in out  # the script found it
     for job in local.list(size=100).jobs:
         if job.status in ("PENDING", "RUNNING"):
             local.cancel(job.job_id)

@@ -446,10 +446,15 @@ def submit(
             *notes,
             *([LEGACY_NOTE] if legacy else []),
             *(line for line in tail if line.startswith("smoke run:")),
+            *(line.removeprefix("note: ") for line in tail if line.startswith(SCRIPT_LOST_NOTE)),
         ],
     )
     result._client = client  # pyright: ignore[reportPrivateUsage] - SubmitResult's own module binds it
     return result
+
+
+# How the workspace's submit_job.py says it found a start whose answer was lost (it looks, never resends).
+SCRIPT_LOST_NOTE = "note: the answer to this start was lost"
 
 
 def _send_once(

@@ -1,8 +1,8 @@
 """The consent rule for paid starts: a start on Bailian needs an explicit ``yes``; local targets need none.
 
-A leaf (it imports only :mod:`opd_nb.errors`), so every paid call can hold the rule where it sends:
-`client.submit`, deployments, sweeps and evaluations, whichever front end (CLI, magic, agent,
-Python) calls them. Without ``yes`` the error (code ``needs-confirmation``) says in one line what
+A leaf (it imports only :mod:`opd_nb.errors` and :mod:`opd_nb.constants`), so every paid call can hold
+the rule where it sends: `client.submit`, deployments, sweeps and evaluations, whichever front end
+(CLI, magic, agent, Python) calls them. Without ``yes`` the error (code ``needs-confirmation``) says in one line what
 would have started, and nothing is sent. The line names no flag: each surface says how to consent
 (:data:`HOW_TO_CONFIRM`), so the same refusal reads right in a terminal and in an agent's tool result.
 The preflight gate that runs before it is :mod:`opd_nb.paid.gate`.
@@ -19,12 +19,12 @@ import secrets
 from collections.abc import Sequence
 from typing import TypeVar
 
+from opd_nb.constants import REQUEST_ID_HEX, REQUEST_ID_PREFIX
 from opd_nb.errors import UNREACHABLE, OpdError
 
 T = TypeVar("T")
 PAID_KIND = "cloud"  # the target kind that bills (Bailian); `opd serve` is free
 NEEDS_CONFIRMATION = "needs-confirmation"  # OpdError.code of a paid start refused for want of --yes
-REQUEST_ID_PREFIX = "r"  # + 10 hex: unique enough to find one start among a workspace's jobs
 # How each surface consents to what the refusal's line describes (the line itself names no flag).
 HOW_TO_CONFIRM = {
     "cli": "add --yes to start it (in a notebook too: %opd ... --yes; from Python: yes=True), "
@@ -58,7 +58,7 @@ def request_id(seed: str | None = None) -> str:
     """A paid start's client-chosen id (``r`` + 10 hex): from `seed` (an agent's token: the same on every
     call that carries it), else new. It travels in a name the plane records, to find the start again."""
     hexed = hashlib.sha256(seed.encode()).hexdigest() if seed else secrets.token_hex(8)
-    return REQUEST_ID_PREFIX + hexed[:10]
+    return REQUEST_ID_PREFIX + hexed[:REQUEST_ID_HEX]
 
 
 def answer_lost(exc: OpdError) -> bool:

@@ -3,7 +3,7 @@
 ``submit_job.py`` runs with only the SDK, so it cannot import opd-nb: it keeps the key names
 (``HYPER_PARAMETERS``, ``RESOURCES``), the defaults of the sizes a smoke run reads (``DEFAULTS``), the
 version of the result it writes, the default URLs, the terminal statuses, the entity state's names, the
-SDK's zip facts and the smoke sizes as literals between two marker lines (the constants' source is
+SDK's zip facts, the smoke sizes and a paid start's request id format as literals between two marker lines (the constants' source is
 :mod:`opd_nb.constants`, the keys' :mod:`opd_nb.spec.hyperparams`). ``python -m opd_nb.workspace.template_keys`` prints the block of the
 model as it is, ``--write`` rewrites the template's block, ``--check`` exits 1 when they differ (a test
 runs the same comparison).
@@ -72,6 +72,8 @@ def _facts() -> list[str]:
         ("SMOKE_STEPS", c.SMOKE_STEPS),
         ("SMOKE_VALIDATION_ROWS", c.SMOKE_VALIDATION_ROWS),
         ("SMOKE_SUFFIX", c.SMOKE_SUFFIX),
+        ("REQUEST_ID_PREFIX", c.REQUEST_ID_PREFIX),
+        ("REQUEST_ID_HEX", c.REQUEST_ID_HEX),
     ]
     lines = [f"{name} = {_literal(value)}" for name, value in pairs]
     for name, text in (("ZIP_EXCLUDES", c.WORKSPACE_ZIP_EXCLUDES), ("STATE_NOTE", c.ENTITY_STATE_NOTE)):

@@ -12,7 +12,11 @@
     python submit_job.py --result-file out.json  # also write the result (JSON) to out.json, for a program
 
 A cloud submit (no --local) needs --yes: without it, one line says what would start (student, teacher,
-rows, epochs, steps, rollouts per step, resources) and nothing is sent. When opd-nb is importable, a
+rows, epochs, steps, rollouts per step, resources) and nothing is sent. A cloud submit is sent once: its
+job name carries a request id (NAME-rXXXXXXXXXX, unless --job-name holds one), and when the create's answer
+is lost (no answer, a timeout, a 5xx) the newest jobs are searched for that id: found, it is reported as
+started (with a note; the result's `answer_lost` says what was lost); not found, the script names the id,
+says the start may or may not have happened and exits 1. It never sends the create again. When opd-nb is importable, a
 submit and a dry run first run its preflight rules (`opd check`, on the config with its --set changes):
 the warnings are printed and an error refuses (exit 2); --no-check skips that, and --dry-run adds
 opd-nb's size estimate. `--set` takes a hyper-parameter or resource by name (n_epochs=2) or a dotted
@@ -28,8 +32,8 @@ and hashes only (no secrets); it is git-ignored and left out of the function zip
 Needs only the standard library and requirements.txt (dashscope>=2.0.2, PyYAML, python-dotenv), so
 the workspace works without opd-nb; a Python without them gets one line saying what to install. The API
 key comes from DASHSCOPE_API_KEY or a .env file next to the config (read by python-dotenv, as opd-nb
-reads it); it is never printed. Exit codes: 0 submitted (with --wait: SUCCEEDED), 1 rejected or failed,
-2 usage/config error.
+reads it); it is never printed. Exit codes: 0 submitted (with --wait: SUCCEEDED), 1 rejected or failed
+(or a lost answer whose job was not found), 2 usage/config error.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ START_SCRIPT_ENV = ("FC_PYPI_LIB", "FC_PYPI_REPO", "FC_SERVER_CLASSPATH", "FC_WO
 SMOKE_STEPS = 2
 SMOKE_VALIDATION_ROWS = 4
 SMOKE_SUFFIX = "-smoke"
+REQUEST_ID_PREFIX = "r"
+REQUEST_ID_HEX = 10
 ZIP_EXCLUDES = (".git,.gitignore,.DS_Store,.vscode,.Python,.env,.venv,.idea,__pycache__,*.swp,*.egg,*.egg-in"
                 "fo,*.pyc,*.md,*.log,*.tmp,*.bak,build,develop-eggs,.eggs,test,tests,tmp,temp,data,.opd,*.ip"
                 "ynb,.ipynb_checkpoints,submit_job.py,config.yaml,config_*.yaml")
@@ -728,16 +734,35 @@ def run_once(client: Any, args: argparse.Namespace, functions: list | None, plan
     steps = "registering functions, " if any(not e.reused for e in plan) else ""
     print(f"{steps}uploading datasets, submitting ...", file=sys.stderr)
     try:
-        return asyncio.run(client.run(model=args.model, functions=functions, job_name=args.job_name,
-                                      teacher_model=args.teacher_model))
+        result = asyncio.run(client.run(model=args.model, functions=functions, job_name=args.job_name,
+                                        teacher_model=args.teacher_model))
     except Exception as exc:
+        if create_may_have_run(exc):
+            raise AnswerLost(f"no answer to the create: {sdk_error(exc)}") from None
         raise SubmitError(f"submission failed: {sdk_error(exc)}") from None
     finally:
         remember(plan, workspace, target)
+    status = getattr(result, "status_code", None)
+    if isinstance(status, int) and status >= 500:  # the host may have started it before it failed to answer
+        raise AnswerLost(f"HTTP {status}, code {getattr(result, 'code', None) or 'unknown'}: "
+                         f"{getattr(result, 'message', None) or 'no message'}")
+    return result
 
 
 def submit(tuning: Any, args: argparse.Namespace, functions: list | None, plan: list[Entity],
-           workspace: Path, target: str) -> str:
+           workspace: Path, target: str, rid: str | None) -> tuple[str, str | None]:
+    """(job id, what was lost: None when the create answered). A paid start (`rid`: its request id) whose
+    answer was lost is found by that id, never sent again."""
+    try:
+        return submit_job(tuning, args, functions, plan, workspace, target), None
+    except AnswerLost as exc:
+        if rid is None:  # a local plane bills nothing: the failure stands as it is
+            raise SubmitError(f"submission failed: {exc}") from None
+        return recover_lost(exc, rid), str(exc)
+
+
+def submit_job(tuning: Any, args: argparse.Namespace, functions: list | None, plan: list[Entity],
+               workspace: Path, target: str) -> str:
     from dashscope.finetune.agentic_rl import AgenticRL
 
     try:
@@ -749,7 +774,8 @@ def submit(tuning: Any, args: argparse.Namespace, functions: list | None, plan: 
         print(entity.note, file=sys.stderr)
     result = run_once(client, args, functions, plan, workspace, target)
     # Each stale entity is registered once more, automatically. The service names one unknown entity
-    # per refusal, so this repeats while it names one not yet re-registered; any other refusal stands.
+    # per refusal (a 4xx: nothing started), so this repeats while it names one not yet re-registered; any
+    # other refusal stands. A create whose answer was lost is never sent again (run_once raises AnswerLost).
     retried: set[str] = set()
     while stale := [e for e in stale_entities(plan, result) if e.name not in retried]:
         retried.update(e.name for e in stale)
@@ -767,6 +793,82 @@ def submit(tuning: Any, args: argparse.Namespace, functions: list | None, plan: 
 
 class SubmitError(Exception):
     """The SDK or the service refused the job (exit code 1)."""
+
+
+class AnswerLost(Exception):
+    """The create was sent and its answer lost (no answer, a timeout, a 5xx): it may have started a paid
+    job, so it is looked for by its request id and never sent again."""
+
+
+def create_may_have_run(exc: BaseException) -> bool:
+    """Whether a failed `run()` may have carried out the create: the SDK wraps what the create's POST
+    raised as error 3005 ("Job submission failed") with the cause chained; a network error there
+    (requests' ConnectionError, Timeout, a cut-off body) leaves open whether the host started the job.
+    Registering functions and uploading data fail with other codes: nothing billed was sent."""
+    import requests
+
+    if getattr(exc, "error_code", None) != 3005:
+        return False
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, requests.RequestException):
+        cause = cause.__cause__
+    return cause is not None
+
+
+def new_request_id() -> str:
+    """A paid start's request id (opd_nb.paid.consent.request_id's format: prefix + hex)."""
+    import secrets
+
+    return REQUEST_ID_PREFIX + secrets.token_hex(REQUEST_ID_HEX)[:REQUEST_ID_HEX]
+
+
+def carried_request_id(job_name: str | None) -> str | None:
+    """The request id a job name already carries (`opd submit` puts one in --job-name), else None."""
+    import re
+
+    hexed = "[0-9a-f]" * REQUEST_ID_HEX  # spelled out: this file is rendered by a template engine
+    found = re.search(f"-({re.escape(REQUEST_ID_PREFIX)}{hexed})(?:-|$)", job_name or "")
+    return found.group(1) if found else None
+
+
+def with_request_id(args: argparse.Namespace, tuning: Any) -> str:
+    """The request id of this paid start; the job name it submits carries it (NAME-rid, the service adds
+    -<8 hex>), unless --job-name already holds one."""
+    name = args.job_name or tuning.name
+    rid = carried_request_id(name)
+    if rid is None:
+        rid = new_request_id()
+        args.job_name = f"{name}-{rid}"
+    return rid
+
+
+def find_started(rid: str) -> str | None:
+    """The id of the job whose name holds request id `rid`, among the newest 100 (None: none, or the
+    list could not be read)."""
+    from dashscope.finetune.agentic_rl import AgenticRL
+
+    try:
+        listing = AgenticRL.list(page_no=1, page_size=100)
+    except Exception:
+        return None
+    if getattr(listing, "status_code", None) != 200:
+        return None
+    jobs = getattr(getattr(listing, "output", None), "jobs", None) or []
+    return next((j.job_id for j in jobs if f"-{rid}-" in (getattr(j, "job_name", None) or "")), None)
+
+
+def recover_lost(exc: AnswerLost, rid: str) -> str:
+    """After a lost answer: the job the create started (found by its request id), else a SubmitError that
+    says the start may or may not have happened; never a second create."""
+    job_id = find_started(rid)
+    if job_id is None:
+        raise SubmitError(
+            f"the answer to this start was lost ({exc}): it may or may not have started a job, and it was not "
+            f"sent again. Its request id is {rid} (in the job name). Look for it before starting again: "
+            f"`opd jobs --cloud`, or the Bailian console's job list (a job named ...-{rid}-...)")
+    print(f"note: the answer to this start was lost ({exc}); the plane shows what it started: nothing was "
+          f"sent twice (request id {rid}, job {job_id})", file=sys.stderr)
+    return job_id
 
 
 def wait(job_id: str, poll_s: float) -> str:
@@ -837,14 +939,15 @@ def main(argv: list[str] | None = None) -> int:
             if not args.yes:
                 print(f"not sent: Bailian bills this job, so it needs --yes: {start_line(job)}", file=sys.stderr)
                 return 1
-        job_id = submit(tuning, args, functions, plan, workspace, target)
+        rid = None if args.local else with_request_id(args, tuning)  # a paid start is sent once
+        job_id, lost = submit(tuning, args, functions, plan, workspace, target, rid)
         status = None
         if not args.json:
             print(f"job id: {job_id}")
         if args.wait:
             status = wait(job_id, args.poll or (2.0 if args.local else 15.0))
         result = {"protocol": RESULT_PROTOCOL, "job_id": job_id, "status": status, "target": job["target"],
-                  "functions": [e.summary() for e in plan]}
+                  "functions": [e.summary() for e in plan], "request_id": rid, "answer_lost": lost}
         if result_file is not None:
             write_result(result_file, result)
         if args.json:
