@@ -460,6 +460,9 @@ def test_finished_job(local, finished_jobs, name):
         assert is_failure(outcome), outcome
         assert (outcome["status"], outcome["code"]) == (400, "JobFinished"), outcome
         return
+    if name == "find_deployment":  # no deployment carries that request id: both clients say none
+        assert outcome is None, outcome
+        return
     assert outcome and not is_failure(outcome), outcome
     if name in ("get", "wait"):
         assert outcome["type"] == "Job" and outcome["status"] == "SUCCEEDED"

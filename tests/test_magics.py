@@ -432,6 +432,10 @@ def test_the_config_cell_folds_its_diff_under_a_line_that_counts_it() -> None:
     from opd_nb.notebook.configcell import diff_html, unified_diff
 
     diff = unified_diff("name: a\nkeep: 1\n", "name: b\nkeep: 1\nnew: 2\n", "config.yaml")
+    from opd_nb.views.theme import STATUS_STYLE
+
     html = diff_html(diff)
+    assert html.count(STATUS_STYLE) == 1  # the lines' colours, once for the whole diff
+    html = html.replace(STATUS_STYLE, "")
     assert html.startswith("<details><summary>diff: 2 line(s) added, 1 removed</summary><pre>")
     assert "+new: 2" in html and html.endswith("</pre></details>")

@@ -192,7 +192,7 @@ def test_training_eval_and_the_playground_word_a_broken_reward_alike(tmp_path: P
     """The same raise, scored by the engine's caller, `opd eval`'s scorer and the playground."""
     from opd_nb.engine.api import RewardEndpoint
     from opd_nb.engine.rewards import RewardCaller, Sample
-    from opd_nb.experiments.evaluation import _Scorer
+    from opd_nb.experiments.evaluation import AnswerScorer
     from opd_nb.notebook.playground import score_one
     from opd_nb.workspace.new import create
 
@@ -205,7 +205,7 @@ def test_training_eval_and_the_playground_word_a_broken_reward_alike(tmp_path: P
 
     played = score_one(ws, "12", messages=messages, ground_truth="bad")
 
-    scorer = _Scorer(ws)
+    scorer = AnswerScorer(ws)
     scorer.start()
     try:
         score, metrics, evaluated = scorer._reward(
