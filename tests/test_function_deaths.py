@@ -150,15 +150,19 @@ def _submit(api: str, reward_id: str, rows: int, epochs: int) -> str:
 
 
 def _listener(url: str) -> int:
-    """The pid listening on `url`'s port (the function server's)."""
+    """The function server's pid: of the processes listening on `url`'s port (a server and the workers
+    it forks share the socket), the one whose parent is not among them. Killing a worker would only make
+    the server fork another, which is no death of the function server."""
     import psutil
 
     port = int(url.rsplit(":", 1)[1])
-    return next(
+    pids = {
         c.pid
         for c in psutil.net_connections("tcp")
         if c.laddr.port == port and c.status == "LISTEN" and c.pid
-    )
+    }
+    owners = [pid for pid in pids if psutil.Process(pid).ppid() not in pids]
+    return min(owners or pids)
 
 
 def _served_at(api: str, job_id: str, words: str) -> str:

@@ -106,6 +106,12 @@ def test_committed_tutorial_shows_its_curves_untrusted_and_charts_trusted(lab: L
     )
     lab.trust_notebook()
     ours = job_ids(REPO / "notebooks" / tutorial)
+    # trusting saves it (with saveState on, JupyterLab writes an empty widget state, which the tutorials
+    # are committed with): what is on disk is still the committed file, byte for byte
+    saved = REPO / "notebooks" / tutorial
+    lab.wait_for(
+        lambda: (lab.root / tutorial).read_bytes() == saved.read_bytes(), 15, f"{tutorial} unchanged"
+    )
 
     def drawn() -> list | None:
         """This notebook's frames (not one left from the previous page), once each has drawn its chart.

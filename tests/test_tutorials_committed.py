@@ -65,6 +65,10 @@ def test_each_tutorial_is_committed_as_jupyter_saves_it(path: Path) -> None:
 
     raw = path.read_text(encoding="utf-8")
     assert raw == nbformat.writes(nbformat.reads(raw, as_version=nbformat.NO_CONVERT)) + "\n"
+    widgets = nbformat.reads(raw, as_version=4).metadata.get("widgets")  # what JupyterLab adds on a save
+    assert widgets == {
+        "application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}
+    }
 
 
 def test_the_suite_has_one_conftest() -> None:
