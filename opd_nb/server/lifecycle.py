@@ -40,10 +40,10 @@ from opd_nb.server.records import (
     StartReused,
     StartTimedOut,
     clear_state,
-    default_data_dir,
     read_owner,
     read_state,
     read_states,
+    resolve_data_dir,
     server_urls,
     write_state,
 )
@@ -115,7 +115,7 @@ def server_status(data_dir: str | Path | None = None) -> ServerStatus:
 
 def data_dir_owner(data_dir: str | Path) -> ServerInfo | None:
     """The live, answering server that owns ``data_dir``, or None."""
-    info = read_owner(Path(data_dir).expanduser().resolve())
+    info = read_owner(resolve_data_dir(data_dir))
     return info if info is not None and _is_running(info) else None
 
 
@@ -449,13 +449,12 @@ def stop_background(
     with several, the default data dir's.
     """
     if data_dir is not None:
-        targets = [Path(data_dir).expanduser().resolve()]
+        targets = [resolve_data_dir(data_dir)]
     elif started_here_only:
         targets = list(_STARTED_HERE)
     else:
         running = running_servers()
-        only = running[0].data_dir if len(running) == 1 else default_data_dir()
-        targets = [Path(only).resolve()]
+        targets = [resolve_data_dir(running[0].data_dir if len(running) == 1 else None)]
     stopped: list[ServerInfo] = []
     for target in targets:
         info = data_dir_owner(target) or read_state(target)

@@ -81,7 +81,7 @@ class ServeOptions(BaseModel):
         return None if value is None else max(0.0, value)
 
     def resolved_data_dir(self) -> Path:
-        return _resolved(self.data_dir)
+        return resolve_data_dir(self.data_dir)
 
 
 def parse_model_map(items: list[str] | None) -> dict[str, str]:
@@ -118,13 +118,14 @@ def legacy_state_file() -> Path:
     return _cache_dir() / "serve-state.json"
 
 
-def _resolved(data_dir: str | Path | None) -> Path:
+def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    """The one absolute form of a data dir (None: the default), which records are keyed by."""
     return Path(data_dir).expanduser().resolve() if data_dir else default_data_dir().resolve()
 
 
 def state_file(data_dir: str | Path | None = None) -> Path:
     """The record of the background server for ``data_dir`` (None: the default data dir)."""
-    key = hashlib.sha256(str(_resolved(data_dir)).encode("utf-8")).hexdigest()[:16]
+    key = hashlib.sha256(str(resolve_data_dir(data_dir)).encode("utf-8")).hexdigest()[:16]
     return state_dir() / f"{key}.json"
 
 
@@ -211,7 +212,11 @@ def read_state(data_dir: str | Path | None = None) -> ServerInfo | None:
     if info is not None:
         return info
     legacy = _read_record(legacy_state_file())
-    return legacy if legacy is not None and _resolved(legacy.data_dir) == _resolved(data_dir) else None
+    return (
+        legacy
+        if legacy is not None and resolve_data_dir(legacy.data_dir) == resolve_data_dir(data_dir)
+        else None
+    )
 
 
 def read_states() -> list[ServerInfo]:
@@ -221,7 +226,7 @@ def read_states() -> list[ServerInfo]:
     for path in paths:
         info = _read_record(path)
         if info is not None:
-            out.setdefault(_resolved(info.data_dir), info)
+            out.setdefault(resolve_data_dir(info.data_dir), info)
     return list(out.values())
 
 
@@ -245,7 +250,7 @@ def clear_state(data_dir: str | Path | None = None) -> None:
     """Forget the record of ``data_dir``'s server (and an earlier version's single record, if it was that one)."""
     state_file(data_dir).unlink(missing_ok=True)
     legacy = _read_record(legacy_state_file())
-    if legacy is None or _resolved(legacy.data_dir) == _resolved(data_dir):
+    if legacy is None or resolve_data_dir(legacy.data_dir) == resolve_data_dir(data_dir):
         legacy_state_file().unlink(missing_ok=True)
 
 
