@@ -73,8 +73,5 @@ class JobFollower:
         return bool(job.terminal)
 
     def _run(self) -> None:
-        if self.poll_once():
-            return
-        while not self._stop.wait(self.every_s):
-            if self.poll_once():
-                return
+        while not self.poll_once() and not self._stop.wait(self.every_s):
+            pass

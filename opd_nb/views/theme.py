@@ -30,9 +30,7 @@ STATUS = {
 def status_css(scope: str, classes: Mapping[str, str] | None = None) -> str:
     """``.ok``/``.bad``/``.warn`` under ``scope`` (or the class names ``classes`` gives each status),
     with their dark twins."""
-    named = {status: (classes or {}).get(status, status) for status in STATUS}
-    if classes is not None:
-        named = {status: name for status, name in named.items() if status in classes}
+    named = dict(classes) if classes is not None else {status: status for status in STATUS}
     light = "".join(f"{scope} .{named[s]}{{color:{STATUS[s][0]}}}" for s in named)
     dark = "".join(
         f"{sel} {scope} .{named[s]}{{color:{STATUS[s][1]}}}" for sel in DARK_SELECTORS for s in named
