@@ -7,7 +7,8 @@ threads); ``http.client`` 0.3 ms. That CPU is the engine's: the same process and
 A function server that died is restarted on the same port by the job's worker (once, as the cloud
 restarts a dead instance: :mod:`opd_nb.server.job.function_deaths`); a call that finds it refusing or
 resetting connections meanwhile tries again for up to ``reconnect_s`` (the endpoint's), instead of
-failing its samples as if the user's code had.
+failing its samples as if the user's code had. One the worker has given up on (it died again:
+:func:`give_up_on`) is not waited for: its calls fail at once, and the step with them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ import urllib.parse
 from typing import Any
 
 RECONNECT_POLL_S = 0.25
+_GIVEN_UP: set[str] = set()  # function servers (URLs) this process will not restart again
+
+
+def give_up_on(url: str) -> None:
+    """Say that the server at ``url`` will not come back: calls waiting for it stop waiting."""
+    _GIVEN_UP.add(url.rstrip("/"))
 
 
 class KeptConnections:
@@ -61,7 +68,7 @@ class KeptConnections:
             try:
                 return self._post_once(body, timeout)
             except ConnectionError:  # refused, reset, a broken pipe
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.url.rstrip("/") in _GIVEN_UP:
                     raise
                 time.sleep(RECONNECT_POLL_S)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opd_nb.engine.keepalive import give_up_on
 from opd_nb.server.worker_exits import exit_reason
 
 POLL_S = 0.2
@@ -101,6 +102,7 @@ class FunctionWatch:
         self.deaths.append(death)
         if self.restarts[i] >= RESTARTS:
             self.given_up = death
+            give_up_on(server.url)  # the engine's calls stop waiting for it: the step fails now
             self.log(f"{death} again: the platform's failure, not an error in your code; "
                      f"it was restarted {self.restarts[i]} time(s) already, so the job stops", "ERROR")  # fmt: skip
             return
@@ -111,6 +113,7 @@ class FunctionWatch:
             server.restart(self.startup_s)
         except Exception as exc:  # it would not come back: the job stops, saying why
             self.given_up = death
+            give_up_on(server.url)
             self.log(f"the {death.what} server could not be restarted: {exc}", "ERROR")
             return
         self.log(f"the {death.what} server is serving again at {server.url} (pid {server.pid})", "WARNING")
