@@ -65,6 +65,23 @@ def test_start_twice_reuses_the_server_for_its_data_dir_then_stop(cache: Path, t
     assert stop_background(data_dir=data) == []  # nothing left to stop
 
 
+def test_a_stop_says_what_it_stopped_and_a_second_says_nothing_was_running(
+    cache: Path, tmp_path: Path
+) -> None:
+    """`opd serve stop` (the CLI, `%opd serve stop` and the agent's tool share `stop_info`): the first
+    says which server it stopped, not "not running"; the second that there was nothing to stop."""
+    from opd_nb.server.serve_info import stop_info
+
+    data = tmp_path / "data"
+    started = start_background(port=0, data_dir=data)
+    assert isinstance(started, StartLaunched), started
+    first = stop_info(str(data))
+    assert str(first).startswith(f"opd serve: stopped the server at {started.info.base_url}"), str(first)
+    assert "not running" not in str(first) + first._repr_html_()
+    again = stop_info(str(data))
+    assert str(again).startswith("opd serve: not running; nothing to stop"), str(again)
+
+
 def test_two_notebooks_with_two_data_dirs_get_two_servers_and_each_stops_its_own(
     cache: Path, tmp_path: Path
 ) -> None:

@@ -37,6 +37,7 @@ class ServeInfo(ResultMixin, BaseModel):
     host: str | None = None
     key_required: bool = False
     note: str = ""
+    stopped: bool = False  # an `opd serve stop` that stopped something (the note says what)
 
     @classmethod
     def of(cls, info: ServerInfo, note: str = "") -> ServeInfo:
@@ -51,6 +52,10 @@ class ServeInfo(ResultMixin, BaseModel):
             note=note,
         )
 
+    @property
+    def _headline(self) -> str:
+        return "stopped" if self.stopped else "not running"
+
     def env(self) -> dict[str, str]:
         if not self.api_base:
             return {}
@@ -62,7 +67,8 @@ class ServeInfo(ResultMixin, BaseModel):
 
     def __str__(self) -> str:
         if not self.running:
-            return f"opd serve: not running{'; ' + self.note if self.note else ''}"
+            joint = " " if self.stopped else "; "
+            return f"opd serve: {self._headline}{joint + self.note if self.note else ''}"
         lines = [f"opd serve: running at {self.base_url} (pid {self.pid}, data {self.data_dir})"]
         if self.host and not binds_loopback_only(self.host):
             lines.append(open_warning(self.host))
@@ -74,7 +80,7 @@ class ServeInfo(ResultMixin, BaseModel):
 
     def _repr_html_(self) -> str:
         if not self.running:
-            return render.box(esc(self.note), title="opd serve: not running")
+            return render.box(esc(self.note), title=f"opd serve: {self._headline}")
         rows = [(f"<code>{esc(k)}</code>", f"<code>{esc(v)}</code>") for k, v in self.env().items()]
         where = f"running at {self.base_url} (pid {self.pid}, data {self.data_dir})"
         note = f"<div><small>{esc(self.note)}</small></div>" if self.note else ""
@@ -108,7 +114,7 @@ def stop_info(data_dir: str | None = None, *, kernel: bool = False) -> ServeInfo
     stopped = stop_background(data_dir=data_dir, started_here_only=kernel and data_dir is None)
     if stopped:
         where = ", ".join(f"{info.base_url} (data {info.data_dir})" for info in stopped)
-        return ServeInfo(running=False, note=f"stopped the server at {where}")
+        return ServeInfo(running=False, stopped=True, note=f"the server at {where}")
     return ServeInfo(running=False, note="nothing to stop" + _others_note(kernel and data_dir is None))
 
 
