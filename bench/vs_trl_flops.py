@@ -37,7 +37,7 @@ def gemm_seconds(torch: Any, m: int, k: int, n: int, reps: int, tries: int, devi
     return best
 
 
-def model_gemm_gflops(torch: Any, models: dict[str, Any], tokens: int, device: str, reps: int = 5) -> float:
+def model_gemm_gflops(torch: Any, models: dict[str, Any], tokens: int, device: str, reps: int = 2) -> float:
     """FLOP-weighted matmul rate over the step's own nn.Linear GEMM shapes: the student's forward
     twice (sampling, training) and its two backward GEMMs, the teacher's forward once."""
     shapes: list[tuple[int, int, int, int]] = []  # (M, K, N, count per step)
