@@ -13,8 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-import bench_blocks  # noqa: E402
-import engine_ab  # noqa: E402
+import bench_blocks  # noqa: E402  # pyright: ignore[reportMissingImports] - bench/ is put on sys.path above
+import engine_ab  # noqa: E402  # pyright: ignore[reportMissingImports] - likewise
 
 
 def test_every_other_block_runs_the_configurations_in_reverse_so_none_always_runs_first() -> None:
@@ -28,7 +28,11 @@ def test_every_other_block_runs_the_configurations_in_reverse_so_none_always_run
 
 def test_the_headline_is_the_median_of_the_blocks_ratios_not_the_ratio_of_medians() -> None:
     # a slow spell hits both sides of block 2: its ratio stays 3 while its times triple
-    blocks = [{"engine": 80.0, "trl": 240.0}, {"engine": 240.0, "trl": 720.0}, {"engine": 100.0, "trl": 200.0}]
+    blocks = [
+        {"engine": 80.0, "trl": 240.0},
+        {"engine": 240.0, "trl": 720.0},
+        {"engine": 100.0, "trl": 200.0},
+    ]
     spread = bench_blocks.median_ratio(blocks, "trl", "engine")
     assert bench_blocks.block_ratios(blocks, "trl", "engine") == [3.0, 3.0, 2.0]
     assert (spread.median, spread.lo, spread.hi) == (3.0, 2.0, 3.0)
