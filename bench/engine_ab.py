@@ -37,12 +37,37 @@ TIMING = ("timing_s/", "perf/")
 STAGES = ("gen", "teacher", "update", "record")
 
 
+def stamped_events() -> Any:
+    """A ListEvents that also records (step, this process's CPU seconds) at each step's end.
+
+    Built on call: the engine it subclasses is imported from whichever tree is first on sys.path."""
+    from opd_nb.engine.trainer import ListEvents
+
+    class Stamped(ListEvents):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cpu: list[tuple[int, float]] = []
+
+        def progress(self, step: int, *rest: Any) -> None:
+            super().progress(step, *rest)
+            self.cpu.append((step, time.process_time()))
+
+    return Stamped()
+
+
+def cpu_ms_per_step(stamps: list[tuple[int, float]], warmup: int) -> list[float]:
+    """CPU ms of each step after `warmup`, from (step, CPU seconds at its end) stamps of consecutive steps."""
+    return [
+        (b - a) * 1000 for (s0, a), (s1, b) in itertools.pairwise(stamps) if s1 == s0 + 1 and s0 >= warmup
+    ]
+
+
 def child(tree: str, work: str, algorithm: str, steps: int, train: str, val: str) -> int:
     """Run one job with `tree`'s engine and print its rows as one JSON line."""
     sys.path.insert(0, tree)
     from opd_nb.engine.api import EngineJob
     from opd_nb.engine.models import default_pair
-    from opd_nb.engine.trainer import ListEvents, run
+    from opd_nb.engine.trainer import run
 
     student, teacher = default_pair()
     job = EngineJob(
@@ -68,16 +93,7 @@ def child(tree: str, work: str, algorithm: str, steps: int, train: str, val: str
         },
     )
 
-    class Stamped(ListEvents):  # the process's CPU seconds at each step's end
-        def __init__(self) -> None:
-            super().__init__()
-            self.cpu: list[tuple[int, float]] = []
-
-        def progress(self, step: int, *rest: Any) -> None:
-            super().progress(step, *rest)
-            self.cpu.append((step, time.process_time()))
-
-    ev = Stamped()
+    ev = stamped_events()
     run(job, ev, lambda: len([r for r in ev.rows if r["step"] > 0]) >= steps)
     engine = sys.modules["opd_nb.engine.trainer"].__file__
     print(json.dumps({"engine": engine, "rows": ev.rows, "cpu": ev.cpu}))
@@ -100,9 +116,7 @@ def one_run(tree: Path, algorithm: str, steps: int, train: Path, val: Path) -> d
     ms = statistics.median(r["timing_s/step"] for r in timed) * 1000
     stages = {k: statistics.median(r[f"timing_s/{k}"] for r in timed) * 1000 for k in STAGES}
     numbers = [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in res["rows"]]
-    cpu = [
-        (b - a) * 1000 for (s0, a), (s1, b) in itertools.pairwise(res["cpu"]) if s1 == s0 + 1 and s0 >= WARMUP
-    ]
+    cpu = cpu_ms_per_step([(int(st), float(c)) for st, c in res["cpu"]], WARMUP)
     return {"ms": ms, "cpu": statistics.median(cpu), "stages": stages, "numbers": numbers}
 
 
