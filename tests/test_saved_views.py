@@ -46,6 +46,7 @@ def _notebook(workspace: str, api_base: str) -> object:
         "chat = %opd chat qwen3-8b 93418 --max-tokens 8 --temperature 0\nchat",
         "chat.wait(120)\nNone",
         "%opd rollouts {sweep.job_ids[0]}",  # interactive: stays a live widget
+        "%opd traces {sweep.job_ids[0]} --kind train",  # so does the trace view
     ]
     import nbformat
 
@@ -127,14 +128,15 @@ def test_views_that_ended_leave_their_snapshot_alone(saved: dict) -> None:
     assert "93418" in chat and "<b>model</b>" in chat and ".send(" in chat
 
 
-def test_a_live_view_is_saved_as_its_snapshot_that_says_so(saved: dict) -> None:
-    """The rollout viewer stays live (interactive): in the kernel its widget part and its snapshot part;
-    in the file its snapshot alone, saying it is the last state seen."""
-    live, snap = _outputs(saved["executed"], 11)
+@pytest.mark.parametrize(("index", "title"), [(11, "rollouts of"), (12, "traces of")])
+def test_a_live_view_is_saved_as_its_snapshot_that_says_so(saved: dict, index: int, title: str) -> None:
+    """The rollout viewer and the trace view stay live (interactive): in the kernel a widget part and
+    a snapshot part; in the file the snapshot alone, saying it is the last state seen."""
+    live, snap = _outputs(saved["executed"], index)
     assert set(live["data"]) == {WIDGET_VIEW} and live["metadata"] == {"opd_nb": {"part": "live"}}
     assert snap["metadata"] == {"opd_nb": {"part": "snapshot"}}
-    data = _only_output(saved, 11)
-    assert set(data) == {"text/plain", "text/html"} and "rollouts of" in data["text/html"]
+    data = _only_output(saved, index)
+    assert set(data) == {"text/plain", "text/html"} and title in data["text/html"]
     assert re.search(r"as of step \d+, \d\d:\d\d — re-run this cell to reconnect", data["text/html"])
     assert data["text/plain"].startswith("as of step ")
 
