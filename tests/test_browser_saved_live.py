@@ -132,7 +132,11 @@ def _run(lab: Lab) -> None:
     _mark(lab, widget)
     lab.wait_for(lambda: (_page_as_of(lab) or 0) >= 1, 600, "the snapshot part to reach step 1")
     assert not _in_cell(lab, MONITOR, ".opd-saved-view")[0].is_displayed()  # the page shows it once
-    first = _saved_step(lab.save(NAME))
+    saved = lab.save(NAME)
+    first = _saved_step(saved)
+    state = saved["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert not [m for m in state.values() if "opdChart" in str(m["state"].get("_esm", ""))]
+    assert any(m["model_name"] == "IntSliderModel" for m in state.values())  # others' widgets stay
     lab.wait_for(lambda: (_page_as_of(lab) or 0) > first, 600, "the snapshot part to move on")
     assert _in_cell(lab, MONITOR, "[data-opd-mark].opd-job-monitor"), "the live widget was rebuilt"
     second = _saved_step(lab.save(NAME))

@@ -20,7 +20,26 @@ from opd_nb.notebook.job_state import JobState
 from opd_nb.notebook.monitor import JobMonitor
 
 REPO = Path(__file__).resolve().parent.parent
-WIDGET = {"model_id": "abc", "version_major": 2, "version_minor": 0}
+
+
+def _view(model: str) -> dict:
+    return {"model_id": model, "version_major": 2, "version_minor": 0}
+
+
+def _model(name: str, **refs: object) -> dict:
+    return {"model_name": name, "model_module": "@jupyter-widgets/controls", "state": refs}
+
+
+# Saved widget state (saveState): our live root "r" (its style "h" and the view's box "b", whose layout
+# "L" a widget of someone else's, "t", shares), and "u", which nothing shows.
+STATE = {
+    "r": _model("VBoxModel", children=["IPY_MODEL_h", "IPY_MODEL_b"]),
+    "h": _model("HTMLModel", value="<style>"),
+    "b": _model("VBoxModel", layout="IPY_MODEL_L"),
+    "L": _model("LayoutModel"),
+    "t": _model("IntSliderModel", layout="IPY_MODEL_L"),
+    "u": _model("LabelModel"),
+}
 AS_OF = re.compile(r"as of (.*), \d\d:\d\d — re-run this cell to reconnect")
 
 
@@ -29,9 +48,9 @@ def _out(data: dict, meta: dict | None = None, kind: str = "display_data") -> di
 
 
 def _notebook() -> dict:
-    ours_live = _out({display.WIDGET_VIEW: WIDGET}, display.marked(display.LIVE))
+    ours_live = _out({display.WIDGET_VIEW: _view("r")}, display.marked(display.LIVE))
     ours_snap = _out({"text/html": "<b>as of</b>", "text/plain": "x"}, display.marked(display.SNAPSHOT))
-    theirs = _out({display.WIDGET_VIEW: WIDGET, "text/plain": "slider"}, {"isolated": True})
+    theirs = _out({display.WIDGET_VIEW: _view("t"), "text/plain": "slider"}, {"isolated": True})
     stream = {"output_type": "stream", "name": "stdout", "text": "hi\n"}
     return {
         "cells": [
@@ -50,12 +69,15 @@ def _notebook() -> dict:
                 "metadata": {},
                 "source": "x",
                 "outputs": [
-                    _out({display.WIDGET_VIEW: WIDGET}, {display.OURS: {"part": "snapshot"}}),
+                    _out({display.WIDGET_VIEW: _view("x")}, {display.OURS: {"part": "snapshot"}}),
                     _out({"text/plain": "1"}, {"opd_nb_other": {"part": "live"}}, "execute_result"),
                 ],
             },
         ],
-        "metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}, "k": 1},
+        "metadata": {
+            "widgets": {save_hook.WIDGET_STATE: {"state": copy.deepcopy(STATE), "version_major": 2}},
+            "k": 1,
+        },
         "nbformat": 4,
         "nbformat_minor": 5,
     }
@@ -67,7 +89,10 @@ def test_the_hook_drops_our_live_parts_and_nothing_else() -> None:
     assert save_hook.drop_live_parts(nb) == 1
     assert nb["cells"][0]["outputs"] == [before["cells"][0]["outputs"][1]]  # our snapshot stays
     assert nb["cells"][1:] == before["cells"][1:]  # others' widgets, streams, markdown: untouched
-    assert nb["metadata"] == before["metadata"] and nb["cells"][0]["metadata"] == {"tags": ["t"]}
+    assert nb["cells"][0]["metadata"] == {"tags": ["t"]} and nb["metadata"]["k"] == 1
+    # the saved widget state keeps all but what only our dropped live part showed
+    widgets = nb["metadata"]["widgets"][save_hook.WIDGET_STATE]
+    assert sorted(widgets["state"]) == ["L", "t", "u"] and widgets["version_major"] == 2
     again = copy.deepcopy(nb)
     assert save_hook.drop_live_parts(nb) == 0 and nb == again  # idempotent
 
