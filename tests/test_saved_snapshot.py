@@ -185,3 +185,13 @@ def test_an_eval_and_a_chat_say_where_they_were() -> None:
     chat.messages.append({"role": "user", "content": "hi"})
     html, _ = _snapshot(chat)
     assert AS_OF.search(html).group(1) == "1 message" and "<button" not in html
+
+
+def test_a_forms_snapshot_says_as_of_when(tmp_path: Path) -> None:
+    """A view with no step (the config form) says only the time it was last seen."""
+    from opd_nb.notebook.form import ConfigForm
+    from opd_nb.workspace.new import create
+
+    form = ConfigForm(create("reward", tmp_path / "ws").path)
+    html, text = _snapshot(form)
+    assert re.search(r"as of \d\d:\d\d — re-run this cell to reconnect", html) and "learning_rate" in text

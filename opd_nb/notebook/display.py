@@ -174,9 +174,9 @@ class LiveView:
 
     def _refresh_static(self, *, force: bool = False) -> None:
         """Bring the displayed parts up to date (our own display ids, never a new cell): the snapshot
-        when the view moved (at most every :data:`SNAPSHOT_EVERY_S` while live, unless `force`: the
-        last change); the live part when the view went final (then its widgets are closed) or live
-        again."""
+        when the view moved (at most every :data:`SNAPSHOT_EVERY_S` while live), or now with `force`
+        (a last change, or one :meth:`as_of` does not show: a saved form); the live part when the view
+        went final (then its widgets are closed) or live again."""
         if self._display_id is None or not in_kernel():
             return
         try:
@@ -193,8 +193,9 @@ class LiveView:
                     self._show_snapshot(update_display, final)
                     if was_live and not self._shown_live:
                         self._close_live()
-                elif f"{final}|{self.as_of()}" != self._snapshot_key and (
-                    force or time.monotonic() - self._snapshot_at >= SNAPSHOT_EVERY_S
+                elif force or (
+                    f"{final}|{self.as_of()}" != self._snapshot_key
+                    and time.monotonic() - self._snapshot_at >= SNAPSHOT_EVERY_S
                 ):
                     self._show_snapshot(update_display, final)
         except Exception:  # noqa: BLE001 - a closed frontend must not kill the view's thread

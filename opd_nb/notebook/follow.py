@@ -69,7 +69,7 @@ class JobFollower:
             except OpdError:
                 return bool(job.terminal)
             self.refreshes += 1
-        # every look: the saved snapshot catches up (throttled), the job's end at once
+        # every look: the saved snapshot catches up (throttled); the job's end at once (the last look)
         self.view._refresh_static(force=bool(job.terminal))
         return bool(job.terminal)
 
