@@ -5,9 +5,10 @@ its *live* part (the widget view alone) and its *snapshot* part (``text/html`` a
 what a reopened notebook, an ``nbconvert`` export or GitHub shows). The live widget hides the
 snapshot part in its own page with a style rule, so the page shows each view once.
 
-Why two outputs: JupyterLab's widget renderer builds a new widget view whenever its output is updated
-(the old view loses its zoom and selection and stays alive, unseen), so the widget's output is never
-updated while the view is live; the snapshot part is, through its own ``display_id``, whenever what
+Why two outputs: JupyterLab's widget renderer builds a new widget view whenever its output is updated,
+even with the same widget (tests/test_browser_saved_live.py sees it: zoom and selection are lost; its
+``renderModel`` also keeps the old view in its panel), so the widget's output is never updated while
+the view is live; the snapshot part is, through its own ``display_id``, whenever what
 the view shows moved (throttled, :data:`SNAPSHOT_EVERY_S`). While live, the snapshot says it is the
 last state seen (:func:`as_of_line`: "as of step 58, 13:08 — re-run this cell to reconnect") and holds
 no control that needs a kernel.
