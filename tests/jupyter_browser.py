@@ -3,7 +3,9 @@
 Chromium resolves no host but 127.0.0.1 (browser_driver.NO_NETWORK). The server gets its own settings,
 config, runtime and data dirs under the test's tmp dir, so nothing of the user's Jupyter setup (trusted
 notebook signatures included) is read or written; its config dir holds binder/'s labconfig, the setting
-a Binder session runs with (widget state saved with the notebook).
+a Binder session runs with (widget state saved with the notebook), and says whether our save hook
+(``opd_nb.notebook.save_hook``) runs: the package's own ``jupyter-config`` file, or the extension
+turned off (a server from another environment).
 """
 
 from __future__ import annotations
@@ -35,6 +37,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def write_server_config(config: Path, *, save_hook: bool) -> None:
+    """The package's server config (our save hook on), or that extension turned off; the config dir
+    is read last, so this decides whichever the environment installed."""
+    server_d = config / "jupyter_server_config.d"
+    server_d.mkdir(parents=True, exist_ok=True)
+    shipped = REPO / "jupyter-config" / "jupyter_server_config.d" / "opd_nb.json"
+    if save_hook:
+        shutil.copy(shipped, server_d / "opd_nb.json")
+    else:
+        (config / "jupyter_server_config.json").write_text(
+            json.dumps({"ServerApp": {"jpserver_extensions": {"opd_nb.notebook.save_hook": False}}})
+        )
 
 
 def write_settings(settings: Path, config: Path) -> None:
@@ -261,12 +277,14 @@ def hover_frame(lab: Lab, frame: Any, shot: Path) -> tuple[str, str, float]:
 
 
 @contextlib.contextmanager
-def jupyter_lab(root: Path, tmp: Path, *, window: str = "1400,2400") -> Iterator[Lab]:
-    """JupyterLab on `root` (Notebook 7's pages are served by the same server) and Chromium on it."""
+def jupyter_lab(root: Path, tmp: Path, *, window: str = "1400,2400", save_hook: bool = True) -> Iterator[Lab]:
+    """JupyterLab on `root` (Notebook 7's pages are served by the same server) and Chromium on it;
+    `save_hook`: our server extension on, as the package installs it (else off)."""
     import httpx
 
     settings, config = tmp / "lab-settings", tmp / "jcfg"
     write_settings(settings, config)
+    write_server_config(config, save_hook=save_hook)
     port, token = free_port(), secrets.token_hex(16)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "JUPYTER"))}
     env.update(
@@ -328,3 +346,62 @@ def jupyter_lab(root: Path, tmp: Path, *, window: str = "1400,2400") -> Iterator
             lab.wait(15)
         except subprocess.TimeoutExpired:
             lab.kill()
+
+
+def probe_widgets(lab: Lab, probe: str) -> None:
+    """Run the probe cell alone until its widget renders, before any job is submitted.
+
+    Once, on a loaded machine, every widget of the run said "Error displaying widget: model not
+    found" (failure.png): the kernel's widget messages reached a page whose widget manager was not
+    listening yet, and the page never gets them again. A reload builds a new manager, which asks the
+    kernel for its live widgets; the probe shows whether it listens before Run All submits anything."""
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    def probe_state() -> str | None:
+        cell = lab.css(".jp-Notebook .jp-Cell")[0]
+        text = " ".join(o.text for o in cell.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output"))
+        return "broken" if WIDGET_ERROR in text else "ok" if probe in text else None
+
+    def probe_ran() -> bool:
+        """The prompt says ``[*]`` or ``[1]``: the kernel took the cell (a keystroke can be lost)."""
+        text = lab.driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").text
+        return "*" in text or any(ch.isdigit() for ch in text)
+
+    def settle(fn, timeout: float):  # noqa: ANN001, ANN202
+        """``wait_for`` without the failure: the probe decides what a miss means."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with contextlib.suppress(Exception):  # not rendered yet / went stale
+                if found := fn():
+                    return found
+            time.sleep(0.25)
+        return None
+
+    for attempt in range(4):
+        # a click can land while a dialog or a toast still covers the cell: try again until it takes
+        lab.wait_for(
+            lambda: (
+                lab.driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").click()
+                or True
+            ),
+            30,
+            "a cell to take a click",
+        )
+        ActionChains(lab.driver).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
+        if not settle(probe_ran, 20):
+            continue  # the keystroke went nowhere: press it again
+        # On a loaded CI machine (pytest at 2,100 s) the first import of ipywidgets took over 60 s.
+        state = settle(probe_state, 180)
+        if state == "ok":
+            return
+        lab.driver.save_screenshot(str(ARTIFACTS / f"probe_{state or 'silent'}_{attempt}.png"))
+        lab.driver.refresh()
+        with contextlib.suppress(NoAlertPresentException):
+            lab.driver.switch_to.alert.accept()  # "leave the page?" for the unsaved probe output
+        lab.wait_for(
+            lambda: lab.css(".jp-Notebook-ExecutionIndicator[data-status='idle']"), 90, "an idle kernel"
+        )
+    raise AssertionError("the probe widget never rendered: the page's widget manager did not hear the kernel")

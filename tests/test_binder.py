@@ -82,8 +82,13 @@ def test_postbuild_and_start_leave_a_working_control_plane(tmp_path: Path) -> No
         ws = home / "opd-workspaces" / f"{mode}-demo"
         assert (ws / "config.yaml").is_file() and (ws / "submit_job.py").is_file(), f"no demo workspace {ws}"
     assert (home / "opd-workspaces" / "reward-demo" / "functions" / "reward" / "reward.py").is_file()
+    # the install enables our save hook for the environment's Jupyter server (our views saved as their
+    # snapshots; tests/test_browser_saved_live.py)
+    server_conf = venv / "etc" / "jupyter" / "jupyter_server_config.d" / "opd_nb.json"
+    shipped = REPO / "jupyter-config" / "jupyter_server_config.d" / "opd_nb.json"
+    assert server_conf.is_file() and json.loads(server_conf.read_text()) == json.loads(shipped.read_text())
     # JupyterLab and Notebook 7 read it from the environment's labconfig: widget state is saved with
-    # the notebook, so a view still live at save time reopens from it (tests/test_browser.py reopens one)
+    # the notebook (for widgets other than ours; a server without our hook reopens ours from it)
     labconfig = venv / "etc" / "jupyter" / "labconfig" / "default_setting_overrides.json"
     assert json.loads(labconfig.read_text()) == {
         "@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}

@@ -31,7 +31,16 @@ from typing import Any
 
 import pytest
 from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM
-from jupyter_browser import ARTIFACTS, LOSS_PANEL, WIDGET_ERROR, Lab, hover, hover_frame, jupyter_lab
+from jupyter_browser import (
+    ARTIFACTS,
+    LOSS_PANEL,
+    WIDGET_ERROR,
+    Lab,
+    hover,
+    hover_frame,
+    jupyter_lab,
+    probe_widgets,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -92,7 +101,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory, local_server) -> Any:
     # the second job, which runs until the test cancels it.
     tiny_workspace("reward", root / "sorter", train_rows=16, n_epochs=6, eval_steps=4, save_steps=4)
     (root / "e2e.ipynb").write_text(json.dumps(_notebook("sorter", local_server.api_base)))
-    with jupyter_lab(root, tmp) as opened:
+    # no save hook: a server from another environment (the live views saved as their widgets)
+    with jupyter_lab(root, tmp, save_hook=False) as opened:
         yield opened
 
 
@@ -171,7 +181,7 @@ def test_notebook_monitor_in_chromium(lab: Lab, saved: dict, local_server) -> No
     from selenium.webdriver.common.by import By
 
     lab.open("lab/tree/e2e.ipynb")
-    _probe_widgets(lab)
+    probe_widgets(lab, PROBE)
 
     def first_opd_cell_ran() -> bool:
         prompts = lab.css(".jp-Notebook .jp-Cell .jp-InputPrompt")
@@ -291,8 +301,8 @@ def test_notebook_monitor_in_chromium(lab: Lab, saved: dict, local_server) -> No
     held = live_points()
     nb = lab.save("e2e.ipynb")
     cells = nb["cells"]
-    for index in (MONITOR, WATCHED):
-        (out,) = [o for o in cells[index]["outputs"] if "data" in o]
+    for index in (MONITOR, WATCHED):  # its live part emptied when it ended
+        (out,) = [o for o in cells[index]["outputs"] if o.get("data")]
         assert WIDGET_VIEW not in out["data"] and "opd-chart-img" in "".join(out["data"]["text/html"])
     for index in (FORM, VIEWER, LIVE):
         assert any(WIDGET_VIEW in o.get("data", {}) for o in cells[index]["outputs"]), index
@@ -391,8 +401,8 @@ def test_untrusted_copy_keeps_static_curves_and_trust_makes_them_interactive(lab
         assert pictures and pictures[0].is_displayed(), f"cell {index} shows no curves"
         assert lab.driver.execute_script("return arguments[0].naturalWidth", pictures[0]) > 100
         assert "trust the notebook" in _outputs(lab, index).text
-    # saved while live: its snapshot as it was displayed (a widget view is not shown untrusted)
-    assert _in_output(lab, LIVE, ".opd-monitor-snap") and "(live)" in _outputs(lab, LIVE).text
+    # saved while live: its snapshot part, saying as of when (a widget view is not shown untrusted)
+    assert _in_output(lab, LIVE, ".opd-monitor-snap") and "as of step" in _outputs(lab, LIVE).text
     lab.driver.execute_script("arguments[0].scrollIntoView()", _outputs(lab, MONITOR))
     time.sleep(0.5)
     lab.driver.save_screenshot(str(ARTIFACTS / "untrusted_static_curves.png"))
@@ -405,62 +415,3 @@ def test_untrusted_copy_keeps_static_curves_and_trust_makes_them_interactive(lab
     assert "step" in tip
     assert not any(i.is_displayed() for i in _in_output(lab, MONITOR, "img.opd-chart-img"))
     assert lab.offsite_requests() == []
-
-
-def _probe_widgets(lab: Lab) -> None:
-    """Run the probe cell alone until its widget renders, before any job is submitted.
-
-    Once, on a loaded machine, every widget of the run said "Error displaying widget: model not
-    found" (failure.png): the kernel's widget messages reached a page whose widget manager was not
-    listening yet, and the page never gets them again. A reload builds a new manager, which asks the
-    kernel for its live widgets; the probe shows whether it listens before Run All submits anything."""
-    from selenium.common.exceptions import NoAlertPresentException
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-
-    def probe_state() -> str | None:
-        cell = _cell(lab, 0)
-        text = " ".join(o.text for o in cell.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output"))
-        return "broken" if WIDGET_ERROR in text else "ok" if PROBE in text else None
-
-    def probe_ran() -> bool:
-        """The prompt says ``[*]`` or ``[1]``: the kernel took the cell (a keystroke can be lost)."""
-        text = lab.driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").text
-        return "*" in text or any(ch.isdigit() for ch in text)
-
-    def settle(fn, timeout: float):  # noqa: ANN001, ANN202
-        """``wait_for`` without the failure: the probe decides what a miss means."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with contextlib.suppress(Exception):  # not rendered yet / went stale
-                if found := fn():
-                    return found
-            time.sleep(0.25)
-        return None
-
-    for attempt in range(4):
-        # a click can land while a dialog or a toast still covers the cell: try again until it takes
-        lab.wait_for(
-            lambda: (
-                lab.driver.find_element(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .jp-InputPrompt").click()
-                or True
-            ),
-            30,
-            "a cell to take a click",
-        )
-        ActionChains(lab.driver).key_down(Keys.SHIFT).send_keys(Keys.ENTER).key_up(Keys.SHIFT).perform()
-        if not settle(probe_ran, 20):
-            continue  # the keystroke went nowhere: press it again
-        # On a loaded CI machine (pytest at 2,100 s) the first import of ipywidgets took over 60 s.
-        state = settle(probe_state, 180)
-        if state == "ok":
-            return
-        lab.driver.save_screenshot(str(ARTIFACTS / f"probe_{state or 'silent'}_{attempt}.png"))
-        lab.driver.refresh()
-        with contextlib.suppress(NoAlertPresentException):
-            lab.driver.switch_to.alert.accept()  # "leave the page?" for the unsaved probe output
-        lab.wait_for(
-            lambda: lab.css(".jp-Notebook-ExecutionIndicator[data-status='idle']"), 90, "an idle kernel"
-        )
-    pytest.fail("the probe widget never rendered: the page's widget manager did not hear the kernel")

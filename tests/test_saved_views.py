@@ -6,19 +6,24 @@ no widget model for it (no kernel, or a new one), so an output that still names 
 the snapshot alone: the monitor and the sweep once their jobs ended (also when they were displayed
 while running), `%opd watch` of a finished job, a comparison, a finished eval, a chat whose question
 was answered. Their snapshot keeps the interactive chart (an iframe) and a static SVG picture of the
-same curves for hosts that strip scripts. Views that stay interactive (rollouts, the form) keep their
-widget; a saved notebook restores them from the widget state JupyterLab saves (binder/ turns that on;
-tests/test_browser.py reopens one). The browser side is tests/test_browser.py.
+same curves for hosts that strip scripts. Every view shown in a kernel writes two outputs (its live
+widget part and its snapshot part); the server's save hook drops the live parts (``notebook/save_hook``,
+applied here as the server applies it), so a view still live at save time (the rollout viewer) is saved
+as its snapshot, which says it is the last state seen. The browser side is tests/test_browser.py and
+tests/test_browser_saved_live.py.
 """
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 import re
 
 import pytest
 from conftest import tiny_workspace
+
+from opd_nb.notebook import save_hook
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +46,7 @@ def _notebook(workspace: str, api_base: str) -> object:
         "chat = %opd chat qwen3-8b 93418 --max-tokens 8 --temperature 0\nchat",
         "chat.wait(120)\nNone",
         "%opd rollouts {sweep.job_ids[0]}",  # interactive: stays a live widget
+        "%opd traces {sweep.job_ids[0]} --kind train",  # so does the trace view
     ]
     import nbformat
 
@@ -69,7 +75,10 @@ def saved(local_server, tmp_path_factory: pytest.TempPathFactory) -> dict:
         mp.undo()
     path = root / "saved.ipynb"
     nbformat.write(nb, path)
-    return json.loads(path.read_text())
+    executed = json.loads(path.read_text())
+    saved = copy.deepcopy(executed)
+    save_hook.drop_live_parts(saved)  # what the Jupyter server writes
+    return {**saved, "executed": executed}
 
 
 def _outputs(nb: dict, index: int) -> list[dict]:
@@ -119,9 +128,24 @@ def test_views_that_ended_leave_their_snapshot_alone(saved: dict) -> None:
     assert "93418" in chat and "<b>model</b>" in chat and ".send(" in chat
 
 
-def test_interactive_views_stay_live_widgets(saved: dict) -> None:
-    data = _only_output(saved, 11)
-    assert WIDGET_VIEW in data and "rollouts of" in data["text/html"]  # the snapshot rides along
+@pytest.mark.parametrize(("index", "title"), [(11, "rollouts of"), (12, "traces of")])
+def test_a_live_view_is_saved_as_its_snapshot_that_says_so(saved: dict, index: int, title: str) -> None:
+    """The rollout viewer and the trace view stay live (interactive): in the kernel a widget part and
+    a snapshot part; in the file the snapshot alone, saying it is the last state seen."""
+    live, snap = _outputs(saved["executed"], index)
+    assert set(live["data"]) == {WIDGET_VIEW} and live["metadata"] == {"opd_nb": {"part": "live"}}
+    assert snap["metadata"] == {"opd_nb": {"part": "snapshot"}}
+    data = _only_output(saved, index)
+    assert set(data) == {"text/plain", "text/html"} and title in data["text/html"]
+    assert re.search(r"as of step \d+, \d\d:\d\d — re-run this cell to reconnect", data["text/html"])
+    assert data["text/plain"].startswith("as of step ")
+
+
+def test_a_final_view_leaves_no_live_part_in_the_kernel_either(saved: dict) -> None:
+    """Ended before it was shown (a finished job's monitor, a comparison): its live part is empty."""
+    for index in (5, 6):
+        live, snap = _outputs(saved["executed"], index)
+        assert live["data"] == {} and WIDGET_VIEW not in snap["data"]
 
 
 def test_the_legend_names_jobs_by_their_name(saved: dict) -> None:

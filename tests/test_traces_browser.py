@@ -98,9 +98,9 @@ def test_the_live_trajectory_view_in_jupyterlab(tmp_path: Path, finished_job, lo
     reward span opens it, with nothing fetched from beyond 127.0.0.1."""
     import time
 
-    from jupyter_browser import jupyter_lab
+    from jupyter_browser import jupyter_lab, probe_widgets
     from selenium.webdriver.common.by import By
-    from test_browser import PROBE, _probe_widgets
+    from test_browser import PROBE
 
     ARTIFACTS.mkdir(exist_ok=True)
     job = finished_job("reward")
@@ -111,7 +111,7 @@ def test_the_live_trajectory_view_in_jupyterlab(tmp_path: Path, finished_job, lo
     (root / "live.ipynb").write_text(json.dumps(notebook_doc(cells)))
     with jupyter_lab(root, tmp_path, window="1400,1800") as lab:
         lab.open("lab/tree/live.ipynb")
-        _probe_widgets(lab)
+        probe_widgets(lab, PROBE)
         for _ in range(3):  # the rest of the cells, one Shift+Enter each, as a user steps through them
             lab.driver.switch_to.active_element.send_keys("\ue008\ue007")  # Shift+Enter
             time.sleep(1.0)

@@ -128,7 +128,7 @@ class ChatWidget(LiveView):
                 self.messages.pop()  # the question that got no answer: it can be sent again
             self.partial = None
         self._render()
-        self._refresh_static()
+        self._refresh_static(force=True)
 
     def reset(self) -> None:
         """Forget the conversation (the system message stays)."""
@@ -166,6 +166,11 @@ class ChatWidget(LiveView):
         lines = [f"chat with {self.model}"]
         lines += [f"{m['role']}: {m['content']}" for m in self.messages]
         return "\n".join(lines)
+
+    def as_of(self) -> str:
+        with self._lock:
+            n = len(self.messages)
+        return f"{n} message{'s' if n != 1 else ''}"
 
     def __repr__(self) -> str:
         return f"ChatWidget({self.model!r}, {len(self.messages)} messages)"

@@ -76,6 +76,7 @@ class EvalView(LiveView):
     def _progress(self, done: int, total: int) -> None:
         self.done_calls, self.total_calls = done, total
         self._render()
+        self._refresh_static()  # the saved snapshot follows (throttled)
 
     def wait(self, timeout_s: float | None = 900) -> Any:
         """Block until the evaluation is done; returns the :class:`~opd_nb.experiments.evaluation.EvalResult`."""
@@ -121,6 +122,9 @@ class EvalView(LiveView):
         return f"eval of {', '.join(self.models)} on {self.workspace}: " + (
             str(self.error) if self.error else f"{self.done_calls}/{self.total_calls} calls"
         )
+
+    def as_of(self) -> str:
+        return f"{self.done_calls}/{self.total_calls or '?'} calls"
 
     def __repr__(self) -> str:
         return f"EvalView({self.workspace!r}, {self.models!r}, done={self.done})"

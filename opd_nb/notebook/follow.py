@@ -25,7 +25,7 @@ class FollowedView(Protocol):
 
     def refresh(self) -> Any: ...
 
-    def _refresh_static(self) -> None: ...
+    def _refresh_static(self, *, force: bool = False) -> None: ...
 
 
 class JobFollower:
@@ -69,7 +69,8 @@ class JobFollower:
             except OpdError:
                 return bool(job.terminal)
             self.refreshes += 1
-            self.view._refresh_static()
+        # every look: the saved snapshot catches up (throttled); the job's end at once (the last look)
+        self.view._refresh_static(force=bool(job.terminal))
         return bool(job.terminal)
 
     def _run(self) -> None:

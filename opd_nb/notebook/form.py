@@ -170,6 +170,7 @@ class ConfigForm(LiveView):
         if self._widgets is not None:
             self._widgets["result"].value = self.last_save._repr_html_()
             self._render(self.field_problems())
+        self._refresh_static(force=True)  # the saved snapshot shows what was written
         return self.last_save
 
     # ------------------------------------------------------------ widgets

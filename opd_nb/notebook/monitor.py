@@ -29,7 +29,7 @@ from opd_nb.health.rules import GuardThresholds
 from opd_nb.notebook import monitor_html
 from opd_nb.notebook.chart import MetricChart
 from opd_nb.notebook.display import LiveView
-from opd_nb.notebook.job_state import JobState, job_view
+from opd_nb.notebook.job_state import JobState, job_view, progress_of
 from opd_nb.notebook.monitor_guard import MonitorGuard
 from opd_nb.notebook.monitor_html import CLOUD_NOTE, STATUS_METRICS
 from opd_nb.notebook.monitor_polling import JobPolling
@@ -142,6 +142,17 @@ class JobMonitor(JobPolling, LiveView):
 
     def __str__(self) -> str:
         return monitor_html.snapshot_text(self.state)
+
+    def as_of(self) -> str:
+        """Each job's step ("step 58/192"), or its status before its first step."""
+        with self._lock:
+            progress = [(st.status, progress_of(st)) for st in self._jobs.values()]
+        return " · ".join(
+            f"step {p['step']}" + (f"/{p['total_steps']}" if p["total_steps"] else "")
+            if p["step"]
+            else str(status or "submitted").lower()
+            for status, p in progress
+        )
 
     def __repr__(self) -> str:
         return f"JobMonitor({self.job_ids!r}, done={self.done})"

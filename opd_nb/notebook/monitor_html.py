@@ -196,8 +196,9 @@ def logs_html(state: dict[str, Any]) -> str:
 
 
 def snapshot_html(job_ids: list[str], state: dict[str, Any], chart_html: str) -> str:
-    """The static snapshot: self-contained HTML, the chart (`chart_html`) an interactive page."""
-    title = f"opd job monitor: {', '.join(job_ids)}" + ("" if state["done"] else " (live)")
+    """The static snapshot: self-contained HTML, the chart (`chart_html`) an interactive page. Never
+    "live": a snapshot of running jobs is read later, under the line that says as of when."""
+    title = f"opd job monitor: {', '.join(job_ids)}"
     return (
         '<div class="opd-monitor-snap">'
         + render.box(

@@ -43,7 +43,7 @@ class JobPolling:
     _widgets: Any
 
     _render: Callable[[], None]  # the monitor's views (methods of JobMonitor; no no-op stand-ins here)
-    _refresh_static: Callable[[], None]
+    _refresh_static: Callable[..., None]
     if TYPE_CHECKING:  # the monitor's snapshot (a property of JobMonitor), declared for the checker only
 
         @property
@@ -217,6 +217,7 @@ class JobPolling:
         events_started = False
         while not self._stop.is_set():
             self.poll_once()
+            self._refresh_static()  # the saved snapshot follows (throttled; at once when all ended)
             if not events_started and any(st.metrics_available is False for st in self._jobs.values()):
                 events_started = True
                 self._start_event_streams()

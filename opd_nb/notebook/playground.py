@@ -545,6 +545,7 @@ class RewardPlayground(LiveView):
         try:
             self.last = score_items(self.workspace, [item], processor_class=self.processor_class)[0]
             self._widgets["result"].value = self.last._repr_html_()
+            self._refresh_static(force=True)  # the saved snapshot shows the last score
         except OpdError as exc:
             self._widgets["result"].value = render.box(f'<span class="bad">{render.esc(exc)}</span>')
             raise
@@ -586,6 +587,7 @@ class RewardPlayground(LiveView):
             w["failures"].value = render.box(
                 "<b>failures</b>" + self.last_batch.failures_html(), title=self.last_batch.summary()
             )
+        self._refresh_static(force=True)  # the saved snapshot shows the last batch
         return self.last_batch
 
     def _on_score(self) -> None:

@@ -194,6 +194,9 @@ class RolloutViewer(LiveView):
         s = summary(self.records[self.selected])
         return f"{head}\nselected #{self.selected}: reward {s['reward']} · {s['completion']!r}"
 
+    def as_of(self) -> str:
+        return f"step {self.step}" if self.step is not None else ""
+
     def __repr__(self) -> str:
         return f"RolloutViewer({self.job_id!r}, step={self.step!r}, kind={self.kind!r})"
 

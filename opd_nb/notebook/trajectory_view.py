@@ -141,6 +141,10 @@ class TrajectoryView(LiveView):
             return f"traces of {self.job_id}: {CLOUD_NOTE}"
         return self.page.title() if self.page else f"traces of {self.job_id}"
 
+    def as_of(self) -> str:
+        step = self.page.step if self.page else None
+        return f"step {step}" if step is not None else ""
+
     def __repr__(self) -> str:
         return f"TrajectoryView({self.job_id!r}, step={self.state['step']!r})"
 
