@@ -154,9 +154,9 @@ class LiveView:
         with self._display_lock:
             self._display_id = self._display_id or f"opd-view-{uuid.uuid4().hex[:12]}"
             final = self.final
-            if in_kernel():
-                live = self._live_bundle(final)
-                self._shown_live = bool(live)
+            live = self._live_bundle(final)
+            self._shown_live = bool(live)
+            if live:  # a view final when shown (a finished job's) has no live part: one output
                 display(live, raw=True, display_id=f"{self._display_id}-live", metadata=marked(LIVE))
             self._show_snapshot(display, final)
         if self.final != final:  # it ended while being displayed: show the end
