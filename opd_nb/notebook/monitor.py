@@ -148,7 +148,7 @@ class JobMonitor(JobPolling, LiveView):
         with self._lock:
             progress = [(st.status, progress_of(st)) for st in self._jobs.values()]
         return " · ".join(
-            f"step {p['step']}" + (f"/{p['total_steps']}" if p["total_steps"] else "")
+            f"step {monitor_html.steps_text(p['step'], p['total_steps'])}"
             if p["step"]
             else str(status or "submitted").lower()
             for status, p in progress

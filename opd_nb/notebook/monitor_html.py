@@ -52,6 +52,11 @@ def epoch_text(epoch: Any, n_epochs: Any) -> str:
     return f"{done}/{n_epochs}" if n_epochs else done
 
 
+def steps_text(step: Any, total: Any) -> str:
+    """Steps done, over the total where it is known: "58/192", "58"."""
+    return f"{step}/{total}" if total else str(step)
+
+
 def latest_text(v: dict[str, Any], metric: str) -> str:
     """A metric's latest value; with the step it was logged at when that is not the current step (the
     validation reward is logged every eval_steps, and stays shown in between)."""
@@ -66,8 +71,7 @@ def _status_row(jid: str, v: dict[str, Any]) -> tuple[Any, ...]:
     status = f'<span class="{STATUS_CLASS.get(v["status"], "")}"><b>{render.esc(v["status"])}</b></span>'
     if v["cancel_requested"] and not v["terminal"]:
         status += " (cancel sent)"
-    total = v["total_steps"]
-    step = f"{v['step']}/{total}" if total else str(v["step"])
+    step = steps_text(v["step"], v["total_steps"])
     eta = f"{v['eta_s']:.0f}s" if v["eta_s"] is not None else ""
     metrics = tuple(latest_text(v, metric) for _, metric in STATUS_METRICS)
     return (render.esc(jid), status, step, epoch_text(v["epoch"], v["n_epochs"]), eta, *metrics)
@@ -219,11 +223,10 @@ def snapshot_text(state: dict[str, Any]) -> str:
     """The plain-text view (a frontend without HTML, a log, a terminal)."""
     lines = list(state.get("notes") or [])
     for jid, v in state["jobs"].items():
-        total = f"/{v['total_steps']}" if v["total_steps"] else ""
         loss = latest_text(v, LOSS)
         lines.append(
-            f"{jid}: {v['status']} step {v['step']}{total} epoch {epoch_text(v['epoch'], v['n_epochs'])}"
-            + (f" loss {loss}" if loss else "")
+            f"{jid}: {v['status']} step {steps_text(v['step'], v['total_steps'])} "
+            f"epoch {epoch_text(v['epoch'], v['n_epochs'])}" + (f" loss {loss}" if loss else "")
         )
         lines += [f"  ! {a['message']} (fix: {a['fix']})" for a in v["alerts"]]
         if v["best_checkpoint"]:
