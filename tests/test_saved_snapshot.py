@@ -195,3 +195,24 @@ def test_a_forms_snapshot_says_as_of_when(tmp_path: Path) -> None:
     form = ConfigForm(create("reward", tmp_path / "ws").path)
     html, text = _snapshot(form)
     assert re.search(r"as of \d\d:\d\d — re-run this cell to reconnect", html) and "learning_rate" in text
+
+
+def test_a_snapshot_saved_mid_run_gives_the_clock_time_its_eta_pointed_at() -> None:
+    """A countdown saved at step 10 reads as time left whenever the file is opened; the snapshot says the
+    clock time the job was expected to end instead (the live widget keeps its countdown)."""
+    import time
+
+    from opd_nb.notebook import monitor_html
+
+    mon = _monitor("RUNNING", 10)
+    state = mon.state
+    (v,) = state["jobs"].values()
+    v["eta_s"] = 3600.0
+    before = time.time()
+    snap = monitor_html.snapshot_html(mon.job_ids, state, "")
+    ends = {time.strftime("%H:%M", time.localtime(t + 3600.0)) for t in (before, time.time())}
+    assert any(f"≈{clock}" in snap for clock in ends), snap
+    assert "3600s" not in snap
+    assert "3600s" in monitor_html.status_html(state)  # the live view counts down
+    v.update(status="SUCCEEDED", terminal=True)
+    assert "≈" not in monitor_html.status_html(state, seen_at=before)  # an ended job has no ETA

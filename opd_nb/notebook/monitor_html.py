@@ -6,6 +6,7 @@ while the jobs run, and the saved notebook keeps the last ones as a self-contain
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -67,12 +68,22 @@ def latest_text(v: dict[str, Any], metric: str) -> str:
     return value if found["step"] == v["step"] else f"{value} (step {found['step']})"
 
 
-def _status_row(jid: str, v: dict[str, Any]) -> tuple[Any, ...]:
+def eta_text(eta_s: float | None, seen_at: float | None = None) -> str:
+    """The time left: "412s" in a live view; in a snapshot read later (`seen_at`, when the state was
+    seen) the clock time it pointed at, "≈13:42", which a countdown saved mid-run would not stay."""
+    if eta_s is None:
+        return ""
+    if seen_at is None:
+        return f"{eta_s:.0f}s"
+    return "≈" + time.strftime("%H:%M", time.localtime(seen_at + eta_s))
+
+
+def _status_row(jid: str, v: dict[str, Any], seen_at: float | None) -> tuple[Any, ...]:
     status = f'<span class="{STATUS_CLASS.get(v["status"], "")}"><b>{render.esc(v["status"])}</b></span>'
     if v["cancel_requested"] and not v["terminal"]:
         status += " (cancel sent)"
     step = steps_text(v["step"], v["total_steps"])
-    eta = f"{v['eta_s']:.0f}s" if v["eta_s"] is not None else ""
+    eta = eta_text(v["eta_s"], seen_at) if not v["terminal"] else ""
     metrics = tuple(latest_text(v, metric) for _, metric in STATUS_METRICS)
     return (render.esc(jid), status, step, epoch_text(v["epoch"], v["n_epochs"]), eta, *metrics)
 
@@ -83,11 +94,12 @@ def plot_names(rows_by_job: Mapping[str, Sequence[Mapping[str, Any]]], names: Se
     return list(names) + [m for m in DIAGNOSTICS if m in present and m not in names]
 
 
-def status_html(state: dict[str, Any]) -> str:
-    """One row per job: status, step, epoch, ETA, the key metrics and diagnostics; then the functions it runs."""
+def status_html(state: dict[str, Any], seen_at: float | None = None) -> str:
+    """One row per job: status, step, epoch, ETA, the key metrics and diagnostics; then the functions it
+    runs. `seen_at`: the state is a snapshot seen then (the ETA becomes the clock time it pointed at)."""
     return render.table(
         ["job", "status", "step", "epoch", "ETA", *(header for header, _ in STATUS_METRICS)],
-        [_status_row(jid, v) for jid, v in state["jobs"].items()],
+        [_status_row(jid, v, seen_at) for jid, v in state["jobs"].items()],
         raw_cols=(0, 1),
     ) + "".join(
         f"<div><small>{render.esc(jid)} runs: "
@@ -206,7 +218,7 @@ def snapshot_html(job_ids: list[str], state: dict[str, Any], chart_html: str) ->
     return (
         '<div class="opd-monitor-snap">'
         + render.box(
-            status_html(state)
+            status_html(state, seen_at=time.time())
             + notes_html(state)
             + alerts_html(state)
             + chart_html
