@@ -405,3 +405,83 @@ def probe_widgets(lab: Lab, probe: str) -> None:
             lambda: lab.css(".jp-Notebook-ExecutionIndicator[data-status='idle']"), 90, "an idle kernel"
         )
     raise AssertionError("the probe widget never rendered: the page's widget manager did not hear the kernel")
+
+
+# WCAG contrast of every visible text inside an element (and the same-origin frames in it): the text's
+# colour, faded by the opacities above it, over the backgrounds it sits on composited bottom up (a
+# translucent tint over the host's page colour). Large text (24px, or 18.66px bold) needs 3:1, other 4.5:1.
+_CONTRAST_JS = r"""
+const root = arguments[0];
+const parse = c => {
+  const m = (c || '').match(/rgba?\(([^)]+)\)/);
+  if (!m) return null;
+  const p = m[1].split(/[\s,\/]+/).filter(Boolean).map(Number);
+  return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+};
+const over = (top, under) => [0, 1, 2].map(i => top[i] * top[3] + under[i] * (1 - top[3])).concat([1]);
+const up = e => e.parentElement || (e.ownerDocument.defaultView.frameElement || null);
+function background(el) {
+  const layers = [];
+  for (let e = el; e; e = up(e)) {
+    const c = parse(getComputedStyle(e).backgroundColor);
+    if (c && c[3] > 0) { layers.push(c); if (c[3] >= 1) break; }
+  }
+  let bg = [255, 255, 255, 1];
+  for (let i = layers.length - 1; i >= 0; i--) bg = over(layers[i], bg);
+  return bg;
+}
+function opacity(el) { let o = 1; for (let e = el; e; e = up(e)) o *= parseFloat(getComputedStyle(e).opacity); return o; }
+const lum = c => {
+  const f = v => { v /= 255; return v <= 0.04045 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+  return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+};
+const bad = []; let checked = 0;
+function walk(top) {
+  const doc = top.ownerDocument;
+  const it = doc.createTreeWalker(top, NodeFilter.SHOW_TEXT);
+  while (it.nextNode()) {
+    const t = it.currentNode, el = t.parentElement;
+    if (!el || !t.textContent.trim() || ['STYLE', 'SCRIPT', 'TITLE'].includes(el.tagName)) continue;
+    const r = el.getBoundingClientRect(), st = getComputedStyle(el);
+    if (r.width === 0 || r.height === 0 || st.visibility === 'hidden' || el.closest('[hidden],details:not([open]) > :not(summary)')) continue;
+    const inSvg = el.closest('svg') !== null;
+    const fg = parse(inSvg ? st.fill : st.color);
+    if (!fg) continue;
+    const bg = background(el);
+    const text = over([fg[0], fg[1], fg[2], fg[3] * opacity(el)], bg);
+    const [hi, lo] = [lum(text), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    const size = parseFloat(st.fontSize), bold = parseInt(st.fontWeight) >= 700;
+    const need = size >= 24 || (size >= 18.66 && bold) ? 3 : 4.5;
+    checked++;
+    if (ratio < need) bad.push(`${ratio.toFixed(2)} < ${need}: "${t.textContent.trim().slice(0, 40)}" `
+      + `rgb(${text.slice(0, 3).map(Math.round)}) on rgb(${bg.slice(0, 3).map(Math.round)}) <${el.tagName.toLowerCase()} class="${el.className && el.className.baseVal !== undefined ? el.className.baseVal : el.className}">`);
+  }
+  for (const f of top.querySelectorAll('iframe')) {
+    let inner = null;
+    try { inner = f.contentDocument && f.contentDocument.body; } catch (e) { inner = null; }
+    if (inner) walk(inner);
+  }
+}
+walk(root);
+return [checked, bad];
+"""
+
+
+def contrast_failures(lab: Lab, element: Any) -> tuple[int, list[str]]:
+    """(texts checked, those under WCAG AA) inside `element` as the page shows it now."""
+    checked, bad = lab.driver.execute_script(_CONTRAST_JS, element)
+    return int(checked), list(bad)
+
+
+def set_theme(lab: Lab, theme: str) -> None:
+    """JupyterLab's theme setting (what Settings > Theme writes), through the server's settings API;
+    the next page load uses it."""
+    import httpx
+
+    r = httpx.put(
+        f"http://127.0.0.1:{lab.port}/lab/api/settings/@jupyterlab/apputils-extension:themes?token={lab.token}",
+        json={"raw": json.dumps({"theme": theme})},
+        timeout=30,
+    )
+    r.raise_for_status()

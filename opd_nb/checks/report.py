@@ -9,10 +9,11 @@ from pydantic import BaseModel, Field
 
 from opd_nb.findings import Finding, Severity
 from opd_nb.results import ResultMixin
+from opd_nb.views import theme
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 _COLOR = {"error": "red", "warning": "yellow", "info": "cyan"}
-_HTML_COLOR = {"error": "#c62828", "warning": "#b26a00", "info": "#1565c0"}
+_HTML_STATUS = {"error": "bad", "warning": "warn", "info": "info"}  # theme.STATUS, light and dark
 
 
 class CheckReport(ResultMixin, BaseModel):
@@ -106,14 +107,16 @@ class CheckReport(ResultMixin, BaseModel):
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td style='color:{_HTML_COLOR[f.severity]};font-weight:bold'>{f.severity}</td>"
+            f"<tr><td><b class='opd-{_HTML_STATUS[f.severity]}'>{f.severity}</b></td>"
             f"<td><code>{html.escape(f.rule)}</code></td><td><code>{html.escape(f.where)}</code></td>"
             f"<td>{html.escape(f.message)}"
             + (f"<br><small><b>fix:</b> {html.escape(f.fix)}</small>" if f.fix else "")
             + "</td></tr>"
             for f in self.findings
         )
-        color = "#2e7d32" if self.ok else "#c62828"
+        verdict = theme.status_span(
+            "ok" if self.ok else "bad", f"<b>{html.escape(self.summary())}</b>", styled=False
+        )
         table = (
             (
                 "<table><thead><tr><th>severity</th><th>rule</th><th>where</th><th>problem and fix</th></tr>"
@@ -122,4 +125,4 @@ class CheckReport(ResultMixin, BaseModel):
             if self.findings
             else ""
         )
-        return f"<div class='opd-check'>{table}<p style='color:{color}'><b>{html.escape(self.summary())}</b></p></div>"
+        return f"<div class='opd-check'>{theme.STATUS_STYLE}{table}<p>{verdict}</p></div>"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from opd_nb.views import render
+from opd_nb.views import render, theme
 
 if TYPE_CHECKING:
     from opd_nb.experiments.probe_result import ProbeResult, SideFigures
@@ -46,6 +46,10 @@ def probe_text(r: ProbeResult) -> str:
     return "\n".join(lines)
 
 
+# the two sides' bars and legend in the host theme's colours (light and dark twins)
+SIDES_CSS = theme.palette_css(".opd-probe-hist", theme.SIDES, {s: f"side-{s}" for s in theme.SIDES}, "fill")
+
+
 def _histogram(r: ProbeResult) -> str:
     """Both sides' score counts in the same bins, side by side (an inline SVG)."""
     scores = [a.score for a in r.answers if a.score is not None]
@@ -62,7 +66,6 @@ def _histogram(r: ProbeResult) -> str:
         for side in ("teacher", "student")
     }
     top = max(max(c.values(), default=0) for c in counts.values()) or 1
-    colours = {"teacher": "#1a7f37", "student": "#0969da"}
     parts = []
     n_bins = BINS if hi > lo else 1
     for b in range(n_bins):
@@ -71,19 +74,21 @@ def _histogram(r: ProbeResult) -> str:
             x = 30 + b * (2 * BAR_W + 6) + j * BAR_W
             parts.append(
                 f'<rect x="{x}" y="{10 + BAR_H - h:.1f}" width="{BAR_W - 2}" height="{h:.1f}" '
-                f'fill="{colours[side]}"><title>{side}: {counts[side][b]}</title></rect>'
+                f'class="side-{side}"><title>{side}: {counts[side][b]}</title></rect>'
             )
     w = 40 + n_bins * (2 * BAR_W + 6)
     labels = (
-        f'<text x="30" y="{BAR_H + 24}" font-size="10">{render.esc(render.fmt(lo))}</text>'
-        f'<text x="{w - 30}" y="{BAR_H + 24}" font-size="10">{render.esc(render.fmt(hi))}</text>'
+        f'<text x="30" y="{BAR_H + 24}" font-size="10" fill="currentColor">{render.esc(render.fmt(lo))}</text>'
+        f'<text x="{w - 30}" y="{BAR_H + 24}" font-size="10" fill="currentColor">'
+        f"{render.esc(render.fmt(hi))}</text>"
     )
     legend = "".join(
-        f'<text x="{30 + i * 90}" y="{BAR_H + 38}" font-size="10" fill="{colours[s]}">{s}</text>'
+        f'<text x="{30 + i * 90}" y="{BAR_H + 38}" font-size="10" class="side-{s}">{s}</text>'
         for i, s in enumerate(("teacher", "student"))
     )
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{BAR_H + 44}" role="img">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="opd-probe-hist" width="{w}" height="{BAR_H + 44}" '
+        f'role="img"><style>{SIDES_CSS}</style>'
         f"<title>scores of the teacher's and the student's answers</title>{''.join(parts)}{labels}{legend}</svg>"
     )
 

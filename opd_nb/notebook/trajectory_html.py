@@ -21,13 +21,7 @@ from opd_nb.traces.spans import SpanNode, Trajectory
 from opd_nb.views import render, theme
 
 MAX_TEXT = 4000  # characters of one message or payload in a pane (a saved notebook stays small)
-KIND_COLOR = {
-    "CHAIN": "#8c959f",
-    "ROLLOUT": "#0969da",
-    "REWARD": "#8250df",
-    "LLM": "#1a7f37",
-    "TOOL": "#bc4c00",
-}
+KINDS = [k for k in theme.SPAN_KIND if k != "OTHER"]  # the kinds the legend names
 SCROLL_PX = 640  # the waterfalls' height before they scroll
 CSS = (
     "<style>.opd-traj details{margin:0}.opd-traj summary{cursor:pointer;list-style:none;display:flex;"
@@ -37,6 +31,12 @@ CSS = (
     "min-width:2px}.opd-traj .name{flex:0 0 38%;overflow:hidden;text-overflow:ellipsis}"
     ".opd-traj .fail,.opd-traj .slow{font-weight:bold}"
     + theme.status_css(".opd-traj", {"bad": "fail", "warn": "slow"})
+    # a kind's label and bar (a failed span's bar: "bad"), in the host theme's twin
+    + theme.palette_css(".opd-traj", theme.SPAN_KIND, {k: f"k-{k}" for k in theme.SPAN_KIND})
+    + theme.palette_css(
+        ".opd-traj", theme.SPAN_KIND, {k: f"bar.k-{k}" for k in theme.SPAN_KIND}, "background"
+    )
+    + theme.palette_css(".opd-traj", theme.STATUS, {"bad": "bar.failed"}, "background")
     + ".opd-traj .pane{margin:2px 0 6px 24px;padding:4px 8px;"
     f"border-left:3px solid {theme.RULE};font-size:12px}}"
     ".opd-traj pre{white-space:pre-wrap;margin:2px 0;max-height:240px;overflow:auto}</style>"
@@ -71,18 +71,18 @@ def row_html(t: Trajectory, depth: int, node: SpanNode) -> str:
     total = max(t.duration_ms, 1e-9)
     left = 100.0 * (s.start_ms - t.start_ms) / total
     width = max(100.0 * s.duration_ms / total, 0.3)
-    color = "#cf222e" if s.failed else KIND_COLOR.get(s.kind, "#57606a")
+    kind_class = f"k-{s.kind if s.kind in theme.SPAN_KIND else 'OTHER'}"
     marks = ('<span class="fail">ERROR</span>' if s.failed else "") + (
         '<span class="slow">SLOW</span>' if node.slow else ""
     )
     flags = " ".join(f for f, on in (("failed", s.failed), ("slow", node.slow)) if on)
     name = f"{'&nbsp;' * 2 * depth}{render.esc(one_line(s.name, 70))}"
-    kind = f' <small style="color:{color}">{render.esc(s.kind)}</small>' if s.kind else ""
+    kind = f' <small class="{kind_class}">{render.esc(s.kind)}</small>' if s.kind else ""
     return (
         f'<details class="opd-span" data-flags="{flags}"><summary>'
         f'<span class="name" title="{render.esc(s.name)}">{name}{kind}</span>'
-        f'<span class="lane"><span class="bar" style="left:{left:.2f}%;width:{min(width, 100 - left):.2f}%;'
-        f'background:{color}"></span></span>'
+        f'<span class="lane"><span class="bar {"failed" if s.failed else kind_class}" '
+        f'style="left:{left:.2f}%;width:{min(width, 100 - left):.2f}%"></span></span>'
         f'<span style="flex:0 0 80px;text-align:right">{s.duration_ms:.1f} ms</span>{marks}</summary>'
         f"{pane_html(node)}</details>"
     )
@@ -101,7 +101,7 @@ def waterfall_html(trajectories: Sequence[Trajectory], *, empty: str = "no spans
     if not trajectories:
         return f'<div class="opd-traj"><i>{render.esc(empty)}</i></div>'
     legend = (
-        " ".join(f'<span style="color:{c}">■ {k}</span>' for k, c in KIND_COLOR.items())
+        " ".join(f'<span class="k-{k}">■ {k}</span>' for k in KINDS)
         + ' <span class="fail">■ failed</span> · click a span for what it holds'
     )
     body = "".join(trajectory_html(t) for t in trajectories)

@@ -19,23 +19,43 @@ TINT = "rgba(127,127,127,.14)"  # header cells, bubbles, lanes: a shade on eithe
 RULE = "rgba(127,127,127,.45)"  # borders
 MUTED = "opacity:.8"  # secondary text keeps the host's text colour, a little fainter
 
-# name -> (on a light background, on a dark background)
-STATUS = {
+Pair = tuple[str, str]  # (on a light background, on a dark background)
+
+STATUS: dict[str, Pair] = {
     "ok": ("#1a7f37", "#3fb950"),
     "bad": ("#cf222e", "#ff7b72"),
     "warn": ("#9a6700", "#d29922"),
+    "info": ("#0969da", "#58a6ff"),
 }
+# a span's kind in the trace view (its label and its bar), "OTHER" for a kind not named here
+SPAN_KIND: dict[str, Pair] = {
+    "CHAIN": ("#656d76", "#8c959f"),
+    "ROLLOUT": ("#0969da", "#58a6ff"),
+    "REWARD": ("#8250df", "#bc8cff"),
+    "LLM": ("#1a7f37", "#3fb950"),
+    "TOOL": ("#bc4c00", "#f0883e"),
+    "OTHER": ("#57606a", "#8b949e"),
+}
+# the probe's two sides (its bars and legend)
+SIDES: dict[str, Pair] = {"teacher": STATUS["ok"], "student": STATUS["info"]}
+
+
+def palette_css(
+    scope: str, palette: Mapping[str, Pair], classes: Mapping[str, str], prop: str = "color"
+) -> str:
+    """Each ``palette`` colour as ``prop`` of the class ``classes`` names it by, under ``scope``, with
+    its dark twin under every host's dark selector (``prop="fill"`` for SVG text and shapes)."""
+    light = "".join(f"{scope} .{classes[n]}{{{prop}:{palette[n][0]}}}" for n in classes)
+    dark = "".join(
+        f"{sel} {scope} .{classes[n]}{{{prop}:{palette[n][1]}}}" for sel in DARK_SELECTORS for n in classes
+    )
+    return light + dark
 
 
 def status_css(scope: str, classes: Mapping[str, str] | None = None) -> str:
-    """``.ok``/``.bad``/``.warn`` under ``scope`` (or the class names ``classes`` gives each status),
-    with their dark twins."""
-    named = dict(classes) if classes is not None else {status: status for status in STATUS}
-    light = "".join(f"{scope} .{named[s]}{{color:{STATUS[s][0]}}}" for s in named)
-    dark = "".join(
-        f"{sel} {scope} .{named[s]}{{color:{STATUS[s][1]}}}" for sel in DARK_SELECTORS for s in named
-    )
-    return light + dark
+    """``.ok``/``.bad``/``.warn``/``.info`` under ``scope`` (or the class names ``classes`` gives each
+    status), with their dark twins."""
+    return palette_css(scope, STATUS, dict(classes) if classes is not None else {s: s for s in STATUS})
 
 
 STATUS_STYLE = "<style>" + status_css("", {s: f"opd-{s}" for s in STATUS}) + "</style>"
