@@ -47,6 +47,7 @@ def _notebook(workspace: str, api_base: str) -> object:
         "chat.wait(120)\nNone",
         "%opd rollouts {sweep.job_ids[0]}",  # interactive: stays a live widget
         "%opd traces {sweep.job_ids[0]} --kind train",  # so does the trace view
+        f"%opd probe {workspace} -n 2 -k 1",  # a finished result when shown
     ]
     import nbformat
 
@@ -147,6 +148,19 @@ def test_a_final_view_leaves_no_live_part_in_the_kernel_either(saved: dict) -> N
     for index in (5, 6):
         (snap,) = _outputs(saved["executed"], index)
         assert snap["metadata"]["opd_nb"] == {"part": "snapshot"} and WIDGET_VIEW not in snap["data"]
+
+
+def test_a_probe_is_saved_as_its_snapshot_alone(saved: dict) -> None:
+    """`%opd probe` shows a finished result: in the kernel one output, its snapshot (no live part), which
+    the file keeps as is: both score distributions, the verdicts and the lowest teacher answers."""
+    (snap,) = _outputs(saved["executed"], 13)
+    assert snap["metadata"] == {"opd_nb": {"part": "snapshot"}} and WIDGET_VIEW not in snap["data"]
+    data = _only_output(saved, 13)
+    assert set(data) == {"text/plain", "text/html"}
+    page = data["text/html"]
+    assert page.count("<svg") >= 1 and "lowest-scoring teacher answers" in page and "<script" not in page
+    assert re.search(r"opd-can-help|no-headroom|reward-", page) and "teacher" in data["text/plain"]
+    assert "as of" not in page  # final: not a last-seen state
 
 
 def test_the_legend_names_jobs_by_their_name(saved: dict) -> None:
