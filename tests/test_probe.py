@@ -355,7 +355,7 @@ def test_a_cloud_probe_sends_nothing_without_yes_then_exactly_its_estimate_and_t
 def test_the_cli_refuses_a_cloud_probe_without_yes_and_says_what_it_costs(tmp_path):
     from bailian_standin import CountingProxy
 
-    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=8)
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=40)  # more rows than the default N
     proxy = CountingProxy("http://127.0.0.1:9")  # answers nothing: a request that got through would show
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_"))}
     env.update(DASHSCOPE_API_KEY="sk-standin-0000000000", OPD_CLOUD_BASE_URL=proxy.api_base)
@@ -367,7 +367,8 @@ def test_the_cli_refuses_a_cloud_probe_without_yes_and_says_what_it_costs(tmp_pa
     finally:
         proxy.close()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "64 chat calls" in proc.stderr and "--yes" in proc.stderr and "per million tokens" in proc.stderr
+    assert "256 chat calls" in proc.stderr and "32 prompts x 4 samples x 2 models" in proc.stderr  # N, K
+    assert "--yes" in proc.stderr and "per million tokens" in proc.stderr
     assert proxy.requests == []
 
 
