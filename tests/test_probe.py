@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from opd_nb.client import JobClient, Target
 from opd_nb.errors import OpdError
-from opd_nb.experiments.probe_plan import Budget, draw_rows, probe_hint, record_probe
+from opd_nb.experiments.probe_plan import Budget, draw_rows
 from opd_nb.experiments.probe_result import ProbeAnswer, Side, side_figures, teacher_beats_share
 from opd_nb.experiments.probe_verdicts import (
     ProbeFacts,
@@ -31,6 +31,7 @@ from opd_nb.experiments.probe_verdicts import (
     reward_rejects_teacher,
     verdicts,
 )
+from opd_nb.paid.probe_record import config_hash, probe_hint, record_probe
 
 PROMPTS, SAMPLES = 4, 2  # small: each server test stays a few seconds of calls
 
@@ -201,7 +202,6 @@ def test_submit_mentions_the_probe_once_per_config(tmp_path):
     assert probe_hint(ws) is None  # once
     (ws / "config.yaml").write_text((ws / "config.yaml").read_text() + "\n# changed\n")
     assert probe_hint(ws) is not None  # a new config: mentioned again
-    from opd_nb.experiments.probe_plan import config_hash
 
     (ws / "config.yaml").write_text((ws / "config.yaml").read_text() + "\n# probed\n")
     record_probe(ws, config_hash(ws), {"probed": True})
@@ -355,7 +355,7 @@ def test_a_cloud_probe_sends_nothing_without_yes_then_exactly_its_estimate_and_t
 def test_the_cli_refuses_a_cloud_probe_without_yes_and_says_what_it_costs(tmp_path):
     from bailian_standin import CountingProxy
 
-    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=8)
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=40)  # more rows than the default N
     proxy = CountingProxy("http://127.0.0.1:9")  # answers nothing: a request that got through would show
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_"))}
     env.update(DASHSCOPE_API_KEY="sk-standin-0000000000", OPD_CLOUD_BASE_URL=proxy.api_base)
@@ -367,7 +367,8 @@ def test_the_cli_refuses_a_cloud_probe_without_yes_and_says_what_it_costs(tmp_pa
     finally:
         proxy.close()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "64 chat calls" in proc.stderr and "--yes" in proc.stderr and "per million tokens" in proc.stderr
+    assert "256 chat calls" in proc.stderr and "32 prompts x 4 samples x 2 models" in proc.stderr  # N, K
+    assert "--yes" in proc.stderr and "per million tokens" in proc.stderr
     assert proxy.requests == []
 
 
@@ -455,3 +456,57 @@ def test_a_pure_distillation_workspace_is_scored_by_exact_match(client, tmp_path
     assert result.scorer == "exact_match" and set(result.teacher.metrics) == {"exact_match"}
     assert result.teacher.mean is not None and result.student.mean is not None
     assert result.teacher.mean > result.student.mean
+
+
+def test_the_magics_submit_shows_the_probe_mention_it_records(tmp_path, monkeypatch):
+    """`%opd submit` gets no stderr: the mention travels in what it shows (here the consent refusal on
+    the stand-in, nothing sent), and is recorded only as shown, once per config."""
+    from bailian_standin import CountingProxy
+
+    from opd_nb.cli import invoke
+
+    ws = tiny_workspace("reward", tmp_path / "ws", train_rows=24)
+    proxy = CountingProxy("http://127.0.0.1:9")  # answers nothing: a request that got through would show
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-standin-0000000000")
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
+    try:
+        refusals = []
+        for _ in "12":
+            with pytest.raises(OpdError) as refused:
+                invoke(["submit", str(ws), "--cloud"])
+            refusals.append(str(refused.value))
+    finally:
+        proxy.close()
+    assert proxy.job_creations() == 0 and all("needs your confirmation" in r for r in refusals)
+    assert refusals[0].count("`opd probe ") == 1 and "opd probe" not in refusals[1]
+
+
+@pytest.mark.slow
+def test_a_local_submit_by_magic_or_mcp_carries_the_probe_mention_in_its_notes(local_server, tmp_path):
+    """Each surface's submit shows the mention in its result's notes (the view's, the tool's), once."""
+    import anyio
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+    from opd_nb.cli import invoke
+
+    magic_ws = tiny_workspace("reward", tmp_path / "magic", train_rows=4)
+    submit = ["submit", str(magic_ws), "--local", local_server.base_url, "--no-check"]
+    first, second = invoke(submit).note_lines(), invoke(submit).note_lines()
+    assert sum("`opd probe " in n for n in first) == 1 and not any("opd probe" in n for n in second)
+
+    mcp_ws = str(tiny_workspace("reward", tmp_path / "mcp", train_rows=24))  # passes the gate
+
+    async def go() -> list[dict]:
+        args = {"workspace": mcp_ws, "target": "local", "base_url": local_server.base_url}
+        async with Client(build()) as mcp:
+            out = []
+            for _ in "12":
+                called = await mcp.call_tool("submit", args)
+                assert not called.is_error, called.content[0]
+                out.append(called.structured_content)
+            return out
+
+    tool_first, tool_second = anyio.run(go)
+    notes = [tool_first["result"]["notes"], tool_second["result"]["notes"]]
+    assert sum("`opd probe " in n for n in notes[0]) == 1 and not any("opd probe" in n for n in notes[1])

@@ -36,17 +36,17 @@ LONG_SETS = " ".join(
     for kv in ("n_epochs=100", "batch_size=1", "ppo_mini_batch_size=2", "eval_steps=100", "save_steps=100000")
 )
 # The views by cell, finished (their file holds the final snapshot) and mid-run (the snapshot says "as of").
-FINISHED = {2: "sweep", 3: "monitor", 5: "watch", 6: "compare", 7: "eval", 9: "chat"}
+FINISHED = {2: "sweep", 3: "monitor", 5: "watch", 6: "compare", 7: "eval", 9: "chat", 13: "probe"}
 MID_RUN = {
     11: "rollouts",  # of a finished job, but interactive: live until the kernel stops
     12: "traces",
-    13: "monitor",
-    15: "rollouts",
-    16: "traces",
-    17: "sweep",
-    18: "chat",
-    19: "form",
-    20: "eval",
+    14: "monitor",
+    16: "rollouts",
+    17: "traces",
+    18: "sweep",
+    19: "chat",
+    20: "form",
+    21: "eval",
 }
 
 
@@ -66,6 +66,7 @@ def _notebook(workspace: str, api_base: str) -> object:
         "chat.wait(120)\nNone",
         "%opd rollouts {sweep.job_ids[0]}",  # interactive: stays a live widget
         "%opd traces {sweep.job_ids[0]} --kind train",  # so does the trace view
+        f"%opd probe {workspace} -n 2 -k 1",  # a finished result when shown
         # mid-run when the kernel stops (the file is saved then): every view kind while it still moves
         f"live = %opd submit {workspace} --job-name {LIVE_NAME} {LONG_SETS}\nlive",
         "import time\nfor _ in range(1200):\n"
@@ -190,6 +191,19 @@ def test_a_final_view_leaves_no_live_part_in_the_kernel_either(saved: dict) -> N
     for index in (5, 6):
         (snap,) = _outputs(saved["executed"], index)
         assert snap["metadata"]["opd_nb"] == {"part": "snapshot"} and WIDGET_VIEW not in snap["data"]
+
+
+def test_a_probe_is_saved_as_its_snapshot_alone(saved: dict) -> None:
+    """`%opd probe` shows a finished result: in the kernel one output, its snapshot (no live part), which
+    the file keeps as is: both score distributions, the verdicts and the lowest teacher answers."""
+    (snap,) = _outputs(saved["executed"], 13)
+    assert snap["metadata"] == {"opd_nb": {"part": "snapshot"}} and WIDGET_VIEW not in snap["data"]
+    data = _only_output(saved, 13)
+    assert set(data) == {"text/plain", "text/html"}
+    page = data["text/html"]
+    assert page.count("<svg") >= 1 and "lowest-scoring teacher answers" in page and "<script" not in page
+    assert re.search(r"opd-can-help|no-headroom|reward-", page) and "teacher" in data["text/plain"]
+    assert "as of" not in page  # final: not a last-seen state
 
 
 def test_the_legend_names_jobs_by_their_name(saved: dict) -> None:

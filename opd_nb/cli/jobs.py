@@ -192,25 +192,11 @@ def submit_cmd(
     common.update(no_check=no_check, **overrides)
     if dry_run:
         return emit(dry_run_job(workspace, client.target, **common), as_json=as_json)
-    _mention_probe(workspace, config)
     # the gate's warnings go to `note` before sending (the result's notes carry them too)
     result = submit(workspace, client.target, yes=yes, client=client, on_note=note, **common)
     if watch and not as_json:
         return emit(result, present=lambda: _submit_and_watch(client, result))
     return emit(result, as_json=as_json)
-
-
-def _mention_probe(workspace: Path, config: str) -> None:
-    """Once per workspace and config: a line on `opd probe` when none was run for it."""
-    from opd_nb.experiments.probe_plan import probe_hint
-    from opd_nb.spec.job import workspace_config
-
-    try:
-        folder = workspace_config(workspace, config)[0]
-    except OpdError:
-        return  # the submit itself says what is wrong with the workspace
-    if config == "config.yaml" and (line := probe_hint(folder)):
-        note(line)
 
 
 def _submit_and_watch(client: Any, result: Any) -> None:

@@ -186,11 +186,14 @@ def _before_start(
     from opd_nb.paid.consent import is_paid, require_consent
     from opd_nb.paid.estimate import estimate  # here, not at import: `%load_ext opd_nb` stays light
     from opd_nb.paid.gate import warning_lines
+    from opd_nb.paid.probe_record import probe_hint
 
     done = how.get("preflight_done", False)  # the caller ran the gate (a sweep, once per value)
     report = _preflight(ws, target, config, overrides, sets=how["sets"], no_check=how["no_check"] or done)
     notes = ["preflight skipped (--no-check)"] if report is None and not done else []
     warnings = warning_lines(report) if report is not None else []
+    if config == "config.yaml" and not done and (hint := probe_hint(ws)):
+        warnings = [hint, *warnings]  # shown as the gate's warnings are, on every surface
     if is_paid(target.kind):
         size = estimate(ws, config=config, sets=dict(how["sets"] or {}), smoke=how["smoke"], **overrides)
         require_consent(target.kind, how["yes"], size.start_line(), warnings=warnings)

@@ -30,7 +30,6 @@ from opd_nb.experiments.probe_plan import (
     ProbePlan,
     plan_probe,
     probe_cost,
-    record_probe,
     require_probe_consent,
 )
 from opd_nb.experiments.probe_result import (
@@ -43,6 +42,7 @@ from opd_nb.experiments.probe_result import (
     teacher_beats_share,
 )
 from opd_nb.experiments.probe_verdicts import ProbeFacts, verdicts
+from opd_nb.paid.probe_record import record_probe
 
 TEMPERATURE = 1.0  # a job's rollouts sample at 1.0 (the engine's plan)
 CONCURRENCY = 8

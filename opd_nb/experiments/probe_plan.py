@@ -1,12 +1,9 @@
-"""What a probe will send before it sends anything: its prompts, limits, cost, budget and consent; and
-the record a finished probe leaves in the workspace (``.opd/probes.json``, by config hash), which
-`opd submit` reads to mention the probe once when none was run.
+"""What a probe will send before it sends anything: its prompts, limits, cost, budget and consent.
+The record a finished probe leaves for `opd submit` is :mod:`opd_nb.paid.probe_record`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import re
 import threading
@@ -14,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opd_nb.constants import ENTITY_STATE_DIR
 from opd_nb.errors import OpdError
 from opd_nb.experiments.probe_result import ProbeCost
+from opd_nb.paid.probe_record import config_hash
 
-PROBES_FILE = "probes.json"
 DEFAULT_PROMPTS = 32
 DEFAULT_SAMPLES = 4
 BUDGET_GRAMMAR = re.compile(r"^\s*(\d+)\s*(calls?|tokens?)?\s*$", re.IGNORECASE)
@@ -47,11 +43,6 @@ class ProbePlan:
 
     def calls(self) -> int:
         return len(self.rows) * self.samples * (1 if self.same_model else 2)
-
-
-def config_hash(workspace: Path) -> str:
-    """What a probe's result is keyed by: the config file's bytes (models, limits, functions, data)."""
-    return hashlib.sha256((workspace / "config.yaml").read_bytes()).hexdigest()[:16]
 
 
 def draw_rows(rows: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
@@ -169,44 +160,3 @@ class Budget:
         if used is not None:
             with self._lock:
                 self.tokens += used - worst_tokens
-
-
-# ---- the record `opd submit` reads ---------------------------------------------------------------
-def _records_path(workspace: Path) -> Path:
-    return workspace / ENTITY_STATE_DIR / PROBES_FILE
-
-
-def _records(workspace: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(_records_path(workspace).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def record_probe(workspace: Path, key: str, summary: dict[str, Any]) -> None:
-    """Remember a finished probe of this config (its verdicts and means) in the workspace's state dir."""
-    records = _records(workspace)
-    records[key] = summary
-    path = _records_path(workspace)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, indent=2, sort_keys=True), encoding="utf-8")
-
-
-def probe_hint(workspace: Path) -> str | None:
-    """One line for `opd submit` when no probe was run for this workspace and config (and none was
-    mentioned for it yet); None otherwise. Mentioning it is recorded, so the line shows once."""
-    if not (workspace / "config.yaml").is_file():
-        return None
-    key = config_hash(workspace)
-    records = _records(workspace)
-    if key in records:
-        return None
-    try:
-        record_probe(workspace, key, {"probed": False, "mentioned": True})
-    except OSError:
-        pass  # a read-only workspace still submits; the hint may then show again
-    return (
-        f"note: no probe was run for this config; `opd probe {workspace}` checks with a few dozen chat "
-        "calls that the teacher beats the student on your reward before a job is paid for"
-    )
