@@ -95,6 +95,17 @@ def test_a_token_is_spent_when_its_request_is_sent_and_a_repeat_finds_what_it_ma
     with pytest.raises(OpdError) as spent:
         book.run("deploy", lambda: "fp", start, other, lambda rid: None)
     assert spent.value.code == SPENT_TOKEN and len(sent) == 2 and "nothing sent" in spent.value.message
+    assert "the plane shows nothing it started" in spent.value.message
+
+    calls = book.run("evaluate", lambda: "fp", start, None).refusal.token  # chat calls: nothing to look up
+    with pytest.raises(OpdError):
+        book.run("evaluate", lambda: "fp", start, calls)
+    with pytest.raises(OpdError) as unfindable:
+        book.run("evaluate", lambda: "fp", start, calls)
+    assert (
+        unfindable.value.code == SPENT_TOKEN and len(sent) == 3
+    )  # not sent again, and not said to be looked up
+    assert "leaves nothing on the plane to look up" in unfindable.value.message
 
 
 # ---- the fingerprint: every file the request reads, none the SDK writes ----------------------------------
@@ -387,3 +398,78 @@ def test_a_sweep_whose_second_answer_is_lost_finds_it_and_an_agents_repeat_is_al
         for job in local.list(size=100).jobs:
             if job.status in ("PENDING", "RUNNING"):
                 local.cancel(job.job_id)
+
+
+# ---- a repeat whose first send lost both its answer and every lookup: found by the token's request id -----
+JOB_LIST = ("GET", "/api/v1/fine-tunes")  # what finding a start by its request id asks
+
+
+def _confirm_twice_losing_the_first(tool: str, args: dict, proxy: CountingProxy) -> tuple:
+    """An agent's `tool`: asked, then confirmed while every create's answer and every job listing is lost
+    (the submit's own lookups fail too), then confirmed again with the same token once the network is well."""
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    async def go() -> tuple:
+        async with Client(build()) as client:
+            asked = await client.call_tool(tool, args)
+            confirmed = {
+                **args,
+                "confirmation_token": asked.structured_content["confirmation"]["confirmation_token"],
+            }
+            proxy.fault(*JOB_CREATE)  # carried out upstream, answered 500
+            proxy.fault(*JOB_LIST, 503, forward=False, times=1000)  # and no lookup gets an answer
+            lost = await client.call_tool(tool, confirmed)
+            proxy.clear_faults()
+            return lost, await client.call_tool(tool, confirmed)
+
+    return anyio.run(go)
+
+
+def _cancel_running(local: JobClient) -> None:
+    for job in local.list(size=100).jobs:
+        if job.status in ("PENDING", "RUNNING"):
+            try:
+                local.cancel(job.job_id)
+            except OpdError as exc:  # it ended between the listing and the cancel
+                assert "JobFinished" in str(exc), exc
+
+
+@pytest.mark.slow  # the SDK submits through the stand-in
+def test_an_agents_repeat_after_a_lost_submit_answer_and_lookup_finds_the_one_job(
+    lossy, local_server, tmp_path
+):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=16)
+    local = _local(local_server)
+    args = {"workspace": str(ws), "target": "cloud", "base_url": lossy.api_base}
+    try:
+        lost, again = _confirm_twice_losing_the_first("submit", args, lossy)
+        assert lost.is_error and lossy.job_creations() == 1  # nothing found, nothing sent again
+        assert again.structured_content["status"] == "already_started", again.content[0].text
+        job_id = again.structured_content["result"]["job"]["job_id"]
+        assert lossy.job_creations() == 1 and local.get(job_id).job_id == job_id
+    finally:
+        _cancel_running(local)
+
+
+@pytest.mark.slow  # the SDK submits through the stand-in
+def test_an_agents_repeat_of_a_sweep_cut_short_by_a_lost_answer_names_what_started_and_sends_nothing(
+    lossy, local_server, tmp_path
+):
+    """The first job's answer and its lookups were lost, so the sweep stopped there: the second job was
+    never sent. The repeat must neither send it nor say the plane shows nothing: the first job runs."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=16)
+    local = _local(local_server)
+    args = {"workspace": str(ws), "params": ["learning_rate=1e-6,2e-6"], "target": "cloud",
+            "base_url": lossy.api_base}  # fmt: skip
+    try:
+        lost, again = _confirm_twice_losing_the_first("sweep", args, lossy)
+        assert lost.is_error and lossy.job_creations() == 1
+        started = [j.job_id for j in local.list(size=100).jobs if "-0-" in (j.job_name or "")]
+        text = again.content[0].text
+        assert again.is_error and lossy.job_creations() == 1, text  # the second job is not sent now either
+        assert "1 of 2" in text and started[0] in text and "learning_rate=2e-6" in text, text
+        assert "shows nothing" not in text
+    finally:
+        _cancel_running(local)
