@@ -202,6 +202,60 @@ def test_an_agents_submit_token_is_refused_after_its_config_outside_the_workspac
     assert proxy.requests == []  # nothing sent
 
 
+def test_a_token_is_refused_for_another_argument_target_tool_or_a_forged_one_and_nothing_is_sent(
+    tmp_path, cloud_env, monkeypatch
+):
+    """The consent matrix's other rows, through the real `mcp` client: a token issued for one deploy is
+    refused for another model, another capacity, another Bailian host, another paid tool and when made
+    up; none of those calls reaches either host, and the token still starts its own request after them."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24)
+    proxy, elsewhere = CountingProxy(NOWHERE), CountingProxy(NOWHERE)
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
+    args = {"model": "qwen3.5-9b", "wait": False, "target": "cloud", "base_url": proxy.api_base}
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    async def go() -> tuple[str, list[str]]:
+        async with Client(build()) as client:
+            asked = await client.call_tool("deploy", args)
+            token = asked.structured_content["confirmation"]["confirmation_token"]
+            refused = []
+            for tool, other in (
+                ("deploy", {**args, "model": "qwen3-8b"}),  # another argument
+                ("deploy", {**args, "capacity": 2}),  # another argument's value
+                ("deploy", {**args, "base_url": elsewhere.api_base}),  # another host (allowed a key too)
+                (
+                    "evaluate",
+                    {
+                        "workspace": str(ws),
+                        "models": ["qwen3.5-9b"],
+                        "rows": 2,
+                        "target": "cloud",
+                        "base_url": proxy.api_base,
+                    },
+                ),  # another tool  # fmt: skip
+                ("deploy", {**args, "confirmation_token": "opd-confirm-made-up"}),  # forged
+            ):
+                host = other.get("base_url", proxy.api_base)
+                monkeypatch.setenv("OPD_CLOUD_BASE_URL", host)  # the key may go there: only the token refuses
+                answer = await client.call_tool(tool, {"confirmation_token": token, **other})
+                assert answer.is_error, (tool, other, answer.content[0].text)
+                refused.append(answer.content[0].text)
+            confirmed = await client.call_tool("deploy", {**args, "confirmation_token": token})
+            return confirmed.content[0].text, refused
+
+    try:
+        confirmed, refused = anyio.run(go)
+    finally:
+        proxy.close()
+        elsewhere.close()
+    assert all("nothing sent" in r for r in refused), "\n".join(refused)
+    assert ["another deploy request" in r for r in refused] == [True] * 4 + [False]
+    assert "unknown or expired" in refused[-1]
+    assert elsewhere.requests == [] and proxy.count(*DEPLOY_CREATE) == 1, confirmed  # only its own request
+
+
 # ---- deploy and evaluate confirmations: the model, the price, warnings, estimate, request ---------------
 def test_deploy_and_eval_confirmations_name_the_model_and_the_price_in_each_surfaces_words(
     tmp_path, cloud_env, monkeypatch, capsys
