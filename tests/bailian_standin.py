@@ -119,6 +119,11 @@ class CountingProxy:
                     return fault
         return None
 
+    def clear_faults(self) -> None:
+        """The network is well again: every fault not yet spent is dropped."""
+        with self._lock:
+            self.faults.clear()
+
     def count(self, method: str, path: str) -> int:
         """How many `method` requests to `path` (without the query) reached the stand-in."""
         return sum(1 for m, p in self.requests if (m, p.split("?")[0]) == (method, path))

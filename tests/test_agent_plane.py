@@ -91,9 +91,13 @@ def test_metric_series_is_every_point_and_the_same_as_opd_metrics(finished_job, 
                            target="local", base_url=base)  # fmt: skip
         raw = await client.call_tool("metric_series", {"job_id": job.job_id, "names": made_up,
                                                        "target": "local", "base_url": base})  # fmt: skip
-        return every, asked, raw
+        summary = await client.call_tool("metrics", {"job_id": job.job_id, "names": made_up,
+                                                     "target": "local", "base_url": base})  # fmt: skip
+        return every, asked, raw, summary
 
-    every, asked, raw = run(calls)
+    every, asked, raw, summary = run(calls)
+    said = summary.content[0].text  # the summary tool (138 KB echoing the names before): counted, capped
+    assert not summary.is_error and "10,000 name(s) not in this job's metrics" in said and len(said) < 3000
     assert every["series"] and every["unknown"] == 0
     for one in every["series"]:  # every point, by the one reading of metric rows
         assert (one["steps"], one["values"]) == tuple(map(list, series_points(rows, one["name"])))

@@ -95,6 +95,17 @@ def test_a_token_is_spent_when_its_request_is_sent_and_a_repeat_finds_what_it_ma
     with pytest.raises(OpdError) as spent:
         book.run("deploy", lambda: "fp", start, other, lambda rid: None)
     assert spent.value.code == SPENT_TOKEN and len(sent) == 2 and "nothing sent" in spent.value.message
+    assert "the plane shows nothing it started" in spent.value.message
+
+    calls = book.run("evaluate", lambda: "fp", start, None).refusal.token  # chat calls: nothing to look up
+    with pytest.raises(OpdError):
+        book.run("evaluate", lambda: "fp", start, calls)
+    with pytest.raises(OpdError) as unfindable:
+        book.run("evaluate", lambda: "fp", start, calls)
+    assert (
+        unfindable.value.code == SPENT_TOKEN and len(sent) == 3
+    )  # not sent again, and not said to be looked up
+    assert "leaves nothing on the plane to look up" in unfindable.value.message
 
 
 # ---- the fingerprint: every file the request reads, none the SDK writes ----------------------------------
@@ -189,6 +200,60 @@ def test_an_agents_submit_token_is_refused_after_its_config_outside_the_workspac
         proxy.close()
     assert confirmed.is_error and "another submit request" in confirmed.content[0].text
     assert proxy.requests == []  # nothing sent
+
+
+def test_a_token_is_refused_for_another_argument_target_tool_or_a_forged_one_and_nothing_is_sent(
+    tmp_path, cloud_env, monkeypatch
+):
+    """The consent matrix's other rows, through the real `mcp` client: a token issued for one deploy is
+    refused for another model, another capacity, another Bailian host, another paid tool and when made
+    up; none of those calls reaches either host, and the token still starts its own request after them."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24)
+    proxy, elsewhere = CountingProxy(NOWHERE), CountingProxy(NOWHERE)
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
+    args = {"model": "qwen3.5-9b", "wait": False, "target": "cloud", "base_url": proxy.api_base}
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    async def go() -> tuple[str, list[str]]:
+        async with Client(build()) as client:
+            asked = await client.call_tool("deploy", args)
+            token = asked.structured_content["confirmation"]["confirmation_token"]
+            refused = []
+            for tool, other in (
+                ("deploy", {**args, "model": "qwen3-8b"}),  # another argument
+                ("deploy", {**args, "capacity": 2}),  # another argument's value
+                ("deploy", {**args, "base_url": elsewhere.api_base}),  # another host (allowed a key too)
+                (
+                    "evaluate",
+                    {
+                        "workspace": str(ws),
+                        "models": ["qwen3.5-9b"],
+                        "rows": 2,
+                        "target": "cloud",
+                        "base_url": proxy.api_base,
+                    },
+                ),  # another tool  # fmt: skip
+                ("deploy", {**args, "confirmation_token": "opd-confirm-made-up"}),  # forged
+            ):
+                host = other.get("base_url", proxy.api_base)
+                monkeypatch.setenv("OPD_CLOUD_BASE_URL", host)  # the key may go there: only the token refuses
+                answer = await client.call_tool(tool, {"confirmation_token": token, **other})
+                assert answer.is_error, (tool, other, answer.content[0].text)
+                refused.append(answer.content[0].text)
+            confirmed = await client.call_tool("deploy", {**args, "confirmation_token": token})
+            return confirmed.content[0].text, refused
+
+    try:
+        confirmed, refused = anyio.run(go)
+    finally:
+        proxy.close()
+        elsewhere.close()
+    assert all("nothing sent" in r for r in refused), "\n".join(refused)
+    assert ["another deploy request" in r for r in refused] == [True] * 4 + [False]
+    assert "unknown or expired" in refused[-1]
+    assert elsewhere.requests == [] and proxy.count(*DEPLOY_CREATE) == 1, confirmed  # only its own request
 
 
 # ---- deploy and evaluate confirmations: the model, the price, warnings, estimate, request ---------------
@@ -387,3 +452,78 @@ def test_a_sweep_whose_second_answer_is_lost_finds_it_and_an_agents_repeat_is_al
         for job in local.list(size=100).jobs:
             if job.status in ("PENDING", "RUNNING"):
                 local.cancel(job.job_id)
+
+
+# ---- a repeat whose first send lost both its answer and every lookup: found by the token's request id -----
+JOB_LIST = ("GET", "/api/v1/fine-tunes")  # what finding a start by its request id asks
+
+
+def _confirm_twice_losing_the_first(tool: str, args: dict, proxy: CountingProxy) -> tuple:
+    """An agent's `tool`: asked, then confirmed while every create's answer and every job listing is lost
+    (the submit's own lookups fail too), then confirmed again with the same token once the network is well."""
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    async def go() -> tuple:
+        async with Client(build()) as client:
+            asked = await client.call_tool(tool, args)
+            confirmed = {
+                **args,
+                "confirmation_token": asked.structured_content["confirmation"]["confirmation_token"],
+            }
+            proxy.fault(*JOB_CREATE)  # carried out upstream, answered 500
+            proxy.fault(*JOB_LIST, 503, forward=False, times=1000)  # and no lookup gets an answer
+            lost = await client.call_tool(tool, confirmed)
+            proxy.clear_faults()
+            return lost, await client.call_tool(tool, confirmed)
+
+    return anyio.run(go)
+
+
+def _cancel_running(local: JobClient) -> None:
+    for job in local.list(size=100).jobs:
+        if job.status in ("PENDING", "RUNNING"):
+            try:
+                local.cancel(job.job_id)
+            except OpdError as exc:  # it ended between the listing and the cancel
+                assert "JobFinished" in str(exc), exc
+
+
+@pytest.mark.slow  # the SDK submits through the stand-in
+def test_an_agents_repeat_after_a_lost_submit_answer_and_lookup_finds_the_one_job(
+    lossy, local_server, tmp_path
+):
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=16)
+    local = _local(local_server)
+    args = {"workspace": str(ws), "target": "cloud", "base_url": lossy.api_base}
+    try:
+        lost, again = _confirm_twice_losing_the_first("submit", args, lossy)
+        assert lost.is_error and lossy.job_creations() == 1  # nothing found, nothing sent again
+        assert again.structured_content["status"] == "already_started", again.content[0].text
+        job_id = again.structured_content["result"]["job"]["job_id"]
+        assert lossy.job_creations() == 1 and local.get(job_id).job_id == job_id
+    finally:
+        _cancel_running(local)
+
+
+@pytest.mark.slow  # the SDK submits through the stand-in
+def test_an_agents_repeat_of_a_sweep_cut_short_by_a_lost_answer_names_what_started_and_sends_nothing(
+    lossy, local_server, tmp_path
+):
+    """The first job's answer and its lookups were lost, so the sweep stopped there: the second job was
+    never sent. The repeat must neither send it nor say the plane shows nothing: the first job runs."""
+    ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=16)
+    local = _local(local_server)
+    args = {"workspace": str(ws), "params": ["learning_rate=1e-6,2e-6"], "target": "cloud",
+            "base_url": lossy.api_base}  # fmt: skip
+    try:
+        lost, again = _confirm_twice_losing_the_first("sweep", args, lossy)
+        assert lost.is_error and lossy.job_creations() == 1
+        started = [j.job_id for j in local.list(size=100).jobs if "-0-" in (j.job_name or "")]
+        text = again.content[0].text
+        assert again.is_error and lossy.job_creations() == 1, text  # the second job is not sent now either
+        assert "1 of 2" in text and started[0] in text and "learning_rate=2e-6" in text, text
+        assert "shows nothing" not in text
+    finally:
+        _cancel_running(local)

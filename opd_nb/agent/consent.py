@@ -207,9 +207,14 @@ class ConsentBook:
             if grant.started is None and grant.sent:
                 grant.started = find(grant.request_id) if find is not None else None
                 if grant.started is None:
+                    looked = (
+                        "the plane shows nothing it started"
+                        if find is not None
+                        else ("what it sent leaves nothing on the plane to look up")
+                    )
                     raise OpdError(
-                        f"nothing sent: this confirmation token was spent on a {action} request whose answer "
-                        "was lost, and the plane shows nothing it started",
+                        f"nothing sent: this confirmation token was spent on this {action} request, whose answer "
+                        f"was lost, and {looked}",
                         fix="list what runs (list_jobs, or `opd deployments`); to start it again, call without "
                         "confirmation_token and ask the user anew",
                         code=SPENT_TOKEN,

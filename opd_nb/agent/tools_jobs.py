@@ -202,21 +202,11 @@ def sweep(
         )  # fmt: skip
 
     def find(request_id: str) -> SweepResult | None:  # every job of the sweep, found by its own id
-        from opd_nb.client.submit import find_started_job
-        from opd_nb.experiments.sweep import SweepJob, plan_sweep, point_request_id
+        from opd_nb.experiments.sweep import plan_sweep
 
         plan = plan_sweep(workspace, params, grid=grid, config=config, target_kind=client.target.kind,
                           base_url=client.target.base_url, fresh=fresh)  # fmt: skip
-        found = [find_started_job(client, point_request_id(request_id, i)) for i in range(len(plan.points))]
-        if any(job is None for job in found):
-            return None
-        jobs = [
-            SweepJob(point=p, job_id=j.job_id)
-            for p, j in zip(plan.points, found, strict=True)
-            if j is not None
-        ]
-        return SweepResult(workspace=plan.workspace, params=plan.params, jobs=jobs,
-                           target_kind=client.target.kind, base_url=client.target.base_url)  # fmt: skip
+        return sweep_found(client, plan, request_id)
 
     def preview() -> dict[str, Any]:  # every point's effective job, checked; nothing sent
         plan = run_sweep(
@@ -227,6 +217,35 @@ def sweep(
 
     arguments = {"params": params, "grid": grid, "config": config, "fresh": fresh}
     return paid(STATE, "sweep", client, arguments, workspace, start, confirmation_token, preview, find)
+
+
+def sweep_found(client: Any, plan: Any, request_id: str) -> SweepResult | None:
+    """The jobs a sweep whose answer was lost started, each found by its point's request id: all of them,
+    or None when the plane shows none. A sweep stops at a start it cannot confirm, so it may have started
+    only some: that is an error naming the jobs that run and the values never sent (none is sent now)."""
+    from opd_nb.agent.consent import SPENT_TOKEN
+    from opd_nb.client.submit import find_started_job
+    from opd_nb.experiments.sweep import SweepJob, point_request_id
+
+    found = [find_started_job(client, point_request_id(request_id, i)) for i in range(len(plan.points))]
+    jobs = [
+        SweepJob(point=p, job_id=j.job_id) for p, j in zip(plan.points, found, strict=True) if j is not None
+    ]
+    if not jobs:
+        return None
+    if len(jobs) < len(plan.points):
+        runs = "; ".join(f"{j.point.label}: {j.job_id}" for j in jobs)
+        unsent = "; ".join(p.label for p, j in zip(plan.points, found, strict=True) if j is None)
+        raise OpdError(
+            f"nothing sent: this confirmation token's sweep was cut short by a lost answer: the plane shows "
+            f"{len(jobs)} of {len(plan.points)} jobs ({runs}); not started: {unsent}",
+            fix="watch or cancel the jobs that run (list_jobs); to start the rest, call sweep again with only "
+            "their values and without confirmation_token, and ask the user anew",
+            code=SPENT_TOKEN,
+            exit_code=1,
+        )
+    return SweepResult(workspace=plan.workspace, params=plan.params, jobs=jobs,
+                       target_kind=client.target.kind, base_url=client.target.base_url)  # fmt: skip
 
 
 @tool_errors

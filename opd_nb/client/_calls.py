@@ -274,7 +274,7 @@ def find_deployment(suffix: str, target: Target, retries: int) -> Plan[Deploymen
 
 def deploy_once(call: Call[Deployment], suffix: str, target: Target, retries: int) -> Plan[Deployment]:
     """Send a create once; a lost answer is looked up by its suffix, never sent again
-    (:func:`opd_nb.paid.consent.sent_once`'s rule, as a plan both clients run)."""
+    (:func:`opd_nb.paid.consent.answer_lost`'s rule, as a plan both clients run)."""
     try:
         return (yield from required(call, target, retries))
     except OpdError as exc:

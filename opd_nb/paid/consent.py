@@ -9,7 +9,8 @@ The preflight gate that runs before it is :mod:`opd_nb.paid.gate`.
 
 A paid start is sent once. Each carries a client-chosen request id (:func:`request_id`) in a name the
 plane records (a job's name, a deployment's suffix); when the answer is lost after the send (a 5xx, a
-dropped connection), :func:`sent_once` asks the plane for what that id created instead of sending again.
+dropped connection: :func:`answer_lost`), the start asks the plane for what that id created instead of
+sending again (:func:`found_after_loss`).
 """
 
 from __future__ import annotations
