@@ -69,6 +69,7 @@ def test_a_teacher_that_clearly_beats_the_student_means_opd_can_help():
     assert v is not None and v.code == "opd-can-help"
     assert any("job: 3 steps" in e for e in v.evidence)  # with the estimate `opd estimate` gives
     assert facts.teacher_beats_share == pytest.approx(2 / 3)
+    assert "teacher beats student on 67% of prompts" in v.evidence  # a share said as one, not "0.6667 of"
 
 
 @pytest.mark.parametrize(

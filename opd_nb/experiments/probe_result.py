@@ -129,6 +129,17 @@ def prompt_means(answers: Sequence[ProbeAnswer], side: Side) -> dict[int, float]
     return {p: sum(v) / len(v) for p, v in by.items()}
 
 
+def beats_text(share: float | None) -> str:
+    """The one wording of the teacher-beats share: "teacher beats student on 75% of prompts"."""
+    if share is None:
+        return "teacher beats student on no prompt scored on both sides"
+    return f"teacher beats student on {100 * share:.0f}% of prompts"
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def teacher_beats_share(answers: Sequence[ProbeAnswer]) -> float | None:
     """The share of prompts (scored on both sides) where the teacher's mean beats the student's."""
     teacher, student = prompt_means(answers, "teacher"), prompt_means(answers, "student")
@@ -178,10 +189,9 @@ class ProbeResult(ResultMixin, BaseModel):
 
     def summary(self) -> str:
         t, s = self.teacher, self.student
-        beats = render.fmt(self.teacher_beats_share)
         return (
             f"teacher {t.model}: mean {render.fmt(t.mean)}; student {s.model}: mean {render.fmt(s.mean)}; "
-            f"teacher beats student on {beats} of prompts; {', '.join(self.verdict_codes())}"
+            f"{beats_text(self.teacher_beats_share)}; {', '.join(self.verdict_codes())}"
         )
 
     def __str__(self) -> str:

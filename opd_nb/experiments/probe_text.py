@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from opd_nb.experiments.probe_result import beats_text, plural
 from opd_nb.views import render, theme
 
 if TYPE_CHECKING:
@@ -31,11 +32,11 @@ def _side_line(name: str, f: SideFigures) -> str:
 def probe_text(r: ProbeResult) -> str:
     lines = [
         f"probe of {r.workspace} on {r.target} ({r.mode}, {r.scorer})",
-        f"  {r.prompts} prompts from {r.data} x {r.samples} samples per model (seed {r.seed}, "
+        f"  {plural(r.prompts, 'prompt')} from {r.data} x {plural(r.samples, 'sample')} per model (seed {r.seed}, "
         f"answer room {r.max_tokens} tokens, temperature {r.temperature:g})",
         _side_line("teacher", r.teacher),
         _side_line("student", r.student),
-        f"  teacher beats student on {render.fmt(r.teacher_beats_share)} of prompts",
+        f"  {beats_text(r.teacher_beats_share)}",
         f"  sent {r.calls_sent} chat calls, about {r.tokens_used:,} tokens (estimated: {r.cost.line()})",
     ]
     if r.stopped_by_budget:
@@ -126,8 +127,8 @@ def probe_html(r: ProbeResult) -> str:
         ],
     )
     note = (
-        f"<small>{r.prompts} prompts x {r.samples} samples per model; teacher beats student on "
-        f"{render.esc(render.fmt(r.teacher_beats_share))} of prompts; {r.calls_sent} chat calls sent; "
+        f"<small>{plural(r.prompts, 'prompt')} x {plural(r.samples, 'sample')} per model; "
+        f"{beats_text(r.teacher_beats_share)}; {plural(r.calls_sent, 'chat call')} sent; "
         f"scored with {render.esc(r.scorer)}</small>"
     )
     body = (

@@ -14,6 +14,7 @@ from opd_nb.experiments.probe_result import (
     ProbeAnswer,
     SideFigures,
     Verdict,
+    beats_text,
 )
 from opd_nb.views import render
 
@@ -125,7 +126,7 @@ def headroom(facts: ProbeFacts) -> Verdict | None:
     gap = t - s
     evidence = [
         f"teacher mean {render.fmt(t)} vs student mean {render.fmt(s)} (gap {render.fmt(gap)})",
-        f"teacher beats student on {render.fmt(facts.teacher_beats_share)} of prompts",
+        beats_text(facts.teacher_beats_share),
     ]
     if gap >= CLEAR_MARGIN and not facts.teacher_near_zero() and not facts.constant():
         if facts.job_estimate:
