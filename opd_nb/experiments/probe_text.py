@@ -30,7 +30,7 @@ def _side_line(name: str, f: SideFigures) -> str:
 
 def probe_text(r: ProbeResult) -> str:
     lines = [
-        f"probe of {r.workspace} on {r.target} ({r.mode}, {r.scorer})",
+        f"probe of {r.title()} on {r.target} ({r.mode}, {r.scorer})",
         f"  {r.prompts} prompts from {r.data} x {r.samples} samples per model (seed {r.seed}, "
         f"answer room {r.max_tokens} tokens, temperature {r.temperature:g})",
         _side_line("teacher", r.teacher),
@@ -133,4 +133,4 @@ def probe_html(r: ProbeResult) -> str:
     body = (
         figures + note + _histogram(r) + f"<ul>{verdicts}</ul><b>lowest-scoring teacher answers</b>" + worst
     )
-    return render.box(body, title=f"probe of {r.workspace}")
+    return render.box(body, title=f"probe of {r.title()}")
