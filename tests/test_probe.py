@@ -676,12 +676,15 @@ def test_the_mcp_tool_probes_the_config_it_names_and_its_token_is_bound_to_that_
     ws = _second_config(tiny_workspace("reward", tmp_path / "ws", val_rows=8))
     monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-standin-0000000000")
     proxy = CountingProxy("http://127.0.0.1:9")
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
     args = {"workspace": str(ws), "prompts": PROMPTS, "samples": SAMPLES, "config": SAME}
     cloud = {**args, "target": "cloud", "base_url": proxy.api_base}
 
     async def go() -> tuple[dict, str, dict, dict]:
         async with Client(build()) as mcp:
-            asked = (await mcp.call_tool("probe", cloud)).structured_content
+            first = await mcp.call_tool("probe", cloud)
+            assert not first.is_error, first.content[0]
+            asked = first.structured_content
             token = asked["confirmation"]["confirmation_token"]
             kept = (ws / SAME).read_text()
             (ws / SAME).write_text(kept + "\n# changed after the user said yes\n")
