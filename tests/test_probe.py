@@ -511,3 +511,197 @@ def test_a_local_submit_by_magic_or_mcp_carries_the_probe_mention_in_its_notes(l
     tool_first, tool_second = anyio.run(go)
     notes = [tool_first["result"]["notes"], tool_second["result"]["notes"]]
     assert sum("`opd probe " in n for n in notes[0]) == 1 and not any("opd probe" in n for n in notes[1])
+
+
+# ---- `-c/--config`: another job YAML in the workspace, probed and recorded as its own --------------------
+SAME = "config_same_teacher.yaml"  # the student as its own teacher: no headroom, whatever the reward
+
+
+def _second_config(ws: Path, file: str = SAME, **changes: Any) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((ws / "config.yaml").read_text())
+    cfg["teacher_model"] = cfg["model"]["name"]
+    (ws / file).write_text(yaml.safe_dump({**cfg, **changes}, sort_keys=False))
+    return ws
+
+
+def test_the_plan_reads_the_named_config_its_models_data_and_functions(tmp_path):
+    from opd_nb.experiments.probe_plan import plan_probe
+
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=8, train_rows=5)
+    (ws / "data" / "probe_rows.jsonl").write_text((ws / "data" / "train.jsonl").read_text())
+    _second_config(ws, datasets=[{"type": "validation", "file_name": "data/probe_rows.jsonl"}])
+    default, other = (plan_probe(ws, prompts=32, samples=1, seed=0, config=c) for c in ("config.yaml", SAME))
+    assert not default.same_model and other.same_model and other.config == SAME
+    assert (
+        default.data.name == "validation.jsonl"
+        and other.data.name == "probe_rows.jsonl"
+        and len(other.rows) == 5
+    )
+    assert other.config_hash == config_hash(ws, SAME) != default.config_hash == config_hash(ws)
+    agentic = _second_config(tiny_workspace("agentic", tmp_path / "agentic"), "config_agentic.yaml")
+    (agentic / "config.yaml").write_text(
+        (agentic / "config.yaml").read_text().replace("teacher_model:", "# teacher_model:")
+    )
+    plan = plan_probe(agentic, prompts=2, samples=1, seed=0, config="config_agentic.yaml")
+    assert plan.agentic and plan.same_model  # the rollout function, from the named config
+    with pytest.raises(OpdError, match="config.yaml names no teacher_model") as no_teacher:
+        plan_probe(agentic, prompts=2, samples=1, seed=0)
+    assert no_teacher.value.where == str(agentic / "config.yaml")
+    _second_config(ws, "config_no_teacher.yaml", teacher_model=None)
+    with pytest.raises(OpdError, match="config_no_teacher.yaml names no teacher_model") as named:
+        plan_probe(ws, prompts=2, samples=1, seed=0, config="config_no_teacher.yaml")
+    assert named.value.where == str(ws / "config_no_teacher.yaml")  # the file to fix, not config.yaml
+
+
+def test_a_config_that_is_not_there_is_one_line_on_every_surface(tmp_path):
+    """The CLI, the magic (the CLI's parser), the core and the MCP tool: submit's rule, nothing sent."""
+    import anyio
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+    from opd_nb.cli import invoke
+    from opd_nb.experiments.probe import probe
+
+    ws = tiny_workspace("reward", tmp_path / "ws", val_rows=4)
+    nowhere = "http://127.0.0.1:9"
+    proc = subprocess.run(
+        [sys.executable, "-m", "opd_nb", "probe", str(ws), "-c", "nope.yaml", "--local", nowhere],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert f"no nope.yaml in {ws}" in proc.stderr and "-c/--config" in proc.stderr
+    with pytest.raises(OpdError, match="no nope.yaml in") as magic:
+        invoke(["probe", str(ws), "--config", "nope.yaml", "--local", nowhere])
+    with pytest.raises(OpdError, match="no nope.yaml in") as core:
+        probe(ws, config="nope.yaml")
+    with pytest.raises(OpdError, match="no nope.yaml in") as submit:  # the rule the probe shares
+        invoke(["submit", str(ws), "-c", "nope.yaml", "--local", nowhere])
+    assert magic.value.fix == core.value.fix == submit.value.fix and "-c/--config" in (core.value.fix or "")
+
+    async def go() -> Any:
+        async with Client(build()) as mcp:
+            return await mcp.call_tool(
+                "probe",
+                {"workspace": str(ws), "config": "nope.yaml", "target": "local", "base_url": nowhere},
+            )
+
+    called = anyio.run(go)
+    assert called.is_error and "no nope.yaml in" in called.content[0].text  # type: ignore[union-attr]
+    assert "Traceback" not in called.content[0].text  # type: ignore[union-attr]
+
+
+def test_the_probe_record_and_the_submit_mention_are_per_config(tmp_path):
+    ws = _second_config(tiny_workspace("reward", tmp_path / "ws"))
+    record_probe(ws, config_hash(ws, SAME), {"probed": True})
+    assert probe_hint(ws, SAME) is None  # probed: never mentioned
+    line = probe_hint(ws)  # config.yaml was not probed
+    assert line is not None and f"`opd probe {ws}` checks" in line
+    _second_config(ws, "config_other.yaml", name="other")
+    line = probe_hint(ws, "config_other.yaml")
+    assert line is not None and f"`opd probe {ws} -c config_other.yaml`" in line  # the command to run
+    assert probe_hint(ws, "config_other.yaml") is None and probe_hint(ws) is None  # each once
+
+
+def test_the_magics_submit_with_a_config_mentions_the_probe_only_for_an_unprobed_one(tmp_path, monkeypatch):
+    """`%opd submit -c` (the CLI's parser, to the consent refusal on the stand-in, nothing sent): a probed
+    config is not mentioned, an unprobed one once."""
+    from bailian_standin import CountingProxy
+
+    from opd_nb.cli import invoke
+
+    ws = _second_config(tiny_workspace("reward", tmp_path / "ws", train_rows=24))
+    _second_config(ws, "config_other.yaml", name="other")
+    record_probe(ws, config_hash(ws, SAME), {"probed": True})
+    proxy = CountingProxy("http://127.0.0.1:9")  # answers nothing: a request that got through would show
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-standin-0000000000")
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
+    refusals: dict[str, list[str]] = {}
+    try:
+        for config in (SAME, "config_other.yaml", "config_other.yaml"):
+            with pytest.raises(OpdError) as refused:
+                invoke(["submit", str(ws), "-c", config, "--cloud"])
+            refusals.setdefault(config, []).append(str(refused.value))
+    finally:
+        proxy.close()
+    assert proxy.job_creations() == 0
+    assert all("needs your confirmation" in r for rs in refusals.values() for r in rs)
+    assert "opd probe" not in refusals[SAME][0]
+    first, second = refusals["config_other.yaml"]
+    assert first.count("-c config_other.yaml` checks") == 1 and "opd probe" not in second
+
+
+@pytest.mark.slow
+def test_a_probe_of_another_config_probes_its_teacher_and_is_recorded_for_it(local_server, client, tmp_path):
+    """`opd probe WS -c FILE` (the parser the terminal and the magic share, then its one call into the
+    core): the second config's teacher is the student, so no headroom; config.yaml stays unprobed."""
+    from opd_nb.cli import invoke
+    from opd_nb.cli.probe import run_request
+
+    ws = _second_config(tiny_workspace("reward", tmp_path / "ws", val_rows=8))
+    request = invoke(
+        [
+            "probe",
+            str(ws),
+            "-c",
+            SAME,
+            "-n",
+            str(PROMPTS),
+            "-k",
+            str(SAMPLES),
+            "--local",
+            local_server.base_url,
+        ]
+    )
+    assert request.config == SAME and request.to_payload()["config"] == SAME
+    result = run_request(client, request)
+    assert result.config == SAME and result.config_hash == config_hash(ws, SAME) and SAME in str(result)
+    assert result.calls_sent == PROMPTS * SAMPLES and result.teacher_beats_share == 0  # one model sampled
+    assert result.verdict_codes()[-1] == "no-headroom"
+    assert probe_hint(ws, SAME) is None  # the submit of the probed config does not mention it
+    assert probe_hint(ws) is not None  # config.yaml's was not run
+
+
+@pytest.mark.slow
+def test_the_mcp_tool_probes_the_config_it_names_and_its_token_is_bound_to_that_file(
+    local_server, tmp_path, monkeypatch
+):
+    import anyio
+    from bailian_standin import CountingProxy
+    from mcp import Client
+
+    from opd_nb.agent.server import build
+
+    ws = _second_config(tiny_workspace("reward", tmp_path / "ws", val_rows=8))
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-standin-0000000000")
+    proxy = CountingProxy("http://127.0.0.1:9")
+    monkeypatch.setenv("OPD_CLOUD_BASE_URL", proxy.api_base)
+    args = {"workspace": str(ws), "prompts": PROMPTS, "samples": SAMPLES, "config": SAME}
+    cloud = {**args, "target": "cloud", "base_url": proxy.api_base}
+
+    async def go() -> tuple[dict, str, dict, dict]:
+        async with Client(build()) as mcp:
+            first = await mcp.call_tool("probe", cloud)
+            assert not first.is_error, first.content[0]
+            asked = first.structured_content
+            token = asked["confirmation"]["confirmation_token"]
+            kept = (ws / SAME).read_text()
+            (ws / SAME).write_text(kept + "\n# changed after the user said yes\n")
+            stale = await mcp.call_tool("probe", {**cloud, "confirmation_token": token})
+            (ws / SAME).write_text(kept)
+            local = {**args, "target": "local", "base_url": local_server.base_url}
+            same = (await mcp.call_tool("probe", local)).structured_content
+            default = (await mcp.call_tool("probe", {**local, "config": "config.yaml"})).structured_content
+            return asked, stale.content[0].text, same, default  # type: ignore[union-attr]
+
+    try:
+        asked, stale, same, default = anyio.run(go)
+    finally:
+        proxy.close()
+    assert proxy.requests == [] and asked["status"] == "needs_confirmation"
+    assert "8 chat calls" in asked["confirmation"]["summary"]  # N x K x 1 model: the named config's pair
+    assert "another probe request" in stale  # the token binds the named config file's bytes
+    assert same["result"]["config"] == SAME and same["result"]["verdicts"][-1]["code"] == "no-headroom"
+    assert default["result"]["verdicts"][-1]["code"] == "opd-can-help"

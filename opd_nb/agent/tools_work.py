@@ -242,6 +242,7 @@ def probe(
     price: Annotated[float | None, Field(gt=0, description="money per million tokens")] = None,
     target: TargetArg = None,
     base_url: BaseUrlArg = None,
+    config: ConfigArg = "config.yaml",
     confirmation_token: TokenArg = None,
 ) -> Paid[ProbeResult]:
     """Before the first job (`opd probe`): sample the teacher and the student on the workspace's prompts,
@@ -252,10 +253,17 @@ def probe(
     client = client_for(target, base_url, workspace)
 
     def start(yes: bool, _request_id: str | None) -> ProbeResult:  # chat calls: nothing a plane names by it
-        return run_probe(workspace, client=client, prompts=prompts, samples=samples, seed=seed,
-                         budget=budget, price=price, yes=yes)  # fmt: skip
+        return run_probe(workspace, config=config, client=client, prompts=prompts, samples=samples,
+                         seed=seed, budget=budget, price=price, yes=yes)  # fmt: skip
 
-    arguments = {"prompts": prompts, "samples": samples, "seed": seed, "budget": budget, "price": price}
+    arguments = {
+        "config": config,
+        "prompts": prompts,
+        "samples": samples,
+        "seed": seed,
+        "budget": budget,
+        "price": price,
+    }
     return paid(STATE, "probe", client, arguments, workspace, start, confirmation_token)
 
 

@@ -215,11 +215,13 @@ class ProbeRequest(ResultMixin):
     budget: str | None = None
     price: float | None = None
     yes: bool = False  # consent to a cloud probe's paid calls (the core asks for it again)
+    config: str = "config.yaml"  # the job YAML inside the workspace (`-c/--config`)
 
     def to_payload(self) -> dict[str, Any]:
         return {
             "view": "probe",
             "workspace": self.workspace,
+            "config": self.config,
             "target": self.target.kind,
             "base_url": self.target.base_url,
             "prompts": self.prompts,

@@ -26,6 +26,9 @@ def probe_cmd(
     workspace: Annotated[Path, typer.Argument(help="workspace folder (its models, data and reward)")] = Path(
         "."
     ),
+    config: Annotated[
+        str, typer.Option("--config", "-c", help="job YAML inside the workspace")
+    ] = "config.yaml",
     prompts: Annotated[int, typer.Option("--prompts", "-n", min=1, help="prompts drawn (seeded)")] = 32,
     samples: Annotated[int, typer.Option("--samples", "-k", min=1, help="answers per prompt and model")] = 4,
     seed: Annotated[int, typer.Option(help="seed of the draw and the samples")] = 0,
@@ -46,14 +49,14 @@ def probe_cmd(
     from opd_nb.experiments.probe_plan import plan_probe, probe_cost, require_probe_consent
     from opd_nb.spec.job import workspace_config
 
-    workspace = workspace_config(workspace)[0]
+    workspace, config = workspace_config(workspace, config)
     client = _client(local, cloud, workspace)
-    plan = plan_probe(workspace.resolve(), prompts=prompts, samples=samples, seed=seed)
+    plan = plan_probe(workspace.resolve(), prompts=prompts, samples=samples, seed=seed, config=config)
     cost = probe_cost(plan, price)
     require_probe_consent(client.target.kind, plan, cost, yes)  # nothing sent without --yes on Bailian
     if client.target.kind == "cloud":
         echo(f"note: this probe makes {cost.line()}", err=True)
-    request = ProbeRequest(str(workspace), client.target, prompts, samples, seed, budget, price, yes)
+    request = ProbeRequest(str(workspace), client.target, prompts, samples, seed, budget, price, yes, config)
     return emit(request, present=lambda: _probe_here(client, request, as_json))
 
 
@@ -63,6 +66,7 @@ def run_request(client: Any, request: ProbeRequest, progress: Any = None) -> Any
 
     return probe(
         Path(request.workspace),
+        config=request.config,
         client=client,
         prompts=request.prompts,
         samples=request.samples,

@@ -192,7 +192,7 @@ def _before_start(
     report = _preflight(ws, target, config, overrides, sets=how["sets"], no_check=how["no_check"] or done)
     notes = ["preflight skipped (--no-check)"] if report is None and not done else []
     warnings = warning_lines(report) if report is not None else []
-    if config == "config.yaml" and not done and (hint := probe_hint(ws)):
+    if not done and (hint := probe_hint(ws, config)):
         warnings = [hint, *warnings]  # shown as the gate's warnings are, on every surface
     if is_paid(target.kind):
         size = estimate(ws, config=config, sets=dict(how["sets"] or {}), smoke=how["smoke"], **overrides)
@@ -223,12 +223,11 @@ def _prepare(
 ) -> tuple[Path, str, Target, dict[str, str]]:
     """(workspace, config name, target, the child's environment): the key travels only there.
     `workspace` is the folder or its config file."""
-    from opd_nb.spec.job import workspace_config
+    from opd_nb.spec.job import require_config_file, workspace_config
 
     ws, config = workspace_config(workspace, config)
     ws = ws.resolve()
-    if not (ws / config).is_file():
-        raise OpdError(f"no {config} in {ws}", fix="pass the workspace folder (create one with `opd new`)")
+    require_config_file(ws, config)
     target = target or resolve_target(workspace=ws)
     if need_key:
         require_key(target)

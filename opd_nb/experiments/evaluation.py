@@ -51,22 +51,22 @@ def clean_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def _config(workspace: Path) -> Any:
+def _config(workspace: Path, config: str = "config.yaml") -> Any:
     from opd_nb.spec import parse_config_text
     from opd_nb.spec.job import read_config_text
 
-    path = workspace / "config.yaml"
+    path = workspace / config
     if not path.is_file():
         return None
     return parse_config_text(read_config_text(path), str(path)).config  # not UTF-8: one line, not a traceback
 
 
-def data_file(workspace: str | Path, kind: str) -> Path:
-    """The JSONL config.yaml names for dataset `kind` ("validation", "training"; else ``data/<kind>.jsonl``),
-    whether or not it exists."""
+def data_file(workspace: str | Path, kind: str, config: str = "config.yaml") -> Path:
+    """The JSONL the job YAML `config` names for dataset `kind` ("validation", "training"; else
+    ``data/<kind>.jsonl``), whether or not it exists."""
     ws = Path(workspace)
-    config = _config(ws)
-    names = [d.file_name for d in (config.datasets if config else []) if d.type == kind and d.file_name]
+    job = _config(ws, config)
+    names = [d.file_name for d in (job.datasets if job else []) if d.type == kind and d.file_name]
     default = "data/validation.jsonl" if kind == "validation" else "data/train.jsonl"
     return ws / (names[0] if names else default)
 
@@ -121,19 +121,22 @@ class RewardFunction(NamedTuple):
     timeout: float  # seconds per call
 
 
-def reward_function(workspace: str | Path) -> RewardFunction | None:
-    """The workspace's first reward function (config.yaml); None without one."""
-    return workspace_function(workspace, "reward")
+def reward_function(workspace: str | Path, config: str = "config.yaml") -> RewardFunction | None:
+    """The workspace's first reward function (in the job YAML `config`); None without one."""
+    return workspace_function(workspace, "reward", config)
 
 
-def workspace_function(workspace: str | Path, kind: str) -> RewardFunction | None:
-    """The workspace's first function of `kind` ("reward", "rollout") as a job runs it; None without one."""
+def workspace_function(
+    workspace: str | Path, kind: str, config: str = "config.yaml"
+) -> RewardFunction | None:
+    """The first function of `kind` ("reward", "rollout") the job YAML `config` names, as a job runs it;
+    None without one."""
     from opd_nb.functions.reward_call import DEFAULT_TIMEOUT_S
     from opd_nb.spec import function_classpath
 
     ws = Path(workspace)
-    config = _config(ws)
-    for function in config.functions_of(kind) if config else []:
+    job = _config(ws, config)
+    for function in job.functions_of(kind) if job else []:
         classpath = function_classpath(function)
         if classpath:
             zipdir = (function.fcmodel.zipdir if function.fcmodel else None) or "./"
@@ -403,10 +406,11 @@ def deploy_fix(model: str, cloud: bool) -> str:
 
 
 class AnswerScorer:
-    """The workspace's reward in a function server (the training path), else exact match."""
+    """The workspace's reward (the job YAML `config`'s) in a function server (the training path), else
+    exact match."""
 
-    def __init__(self, workspace: Path):
-        self.fn = reward_function(workspace)
+    def __init__(self, workspace: Path, config: str = "config.yaml"):
+        self.fn = reward_function(workspace, config)
         self.server: Any = None
         self.name = f"reward {self.fn.classpath}" if self.fn else EXACT_MATCH
         self._lock = threading.Lock()

@@ -68,6 +68,7 @@ def sample_seed(seed: int, prompt: int, sample: int) -> int:
 def probe(
     workspace: str | Path,
     *,
+    config: str = "config.yaml",
     client: Any = None,
     prompts: int = DEFAULT_PROMPTS,
     samples: int = DEFAULT_SAMPLES,
@@ -78,20 +79,22 @@ def probe(
     concurrency: int = CONCURRENCY,
     progress: Progress | None = None,
 ) -> ProbeResult:
-    """Probe the workspace's teacher against its student on its own reward (see the module)."""
+    """Probe the teacher against the student of the workspace's job YAML `config` on its own reward (see
+    the module). `workspace` is the folder or its config file."""
     from opd_nb.spec.job import workspace_config
 
-    ws = workspace_config(Path(workspace))[0].resolve()
+    folder, config = workspace_config(Path(workspace), config)
+    ws = folder.resolve()
     if client is None:
         from opd_nb.client import JobClient
 
         client = JobClient()
-    plan = plan_probe(ws, prompts=prompts, samples=samples, seed=seed)
+    plan = plan_probe(ws, prompts=prompts, samples=samples, seed=seed, config=config)
     cost = probe_cost(plan, price)
     require_probe_consent(client.target.kind, plan, cost, yes)  # before anything is sent
     caps = Budget(budget)
     started = time.monotonic()
-    scorer = AnswerScorer(ws)
+    scorer = AnswerScorer(ws, config)
     scorer.start()
     try:
         run = _Run(plan, client, scorer, caps)
@@ -152,7 +155,7 @@ class _Run:
                 # no plane, or a model it does not serve: every call would say the same
                 raise OpdError(
                     f"cannot probe {side} {self._configured(side)}: {exc.message}",
-                    fix=exc.fix or "name a model the plane serves in config.yaml (`opd check`)",
+                    fix=exc.fix or f"name a model the plane serves in {self.plan.config} (`opd check`)",
                     status=exc.status,
                     code=exc.code,
                 ) from None
@@ -188,7 +191,7 @@ class _Run:
         from opd_nb.experiments.probe_rollout import ChatRelay
         from opd_nb.functions.server import FunctionServer
 
-        fn = workspace_function(self.plan.workspace, "rollout")
+        fn = workspace_function(self.plan.workspace, "rollout", self.plan.config)
         assert fn is not None  # plan.agentic says there is one
         relay = ChatRelay(self._relay_chat, self.budget.reserve, self.budget.settle, self.plan.max_length)
         server = FunctionServer.start(fn.code_dir, "rollout", fn.classpath, env=fn.env)
@@ -260,7 +263,7 @@ def _job_estimate(plan: ProbePlan) -> str | None:
     from opd_nb.paid.estimate import estimate
 
     try:
-        est = estimate(plan.workspace)
+        est = estimate(plan.workspace, config=plan.config)
     except OpdError:
         return None
     money = f"; {est.money_per_hour:,.2f} per billed hour" if est.money_per_hour is not None else ""
@@ -284,6 +287,7 @@ def _result(
         workspace=str(plan.workspace),
         target=f"{client.target.kind} {client.target.base_url}",
         config_hash=plan.config_hash,
+        config=plan.config,
         mode="agentic" if plan.agentic else "native",
         scorer=scorer.name,
         data=str(plan.data),

@@ -14,6 +14,7 @@ from typing import Any
 from opd_nb.errors import OpdError
 from opd_nb.experiments.probe_result import ProbeCost
 from opd_nb.paid.probe_record import config_hash
+from opd_nb.spec.job import DEFAULT_CONFIG, require_config_file
 
 DEFAULT_PROMPTS = 32
 DEFAULT_SAMPLES = 4
@@ -25,6 +26,7 @@ class ProbePlan:
     """The probe's inputs, read from the workspace as a job reads them."""
 
     workspace: Path
+    config: str  # the job YAML in the workspace it was read from (`-c/--config`)
     student: str
     teacher: str
     data: Path
@@ -52,34 +54,38 @@ def draw_rows(rows: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, A
     return [rows[i] for i in order[:n]]
 
 
-def plan_probe(workspace: Path, *, prompts: int, samples: int, seed: int) -> ProbePlan:
-    """Read the workspace: its models, limits, data (validation, else training) and mode."""
+def plan_probe(
+    workspace: Path, *, prompts: int, samples: int, seed: int, config: str = DEFAULT_CONFIG
+) -> ProbePlan:
+    """Read the workspace's job YAML `config`: its models, limits, data (validation, else training), mode."""
     from opd_nb.experiments.evaluation import data_file, read_rows, workspace_function
     from opd_nb.spec.effective import effective_job
     from opd_nb.spec.hyperparams import Written
 
     if prompts < 1 or samples < 1:
         raise OpdError("--prompts and --samples must be at least 1", fix="e.g. --prompts 32 --samples 4")
-    cfg = effective_job(workspace).config
+    where = str(require_config_file(workspace, config))
+    cfg = effective_job(workspace, config=config).config
     if not cfg.teacher_model:
         raise OpdError(
-            "the workspace names no teacher_model: there is nothing to probe",
-            where=str(workspace / "config.yaml"),
+            f"{config} names no teacher_model: there is nothing to probe",
+            where=where,
             fix="set teacher_model: to the teacher a job would distil from",
         )
     written = Written(dict(cfg.training.hyper_parameters or {}))
     max_length, max_prompt = int(written.get("max_length")), int(written.get("max_prompt_length"))
-    data = data_file(workspace, "validation")
+    data = data_file(workspace, "validation", config)
     if not data.is_file():
-        data = data_file(workspace, "training")
+        data = data_file(workspace, "training", config)
     if not data.is_file():
         raise OpdError(
             "no local validation or training data to draw prompts from",
-            where=str(workspace / "config.yaml"),
+            where=where,
             fix="name a local JSONL file under `datasets:` (file_name)",
         )
     return ProbePlan(
         workspace=workspace,
+        config=config,
         student=str(cfg.model.name),
         teacher=str(cfg.teacher_model),
         data=data,
@@ -88,8 +94,8 @@ def plan_probe(workspace: Path, *, prompts: int, samples: int, seed: int) -> Pro
         seed=seed,
         max_length=max_length,
         max_tokens=max(1, max_length - max_prompt),
-        config_hash=config_hash(workspace),
-        agentic=workspace_function(workspace, "rollout") is not None,
+        config_hash=config_hash(workspace, config),
+        agentic=workspace_function(workspace, "rollout", config) is not None,
     )
 
 

@@ -155,6 +155,7 @@ class ProbeResult(ResultMixin, BaseModel):
     workspace: str
     target: str
     config_hash: str
+    config: str = "config.yaml"  # the job YAML probed (`-c/--config`)
     mode: Literal["native", "agentic"]
     scorer: str  # "reward <classpath>" | "exact_match"
     data: str  # the file the prompts came from
@@ -175,6 +176,10 @@ class ProbeResult(ResultMixin, BaseModel):
     job_estimate: str | None = None  # `opd estimate`'s line for the job this would start
     answers: list[ProbeAnswer] = Field(default_factory=list)
     seconds: float = 0.0
+
+    def title(self) -> str:
+        """What was probed: the workspace, and its job YAML when it is not config.yaml."""
+        return self.workspace if self.config == "config.yaml" else f"{self.workspace} ({self.config})"
 
     def side(self, side: Side) -> SideFigures:
         return self.teacher if side == "teacher" else self.student

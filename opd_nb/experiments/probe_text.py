@@ -31,7 +31,7 @@ def _side_line(name: str, f: SideFigures) -> str:
 
 def probe_text(r: ProbeResult) -> str:
     lines = [
-        f"probe of {r.workspace} on {r.target} ({r.mode}, {r.scorer})",
+        f"probe of {r.title()} on {r.target} ({r.mode}, {r.scorer})",
         f"  {plural(r.prompts, 'prompt')} from {r.data} x {plural(r.samples, 'sample')} per model (seed {r.seed}, "
         f"answer room {r.max_tokens} tokens, temperature {r.temperature:g})",
         _side_line("teacher", r.teacher),
@@ -134,4 +134,4 @@ def probe_html(r: ProbeResult) -> str:
     body = (
         figures + note + _histogram(r) + f"<ul>{verdicts}</ul><b>lowest-scoring teacher answers</b>" + worst
     )
-    return render.box(body, title=f"probe of {r.workspace}")
+    return render.box(body, title=f"probe of {r.title()}")

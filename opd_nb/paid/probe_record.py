@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from opd_nb.constants import ENTITY_STATE_DIR
+from opd_nb.spec.job import DEFAULT_CONFIG
 
 PROBES_FILE = "probes.json"
 
 
-def config_hash(workspace: Path) -> str:
-    """What a probe's result is keyed by: the config file's bytes (models, limits, functions, data)."""
-    return hashlib.sha256((workspace / "config.yaml").read_bytes()).hexdigest()[:16]
+def config_hash(workspace: Path, config: str = DEFAULT_CONFIG) -> str:
+    """What a probe's result is keyed by: the job YAML's bytes (models, limits, functions, data)."""
+    return hashlib.sha256((workspace / config).read_bytes()).hexdigest()[:16]
 
 
 def _records_path(workspace: Path) -> Path:
@@ -43,12 +44,12 @@ def record_probe(workspace: Path, key: str, summary: dict[str, Any]) -> None:
     path.write_text(json.dumps(records, indent=2, sort_keys=True), encoding="utf-8")
 
 
-def probe_hint(workspace: Path) -> str | None:
-    """One line for `opd submit` when no probe was run for this workspace and config (and none was
-    mentioned for it yet); None otherwise. Mentioning it is recorded, so the line shows once."""
-    if not (workspace / "config.yaml").is_file():
+def probe_hint(workspace: Path, config: str = DEFAULT_CONFIG) -> str | None:
+    """One line for `opd submit -c config` when no probe was run for this workspace and config (and none
+    was mentioned for it yet); None otherwise. Mentioning it is recorded, so the line shows once."""
+    if not (workspace / config).is_file():
         return None
-    key = config_hash(workspace)
+    key = config_hash(workspace, config)
     records = _records(workspace)
     if key in records:
         return None
@@ -56,7 +57,8 @@ def probe_hint(workspace: Path) -> str | None:
         record_probe(workspace, key, {"probed": False, "mentioned": True})
     except OSError:
         pass  # a read-only workspace still submits; the hint may then show again
+    option = f" -c {config}" if config != DEFAULT_CONFIG else ""
     return (
-        f"note: no probe was run for this config; `opd probe {workspace}` checks with a few dozen chat "
+        f"note: no probe was run for this config; `opd probe {workspace}{option}` checks with a few dozen chat "
         "calls that the teacher beats the student on your reward before a job is paid for"
     )

@@ -647,6 +647,20 @@ def workspace_config(workspace: str | Path, config: str = DEFAULT_CONFIG) -> tup
     return ws, config
 
 
+def require_config_file(ws: Path, config: str = DEFAULT_CONFIG) -> Path:
+    """The job YAML `config` in workspace `ws`; one that is not there is one line naming it and the fix
+    (every verb that takes `-c/--config` and runs a job's inputs: submit, probe)."""
+    path = ws / config
+    if not path.is_file():
+        fix = (
+            "pass the workspace folder (create one with `opd new`)"
+            if config == DEFAULT_CONFIG
+            else f"pass -c/--config with a job YAML that is in {ws} (e.g. config.yaml)"
+        )
+        raise OpdError(f"no {config} in {ws}", fix=fix)
+    return path
+
+
 def load_config(path: str | Path) -> JobConfig:
     """Load a job YAML like the SDK would; any mistake -> OpdError with `file:line` and a fix."""
     p = Path(path)
