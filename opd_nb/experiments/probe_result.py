@@ -129,17 +129,6 @@ def prompt_means(answers: Sequence[ProbeAnswer], side: Side) -> dict[int, float]
     return {p: sum(v) / len(v) for p, v in by.items()}
 
 
-def beats_text(share: float | None) -> str:
-    """The one wording of the teacher-beats share: "teacher beats student on 75% of prompts"."""
-    if share is None:
-        return "teacher beats student on no prompt scored on both sides"
-    return f"teacher beats student on {100 * share:.0f}% of prompts"
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def teacher_beats_share(answers: Sequence[ProbeAnswer]) -> float | None:
     """The share of prompts (scored on both sides) where the teacher's mean beats the student's."""
     teacher, student = prompt_means(answers, "teacher"), prompt_means(answers, "student")
@@ -193,10 +182,12 @@ class ProbeResult(ResultMixin, BaseModel):
         return sorted(teacher, key=lambda a: (a.score is not None, a.score or 0.0, a.prompt, a.sample))[:n]
 
     def summary(self) -> str:
+        from opd_nb.experiments import probe_text
+
         t, s = self.teacher, self.student
         return (
             f"teacher {t.model}: mean {render.fmt(t.mean)}; student {s.model}: mean {render.fmt(s.mean)}; "
-            f"{beats_text(self.teacher_beats_share)}; {', '.join(self.verdict_codes())}"
+            f"{probe_text.beats_text(self.teacher_beats_share)}; {', '.join(self.verdict_codes())}"
         )
 
     def __str__(self) -> str:

@@ -8,11 +8,22 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from opd_nb.experiments.probe_result import beats_text, plural
 from opd_nb.views import render, theme
 
 if TYPE_CHECKING:
     from opd_nb.experiments.probe_result import ProbeResult, SideFigures
+
+
+def beats_text(share: float | None) -> str:
+    """The one wording of the teacher-beats share: "teacher beats student on 75% of prompts"."""
+    if share is None:
+        return "teacher beats student on no prompt scored on both sides"
+    return f"teacher beats student on {100 * share:.0f}% of prompts"
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
 
 BINS = 10  # score histogram bins over the scores' range
 BAR_W, BAR_H = 18, 80

@@ -14,8 +14,8 @@ from opd_nb.experiments.probe_result import (
     ProbeAnswer,
     SideFigures,
     Verdict,
-    beats_text,
 )
+from opd_nb.experiments.probe_text import beats_text
 from opd_nb.views import render
 
 CLEAR_MARGIN = 0.1  # the teacher's mean must beat the student's by this much (rewards in [0, 1])
