@@ -169,6 +169,33 @@ def test_the_lean_and_the_transformers_decode_loops_agree(trainer):
     assert any(len(ids) > 3 for ids, _ in lean_rows)
 
 
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.3, 0.9)])
+def test_the_lean_and_the_transformers_loops_sample_the_same_seeded_tokens(trainer, temperature, top_p):
+    """Seeded sampling through the lean decode draws the tokens the ``transformers`` loop draws, row
+    for row, with the shared prompt prefix run once and without: the lean forward's fused and cached
+    steps change how the logits are computed, never which tokens come out."""
+    from opd_nb.engine.sampling import TorchSampler, inverse_cdf_pick
+
+    s = trainer.sampler
+    assert isinstance(s, TorchSampler) and s.lean is not None
+    hf = TorchSampler(s.model, None, s.tok, s.eos_ids, s.max_total, s.device)
+    prompts = [r.prompt_ids for r in trainer.data.validation]
+    seeds = list(range(100, 100 + len(prompts)))
+    kw = dict(temperature=temperature, top_p=top_p, max_new=16, seeds=seeds)
+    lean_rows = s.generate_ids(prompts, **kw)
+    assert hf.generate_ids(prompts, **kw) == lean_rows
+    ids, att = s.pad(prompts)
+    torch.manual_seed(5)  # the training picker's global stream, through both loops and both prefix modes
+    pick = lambda: inverse_cdf_pick(torch, temperature, top_p, False, None, None, 16)  # noqa: E731
+    eos = torch.tensor(s.eos_ids)
+    runs = []
+    for sampler, share in ((s, True), (s, False), (hf, True)):
+        torch.manual_seed(5)
+        runs.append(sampler.decode(ids, att, 16, pick(), eos, share_prefix=share))
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+    assert len({tuple(ids) for ids, _ in lean_rows}) > 1 and any(len(ids) > 3 for ids, _ in lean_rows)
+
+
 def test_native_rollouts_mark_the_completion_and_its_messages(trainer):
     rows = trainer.data.train[:2]
     b = trainer.source.sample(rows, 3, 1.0)

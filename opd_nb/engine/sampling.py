@@ -52,7 +52,7 @@ def pad_prompts(torch: Any, prompt_ids: list[list[int]], pad: int, device: Any) 
 
 def filtered_probs(torch: Any, logits: Any, temperature: float, top_p: float) -> Any:
     """The next-token distribution at `temperature`, cut to its top-p nucleus (not renormalised)."""
-    probs = torch.softmax(logits / temperature, -1)
+    probs = torch.softmax(logits if temperature == 1.0 else logits / temperature, -1)  # x / 1 is x
     if top_p < 1.0:
         sp, si = probs.sort(-1, descending=True)
         keep = (sp.cumsum(-1) - sp) < top_p
@@ -67,7 +67,7 @@ def inverse_cdf_pick(
 
     `draws` ([B, n] uniforms): decode step t samples with column t instead of the global RNG.
     """
-    t = iter(range(n))
+    cols = iter(()) if draws is None else iter(draws.t()[:, :, None])  # column t as [B, 1], one view each
 
     def pick(logits: Any) -> Any:
         if greedy and lps is not None:  # the chosen token's log-prob comes with the argmax
@@ -79,7 +79,7 @@ def inverse_cdf_pick(
         probs = filtered_probs(torch, logits, temperature, top_p)
         # a token of probability 0 is never drawn (its CDF step is empty)
         cdf = probs.cumsum(-1)
-        u = torch.rand((probs.shape[0], 1), device=probs.device) if draws is None else draws[:, next(t), None]
+        u = torch.rand((probs.shape[0], 1), device=probs.device) if draws is None else next(cols)
         u = u * cdf[:, -1:]
         return (cdf < u).sum(-1).clamp(max=probs.shape[-1] - 1)
 

@@ -66,3 +66,12 @@ def attend(
     if T == 1:
         return o.view(B, nh * D)
     return o.view(B, kvh, g, T, D).permute(0, 3, 1, 2, 4).reshape(B * T, nh * D)
+
+
+def attend_step(
+    q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One decoding step's attention, no grad: q [B * kvh, g, D] over K/V [B * kvh, S, D] with the
+    additive bias [B * kvh, g, S] -> [B * kvh, g, D]; :func:`attend`'s two batched matmuls at T = 1."""
+    s = torch.baddbmm(bias, q, K.transpose(1, 2), alpha=scale)
+    return torch.bmm(torch.softmax(s, -1), V)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from opd_nb import settings
-from opd_nb.engine.lean.attention import attend, attention_bias, causal_mask
+from opd_nb.engine.lean.attention import attend, attend_step, attention_bias, causal_mask
 from opd_nb.engine.lean.weights import FusedWeights
 
 SUPPORTED = {"qwen3", "qwen2", "llama"}
@@ -83,13 +83,30 @@ class LeanLM:
         sign = torch.cat([-torch.ones(half), torch.ones(half)])
         self.cos = ang.cos().to(dev)
         self.sin_signed = (ang.sin() * sign).to(dev)  # rotate_half(x) * sin == roll(x, D/2) * sin_signed
+        self._roll = torch.arange(self.D, device=dev).roll(half)  # roll(x, D/2) on the last dim as one gather
+        # the norms' divisor and epsilon as 0-dim tensors: a Python scalar is wrapped into one per call
+        self._eps = torch.tensor(self.eps, dtype=torch.float32)
+        self._width = {n: torch.tensor(float(n)) for n in (self.H, self.D)}
         self.weights = FusedWeights(model, self.layers, self.nh, self.kvh, self.D, self.qk_norm)
         self._weights = self.weights.current  # bound once: no extra call per forward
 
     # ---- core -----------------------------------------------------------------------------------
+    def _inv_rms(self, x: torch.Tensor) -> torch.Tensor:
+        """1 / RMS(x) over the last dim + eps: HF's ``rsqrt(x.pow(2).mean(-1) + eps)`` bit for bit (pow 2
+        is x * x, mean is sum then div) in a third of the tensor ops."""
+        return torch.rsqrt((x * x).sum(-1, keepdim=True).div_(self._width[x.shape[-1]]).add_(self._eps))
+
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        """RMSNorm without its weight (folded into the next matrix); HF's formula, in fp32."""
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        """RMSNorm without its weight (folded into the next matrix); HF's formula, in fp32. With autograd
+        HF's own ops (their backward rounds differently from :meth:`_inv_rms`'s)."""
+        if torch.is_grad_enabled():
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * self._inv_rms(x)
+
+    @staticmethod
+    def _proj(x: torch.Tensor, wt: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """``F.linear(x, wt.t(), b)`` for x [N, in]: the kernel linear dispatches to, called directly."""
+        return torch.mm(x, wt) if b is None else torch.addmm(b, x, wt)
 
     def _rope_qk(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qkn: torch.Tensor | None):
         """(q|k heads normed (Qwen3) and rotated, v heads) of a fused projection [..., (nh + 2 kvh) * D];
@@ -103,30 +120,24 @@ class LeanLM:
                 qk = self._norm(qk) * qkn
             return torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin), v
         if qkn is not None:  # same ops in place on qkv's own memory (no autograd to preserve inputs for)
-            qk = qk.mul_(torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + self.eps)).mul_(qkn)
-        return qk.mul(cos).addcmul_(qk.roll(D // 2, -1), sin), v
+            qk = qk.mul_(self._inv_rms(qk)).mul_(qkn)
+        return qk.mul(cos).addcmul_(qk.index_select(-1, self._roll), sin), v
 
     def _rotary_and_mask(
         self,
         x: torch.Tensor,
-        pos: torch.Tensor | None,
+        pos: torch.Tensor,
         kv: Any,
         mask: torch.Tensor | None,
         pk: _Pack | None,
-        steps: _Steps | None,
         T: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(cos, sin, mask, no-grad attention bias) of one :meth:`_stack` call, built once for every layer."""
-        if steps is not None:
-            cos, sin, bias = steps.next(kv.n + T)
-            return cos, sin, mask, bias
         grad = torch.is_grad_enabled()
         if mask is None and not grad:
             S = T + kv.n_past
             mask = causal_mask(torch.ones((1, S), dtype=torch.bool, device=x.device), S - T, T)
         bias = None if grad or mask is None else attention_bias(mask, self.nh, self.kvh, self.cos.dtype)
-        if pos is None:
-            raise ValueError("positions are needed where no step table is given")
         p = pos.reshape(-1) if pk is None else pos.reshape(-1).index_select(0, pk.idx)
         return self.cos[p][:, None, :], self.sin_signed[p][:, None, :], mask, bias
 
@@ -154,12 +165,11 @@ class LeanLM:
     def _stack(
         self,
         x: torch.Tensor,
-        pos: torch.Tensor | None,
+        pos: torch.Tensor,
         kv: Any,
         mask: torch.Tensor | None,
         keep: int = 0,
         live: torch.Tensor | None = None,
-        steps: _Steps | None = None,
     ) -> torch.Tensor:
         """Run every decoder layer on x [B, T, H] at positions pos [B, T]; kv supplies the keys.
         Returns the last layer's output (not normalised), [B, T or keep, H].
@@ -170,8 +180,6 @@ class LeanLM:
         with some dead (padding, a row's masked copy of the shared prefix) every per-token op (norms,
         projections, MLP) runs on the live positions only, packed, and just attention sees the padded
         layout (dead positions are zero and output zero).
-        steps: one decoding step (T = 1) whose rotary rows and attention bias come from `steps`
-        (pos and mask are not read).
         """
         B, T, H = x.shape
         nh, kvh, D = self.nh, self.kvh, self.D
@@ -182,9 +190,9 @@ class LeanLM:
         x = x.reshape(B * T, H)
         if pk is not None:
             x = x.index_select(0, pk.idx)
-        cos, sin, mask, bias = self._rotary_and_mask(x, pos, kv, mask, pk, steps, T)
+        cos, sin, mask, bias = self._rotary_and_mask(x, pos, kv, mask, pk, T)
         for i in range(len(self.layers)):
-            qk, v = self._rope_qk(F.linear(self._norm(x), W.qkv_w[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
+            qk, v = self._rope_qk(self._proj(self._norm(x), W.qkv_wt[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
             if pk is not None:
                 qk, v = pk.unpack(qk, v)
             else:
@@ -196,7 +204,7 @@ class LeanLM:
                 T = keep
             o = attend(q, K, V, mask, bias, kvh, self.scale)
             x = torch.addmm(x, o if pk is None else o.index_select(0, pk.out), W.o_wt[i])
-            g, u = F.linear(self._norm(x), W.gu_w[i]).chunk(2, -1)
+            g, u = torch.mm(self._norm(x), W.gu_wt[i]).chunk(2, -1)
             act = F.silu(g) * u if grad else F.silu(g, inplace=True).mul_(u)
             x = torch.addmm(x, act, W.down_wt[i])
         if pk is not None:
@@ -210,9 +218,36 @@ class LeanLM:
         return self._norm(x) * self.base.norm.weight
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Head logits from the last layer's (un-normalised) output."""
+        """Head logits [N, V] from the last layer's (un-normalised) output [N, H]."""
         head = self.model.get_output_embeddings()
-        return F.linear(self._norm(x), self._weights().head_w, head.bias)
+        return self._proj(self._norm(x), self._weights().head_wt, head.bias)
+
+    def _step(self, nxt: torch.Tensor, kv: _Buffer, steps: _Steps) -> torch.Tensor:
+        """One decoding step (no grad): the new tokens [B] through every layer -> the last layer's
+        output [B, H]. :meth:`_stack`'s ops on the same operands (bit for bit), minus what T = 1 makes
+        needless: no packing or layout changes, the queries copied once into the attention's
+        [B * kvh, g, D] operand, keys and values written into their cache slot."""
+        nh, kvh, D = self.nh, self.kvh, self.D
+        W = self._weights()
+        n = kv.n
+        cos, sin, bias = steps.next(n + 1)
+        x = self.base.embed_tokens.weight.index_select(0, nxt)
+        for i in range(len(self.layers)):
+            qk, v = self._rope_qk(self._proj(self._norm(x), W.qkv_wt[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
+            kv.k4[i][:, :, n].copy_(qk[:, nh:])
+            kv.v4[i][:, :, n].copy_(v)
+            o = attend_step(
+                qk[:, :nh].reshape(-1, nh // kvh, D),
+                kv.k[i][:, : n + 1],
+                kv.v[i][:, : n + 1],
+                bias,
+                self.scale,
+            )
+            x = torch.addmm(x, o.view(-1, nh * D), W.o_wt[i])
+            g, u = torch.mm(self._norm(x), W.gu_wt[i]).chunk(2, -1)
+            x = torch.addmm(x, F.silu(g, inplace=True).mul_(u), W.down_wt[i])
+        kv.n = n + 1
+        return x
 
     def _prefix(self, ids: torch.Tensor, pos: torch.Tensor) -> _Collect:
         """Run one row's shared prefix (no padding) and keep its per-layer keys and values."""
@@ -293,13 +328,16 @@ class LeanLM:
         steps = _Steps(self, pos[:, -1:], max_new, key_valid, n0 + max_new)
         done = torch.zeros(B, dtype=torch.bool, device=ids.device)
         toks: list[torch.Tensor] = []
+        one_eos = eos.numel() == 1  # then `==` is isin in one op
+        x = x[:, -1]
         for _ in range(max_new):
-            nxt = pick(self.logits(x[:, -1]).float()).masked_fill_(done, pad)
+            logits = self.logits(x)
+            nxt = pick(logits if logits.dtype == torch.float32 else logits.float()).masked_fill_(done, pad)
             toks.append(nxt)
-            done |= torch.isin(nxt, eos)
+            done |= nxt.eq(eos) if one_eos else torch.isin(nxt, eos)
             if bool(done.all()) or len(toks) == max_new:
                 break
-            x = self._stack(self._embed(nxt[:, None]), None, kv, None, steps=steps)
+            x = self._step(nxt, kv, steps)
         return torch.cat([ids, torch.stack(toks, 1)], dim=1)
 
 
@@ -314,20 +352,17 @@ class _Steps:
         # a short prompt batched with a long one may decode past the table; those tokens lie beyond
         # its row's own budget and are dropped (TorchSampler.generate_ids), so any rotary row will do for them
         pos = pos.clamp(max=lm.cos.shape[0] - 1)
-        self.cos, self.sin = lm.cos[pos], lm.sin_signed[pos]  # [B, n, D]
+        self.cos, self.sin = lm.cos[pos].unsqueeze(2), lm.sin_signed[pos].unsqueeze(2)  # [B, n, 1, D]
         g = lm.nh // lm.kvh
-        self.bias = torch.full(
-            (B, lm.kvh, g, cap), float("-inf"), dtype=lm.cos.dtype, device=key_valid.device
-        )
-        self.bias[..., :n0].masked_fill_(key_valid[:, None, None, :], 0.0)
+        # every row sees every decoded key (column n0 on); a step reads the columns up to its own
+        self.bias = torch.zeros((B * lm.kvh, g, cap), dtype=lm.cos.dtype, device=key_valid.device)
+        self.bias.view(B, lm.kvh, g, cap)[..., :n0].masked_fill_(~key_valid[:, None, None, :], float("-inf"))
         self.t = 0
 
     def next(self, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(cos [B, 1, D], sin, bias [B * kvh, g, S]) of the next step, whose keys end at column S."""
-        self.bias[..., S - 1] = 0.0
-        B, kvh, g, _ = self.bias.shape
         t, self.t = self.t, self.t + 1
-        return self.cos[:, t, None], self.sin[:, t, None], self.bias[..., :S].reshape(B * kvh, g, S)
+        return self.cos[:, t], self.sin[:, t], self.bias[:, :, :S]
 
 
 class _Pack:
@@ -400,23 +435,26 @@ class _Buffer:
         dtype: Any,
         past: _Collect | None,
     ):
-        self.k = [torch.empty((B, kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
-        self.v = [torch.empty((B, kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
+        # [B * kvh, cap, D], the attention's operand layout, and its [B, kvh, cap, D] view
+        self.k = [torch.empty((B * kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.empty((B * kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
+        self.k4 = [t.view(B, kvh, cap, D) for t in self.k]
+        self.v4 = [t.view(B, kvh, cap, D) for t in self.v]
         self.n = 0
         self.n_layers = n_layers
         if past is not None:
             n = past.k[0].shape[2]
             for i in range(n_layers):
-                self.k[i][:, :, :n] = past.k[i]
-                self.v[i][:, :, :n] = past.v[i]
+                self.k4[i][:, :, :n] = past.k[i]
+                self.v4[i][:, :, :n] = past.v[i]
             self.n = n
 
     def extend(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T = k.shape[2]
         end = self.n + T
-        self.k[i][:, :, self.n : end] = k
-        self.v[i][:, :, self.n : end] = v
-        K, V = self.k[i][:, :, :end], self.v[i][:, :, :end]
+        self.k4[i][:, :, self.n : end] = k
+        self.v4[i][:, :, self.n : end] = v
+        K, V = self.k4[i][:, :, :end], self.v4[i][:, :, :end]
         if i == self.n_layers - 1:
             self.n = end
         return K, V

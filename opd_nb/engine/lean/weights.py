@@ -18,13 +18,13 @@ import torch
 class Fused:
     """Per-layer weights in the form the lean forward uses (see :class:`FusedWeights`)."""
 
-    qkv_w: list[torch.Tensor]  # [q | k | v] x input-norm weight
+    qkv_wt: list[torch.Tensor]  # ([q | k | v] x input-norm weight), transposed (mm operand)
     qkv_b: list[torch.Tensor | None]
-    gu_w: list[torch.Tensor]  # [gate | up] x post-attention-norm weight
+    gu_wt: list[torch.Tensor]  # ([gate | up] x post-attention-norm weight), transposed
     o_wt: list[torch.Tensor]  # o_proj weight, transposed (addmm operand)
     down_wt: list[torch.Tensor]  # down_proj weight, transposed
     qkn_w: list[torch.Tensor | None]  # q_norm weight per q head | k_norm weight per kv head (Qwen3)
-    head_w: torch.Tensor  # output head x final-norm weight
+    head_wt: torch.Tensor  # (output head x final-norm weight), transposed
 
 
 class FusedWeights:
@@ -39,22 +39,24 @@ class FusedWeights:
 
     def build(self) -> Fused:
         """Fuse q|k|v and gate|up into one GEMM each and fold every RMSNorm weight into the matrix that
-        consumes the normalised states: linear(norm(x) * w, W) == linear(norm(x), W * w)."""
-        qkv_w: list[torch.Tensor] = []
+        consumes the normalised states: linear(norm(x) * w, W) == linear(norm(x), W * w). Every matrix
+        is kept as the transposed view ``F.linear`` would pass to ``mm``/``addmm``: the forward calls
+        those directly (the same kernel on the same operands, without linear's dispatch chain)."""
+        qkv_wt: list[torch.Tensor] = []
         qkv_b: list[torch.Tensor | None] = []
-        gu_w: list[torch.Tensor] = []
+        gu_wt: list[torch.Tensor] = []
         o_wt: list[torch.Tensor] = []
         down_wt: list[torch.Tensor] = []
         qkn_w: list[torch.Tensor | None] = []
         for la in self.layers:
             a, m = la.self_attn, la.mlp
             w_in = la.input_layernorm.weight
-            qkv_w.append(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]) * w_in)
+            qkv_wt.append((torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]) * w_in).t())
             qkv_b.append(
                 None if a.q_proj.bias is None else torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])
             )
-            gu_w.append(
-                torch.cat([m.gate_proj.weight, m.up_proj.weight]) * la.post_attention_layernorm.weight
+            gu_wt.append(
+                (torch.cat([m.gate_proj.weight, m.up_proj.weight]) * la.post_attention_layernorm.weight).t()
             )
             o_wt.append(a.o_proj.weight.t())
             down_wt.append(m.down_proj.weight.t())
@@ -64,7 +66,8 @@ class FusedWeights:
                 else None
             )
         head = self.model.get_output_embeddings()
-        return Fused(qkv_w, qkv_b, gu_w, o_wt, down_wt, qkn_w, head.weight * self.base.norm.weight)
+        head_wt = (head.weight * self.base.norm.weight).t()
+        return Fused(qkv_wt, qkv_b, gu_wt, o_wt, down_wt, qkn_w, head_wt)
 
     def current(self) -> Fused:
         """With autograd the fused weights are built per call (gradients flow to the real parameters);
