@@ -82,3 +82,16 @@ def test_the_suite_has_one_conftest() -> None:
         and not any(part.startswith(".venv") for part in p.relative_to(REPO).parts)
     ]
     assert found == ["tests/conftest.py"], found
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_each_committed_tutorial_is_what_the_jupyter_server_saves(path: Path) -> None:
+    """An nbconvert re-execution keeps the live parts of views still open at its end (a config form, a
+    playground); the server's save hook drops them, so JupyterLab's first save (trusting the notebook)
+    would change a fresh clone's file. Committed, a tutorial holds none."""
+    from opd_nb.notebook import save_hook
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert save_hook.drop_live_parts(nb) == 0, (
+        f"{path.name} holds live parts: apply save_hook.drop_live_parts"
+    )
