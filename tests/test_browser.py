@@ -132,6 +132,8 @@ def _snapshot_chart(lab: Lab, index: int) -> Any:
     """The monitor snapshot's chart frame in cell `index`, once its page has sized it."""
 
     def sized() -> Any:
+        # Notebook 7 may leave a cell far below the window unrendered: bring it into view while waiting
+        lab.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", _cell(lab, index))
         frames = _in_output(lab, index, ".opd-monitor-snap iframe.opd-chart-frame")
         return frames[0] if frames and frames[0].is_displayed() and frames[0].size["height"] > 100 else None
 
