@@ -167,7 +167,7 @@ def hidden_window(model: Any, b: SeqBatch, window: int) -> torch.Tensor:
         h = out.last_hidden_state
         L = h.shape[1]
         return h[:, L - window - 1 : L - 1]
-    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicCache
 
     out, _ = prefix_forward(
         model.base_model, b.input_ids, b.attention_mask, b.position_ids, k, DynamicCache()

@@ -44,7 +44,7 @@ def _quiet() -> None:
 
 
 def load_tokenizer(path: str | Path, role: str = "student") -> Any:
-    from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
 
     _quiet()
     p = _check_dir(path, role)
@@ -65,7 +65,7 @@ def load_tokenizer(path: str | Path, role: str = "student") -> Any:
 
 def load_model(path: str | Path, role: str, device: str, dtype: Any = None) -> Any:
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import AutoModelForCausalLM
 
     _quiet()
     p = _check_dir(path, role)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from torch import Tensor
-    from transformers import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
     from opd_nb.engine.api import EngineJob
     from opd_nb.engine.batch import SeqBatch

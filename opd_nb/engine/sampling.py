@@ -117,7 +117,7 @@ def hf_decode(
     Same contract as :meth:`opd_nb.engine.lean.forward.LeanLM.decode`: [B, P + generated], rows padded after EOS.
     """
     import torch
-    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicCache
 
     from opd_nb.engine.batch import cache_kw, prefix_forward
 

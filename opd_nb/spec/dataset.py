@@ -290,7 +290,7 @@ RULE_FIX = {
 def load_tokenizer(tokenizer_path: str | Path) -> Any:
     """A local Hugging Face tokenizer (lazy `transformers` import; no hub access)."""
     try:
-        from transformers import AutoTokenizer
+        from transformers.models.auto.tokenization_auto import AutoTokenizer
     except ImportError:
         raise OpdError(
             "exact token counts need `transformers`",

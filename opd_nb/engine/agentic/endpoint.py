@@ -29,7 +29,7 @@ from opd_nb.engine.openai_wire import ChatRequestError, chat_inputs, completion_
 from opd_nb.loopback import bearer_token, guard, same_key
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
     from opd_nb.engine.samplers import Sampler
 

@@ -16,7 +16,7 @@ from opd_nb.engine.api import EngineError
 from opd_nb.engine.trajectory import turn_samples
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
     from opd_nb.engine.data import Row
 
