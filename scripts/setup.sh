@@ -13,7 +13,7 @@ VENV="${OPD_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 UV=()
-if "${PIP[@]}" uv >/dev/null 2>&1 && [ -x "$VENV/bin/uv" ]; then
+if [ -x "$VENV/bin/uv" ] || { "${PIP[@]}" uv >/dev/null 2>&1 && [ -x "$VENV/bin/uv" ]; }; then
   # uv reads no pip.conf: hand it the machine's local wheels (the CPU torch wheel) the way pip sees them.
   links="${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}"
   UV=("$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" ${links:+--find-links "$links"})

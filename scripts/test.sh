@@ -27,7 +27,9 @@ echo "pyright: $((SECONDS - start)) s"
 # at once with two OpenMP threads each spin against each other on two cores.
 XDIST=(-n 2 --dist loadfile --no-loadscope-reorder)
 if [ "$FAST" = 1 ]; then
-  OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 "${XDIST[@]}" \
+  # nbval stays unloaded: no notebook runs here, and its import (nbformat, jsonschema's IRI grammar)
+  # costs each worker 3 s.
+  OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -p no:nbval --durations=30 "${XDIST[@]}" \
     tests -m "not slow" "$@"
 else
   OMP_NUM_THREADS=1 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=30 "${XDIST[@]}" \

@@ -175,6 +175,7 @@ def test_a_crash_inside_a_tool_is_one_line_and_its_log_line_holds_no_message(log
 TEMPLATES = ("opd://jobs/{}", "opd://jobs/{}/metrics", "opd://jobs/{}/log")
 
 
+@pytest.mark.slow
 def test_a_bad_job_id_in_any_resource_template_is_one_line(logged, monkeypatch):
     """Too long, in every template (refused before any request), and one no plane answers for (the
     plane's line, not the SDK's "Error creating resource from template"); the job id reaches no log."""

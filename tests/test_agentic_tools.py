@@ -116,6 +116,7 @@ def test_tool_result_as_user_names_the_call_and_the_tool_role() -> None:
     assert '"role": "tool", "tool_call_id"' in line
 
 
+@pytest.mark.slow
 def test_agentic_workspaces_get_the_tool_rows_and_the_same_tool(tmp_path) -> None:
     import importlib.util
     import sys

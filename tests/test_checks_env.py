@@ -52,6 +52,7 @@ def test_dashscope_too_old(tmp_path, clean_env, monkeypatch):
     assert "teacher_model" in hit.message and hit.severity == "error"
 
 
+@pytest.mark.slow
 def test_base_url_changed_after_import(tmp_path):
     """In a fresh interpreter (a kernel): import dashscope, then point the variable elsewhere."""
     ws = make_workspace(tmp_path)
@@ -81,6 +82,7 @@ def test_cloud_target_with_local_url(tmp_path, clean_env, monkeypatch):
     assert check(make_workspace(tmp_path)).by_rule("env.cloud-target-local-url")
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_json(tmp_path, clean_env):
     """`opd check` prints a table or a JSON list, and exits 1 only when there is an error."""
     import json

@@ -163,6 +163,7 @@ def test_zip_over_200_mib(tmp_path, monkeypatch):
     assert "functions.zip-too-large" not in check(ws).rules()
 
 
+@pytest.mark.slow
 def test_preflight_lists_what_a_submit_uploads_when_it_holds_data_or_large_files(tmp_path, monkeypatch):
     """Notebooks, data and large files in zipdir: named (largest first) before a submit uploads them;
     a workspace's own notebooks and checkpoints are already out of the zip and not mentioned."""

@@ -99,6 +99,7 @@ def test_the_template_requirement_is_safe_on_2_0_and_2_1():
 # ---------------------------------------------------------------- every import resolvable in the runtime
 
 
+@pytest.mark.slow
 def test_a_module_nothing_installs_is_an_error_with_the_line_and_the_requirement_to_add(tmp_path):
     code = with_import("import sklearn.metrics")
     ws = reward_ws(tmp_path, code)
@@ -161,6 +162,7 @@ def test_an_import_a_requirement_not_installed_here_might_bring_is_a_warning(tmp
     assert hit.severity == "warning" and "unless fancy-scorer" in hit.message
 
 
+@pytest.mark.slow
 def test_the_name_maps_agree_with_installed_metadata():
     assert "yaml" in import_names("PyYAML") and "sklearn" in import_names("scikit-learn")
     assert import_to_requirement("yaml") == "PyYAML" and import_to_requirement("bs4") == "beautifulsoup4"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from opd_nb.checks.report import CheckReport
@@ -148,6 +149,7 @@ def test_a_fix_never_nests_in_another():
     assert str(listed).splitlines()[-1] == "fix: correct them" and "(fix:" not in str(listed)
 
 
+@pytest.mark.slow
 def test_the_gate_prints_each_fix_once_per_line(tmp_path):
     """`opd submit WS --cloud --yes` with a planted error, in an 80-column terminal: the refusal lists the
     finding with its fix, then the gate's own fix on its own line (was `fix: … (fix: …)`)."""
@@ -175,6 +177,7 @@ def test_the_gate_prints_each_fix_once_per_line(tmp_path):
     assert "config.bad-value" in proc.stderr and lines[-1].startswith("fix: correct them (`opd check")
 
 
+@pytest.mark.slow
 def test_help_groups_every_verb_by_the_flow() -> None:
     """`opd --help` listed 30 verbs beginning with `version` (issue 51): a section per stage of the flow, in
     the flow's order, and every visible command placed in one."""
@@ -201,6 +204,7 @@ def test_help_groups_every_verb_by_the_flow() -> None:
     assert visible == {name for _, names in FLOW for name in names}
 
 
+@pytest.mark.slow
 def test_help_defaults_are_the_rules_the_code_follows(monkeypatch, tmp_path) -> None:
     """Help texts stated defaults that were not the real ones (issue 51): `--local` follows a loopback
     DASHSCOPE_HTTP_BASE_URL, `opd serve --data-dir` XDG_CACHE_HOME. Each help names the rule the code uses."""

@@ -216,6 +216,7 @@ SURFACES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("surface", SURFACES, ids=list(SURFACES))
 def test_no_surface_sends_the_cloud_key_to_a_url_an_argument_named(surface, cloud_user, listener):
     try:

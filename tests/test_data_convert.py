@@ -168,6 +168,7 @@ def _opd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_pretty_printed_array_reports_file_lines_and_rows_kept_without_a_solution(tmp_path):
     """A ShareGPT export as people save it (a pretty-printed JSON array, a byte-order mark): each dropped
     record, and each row kept without an answer, is named by the file line where the record starts."""
@@ -204,6 +205,7 @@ def test_a_pretty_printed_array_reports_file_lines_and_rows_kept_without_a_solut
     )  # the line of the comma's close
 
 
+@pytest.mark.slow
 def test_stats_table_shows_the_solutions_count(tmp_path):
     """`opd data stats` in a terminal: the table's title has the solutions count the README promises."""
     rows = [dict(r) for r in TASK[:5]] + [{"messages": TASK[5]["messages"]}]  # the last row has no solution

@@ -14,6 +14,8 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -44,6 +46,7 @@ def _imports() -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_third_party_import_is_declared():
     dists = packages_distributions()
     declared = _declared()

@@ -26,6 +26,7 @@ def _demo(out: Path, home: Path, *args: str, timeout: float = 600) -> subprocess
     )
 
 
+@pytest.mark.slow
 def test_an_unknown_demo_mode_is_one_clear_error(tmp_path: Path) -> None:
     proc = _demo(tmp_path / "demo", tmp_path / "home", "--mode", "chatty", timeout=120)
     assert proc.returncode != 0

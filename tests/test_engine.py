@@ -117,6 +117,7 @@ def test_bad_rows_name_file_line_and_key(tmp_path):
 # ---- fast: chunked losses match the plain computation --------------------------------------------
 
 
+@pytest.mark.slow
 def test_chunked_logprobs_and_reverse_kl_match_unchunked(monkeypatch):
     from opd_nb.engine import losses
 
@@ -163,6 +164,7 @@ def test_group_advantages():
 # ---- engine runs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_vocab_mismatch_is_a_clear_error(tmp_path):
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -183,6 +185,7 @@ def test_vocab_mismatch_is_a_clear_error(tmp_path):
         run_job(make_job(tmp_path, train, val, teacher_path=str(other)))
 
 
+@pytest.mark.slow
 def test_short_run_metrics_checkpoints_and_max_model_len(tmp_path):
     train, val = task_files(tmp_path, 32, 16)
     job = make_job(
@@ -245,6 +248,7 @@ def test_short_run_metrics_checkpoints_and_max_model_len(tmp_path):
     assert res2.steps == 2 and len(ev2.rows) == 2
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     train, val = task_files(tmp_path, 32, 8)
     hp = {
@@ -362,6 +366,7 @@ def test_shared_prefix_forward_matches_the_plain_forward():
     assert bm.shared_prefix(b2, b2.window) == 0
 
 
+@pytest.mark.slow
 def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
     """Greedy rollouts are the same tokens whether the prompts' common prefix runs once or per row."""
     from opd_nb.engine import batch as bm
@@ -381,6 +386,7 @@ def test_generation_with_a_shared_prefix_matches_plain_generation(tmp_path):
     assert any(has_eos and len(ids) > 3 for ids, has_eos in shared)  # real completions, not empty ones
 
 
+@pytest.mark.slow
 def test_a_seeded_request_samples_the_same_tokens_whatever_shares_its_batch(tmp_path):
     """Agentic serving batches whichever requests arrive together; with a seed per request, what a
     request samples does not depend on that (so machine load cannot change a job's rollouts)."""

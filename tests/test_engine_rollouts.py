@@ -220,6 +220,7 @@ def test_agentic_record_marks_trained_messages_and_cut_tokens(tmp_path):
     assert rec["rollout_status"] == "success" and rec["rollout_error"] is None and rec["sample"] == 2
 
 
+@pytest.mark.slow
 def test_entropy_and_kl_stats_match_the_plain_computation_chunked_or_not(monkeypatch):
     """The diagnostics come from the logits the losses form anyway: same values, chunked or not, and the
     gradients of the losses are unchanged by computing them."""

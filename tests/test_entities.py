@@ -50,6 +50,7 @@ def _both_hashes(ws: Path, tpl) -> tuple[str, str]:
     return ours, theirs
 
 
+@pytest.mark.slow
 def test_template_and_package_hash_what_the_sdk_zips(tmp_path, monkeypatch):
     monkeypatch.delenv("FC_ZIP_EXCLUDE_PATTERNS", raising=False)
     ws = Path(create("reward", tmp_path / "ws").path)

@@ -344,6 +344,7 @@ def test_opd_watch_guard_in_a_notebook_opens_the_monitor_with_its_switch_on():
     assert request.to_payload()["guard"] is True
 
 
+@pytest.mark.slow
 def test_a_cancel_with_a_reason_is_in_the_jobs_message_and_log_and_a_bad_one_is_a_400(local_server, tmp_path):
     """`opd serve` records who cancelled and why; the SDK's bodiless cancel still reads "canceled by user"."""
     import httpx
@@ -454,6 +455,7 @@ def _alive_pid(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_contact_is_lost_only_when_nothing_answers_and_is_said_once_each_way(receiver):
     """A gateway's 502/503/504 or no answer at all is lost contact (said once, then once when back); an
     answer that refuses (404, 401, 500) ends the watch at once, as does a loss before any contact."""

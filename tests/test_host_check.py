@@ -189,6 +189,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_foreign_host_is_refused_421_before_anything_runs(served: Served):
     port = served.port
     for host in (f"attacker.example:{port}", f"localhost.attacker.example:{port}", f"127.0.0.1.nip.io:{port}",
@@ -199,6 +200,7 @@ def test_a_foreign_host_is_refused_421_before_anything_runs(served: Served):
         assert "mcp-session-id" not in resp.headers  # no MCP session was opened
 
 
+@pytest.mark.slow
 def test_the_servers_own_host_gets_the_normal_answer(served: Served):
     port = served.port
     own = [None, f"{served.host}:{port}", f"{served.host.upper()}:{port}"]
@@ -212,6 +214,7 @@ def test_the_servers_own_host_gets_the_normal_answer(served: Served):
         assert resp.status_code == served.ok, (served.name, host, resp.status_code, resp.text[:200])
 
 
+@pytest.mark.slow
 def test_a_foreign_origin_is_refused_403(served: Served):
     port = served.port
     for origin in ("http://attacker.example", f"http://attacker.example:{port}", "null",
@@ -222,6 +225,7 @@ def test_a_foreign_origin_is_refused_403(served: Served):
     assert served.ask(Origin=f"http://{served.host}:{port}").status_code == served.ok
 
 
+@pytest.mark.slow
 def test_the_upload_url_names_the_bound_address_whatever_the_host(local_server, tmp_path):
     """The signed URL is built from the address `opd serve` is bound to, never from the request's Host;
     a foreign Host gets no URL and cannot PUT code to a URL it learnt."""
@@ -292,6 +296,7 @@ def _raw_status(
     return int(line.split(b" ", 2)[1])
 
 
+@pytest.mark.slow
 def test_one_key_rule_for_opd_serve_and_opd_mcp(tmp_path):
     from opd_nb.server import start
 

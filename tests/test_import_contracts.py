@@ -8,6 +8,8 @@ import subprocess
 import sys
 from importlib import metadata
 
+import pytest
+
 
 def _loaded_after(*modules: str) -> set[str]:
     """The module names in ``sys.modules`` after a fresh interpreter imports `modules`."""
@@ -42,6 +44,7 @@ def test_importing_the_client_leaves_the_checks_out() -> None:
     )  # its paid calls hold the consent rule
 
 
+@pytest.mark.slow
 def test_the_control_plane_and_the_engine_never_load_the_paid_paths_rules() -> None:
     """The server checks a deployment's plan against the wire's facts (`wire/deploy_plans.py`), not
     through the consent rule: neither it nor the engine loads the gate, the consent or the checks."""
@@ -84,6 +87,7 @@ def test_the_floors_show_in_the_folders_with_at_most_ten_loose_modules() -> None
     assert set(loose) | packages <= named, sorted(set(loose) | packages - named)
 
 
+@pytest.mark.slow
 def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:
     loaded = _loaded_after(
         "opd_nb.server.app",
@@ -96,6 +100,7 @@ def test_the_control_plane_the_cli_and_the_notebook_never_load_torch() -> None:
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "transformers")}
 
 
+@pytest.mark.slow
 def test_sql_runs_only_in_the_store_and_the_database_check() -> None:
     """ARCHITECTURE.md: all SQL on the records is the store's (`store/`); `db_safety.py` checks and
     copies the file before a store opens it. No other module connects to SQLite or runs a statement."""

@@ -76,6 +76,7 @@ def load(name: str, tmp: Path, tok):
     return load_model(tiny_random(name, tmp, len(tok)), name, "cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_hidden_states_and_gradients_match_transformers(name, tmp_path, tok):
     model = load(name, tmp_path, tok)

@@ -78,6 +78,7 @@ def test_help_lists_every_verb_and_notebook_extras(ip, capsys) -> None:
     assert run(ip, "%opd", capsys)[1] == printed  # no arguments: the same help, not an error
 
 
+@pytest.mark.slow
 def test_terminal_help_hides_notebook_verbs_and_they_say_why(tmp_path) -> None:
     out = subprocess.run([PY, "-m", "opd_nb", "--help"], capture_output=True, text=True, check=True).stdout
     assert "  submit " in out and "  form " not in out and "Notebook" not in out
@@ -93,6 +94,7 @@ def test_terminal_help_hides_notebook_verbs_and_they_say_why(tmp_path) -> None:
         assert needle in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_notebook_verbs_options_are_checked_by_the_parser(ip, capsys, workspace) -> None:
     assert_usage_error(*run(ip, f"%opd form {workspace} --frobnicate", capsys), "No such option")
     assert_usage_error(*run(ip, f"%opd form {workspace} --target nowhere", capsys), "'nowhere' is not one of")
@@ -120,6 +122,7 @@ def test_cell_help_and_options_come_from_the_parser(ip, capsys, workspace) -> No
     assert (workspace / "config.yaml").read_text() == before
 
 
+@pytest.mark.slow
 def test_every_subcommand_has_help(ip, capsys) -> None:
     from opd_nb.cli import command
 
@@ -217,6 +220,7 @@ def test_use_local_placeholder_key_is_removed_by_use_cloud(ip, capsys) -> None:
     assert not result.result.key_set
 
 
+@pytest.mark.slow
 def test_cell_magic_writes_only_valid_yaml(ip, capsys, workspace) -> None:
     config = workspace / "config.yaml"
     original = config.read_text()
@@ -249,6 +253,7 @@ def test_cell_magic_invalid_yaml_and_misuse(ip, capsys, workspace) -> None:
     assert_usage_error(*run(ip, f"%%opd config {workspace}\n\n", capsys), "empty")
 
 
+@pytest.mark.slow
 def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
     form = run(ip, f"%opd form {workspace}", capsys)[0].result
     assert type(form).__name__ == "ConfigForm" and form.values["learning_rate"] == 1e-6
@@ -257,6 +262,7 @@ def test_notebook_verbs_form_and_playground(ip, capsys, workspace) -> None:
     assert_usage_error(*run(ip, f"%opd form {workspace / 'nope'}", capsys), "not found")
 
 
+@pytest.mark.slow
 def test_magics_take_the_config_file_and_a_set_as_the_terminal_does(
     ip, capsys, workspace, monkeypatch
 ) -> None:

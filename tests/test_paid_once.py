@@ -51,6 +51,7 @@ def busy() -> CountingProxy:
 
 
 # ---- one resend rule: a billed POST is sent once; an idempotent GET is retried -------------------------
+@pytest.mark.slow
 def test_a_billed_post_is_sent_once_on_503_and_an_idempotent_get_is_retried(busy):
     client = cloud(busy, retries=3)
     with pytest.raises(OpdError) as chat:
@@ -64,6 +65,7 @@ def test_a_billed_post_is_sent_once_on_503_and_an_idempotent_get_is_retried(busy
     assert job.value.status == 503 and busy.count("GET", "/api/v1/fine-tunes/ft-1") == 3  # retried
 
 
+@pytest.mark.slow
 def test_a_deploy_whose_answer_is_lost_and_cannot_be_found_is_not_sent_again(busy):
     with pytest.raises(OpdError) as lost:
         cloud(busy).deploy("qwen3.5-9b", plan="lora", yes=True)
@@ -158,6 +160,7 @@ def _mcp(calls: list[tuple[str, dict]]) -> list:
     return anyio.run(go)
 
 
+@pytest.mark.slow
 def test_an_agents_token_is_refused_after_a_file_outside_the_workspace_changes(
     tmp_path, cloud_env, monkeypatch
 ):
@@ -202,6 +205,7 @@ def test_an_agents_submit_token_is_refused_after_its_config_outside_the_workspac
     assert proxy.requests == []  # nothing sent
 
 
+@pytest.mark.slow
 def test_a_token_is_refused_for_another_argument_target_tool_or_a_forged_one_and_nothing_is_sent(
     tmp_path, cloud_env, monkeypatch
 ):
@@ -257,6 +261,7 @@ def test_a_token_is_refused_for_another_argument_target_tool_or_a_forged_one_and
 
 
 # ---- deploy and evaluate confirmations: the model, the price, warnings, estimate, request ---------------
+@pytest.mark.slow
 def test_deploy_and_eval_confirmations_name_the_model_and_the_price_in_each_surfaces_words(
     tmp_path, cloud_env, monkeypatch, capsys
 ):
@@ -292,6 +297,7 @@ def test_deploy_and_eval_confirmations_name_the_model_and_the_price_in_each_surf
     assert "of qwen3.5-9b" in err and "15.00 per hour" in err and "--yes" in err
 
 
+@pytest.mark.slow
 def test_a_cloud_eval_sends_each_call_once_on_503_and_its_token_never_sends_again(
     tmp_path, cloud_env, monkeypatch
 ):

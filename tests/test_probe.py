@@ -160,6 +160,7 @@ def test_training_rows_are_probed_when_there_is_no_validation_file(tmp_path):
     )  # the answer room a job gives (TINY_HP's max_prompt_length)
 
 
+@pytest.mark.slow
 def test_no_plane_at_the_url_is_one_line_before_any_answer(tmp_path):
     from opd_nb.experiments.probe import probe
 
@@ -353,6 +354,7 @@ def test_a_cloud_probe_sends_nothing_without_yes_then_exactly_its_estimate_and_t
     assert capped.stopped_by_budget and "budget" in str(capped)
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_cloud_probe_without_yes_and_says_what_it_costs(tmp_path):
     from bailian_standin import CountingProxy
 
@@ -459,6 +461,7 @@ def test_a_pure_distillation_workspace_is_scored_by_exact_match(client, tmp_path
     assert result.teacher.mean > result.student.mean
 
 
+@pytest.mark.slow
 def test_the_magics_submit_shows_the_probe_mention_it_records(tmp_path, monkeypatch):
     """`%opd submit` gets no stderr: the mention travels in what it shows (here the consent refusal on
     the stand-in, nothing sent), and is recorded only as shown, once per config."""
@@ -526,6 +529,7 @@ def _second_config(ws: Path, file: str = SAME, **changes: Any) -> Path:
     return ws
 
 
+@pytest.mark.slow
 def test_the_plan_reads_the_named_config_its_models_data_and_functions(tmp_path):
     from opd_nb.experiments.probe_plan import plan_probe
 
@@ -555,6 +559,7 @@ def test_the_plan_reads_the_named_config_its_models_data_and_functions(tmp_path)
     assert named.value.where == str(ws / "config_no_teacher.yaml")  # the file to fix, not config.yaml
 
 
+@pytest.mark.slow
 def test_a_config_that_is_not_there_is_one_line_on_every_surface(tmp_path):
     """The CLI, the magic (the CLI's parser), the core and the MCP tool: submit's rule, nothing sent."""
     import anyio
@@ -605,6 +610,7 @@ def test_the_probe_record_and_the_submit_mention_are_per_config(tmp_path):
     assert probe_hint(ws, "config_other.yaml") is None and probe_hint(ws) is None  # each once
 
 
+@pytest.mark.slow
 def test_the_magics_submit_with_a_config_mentions_the_probe_only_for_an_unprobed_one(tmp_path, monkeypatch):
     """`%opd submit -c` (the CLI's parser, to the consent refusal on the stand-in, nothing sent): a probed
     config is not mentioned, an unprobed one once."""

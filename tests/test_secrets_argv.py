@@ -89,6 +89,7 @@ def _check_warning(how: str, flag: str, stderr: str, *hidden: str) -> None:
 HOWS = ("variable", "file", "typed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", HOWS)
 def test_serve_start_hands_its_key_to_the_background_server_in_its_environment(tmp_path, how) -> None:
     key = "opd-" + secrets.token_hex(24)
@@ -108,6 +109,7 @@ def test_serve_start_hands_its_key_to_the_background_server_in_its_environment(t
         assert _opd(tmp_path, "serve", "stop").returncode == 0
 
 
+@pytest.mark.slow
 def test_serve_start_forwards_spans_with_the_headers_of_the_variable_the_file_and_the_command_line(
     tmp_path,
 ) -> None:
@@ -157,6 +159,7 @@ def _dingtalk_signed(query: str, signing: str) -> bool:
     return sign == base64.b64encode(mac).decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", HOWS)
 def test_a_detached_watcher_gets_the_webhook_and_its_secret_in_its_environment(tmp_path, how) -> None:
     job_id = "ft-202612020000-46ab"
@@ -206,6 +209,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", HOWS)
 def test_opd_mcp_http_takes_its_key_from_the_variable_a_file_or_the_command_line(tmp_path, how) -> None:
     pytest.importorskip("mcp")
@@ -252,6 +256,7 @@ def test_opd_mcp_http_takes_its_key_from_the_variable_a_file_or_the_command_line
     ],
     ids=["api-key-file", "otlp-header-file", "notify-file", "notify-secret-file", "mcp-api-key-file"],
 )
+@pytest.mark.slow
 def test_a_missing_secret_file_is_one_line(tmp_path, args) -> None:
     if args[0] == "mcp":
         pytest.importorskip("mcp")
@@ -266,6 +271,7 @@ def test_a_missing_secret_file_is_one_line(tmp_path, args) -> None:
     ], out.stderr
 
 
+@pytest.mark.slow
 def test_a_secret_and_its_file_together_are_one_line(tmp_path) -> None:
     (tmp_path / "url").write_text("http://127.0.0.1:9/hook/x\n")
     out = _opd(tmp_path, "watch", "ft-1", "--local", "http://127.0.0.1:9", "--notify", "http://x/TYPED",
@@ -275,6 +281,7 @@ def test_a_secret_and_its_file_together_are_one_line(tmp_path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_under_the_magic_the_warning_says_the_notebook_keeps_it(capsys) -> None:
     """`%opd watch JOB --notify URL --detach` goes through the same parser: the warning names the notebook."""
     from opd_nb.cli import invoke

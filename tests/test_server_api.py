@@ -136,6 +136,7 @@ def test_unsafe_zips_are_refused(api, local_server, entries, links, needle):
     _error(httpx.put(url, content=b"this is not a zip"), 400)
 
 
+@pytest.mark.slow
 def test_oversize_zip_is_refused(tmp_path, monkeypatch):
     from opd_nb.server import start
 

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 
+@pytest.mark.slow
 def test_serve_start_status_stop(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     opd = [sys.executable, "-c", "from opd_nb.cli import main; main()"]

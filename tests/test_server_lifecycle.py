@@ -36,6 +36,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+@pytest.mark.slow
 def test_start_twice_reuses_the_server_for_its_data_dir_then_stop(cache: Path, tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = start_background(port=0, data_dir=data)
@@ -65,6 +66,7 @@ def test_start_twice_reuses_the_server_for_its_data_dir_then_stop(cache: Path, t
     assert stop_background(data_dir=data) == []  # nothing left to stop
 
 
+@pytest.mark.slow
 def test_a_stop_says_what_it_stopped_and_a_second_says_nothing_was_running(
     cache: Path, tmp_path: Path
 ) -> None:
@@ -82,6 +84,7 @@ def test_a_stop_says_what_it_stopped_and_a_second_says_nothing_was_running(
     assert str(again).startswith("opd serve: not running; nothing to stop"), str(again)
 
 
+@pytest.mark.slow
 def test_two_notebooks_with_two_data_dirs_get_two_servers_and_each_stops_its_own(
     cache: Path, tmp_path: Path
 ) -> None:
@@ -128,6 +131,7 @@ def _holding(port: int) -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow
 def test_a_record_of_an_earlier_version_is_still_found_and_stopped(cache: Path, tmp_path: Path) -> None:
     """Before servers were kept per data dir there was one `serve-state.json`: its server still shows."""
     from opd_nb.server import start
@@ -201,6 +205,7 @@ def test_server_info_round_trips_through_the_state_file_format(tmp_path: Path) -
     assert ServerInfo.from_json(json.dumps(older)) == ServerInfo.at(1234, "0.0.0.0", 8765, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_data_dir_has_one_owner_that_start_background_reuses(cache: Path, tmp_path: Path) -> None:
     """A second server on a data dir in use is refused naming the owner; `opd serve start` reuses it."""
     from opd_nb.errors import OpdError

@@ -111,6 +111,7 @@ def test_every_verb_reads_a_bare_name_into_the_config(capsys, ws):
     assert code == 1 and finding["where"] == "--set training.hyper_parameters.batch_size"
 
 
+@pytest.mark.slow
 def test_every_verb_takes_the_config_file_as_its_workspace(capsys, ws):
     for verb in (["check"], ["estimate", "--json"], ["config", "--json"]):
         by_folder = opd(capsys, *verb, str(ws))
@@ -125,6 +126,7 @@ def test_every_verb_takes_the_config_file_as_its_workspace(capsys, ws):
     assert code == 2 and "two configs given" in err
 
 
+@pytest.mark.slow
 def test_sweep_takes_the_config_file_and_checks_each_value(capsys, ws, tmp_path):
     code, out, err = opd(
         capsys,

@@ -97,6 +97,7 @@ def violations(root: Path) -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_no_code_reads_an_opd_variable_but_through_the_settings_module() -> None:
     assert violations(REPO) == []
 
@@ -183,6 +184,7 @@ def test_a_stale_readme_table_is_caught(tmp_path: Path) -> None:
         ("OPD_CHECKPOINT_TTL_DAYS", "nan", "a number >= 0"),
     ],
 )
+@pytest.mark.slow
 def test_opd_serve_refuses_a_bad_value_in_one_line(
     name: str, value: str, accepted: str, tmp_path: Path
 ) -> None:

@@ -154,6 +154,7 @@ _config = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_config)
 def test_accepts_exactly_what_the_sdk_accepts(data):

@@ -64,6 +64,7 @@ def test_a_planted_error_is_refused_before_any_request(bailian, cloud_env, tmp_p
     assert via_cli.value.code == PREFLIGHT_FAILED
 
 
+@pytest.mark.slow
 def test_a_cloud_submit_needs_yes_and_says_what_would_start(bailian, cloud_env, tmp_path, capsys):
     ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24, n_epochs=2)
     before = len(bailian.requests)
@@ -214,6 +215,7 @@ def _smaller_teacher(tmp_path: Path) -> Path:
     return ws
 
 
+@pytest.mark.slow
 def test_a_dry_run_runs_the_preflight_and_fails_on_an_error(cloud_env, tmp_path, capsys):
     ws = tiny_workspace("pure-distill", tmp_path / "ws", train_rows=24, learning_rate=-1.0e-6)
     for args in (["--dry-run", "--cloud"], ["--dry-run", "--local", "http://127.0.0.1:9"]):

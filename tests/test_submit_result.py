@@ -145,6 +145,7 @@ def test_a_workspace_without_submit_job_submits_through_the_sdk_runner(
         _stop(client, result.job_id)
 
 
+@pytest.mark.slow
 def test_the_result_protocol_is_declared_and_read_by_its_version(local_server, tmp_path) -> None:
     """The workspace's script writes the protocol version generated from opd-nb's constant; the package
     reads an older result (no version), a newer one for the fields it knows (a paid job may have started),

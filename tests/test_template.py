@@ -47,6 +47,7 @@ def baked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_exact_file_set_and_no_template_markup(baked: dict, case_id: str) -> None:
     path, mode, with_reward, _ = baked[case_id]
@@ -118,6 +119,7 @@ def test_baked_data_is_the_engine_task() -> None:
     assert rc.returncode == 0, rc.stderr
 
 
+@pytest.mark.slow
 def test_post_gen_hook_removes_what_the_mode_does_not_use(tmp_path: Path) -> None:
     # Direct cookiecutter use (no opd_nb validation in front): the hook alone decides.
     project = bake(tmp_path / "out", workspace_name="Hooked", mode="agentic", with_reward=False)

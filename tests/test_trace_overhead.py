@@ -61,6 +61,7 @@ _PROVIDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_traced_function_servers_provider_makes_each_tracer_once_and_keeps_the_sdks_setup() -> None:
     code = _PROVIDER.format(tests=str(REPO / "tests"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -112,6 +113,7 @@ def test_the_intake_never_reads_back_a_step_it_has_only_just_begun(tmp_path: Pat
 sys.path.insert(0, str(REPO / "bench"))
 
 
+@pytest.mark.slow
 def test_the_bench_reads_each_roles_cpu_over_the_steps_window() -> None:
     import tracing_overhead as bench
 

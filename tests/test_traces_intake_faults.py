@@ -161,6 +161,7 @@ def test_every_route_reads_a_compressed_body_by_the_same_rule(
         assert resp.json()["message"] != plain.json()["message"]
 
 
+@pytest.mark.slow
 def test_an_export_racing_delete_never_brings_a_step_file_back(tmp_path: Path) -> None:
     """Exporters post while the job ends and is deleted: once DELETE answered, its trace directory is gone
     and stays gone, and the token is dead. Each export takes a while to read (1,200 spans), so the ones

@@ -71,6 +71,7 @@ def test_each_tutorial_is_committed_as_jupyter_saves_it(path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_the_suite_has_one_conftest() -> None:
     """Tests import their helpers `from conftest`; a second conftest.py (a notebooks/conftest.py once)
     is imported under the same module name when `tests notebooks` run together, and those imports then

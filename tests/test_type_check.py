@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PYRIGHT = Path(sys.executable).with_name("pyright")
 
 # An estimator's members but loss(): the complete class adds it, the other leaves it out.
@@ -54,6 +56,7 @@ BAD: EstimatorClass = NoLoss
 """
 
 
+@pytest.mark.slow
 def test_a_class_missing_part_of_the_estimator_protocol_is_a_type_error(tmp_path: Path) -> None:
     module = tmp_path / "my_estimator.py"
     module.write_text(EXTENSION)

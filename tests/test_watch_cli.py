@@ -75,6 +75,7 @@ def test_watch_prints_the_valid_token_rate_alert_once(local_server, cut_job) -> 
     assert proc.stderr.strip().splitlines() == shown
 
 
+@pytest.mark.slow
 def test_watch_under_the_magic_is_a_typed_request_that_never_shows_the_key(local_server, monkeypatch) -> None:
     from opd_nb.cli import invoke
     from opd_nb.cli.intents import WatchRequest
@@ -88,6 +89,7 @@ def test_watch_under_the_magic_is_a_typed_request_that_never_shows_the_key(local
     assert secret not in request.to_json() + str(request) + repr(request)
 
 
+@pytest.mark.slow
 def test_watch_of_an_unknown_job_is_one_line(local_server, tmp_path) -> None:
     proc = _opd("watch", "ft-does-not-exist", "--local", local_server.api_base, cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
@@ -175,6 +177,7 @@ def plane():
     box.server.shutdown()
 
 
+@pytest.mark.slow
 def test_piped_watch_output_ends_its_table_and_folds_long_names(plane, tmp_path) -> None:
     env = {**_env(), "COLUMNS": "40"}
     proc = subprocess.run([PY, "-m", "opd_nb", "watch", ENDED["job_id"], "--local", plane.url],
@@ -189,6 +192,7 @@ def test_piped_watch_output_ends_its_table_and_folds_long_names(plane, tmp_path)
     assert "12/12" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("job", "shown"), [(FAILED_AT_1, "step 1"), (FAILED_AT_0, "no step yet")])
 def test_a_job_that_failed_before_a_total_shows_what_is_known(plane, tmp_path, job, shown) -> None:
     proc = subprocess.run([PY, "-m", "opd_nb", "watch", job["job_id"], "--local", plane.url],
@@ -197,6 +201,7 @@ def test_a_job_that_failed_before_a_total_shows_what_is_known(plane, tmp_path, j
     assert shown in proc.stdout and "None" not in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a real terminal of a set width)")
 @pytest.mark.parametrize("job", [ENDED, FAILED_AT_1])
 def test_in_a_50_column_terminal_watch_shows_whole_lines(plane, tmp_path, job) -> None:

@@ -96,6 +96,7 @@ def _trickle_chunked(handler: QuietHandler, hook: Webhook) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reply", [_trickle, _trickle_chunked], ids=["length", "chunked"])
 def test_a_trickling_reply_ends_the_post_at_its_deadline_not_per_read(reply) -> None:
     with webhook(reply) as (hook, url):

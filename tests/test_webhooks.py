@@ -214,6 +214,7 @@ def test_a_timeout_is_tried_again():
         assert len(box.posts) == 2 and len(waits) == 1
 
 
+@pytest.mark.slow
 def test_the_real_wait_honours_retry_after():
     """No recorder: the notifier sleeps for real between the two posts the robot sees."""
     with robot("slack", script=[(429, {"Retry-After": "1"}, "rate_limited")]) as box:

@@ -84,6 +84,7 @@ def test_form_save_keeps_comments_and_shows_diff(form_ws: Path) -> None:
     assert "eval_steps" in form._widgets["result"].value
 
 
+@pytest.mark.slow
 def test_form_presets(form_ws: Path) -> None:
     from opd_nb.notebook.form import ConfigForm
     from opd_nb.spec.hyperparams import starting_point
@@ -114,6 +115,7 @@ def pg_ws(workspace: Path, tmp_path: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_playground_scores_a_sample_with_the_workspace_processor(pg_ws: Path) -> None:
     from opd_nb.notebook.playground import RewardPlayground
 
@@ -134,6 +136,7 @@ def test_playground_scores_a_sample_with_the_workspace_processor(pg_ws: Path) ->
     assert nog.status == "success" and nog.reward_score == 0.0 and not nog.error
 
 
+@pytest.mark.slow
 def test_playground_picks_up_edits_without_restarting(pg_ws: Path) -> None:
     from opd_nb.notebook.playground import score_one
 
@@ -149,6 +152,7 @@ def test_playground_picks_up_edits_without_restarting(pg_ws: Path) -> None:
     assert after.reward_score == 0.25
 
 
+@pytest.mark.slow
 def test_playground_button_scores_in_the_background(pg_ws: Path) -> None:
     """The Score button returns at once (the kernel stays free while a changed reward's server
     restarts); its thread fills the result field and enables the button again."""
@@ -169,6 +173,7 @@ def test_playground_button_scores_in_the_background(pg_ws: Path) -> None:
     assert truth in w["result"].value
 
 
+@pytest.mark.slow
 def test_playground_batch_progress_distribution_and_failures(pg_ws: Path) -> None:
     from opd_nb.notebook.playground import RewardPlayground
 
@@ -228,6 +233,7 @@ def test_playground_bad_batch_file_says_where(pg_ws: Path) -> None:
     assert f"{bad}:2" in str(err.value)
 
 
+@pytest.mark.slow
 def test_playground_broken_processor_is_a_message(pg_ws: Path) -> None:
     from opd_nb.notebook.playground import score_one
 

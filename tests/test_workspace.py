@@ -33,6 +33,7 @@ def test_create_returns_a_workspace_describing_what_was_written(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my-ws"]  # no staging directory left
 
 
+@pytest.mark.slow
 def test_agentic_defaults_to_a_reward_and_can_drop_it(tmp_path: Path) -> None:
     assert create("agentic", tmp_path / "a").with_reward
     ws = create("agentic", tmp_path / "b", with_reward=False)
@@ -98,7 +99,7 @@ def test_a_failing_template_leaves_nothing_half_written(
 
     broken = tmp_path / "template"
     shutil.copytree(template_dir(), broken)
-    (broken / "hooks" / "post_gen_project.py").write_text("import sys\nsys.exit('disk full')\n")
+    (broken / "{{cookiecutter.workspace_slug}}" / "README.md").write_text("{{ cookiecutter.no_such_answer }}\n")
     monkeypatch.setattr(workspace, "template_dir", lambda: broken)
     out = tmp_path / "out"
     out.mkdir()
@@ -139,6 +140,7 @@ def _opd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_new_then_errors_with_exit_code_2(tmp_path: Path) -> None:
     ok = _opd("new", "reward", "my-ws", "--no-input", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr

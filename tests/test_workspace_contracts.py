@@ -154,6 +154,7 @@ def test_submit_job_set_mistakes_are_one_line_naming_the_field(tmp_path):
     assert ok.returncode == 0 and json.loads(ok.stdout)["hyper_parameters"]["n_epochs"] == 2
 
 
+@pytest.mark.slow
 def test_opd_submit_takes_set_and_dry_run(tmp_path, monkeypatch):
     """Defect 15: `opd submit` has `--set` (as client.submit(sets=...) does) and `--dry-run` (nothing sent)."""
     from opd_nb.cli import invoke

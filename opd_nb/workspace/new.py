@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opd_nb.errors import OpdError
 from opd_nb.results import ResultMixin
+from opd_nb.workspace import mode_files
 from opd_nb.workspace import rules as workspace_rules
 
 MODES = workspace_rules.MODES
@@ -241,14 +242,16 @@ def _bake(context: dict[str, Any], staging: Path) -> Path:
     )
     out = staging / "out"
     out.mkdir()
-    try:
+    try:  # the hooks' rules run here, in this process: validate() before, mode_files.prune() after
         project = cookiecutter(
             str(template_dir()),
             no_input=True,
             extra_context=context,
             output_dir=str(out),
             config_file=str(config),
+            accept_hooks=False,
         )
-    except CookiecutterException as exc:  # a hook refused, or the template is broken
+    except CookiecutterException as exc:  # the template is broken
         raise OpdError(f"the workspace template failed: {exc}", exit_code=1) from None
+    mode_files.prune(Path(project), context["mode"], context["with_reward"])
     return Path(project)
