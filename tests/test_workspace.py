@@ -99,7 +99,9 @@ def test_a_failing_template_leaves_nothing_half_written(
 
     broken = tmp_path / "template"
     shutil.copytree(template_dir(), broken)
-    (broken / "{{cookiecutter.workspace_slug}}" / "README.md").write_text("{{ cookiecutter.no_such_answer }}\n")
+    (broken / "{{cookiecutter.workspace_slug}}" / "README.md").write_text(
+        "{{ cookiecutter.no_such_answer }}\n"
+    )
     monkeypatch.setattr(workspace, "template_dir", lambda: broken)
     out = tmp_path / "out"
     out.mkdir()
