@@ -188,6 +188,7 @@ def test_the_skill_names_only_tools_fields_resources_and_flags_that_exist():
 
 
 # ---------------------------------------------------------------- opd mcp config
+@pytest.mark.slow
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_mcp_config_prints_what_each_agent_reads_and_write_keeps_the_rest(agent, tmp_path, capsys):
     with pytest.raises(SystemExit) as done:

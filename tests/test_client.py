@@ -100,6 +100,7 @@ def test_use_target_switches_this_process_and_never_shows_the_key(tmp_path, monk
         assert err.value.fix
 
 
+@pytest.mark.slow
 def test_use_in_a_terminal_prints_the_export_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DASHSCOPE_", "OPD_NB_"))}
     env["XDG_CACHE_HOME"] = str(tmp_path)  # no background server recorded here

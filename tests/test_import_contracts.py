@@ -24,6 +24,7 @@ def _loaded_after(*modules: str) -> set[str]:
     return set(json.loads(proc.stdout))
 
 
+@pytest.mark.slow
 def test_the_version_comes_from_a_leaf_and_is_the_installed_one() -> None:
     from opd_nb._version import __version__
 

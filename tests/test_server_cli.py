@@ -50,6 +50,7 @@ def test_serve_start_status_stop(tmp_path):
     assert bad.returncode == 2 and "ID=PATH" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_serve_status_json_without_a_server(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     proc = subprocess.run(

@@ -83,6 +83,7 @@ def test_a_set_the_service_would_ignore_or_refuse_is_one_line_with_the_key_to_wr
     assert words in str(refused.value), str(refused.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", [["check"], ["estimate"], ["config"]])
 def test_every_verb_refuses_the_same_bad_set(capsys, ws, verb):
     for item, words in (
@@ -94,6 +95,7 @@ def test_every_verb_refuses_the_same_bad_set(capsys, ws, verb):
         assert code == 2 and words in err and "Traceback" not in err, (verb, item, out, err)
 
 
+@pytest.mark.slow
 def test_every_verb_reads_a_bare_name_into_the_config(capsys, ws):
     code, out, _ = opd(capsys, "estimate", str(ws), "--set", "batch_size=5", "--set", "n_epochs=2", "--json")
     got = json.loads(out)
@@ -227,6 +229,7 @@ def test_submit_job_py_takes_bare_names_with_and_without_opd_nb(ws):
     assert no_opd.returncode == 0 and "opd-nb is not installed" in no_opd.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", [["check"], ["estimate"], ["estimate", "--json"], ["config"]])
 def test_every_verb_says_what_its_set_applied(capsys, ws, verb):
     """`--set` gave no sign that it applied (issue 51): each change is one line on stderr, so --json stays JSON."""
