@@ -68,3 +68,16 @@ def test_pip_takes_over_when_uv_fails_and_one_line_says_why(tmp_path: Path) -> N
     said = [line for line in proc.stderr.splitlines() if line.startswith("setup:")]
     assert len(said) == 1 and UV_REFUSES in said[0] and "pip installs instead" in said[0], proc.stderr
     assert "opd-nb is installed in" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="setup.sh is a bash script")
+def test_every_install_writes_its_bytecode_and_the_package_is_compiled(tmp_path: Path) -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set, nothing writes bytecode after the install: uv (which by
+    default leaves it to the first import) must write it, and the editable package's own is compiled."""
+    proc, calls = _run(tmp_path, uv_fails=False)
+    assert proc.returncode == 0, proc.stderr
+    installs = [c for c in calls if c.startswith("uv pip install")]
+    assert len(installs) == 2 and all("--compile-bytecode" in c.split() for c in installs), calls
+    compiled = [c for c in calls if "-m compileall" in c]
+    assert len(compiled) == 1 and compiled[0].split()[-1] == "opd_nb", calls
+    assert calls.index(compiled[0]) > calls.index(installs[-1]), calls
