@@ -11,6 +11,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${OPD_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+# A venv installed by this script from this pyproject.toml is kept as it is (the edit-test loop,
+# `scripts/test.sh --fast`, saves the 4 s the installs take to find nothing to do); delete the stamp to
+# install again.
+STAMP="$VENV/.opd-nb-installed"
+WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
+installed() {
+  "$VENV/bin/python" -m compileall -q -j 0 opd_nb >/dev/null
+  echo "opd-nb is installed in $VENV ($("$VENV/bin/python" -c 'from importlib.metadata import version; print(version("opd-nb"))'))"
+}
+if [ -x "$VENV/bin/opd" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ]; then
+  installed
+  exit 0
+fi
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 UV=()
 if [ -x "$VENV/bin/uv" ] || { "${PIP[@]}" uv >/dev/null 2>&1 && [ -x "$VENV/bin/uv" ]; }; then
@@ -31,5 +44,5 @@ install() {
 }
 install torch==2.13.0
 install -e '.[all]'
-"$VENV/bin/python" -m compileall -q -j 0 opd_nb >/dev/null
-echo "opd-nb is installed in $VENV ($("$VENV/bin/opd" version))"
+echo "$WANT" > "$STAMP"
+installed

@@ -36,6 +36,8 @@ def _stand_in_venv(venv: Path, log: Path, uv_fails: bool) -> None:
 def _run(tmp_path: Path, *, uv_fails: bool) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    if not (tmp_path / "pyproject.toml").exists():
+        shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     log = tmp_path / "calls.log"
     log.touch()
     _stand_in_venv(tmp_path / "venv", log, uv_fails)
@@ -81,3 +83,29 @@ def test_every_install_writes_its_bytecode_and_the_package_is_compiled(tmp_path:
     compiled = [c for c in calls if "-m compileall" in c]
     assert len(compiled) == 1 and compiled[0].split()[-1] == "opd_nb", calls
     assert calls.index(compiled[0]) > calls.index(installs[-1]), calls
+
+
+def _rerun(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """setup.sh again on the copy `_run` made, with a fresh log of the calls."""
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPD_VENV": str(tmp_path / "venv")}
+    proc = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    return proc, log.read_text().splitlines()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="setup.sh is a bash script")
+def test_a_venv_it_installed_is_kept_until_the_project_changes(tmp_path: Path) -> None:
+    """The edit-test loop runs setup.sh each time: a second run installs nothing, still compiles the
+    package, and a changed pyproject.toml installs again."""
+    proc, calls = _run(tmp_path, uv_fails=False)
+    assert proc.returncode == 0 and any(c.startswith("uv pip install") for c in calls), proc.stderr
+    again, calls = _rerun(tmp_path)
+    assert again.returncode == 0 and "opd-nb is installed in" in again.stdout, again.stderr
+    assert not [c for c in calls if "install" in c] and any("-m compileall" in c for c in calls), calls
+    with (tmp_path / "pyproject.toml").open("a") as f:
+        f.write("\n# a new dependency\n")
+    changed, calls = _rerun(tmp_path)
+    assert changed.returncode == 0 and any(c.startswith("uv pip install") for c in calls), calls

@@ -48,8 +48,9 @@ class Run:
     name = "mlflow"
 
     def __init__(self) -> None:
-        from mlflow import MlflowClient
-        from mlflow.entities import Metric, Param
+        from mlflow.entities.metric import Metric
+        from mlflow.entities.param import Param
+        from mlflow.tracking.client import MlflowClient
 
         self._client = MlflowClient()
         self._metric, self._param = Metric, Param

@@ -57,20 +57,23 @@ class Run:
     name = "wandb"
 
     def __init__(self) -> None:
-        import wandb
+        # W&B's modules, not its package's namespace: the same objects (`wandb.init` is this `init`), and
+        # the type checker reads three modules instead of all that `wandb/__init__.py` re-exports.
+        from wandb.sdk.data_types.table import Table
+        from wandb.sdk.wandb_init import init
+        from wandb.sdk.wandb_settings import Settings
 
-        self._wandb = wandb
+        self._init, self._settings, self._table = init, Settings, Table
         self._run: Any = None
         self._where = "no run"
         self._first_step = 0  # a resumed online run's next step: the steps before it are there already
 
     def start(self, run: RunInfo) -> None:
-        wandb = self._wandb
-        settings = wandb.Settings(
+        settings = self._settings(
             silent=True, console="off", save_code=False, disable_git=True, x_disable_stats=True
         )
         run_mode = mode()
-        self._run = wandb.init(
+        self._run = self._init(
             project=run.project,
             id=run_id(run.project, run.job_id),
             resume="allow" if run_mode == "online" else None,
@@ -98,7 +101,7 @@ class Run:
     def log_samples(self, step: int, rows: Sequence[Sequence[Any]]) -> None:
         if step < self._first_step:
             return
-        table = self._wandb.Table(columns=list(SAMPLE_COLUMNS), data=[list(r) for r in rows])
+        table = self._table(columns=list(SAMPLE_COLUMNS), data=[list(r) for r in rows])
         self._run.log({SAMPLES_KEY: table}, step=step)
 
     def log_alert(self, step: int | None, alert: HealthAlert) -> None:
