@@ -36,16 +36,9 @@ def _stand_in_venv(venv: Path, log: Path, uv_fails: bool) -> None:
 def _run(tmp_path: Path, *, uv_fails: bool) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
-    if not (tmp_path / "pyproject.toml").exists():
-        shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    log = tmp_path / "calls.log"
-    log.touch()
-    _stand_in_venv(tmp_path / "venv", log, uv_fails)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPD_VENV": str(tmp_path / "venv")}
-    proc = subprocess.run(
-        ["bash", str(tmp_path / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=60
-    )
-    return proc, log.read_text().splitlines()
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _stand_in_venv(tmp_path / "venv", tmp_path / "calls.log", uv_fails)
+    return _rerun(tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="setup.sh is a bash script")
@@ -86,7 +79,7 @@ def test_every_install_writes_its_bytecode_and_the_package_is_compiled(tmp_path:
 
 
 def _rerun(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """setup.sh again on the copy `_run` made, with a fresh log of the calls."""
+    """setup.sh on the copy `_run` made, with a fresh log of the calls."""
     log = tmp_path / "calls.log"
     log.write_text("")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPD_VENV": str(tmp_path / "venv")}
