@@ -175,7 +175,7 @@ def create(
         raise OpdError("pure-distill workspaces have no reward function", fix="use mode reward (or agentic)")
     if mode == "reward" and with_reward is False:
         raise OpdError("a reward workspace always has a reward function", fix="use mode pure-distill")
-    has_reward = mode == "reward" or (mode == "agentic" and with_reward is not False)
+    has_reward = mode_files.has_reward(mode, with_reward is not False)  # agentic: a reward unless refused
     name = dest_path.name if name is None else name
     student = DEFAULT_STUDENT if student is None else student
     teacher = DEFAULT_TEACHER if teacher is None else teacher
