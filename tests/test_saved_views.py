@@ -369,10 +369,13 @@ def test_an_html_export_shows_each_view_kind_offline(lab: Any) -> None:
     assert all(v.is_displayed() and v.text.strip() for v in views)
     assert sum(bool(v.find_elements("css selector", ".opd-as-of")) for v in views) == len(MID_RUN)
     assert WIDGET_ERROR not in lab.driver.find_element("css selector", "body").text
-    frames = lab.wait_for(
-        lambda: [f for f in lab.css(".opd-saved-view iframe.opd-chart-frame") if f.size["height"] > 100],
-        60,
-        "the charts' frames",
-    )
-    assert len(frames) >= 4  # the finished sweep, monitors and comparison; the live monitor and sweep
+
+    def sized_frames() -> list[Any]:
+        """The chart frames that have taken their height; they size one by one, so wait for all four."""
+        sized = [f for f in lab.css(".opd-saved-view iframe.opd-chart-frame") if f.size["height"] > 100]
+        # the finished sweep, monitors and comparison; the live monitor and sweep
+        return sized if len(sized) >= 4 else []
+
+    frames = lab.wait_for(sized_frames, 60, "four sized chart frames")
+    assert len(frames) >= 4
     lab.driver.save_screenshot(str(ARTIFACTS / "views_export_offline.png"))
