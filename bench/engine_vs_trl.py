@@ -7,6 +7,12 @@ TRL runs as it comes (gradient checkpointing on, its default) and with checkpoin
 ``--configs`` also GKDTrainer both ways and DistillationTrainer under ``torch.compile`` (a setting a
 user would turn on; its chunked loss needs liger-kernel, not installed here).
 
+Why one torch thread per process by default: with two, a neighbour on one core stalls every
+parallel region of the other thread, and the engine, with many more small operations than TRL,
+stalls more. Beside a CPU burner the 2-thread ratio fell from 3.04 to 1.83 (40%); the 1-thread
+ratio moved from 3.06 to 3.02 (bench/README.md, runs E to I). ``--threads 2`` measures the
+quiet-machine speed of both.
+
 Why blocks: on a shared machine the run order decided the old result (the engine's first pass once
 took 267 ms/step, its next two 72 and 79). Here every configuration runs once per block, each in a
 fresh process, in an order reversed every other block (``bench/bench_blocks.py``); each block also
@@ -20,7 +26,7 @@ Last line (one line): ``vs_trl_distillation cpu=R (min-max) wall=R (min-max) | n
 | flop_bound_ratio 1x=A 2x=B 4x=C | accuracy engine=... trl=... trl_no_ckpt=... | load X->Y``.
 The bound ratio is the engine's wall ms/step over (2 N_s + 2 N_t + 6 N_s) x tokens at the model-shape
 rate. TRL is a benchmark-only dependency (``pip install 'opd-nb[bench]'``).
-Usage: ``python bench/engine_vs_trl.py [--blocks 4] [--steps 40] [--quick] [--configs ...]``;
+Usage: ``python bench/engine_vs_trl.py [--blocks 4] [--steps 40] [--quick] [--threads 1] [--configs ...]``;
 ``--quick`` (2 blocks of 6 steps, 32 held-out rows) is a smoke run: 5.7 CPU-minutes, most of them
 imports (TRL's take 13 s a process), so about 3 minutes on 2 idle cores (6.8 beside a burner and
 another session's tests).
@@ -61,7 +67,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--configs", nargs="*", default=[], choices=EXTRA, help="TRL configurations beside the headline"
     )
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch threads per process (default 1: load-proof)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--val", type=int, default=None, help="held-out rows for accuracy (default 256; --quick: 32)"
