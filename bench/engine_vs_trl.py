@@ -27,9 +27,9 @@ Last line (one line): ``vs_trl_distillation cpu=R (min-max) wall=R (min-max) | n
 The bound ratio is the engine's wall ms/step over (2 N_s + 2 N_t + 6 N_s) x tokens at the model-shape
 rate. TRL is a benchmark-only dependency (``pip install 'opd-nb[bench]'``).
 Usage: ``python bench/engine_vs_trl.py [--blocks 4] [--steps 40] [--quick] [--threads 1] [--configs ...]``;
-``--quick`` (2 blocks of 6 steps, 32 held-out rows) is a smoke run: 5.7 CPU-minutes, most of them
-imports (TRL's take 13 s a process), so about 3 minutes on 2 idle cores (6.8 beside a burner and
-another session's tests).
+``--quick`` (2 blocks of 6 steps, 32 held-out rows) is a smoke run, most of it imports: 75 s (1.2
+CPU-minutes) on run E's host with the default one thread; with two, 5.7 CPU-minutes and about 3
+minutes on the slower host of runs A to D.
 
 Where the time over the bound goes: see bench/README.md ("engine_vs_trl").
 """
