@@ -25,9 +25,8 @@ from opd_nb.health.rules import FULL_VALID_TOKEN_RATE, GuardThresholds, guard_al
 from opd_nb.watching.notify import Notifier, detect_format, masked, payload
 
 SECRET = "T0000-SECRET-b1c2d3"  # the part of a webhook URL that is a credential
-STEPS = (
-    400  # the cut-teacher job's length (100 epochs, the most allowed): the guard cancels in its first quarter
-)
+# The cut-teacher job's length (100 epochs of 4 steps, the most allowed): the guard cancels in its first quarter.
+STEPS = 400
 
 
 @pytest.fixture()
@@ -157,7 +156,7 @@ def test_guard_cancels_a_cut_teacher_job_and_notify_posts_slack_and_dingtalk(
     # rule that held from step 2, so the bound checked is that most of the run was never paid for.
     assert low[:k] == list(range(low[0], low[0] + k)) and tripped_at >= alert_step
     # Most of the run was never paid for. Steps take a fraction of a second against a once-a-second poll, so
-    # how many ran before the cancel landed is load's figure (20 of 40 on a machine running three workers):
+    # how many ran before the cancel landed is load's figure (20 of 40 in a full run on two workers and on three):
     # the run is long enough that a quarter of it is far beyond that, and a cancelled job costs no more.
     assert max(r["step"] for r in rows) < STEPS // 4
     texts = [body["text"] for path, body in receiver.posts if path.startswith("/slack/")]
