@@ -13,9 +13,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,6 +222,19 @@ TINY_HP = {
     "max_prompt_length": 40,
     "max_length": 64,
 }
+
+
+def stop_jobs(client: Any, job_ids: Iterable[str]) -> None:
+    """Cleanup: cancel the jobs a test left running, so that they hold no worker for other tests. One that
+    ended meanwhile (the server answers 400 JobFinished) needs nothing: that race is not the test's failure."""
+    from opd_nb.errors import OpdError
+
+    for job_id in job_ids:
+        try:
+            client.cancel(job_id)
+        except OpdError as exc:
+            if exc.code != "JobFinished":
+                raise
 
 
 def tiny_workspace(mode: str, dest: Path, *, train_rows: int = 16, val_rows: int = 8, **hp: object) -> Path:

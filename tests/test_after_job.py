@@ -14,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from conftest import SDK_SUBMIT, run_sdk, wait_status
+from conftest import SDK_SUBMIT, run_sdk, stop_jobs, wait_status
 
 from opd_nb.client import JobClient, resolve_target
 from opd_nb.client.jobs import require_deploy_consent
@@ -255,7 +255,7 @@ def test_a_continued_job_reports_the_root_base_model(finished_job, local_server,
     ).json()["output"]
     assert raw["model"] == parent.finetuned_output
     assert raw["base_model"] == parent.raw["base_model"] and raw["local"]["parents"] == [parent.job_id]
-    client.cancel(child_id)
+    stop_jobs(client, [child_id])
     wait_status(client, child_id, {"CANCELED", "SUCCEEDED", "FAILED"}, timeout=120)
 
 

@@ -20,7 +20,7 @@ import anyio
 import pytest
 import yaml
 from bailian_standin import CountingProxy
-from conftest import tiny_workspace
+from conftest import stop_jobs, tiny_workspace
 
 from opd_nb.client import JobClient, resolve_target
 
@@ -196,7 +196,7 @@ def test_a_cloud_submit_sends_nothing_without_the_right_token_and_one_job_with_i
     try:
         assert bailian.job_creations() == 1
     finally:
-        JobClient(resolve_target("local", base_url=local_server.api_base)).cancel(job_id)
+        stop_jobs(JobClient(resolve_target("local", base_url=local_server.api_base)), [job_id])
     log.seek(0)
     assert all(KEY not in t for t in texts) and KEY not in log.read()
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from browser_driver import HAVE_CHROMIUM, NO_CHROMIUM
+from conftest import stop_jobs
 from jupyter_browser import (
     ARTIFACTS,
     LOSS_PANEL,
@@ -336,9 +337,8 @@ def _cancel(local_server, name: str) -> None:  # noqa: ANN001
     from opd_nb.client import JobClient, Target
 
     client = JobClient(Target(kind="local", base_url=local_server.api_base, api_key=SecretStr("local")))
-    for job in client.list(size=100).jobs:
-        if (job.job_name or "").startswith(name) and not job.terminal:
-            client.cancel(job.job_id)
+    jobs = client.list(size=100).jobs
+    stop_jobs(client, [j.job_id for j in jobs if (j.job_name or "").startswith(name) and not j.terminal])
 
 
 def _need(saved: dict) -> dict:

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import sdk_env, tiny_workspace
+from conftest import sdk_env, stop_jobs, tiny_workspace
 
 from opd_nb.checks.function_code import DEFAULT_EXCLUDES
 from opd_nb.functions import entities
@@ -155,7 +155,7 @@ def test_reuse_change_stale_fresh(local_server, tmp_path):
 
     def submit(*args: str) -> tuple[dict, str, dict]:
         out, err = _submit(local_server, ws, *args)
-        client.cancel(out["job_id"])  # the job itself is not needed: keep the worker free
+        stop_jobs(client, [out["job_id"]])  # the job itself is not needed: keep the worker free
         (fn,) = out["functions"]
         assert client.get(out["job_id"]).functions == [
             {"name": "reward-1", "type": "reward", "entity_id": fn["entity_id"]}
@@ -228,7 +228,7 @@ def test_every_stale_entity_is_registered_again(local_server, tmp_path):
     client = JobClient(resolve_target("local", base_url=local_server.api_base))
     ws = tiny_workspace("agentic", tmp_path / "ws", train_rows=9)
     out, _ = _submit(local_server, ws)
-    client.cancel(out["job_id"])
+    stop_jobs(client, [out["job_id"]])
     state_file = ws / ".opd" / "entities.json"
     state = json.loads(state_file.read_text())
     gone = {e["name"]: f"{e['entity_id'][:3]}000000000000" for e in state["entities"]}
@@ -238,7 +238,7 @@ def test_every_stale_entity_is_registered_again(local_server, tmp_path):
     state_file.write_text(json.dumps(state))
 
     out, err = _submit(local_server, ws)
-    client.cancel(out["job_id"])
+    stop_jobs(client, [out["job_id"]])
     for name, old in gone.items():
         assert f"no longer knows {old} ({name}); registering it again" in err, err[-2000:]
     fns = {f["name"]: f for f in out["functions"]}

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from conftest import stop_jobs
 from loopback import Loopback
 
 from opd_nb.constants import VALID_TOKEN_RATE
@@ -430,7 +431,7 @@ def test_a_detached_watcher_outlives_a_killed_server_and_delivers_the_end(tmp_pa
             lambda: "contact_lost" in _events(receiver), 60, "the webhook to hear that contact is lost"
         )
         again = start(port=port, data_dir=data_dir)
-        JobClient(target).cancel(blocker.job_id)
+        stop_jobs(JobClient(target), [blocker.job_id])
         wait_until(lambda: "final" in _events(receiver), 300, "the job's final status")
     finally:
         server.kill()

@@ -16,7 +16,7 @@ import anyio
 import pytest
 import yaml
 from bailian_standin import CHAT, DEPLOY_CREATE, JOB_CREATE, CountingProxy
-from conftest import tiny_workspace
+from conftest import stop_jobs, tiny_workspace
 from pydantic import SecretStr
 
 from opd_nb.agent.consent import SPENT_TOKEN, ConsentBook, request_fingerprint
@@ -393,9 +393,7 @@ def test_a_lost_submit_answer_finds_the_job_and_a_repeat_is_already_started(
     out = "".join(capsys.readouterr())
     assert done.value.code == 0 and lossy.job_creations() == 1, out
     assert "answer to this start was lost (HTTP 500, code InternalError" in out  # the script found it
-    for job in local.list(size=100).jobs:
-        if job.status in ("PENDING", "RUNNING"):
-            local.cancel(job.job_id)
+    _cancel_running(local)
 
     lossy.fault(*JOB_CREATE)  # the agent: the same lost answer, then the confirmed call repeated
     args = {"workspace": str(ws), "target": "cloud", "base_url": lossy.api_base}
@@ -420,9 +418,7 @@ def test_a_lost_submit_answer_finds_the_job_and_a_repeat_is_already_started(
         ids = {r.structured_content["result"]["job"]["job_id"] for r in (first, again)}
         assert len(ids) == 1 and lossy.job_creations() == 2
     finally:
-        for job in local.list(size=100).jobs:
-            if job.status in ("PENDING", "RUNNING"):
-                local.cancel(job.job_id)
+        _cancel_running(local)
 
 
 @pytest.mark.slow  # a sweep of two jobs through the SDK
@@ -455,9 +451,7 @@ def test_a_sweep_whose_second_answer_is_lost_finds_it_and_an_agents_repeat_is_al
             j["job_id"] for j in again.structured_content["result"]["jobs"]
         ]
     finally:
-        for job in local.list(size=100).jobs:
-            if job.status in ("PENDING", "RUNNING"):
-                local.cancel(job.job_id)
+        _cancel_running(local)
 
 
 # ---- a repeat whose first send lost both its answer and every lookup: found by the token's request id -----
@@ -488,12 +482,9 @@ def _confirm_twice_losing_the_first(tool: str, args: dict, proxy: CountingProxy)
 
 
 def _cancel_running(local: JobClient) -> None:
-    for job in local.list(size=100).jobs:
-        if job.status in ("PENDING", "RUNNING"):
-            try:
-                local.cancel(job.job_id)
-            except OpdError as exc:  # it ended between the listing and the cancel
-                assert "JobFinished" in str(exc), exc
+    stop_jobs(
+        local, [job.job_id for job in local.list(size=100).jobs if job.status in ("PENDING", "RUNNING")]
+    )
 
 
 @pytest.mark.slow  # the SDK submits through the stand-in

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 import pytest
-from conftest import tiny_workspace
+from conftest import stop_jobs, tiny_workspace
 
 from opd_nb.notebook import save_hook
 
@@ -106,9 +106,11 @@ def saved(local_server, tmp_path_factory: pytest.TempPathFactory) -> dict:
         ).execute()
     finally:
         mp.undo()
-        for job in client.list(size=100).jobs:  # the mid-run jobs hold no worker for other tests
-            if job.job_id not in before and not job.terminal:
-                client.cancel(job.job_id)
+        # the mid-run jobs hold no worker for other tests
+        stop_jobs(
+            client,
+            [j.job_id for j in client.list(size=100).jobs if j.job_id not in before and not j.terminal],
+        )
     path = root / "saved.ipynb"
     nbformat.write(nb, path)
     executed = json.loads(path.read_text())

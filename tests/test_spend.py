@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 from bailian_standin import CountingProxy
-from conftest import tiny_workspace
+from conftest import stop_jobs, tiny_workspace
 from pydantic import SecretStr
 
 from opd_nb.cli import invoke, main
@@ -103,7 +103,7 @@ def test_yes_sends_a_smoke_job_of_40_rows_and_one_epoch(bailian, cloud_env, loca
         files = httpx.get(f"{local_server.api_base}/files/{val_id}", headers={"Authorization": "Bearer t"})
         assert files.json()["output"]["lines"] == SMOKE_VALIDATION_ROWS
     finally:
-        local.cancel(result.job_id)
+        stop_jobs(local, [result.job_id])
     assert {p.name: p.read_bytes() for p in (ws / "data").iterdir()} == data_before  # data/ untouched
     assert any("smoke run: 40 training row(s)" in note for note in result.notes)
 
@@ -308,7 +308,7 @@ def test_a_paid_submit_shows_its_warnings_before_it_sends_and_says_where_the_gat
         script_said = "\n".join(result.log_tail)
         assert "--no-check" not in script_said and "no preflight" not in script_said, script_said
     finally:
-        local.cancel(result.job_id)
+        stop_jobs(local, [result.job_id])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
     env.update({"DASHSCOPE_HTTP_BASE_URL": bailian.api_base, "DASHSCOPE_API_KEY": KEY})
     skipped = subprocess.run(
@@ -332,7 +332,7 @@ def test_the_terminal_prints_the_warnings_of_a_submit_before_its_job(
         main(["submit", str(ws), "--local", local_server.api_base, "--json"])
     captured = capsys.readouterr()
     job_id = json.loads(captured.out)["job_id"]
-    JobClient(resolve_target("local", base_url=local_server.api_base)).cancel(job_id)
+    stop_jobs(JobClient(resolve_target("local", base_url=local_server.api_base)), [job_id])
     assert exited.value.code == 0 and "preflight warning config.teacher-smaller" in captured.err, captured.err
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import run_sdk, sdk_env, tiny_workspace, wait_status
+from conftest import run_sdk, sdk_env, stop_jobs, tiny_workspace, wait_status
 
 from opd_nb.checks import check
 from opd_nb.spec.submit_rules import (
@@ -200,7 +200,7 @@ def test_the_sdk_switches_a_hand_set_type_before_it_sends(local_server, tmp_path
     ws = _workspace(tmp_path, lambda c: c["training"].update(type="reinforcement"), n_epochs=50)
     out = _sdk_run(local_server, ws)
     assert out.get("status_code") == 200 and out["training_type"] == "pg_opd", out
-    client.cancel(out["job_id"])
+    stop_jobs(client, [out["job_id"]])
 
 
 # ---------------------------------------------------------------- samples not more than batch_size

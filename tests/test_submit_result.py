@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import tiny_workspace, wait_status
+from conftest import stop_jobs, tiny_workspace, wait_status
 
 from opd_nb.client import JobClient, resolve_target, submit
 from opd_nb.client.submit import LEGACY_NOTE
@@ -54,8 +54,7 @@ def _as_older_template(ws: Path) -> None:
 
 def _stop(client: JobClient, job_id: str) -> None:
     """Free the shared CPU: these tests only need the job to exist."""
-    if not client.get(job_id).terminal:
-        client.cancel(job_id)
+    stop_jobs(client, [job_id])
     wait_status(client, job_id, {CANCELED, SUCCEEDED, FAILED}, timeout=60)
 
 
@@ -122,7 +121,7 @@ def test_a_monitor_polls_over_one_kept_connection_and_closes_it(
         assert monitor.polls == 20 and monitor.state["jobs"][job_id]["status"] == "RUNNING"
         assert len(opened) == 1, f"20 polls opened {len(opened)} connections"
         monitor.start()  # the polling thread: it closes the client's connections when the job ends
-        client.cancel(job_id)
+        stop_jobs(client, [job_id])
         monitor.wait(timeout_s=60)
         assert watcher._http is None
         watcher.get(job_id)  # a closed client opens a new pool on its next call
@@ -166,7 +165,7 @@ def test_the_result_protocol_is_declared_and_read_by_its_version(local_server, t
     written = json.loads(out.read_text(encoding="utf-8"))
     assert written["protocol"] == SUBMIT_RESULT_PROTOCOL and written["job_id"].startswith("ft-")
     with JobClient(resolve_target("local", base_url=local_server.api_base)) as c:
-        c.cancel(written["job_id"])
+        stop_jobs(c, [written["job_id"]])
     assert _read_result(out)["job_id"] == written["job_id"]
     for data, job_id in (
         ({"job_id": "ft-old"}, "ft-old"),

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 from bailian_standin import DROP, JOB_CREATE, CountingProxy
-from conftest import tiny_workspace
+from conftest import stop_jobs, tiny_workspace
 
 from opd_nb.client import JobClient, resolve_target
-from opd_nb.errors import OpdError
 
 KEY = "sk-standin-0000000000000000"
 CARRIED = re.compile(r"-(r[0-9a-f]{10})-[0-9a-f]{8}$")  # NAME-rid-<8 hex>: the id where the package puts it
@@ -39,12 +38,9 @@ def proxy(local_server):
     yield standin
     standin.close()
     local = JobClient(resolve_target("local", base_url=local_server.api_base))
-    for job in local.list(size=100).jobs:
-        if job.status in ("PENDING", "RUNNING"):
-            try:
-                local.cancel(job.job_id)
-            except OpdError as exc:  # it finished between the listing and the cancel: nothing to stop
-                assert "JobFinished" in str(exc), exc
+    stop_jobs(
+        local, [job.job_id for job in local.list(size=100).jobs if job.status in ("PENDING", "RUNNING")]
+    )
 
 
 def run_script(ws: Path, proxy: CountingProxy, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import tiny_workspace
+from conftest import stop_jobs, tiny_workspace
 from sweep_jobs import VALUES, finished_sweep, uploads
 
 from opd_nb.cli import invoke
@@ -96,8 +96,9 @@ def test_cli_json_submits_one_job_per_value_and_registers_once(local_server, cli
     run = _opd("sweep", str(ws), "--param", "lr_warmup_steps=0,1", "--local", local_server.base_url, "--json")
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout)
-    for job in out["jobs"]:
-        client.cancel(job["job_id"])  # the shape and the registrations are what this test is about
+    stop_jobs(
+        client, [job["job_id"] for job in out["jobs"]]
+    )  # the shape and registrations are what this tests
     assert out["param"] == "lr_warmup_steps" and [j["value"] for j in out["jobs"]] == [0, 1]
     assert all(set(j) == {"value", "job_id"} for j in out["jobs"])
     first, second = (client.get(j["job_id"]).functions for j in out["jobs"])
