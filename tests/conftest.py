@@ -16,9 +16,12 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from opd_nb.client import Job, JobClient
 
 REPO = Path(__file__).resolve().parent.parent
 # A tutorial's training cell waits for its job (`.wait(timeout_s=1800)`); pyproject's `timeout = 600`
@@ -224,11 +227,19 @@ TINY_HP = {
 }
 
 
-def stop_jobs(client: Any, job_ids: Iterable[str]) -> None:
-    """Cleanup: cancel the jobs a test left running, so that they hold no worker for other tests. One that
-    ended meanwhile (the server answers 400 JobFinished) needs nothing: that race is not the test's failure."""
+def stop_jobs(
+    client: JobClient,
+    job_ids: Iterable[str] | None = None,
+    *,
+    where: Callable[[Job], bool] = lambda job: True,
+) -> None:
+    """Cleanup: cancel the jobs a test left running, so that they hold no worker for other tests (`job_ids`
+    None: every listed job that has not ended and passes `where`). One that ended meanwhile (the server
+    answers 400 JobFinished) needs nothing: that race is not the test's failure."""
     from opd_nb.errors import OpdError
 
+    if job_ids is None:
+        job_ids = [job.job_id for job in client.list(size=100).jobs if not job.terminal and where(job)]
     for job_id in job_ids:
         try:
             client.cancel(job_id)

@@ -337,8 +337,7 @@ def _cancel(local_server, name: str) -> None:  # noqa: ANN001
     from opd_nb.client import JobClient, Target
 
     client = JobClient(Target(kind="local", base_url=local_server.api_base, api_key=SecretStr("local")))
-    jobs = client.list(size=100).jobs
-    stop_jobs(client, [j.job_id for j in jobs if (j.job_name or "").startswith(name) and not j.terminal])
+    stop_jobs(client, where=lambda job: (job.job_name or "").startswith(name))
 
 
 def _need(saved: dict) -> dict:

@@ -393,7 +393,7 @@ def test_a_lost_submit_answer_finds_the_job_and_a_repeat_is_already_started(
     out = "".join(capsys.readouterr())
     assert done.value.code == 0 and lossy.job_creations() == 1, out
     assert "answer to this start was lost (HTTP 500, code InternalError" in out  # the script found it
-    _cancel_running(local)
+    stop_jobs(local)
 
     lossy.fault(*JOB_CREATE)  # the agent: the same lost answer, then the confirmed call repeated
     args = {"workspace": str(ws), "target": "cloud", "base_url": lossy.api_base}
@@ -418,7 +418,7 @@ def test_a_lost_submit_answer_finds_the_job_and_a_repeat_is_already_started(
         ids = {r.structured_content["result"]["job"]["job_id"] for r in (first, again)}
         assert len(ids) == 1 and lossy.job_creations() == 2
     finally:
-        _cancel_running(local)
+        stop_jobs(local)
 
 
 @pytest.mark.slow  # a sweep of two jobs through the SDK
@@ -451,7 +451,7 @@ def test_a_sweep_whose_second_answer_is_lost_finds_it_and_an_agents_repeat_is_al
             j["job_id"] for j in again.structured_content["result"]["jobs"]
         ]
     finally:
-        _cancel_running(local)
+        stop_jobs(local)
 
 
 # ---- a repeat whose first send lost both its answer and every lookup: found by the token's request id -----
@@ -481,12 +481,6 @@ def _confirm_twice_losing_the_first(tool: str, args: dict, proxy: CountingProxy)
     return anyio.run(go)
 
 
-def _cancel_running(local: JobClient) -> None:
-    stop_jobs(
-        local, [job.job_id for job in local.list(size=100).jobs if job.status in ("PENDING", "RUNNING")]
-    )
-
-
 @pytest.mark.slow  # the SDK submits through the stand-in
 def test_an_agents_repeat_after_a_lost_submit_answer_and_lookup_finds_the_one_job(
     lossy, local_server, tmp_path
@@ -501,7 +495,7 @@ def test_an_agents_repeat_after_a_lost_submit_answer_and_lookup_finds_the_one_jo
         job_id = again.structured_content["result"]["job"]["job_id"]
         assert lossy.job_creations() == 1 and local.get(job_id).job_id == job_id
     finally:
-        _cancel_running(local)
+        stop_jobs(local)
 
 
 @pytest.mark.slow  # the SDK submits through the stand-in
@@ -523,4 +517,4 @@ def test_an_agents_repeat_of_a_sweep_cut_short_by_a_lost_answer_names_what_start
         assert "1 of 2" in text and started[0] in text and "learning_rate=2e-6" in text, text
         assert "shows nothing" not in text
     finally:
-        _cancel_running(local)
+        stop_jobs(local)

@@ -107,10 +107,7 @@ def saved(local_server, tmp_path_factory: pytest.TempPathFactory) -> dict:
     finally:
         mp.undo()
         # the mid-run jobs hold no worker for other tests
-        stop_jobs(
-            client,
-            [j.job_id for j in client.list(size=100).jobs if j.job_id not in before and not j.terminal],
-        )
+        stop_jobs(client, where=lambda job: job.job_id not in before)
     path = root / "saved.ipynb"
     nbformat.write(nb, path)
     executed = json.loads(path.read_text())

@@ -38,9 +38,7 @@ def proxy(local_server):
     yield standin
     standin.close()
     local = JobClient(resolve_target("local", base_url=local_server.api_base))
-    stop_jobs(
-        local, [job.job_id for job in local.list(size=100).jobs if job.status in ("PENDING", "RUNNING")]
-    )
+    stop_jobs(local)
 
 
 def run_script(ws: Path, proxy: CountingProxy, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
