@@ -40,6 +40,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="opd-tests-cache-")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def nested_pytest_autoloads_no_plugin() -> Iterator[None]:
+    """A pytest that a test starts (a workspace's own tests: `opd test`, `%opd test`, the test runner,
+    the README's `pytest`) loads no plugin by entry point, as in a user's environment, where the suite's
+    dev extras are not installed. Loading them (nbval, schemathesis, hypothesis) took 2.8 s of such a
+    run's 3.3 s here; a workspace's tests use none. Set in the process that runs tests, never in
+    `pytest_configure`: an xdist controller would hand it to its workers, which need nbval."""
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    yield
+    os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tutorial cells are `notebook` and `slow`, with the tutorials' own time limit; a browser test is always `slow` too. Then the longest
     files go first, so that on xdist workers (`--dist loadfile --no-loadscope-reorder`) no long file
