@@ -1,7 +1,7 @@
 """Shared fixtures and the suite's lanes.
 
 `local_server`: one real `opd serve` (background subprocess) for the session. Markers: `slow` (trains a
-model, starts a server or a CLI process of its own, or takes a second or more on two workers), `browser`, `notebook` (every
+model, starts a server or a CLI process of its own, or takes a second or more on the suite's workers), `browser`, `notebook` (every
 tutorial cell, added here); `bash scripts/test.sh --fast` runs everything that is not slow. Under
 `CI=true` a skip is a failure: scripts/test.sh installs every tool the suite uses, so a skip there
 can only hide breakage.

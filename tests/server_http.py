@@ -6,6 +6,7 @@ what a job shows must not depend on the client's retries."""
 from __future__ import annotations
 
 import io
+import ssl
 import time
 import zipfile
 from collections.abc import Callable
@@ -16,6 +17,9 @@ import httpx
 
 T = TypeVar("T")
 H = {"Authorization": "Bearer server-test"}  # any key: a loopback server without OPD_SERVE_API_KEY
+# One TLS context for the polls below (httpx builds one per call otherwise, ~20 ms of CPU each; see
+# opd_nb/wire/http_client.py): a new connection each time still, so a restarted server is asked afresh.
+TLS = ssl.create_default_context()
 
 
 def wait_until(fn: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
@@ -30,11 +34,11 @@ def wait_until(fn: Callable[[], T], timeout: float, what: str, every: float = 0.
 
 
 def job_view(api: str, job_id: str) -> dict:
-    return httpx.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"]
+    return httpx.get(f"{api}/fine-tunes/{job_id}", headers=H, verify=TLS).json()["output"]
 
 
 def job_logs(api: str, job_id: str) -> list[str]:
-    out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
+    out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}, verify=TLS).json()
     return out["output"]["logs"]
 
 

@@ -19,6 +19,7 @@ from opd_nb.constants import LOCAL_OUTPUT_PREFIX
 from opd_nb.errors import OpdError
 from opd_nb.spec.hyperparams import DEFAULTS, Written
 from opd_nb.spec.training_plan import training_steps
+from opd_nb.wire import http_client
 
 KEEP_MIN, KEEP_MAX = 3, 5  # seed 002: "保留 3~5 个权衡空间与回滚需求"
 SAVE_PER_EVAL = (2, 3)  # the docs' table: save_steps "建议 eval_steps × 2~3"
@@ -156,7 +157,7 @@ def _get(ctx: CheckContext, path: str, **params: Any) -> tuple[Any, str]:
     except OpdError as exc:
         return None, exc.message
     try:
-        resp = httpx.get(
+        resp = http_client.get(
             f"{base}{path}",
             params=params or None,
             timeout=5.0,

@@ -33,6 +33,7 @@ from opd_nb.spec.submit_rules import (
 )
 from opd_nb.spec.training_plan import training_steps
 from opd_nb.spec.yaml_edit import yaml_scalar
+from opd_nb.wire import http_client
 
 LR_START = 1e-6
 LR_FAR_ABOVE = 1e-5  # 10x the documented start
@@ -315,7 +316,7 @@ def _local_model(
     from urllib.parse import quote
 
     try:
-        resp = httpx.get(
+        resp = http_client.get(
             f"{base}/models/{quote(ident, safe='/')}",
             timeout=5.0,
             trust_env=False,

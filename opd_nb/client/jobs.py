@@ -28,6 +28,7 @@ from opd_nb.client.target import Target, require_key, resolve_target
 from opd_nb.paid.consent import is_paid, request_id, require_consent
 from opd_nb.paid.start_size import deploy_line, deploy_size, deploy_warnings
 from opd_nb.traces.page import TracesPage
+from opd_nb.wire import http_client
 from opd_nb.wire.deploy_plans import check_plan
 
 __all__ = [
@@ -152,7 +153,7 @@ class JobClient(_Base):
         """The kept ``httpx.Client``, opened on first use (and again after a close)."""
         with self._http_lock:
             if self._http is None or self._http.is_closed:
-                self._http = httpx.Client(timeout=self.timeout)  # headers go with each request
+                self._http = http_client.client(timeout=self.timeout)  # headers go with each request
             return self._http
 
     def _close_pool(self) -> None:
@@ -207,7 +208,9 @@ class JobClient(_Base):
         call = calls.job_stream(job_id)
         timeout = httpx.Timeout(self.timeout, read=None)
         try:
-            with httpx.stream(call.method, self._url(call), headers=self._headers(), timeout=timeout) as r:
+            with http_client.stream(
+                call.method, self._url(call), headers=self._headers(), timeout=timeout
+            ) as r:
                 if r.status_code >= 400:
                     r.read()
                     raise calls.error_for(r, call.what)
@@ -356,7 +359,7 @@ class JobClient(_Base):
         )
         timeout = httpx.Timeout(self.timeout, read=CHAT_TIMEOUT_S)
         try:
-            with httpx.stream(
+            with http_client.stream(
                 call.method, self._url(call), json=call.json, headers=self._headers(), timeout=timeout
             ) as r:
                 if r.status_code >= 400:
@@ -374,7 +377,7 @@ class AsyncJobClient(_Base):
     """The same operations for asyncio code (notebook cells with top-level await)."""
 
     async def _run(self, plan: Plan[T]) -> T:
-        async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers()) as http:
+        async with http_client.async_client(timeout=self.timeout, headers=self._headers()) as http:
             reply: Reply = None
             while True:
                 try:
@@ -408,7 +411,7 @@ class AsyncJobClient(_Base):
         call = calls.job_stream(job_id)
         timeout = httpx.Timeout(self.timeout, read=None)
         try:
-            async with httpx.AsyncClient(timeout=timeout, headers=self._headers()) as http:
+            async with http_client.async_client(timeout=timeout, headers=self._headers()) as http:
                 async with http.stream(call.method, self._url(call)) as r:
                     if r.status_code >= 400:
                         await r.aread()
@@ -558,7 +561,7 @@ class AsyncJobClient(_Base):
         )
         timeout = httpx.Timeout(self.timeout, read=CHAT_TIMEOUT_S)
         try:
-            async with httpx.AsyncClient(timeout=timeout, headers=self._headers()) as http:
+            async with http_client.async_client(timeout=timeout, headers=self._headers()) as http:
                 async with http.stream(call.method, self._url(call), json=call.json) as r:
                     if r.status_code >= 400:
                         await r.aread()

@@ -20,6 +20,7 @@ from typing import Any
 
 from opd_nb.errors import OpdError
 from opd_nb.loopback import bearer_token
+from opd_nb.wire import http_client
 
 CHAT_PATH = "/v1/chat/completions"
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "seed", "tools")
@@ -150,7 +151,7 @@ def call_rollout(
     from opd_nb.functions.rollout_reply import agent_output
 
     try:
-        reply = httpx.post(url.rstrip("/") + FUNCTION_PATH, json=payload, timeout=timeout)
+        reply = http_client.post(url.rstrip("/") + FUNCTION_PATH, json=payload, timeout=timeout)
     except httpx.HTTPError as exc:
         return None, f"the rollout function did not answer: {exc}"
     return agent_output(reply.status_code, reply.content)

@@ -26,6 +26,7 @@ from opd_nb import settings
 from opd_nb.constants import LOCAL_HOST
 from opd_nb.errors import OpdError
 from opd_nb.functions.log_cap import keep_own_log_under
+from opd_nb.wire import http_client
 
 SDK_SERVER_APP = "dashscope.finetune.reinforcement.component.server.server:app"
 FUNC_TYPES = ("reward", "rollout", "group_reward")
@@ -200,7 +201,7 @@ class FunctionServer:
                     fix="fix the error above in your function code (try importing the module yourself)",
                 )
             try:
-                resp = httpx.get(f"{self.url}/health", timeout=2.0)
+                resp = http_client.get(f"{self.url}/health", timeout=2.0)
                 if resp.status_code == 200 and resp.json().get("status") == "healthy":
                     return
             except (httpx.HTTPError, ValueError):

@@ -47,6 +47,7 @@ from opd_nb.server.records import (
     server_urls,
     write_state,
 )
+from opd_nb.wire import http_client
 
 _LOG_TAIL_LINES = 10
 _POLL_S = 0.1
@@ -72,7 +73,7 @@ def _healthy(base_url: str, key_required: bool = False) -> bool:
     import httpx
 
     try:  # a loopback check: never through a proxy from the environment
-        code = httpx.get(base_url + "/health", timeout=2.0, trust_env=False).status_code
+        code = http_client.get(base_url + "/health", timeout=2.0, trust_env=False).status_code
     except httpx.HTTPError:
         return False
     return code == 200 or (key_required and code == 401)

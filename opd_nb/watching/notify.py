@@ -43,6 +43,7 @@ from opd_nb.watching.webhook_services import (
     sign,
 )
 from opd_nb.watching.webhook_url import check_url, masked
+from opd_nb.wire import http_client
 
 log = logging.getLogger("opd_nb.watching.notify")
 
@@ -169,7 +170,7 @@ class Notifier:
         import httpx
 
         try:
-            with httpx.stream(
+            with http_client.stream(
                 "POST",
                 httpx.URL(self._url()).copy_merge_params(params),
                 content=data,

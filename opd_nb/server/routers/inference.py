@@ -38,6 +38,7 @@ from opd_nb.server.deps import DeploymentsDep
 from opd_nb.server.errors import ApiError
 from opd_nb.server.responses import INVALID, describe_validation, openai_error, request_id
 from opd_nb.spec.models import BAILIAN_MODEL_IDS
+from opd_nb.wire import http_client
 from opd_nb.wire.envelope import ErrorBody, OpenAIError, OpenAIErrorDetail
 from opd_nb.wire.inference import (
     ChatChoice,
@@ -93,7 +94,7 @@ async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> ChatCompletion:
     """The serving process's answer, read as OpenAI's chat completion (the process boundary's one check)."""
     headers = {"Authorization": f"Bearer {endpoint.token}"}
     try:
-        async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False) as http:
+        async with http_client.async_client(timeout=TIMEOUT, trust_env=False) as http:
             resp = await http.post(f"{endpoint.url}/chat/completions", json=payload, headers=headers)
     except httpx.HTTPError as exc:
         raise _unreachable(endpoint, exc) from None
@@ -109,7 +110,7 @@ async def _post(endpoint: Endpoint, payload: dict[str, Any]) -> ChatCompletion:
 
 async def _open(endpoint: Endpoint, payload: dict[str, Any]) -> tuple[httpx.AsyncClient, httpx.Response]:
     """Start a streamed answer; a refusal (a prompt too long, ...) is an ApiError before any event."""
-    http = httpx.AsyncClient(timeout=TIMEOUT, trust_env=False)
+    http = http_client.async_client(timeout=TIMEOUT, trust_env=False)
     request = http.build_request(
         "POST",
         f"{endpoint.url}/chat/completions",

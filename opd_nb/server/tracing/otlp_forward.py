@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from opd_nb import settings
 from opd_nb.errors import OpdError
+from opd_nb.wire import http_client
 
 HEADERS_ENV = settings.OTLP_FORWARD_HEADERS.name  # JSON object: the collector's headers (may hold its key)
 QUEUE_SIZE = 256  # export requests waiting to be forwarded
@@ -100,7 +101,7 @@ class Forwarder:
     def _run(self) -> None:
         import httpx
 
-        with httpx.Client(timeout=TIMEOUT_S) as client:
+        with http_client.client(timeout=TIMEOUT_S) as client:
             while (item := self._q.get()) is not None:
                 body, content_type = item
                 try:
