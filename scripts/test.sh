@@ -22,12 +22,15 @@ fi
 start=$SECONDS
 "$VENV/bin/pyright" --pythonpath "$VENV/bin/python"
 echo "pyright: $((SECONDS - start)) s"
-# Three workers on two cores, a file each (module fixtures stay together), the longest files first
-# (conftest orders them by tests/durations.json; xdist's own reorder is off): on two workers the cores
-# idled 15% of the run (tests waiting on servers, jobs and browsers), on three 2%; the full suite took
-# 885 s instead of 936 s here. One torch thread per process: jobs at once with two OpenMP threads each
-# spin against each other.
-XDIST=(-n 3 --dist loadfile --no-loadscope-reorder)
+# A file per worker (module fixtures stay together), the longest files first (conftest orders them by
+# tests/durations.json; xdist's own reorder is off). The full suite runs three workers on two cores: on
+# two, the cores idled 15% of the run (tests waiting on servers, jobs and browsers), on three 2%, and it
+# took 796 s instead of 873 s here. The fast lane computes without waiting, so it keeps two (a third
+# made it slower: 42 s against 36 s). One torch thread per process: jobs at once with two OpenMP
+# threads each spin against each other.
+WORKERS=3
+if [ "$FAST" = 1 ]; then WORKERS=2; fi
+XDIST=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
 if [ "$FAST" = 1 ]; then
   # nbval stays unloaded: no notebook runs here, and its import (nbformat, jsonschema's IRI grammar)
   # costs each worker 3 s.
