@@ -6,7 +6,6 @@ what a job shows must not depend on the client's retries."""
 from __future__ import annotations
 
 import io
-import ssl
 import time
 import zipfile
 from collections.abc import Callable
@@ -15,11 +14,13 @@ from typing import TypeVar
 
 import httpx
 
+from opd_nb.wire.http_client import tls_context
+
 T = TypeVar("T")
 H = {"Authorization": "Bearer server-test"}  # any key: a loopback server without OPD_SERVE_API_KEY
-# One TLS context for the polls below (httpx builds one per call otherwise, ~20 ms of CPU each; see
-# opd_nb/wire/http_client.py): a new connection each time still, so a restarted server is asked afresh.
-TLS = ssl.create_default_context()
+# The process's one TLS context for the polls below (httpx builds one per call otherwise, ~20 ms of CPU
+# each): still a new connection each time, so a restarted server is asked afresh.
+TLS = tls_context()
 
 
 def wait_until(fn: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
