@@ -1,13 +1,14 @@
 """Where the engine's step time goes, stage by stage, at the bundled tiny pair's width.
 
-Runs ``bench/engine_vs_trl.py``'s engine configuration (gkd, 64 prompts x 1 sample, 2 threads) and
+Runs ``bench/engine_vs_trl.py``'s engine configuration (gkd, 64 prompts x 1 sample, one torch thread) and
 profiles the three stages of some steps after a warm-up with ``torch.profiler``: ``gen``
 (``TorchSampler.generate``), ``teacher`` (``TeacherScorer.score``) and ``update``
 (``Updater.update``). Per stage it prints the unprofiled median ms (the other steps), the number of
 tensor operations per step, the self time of the matrix products (``mm``, ``addmm``, ``bmm``, ...:
 the only part the FLOP bound counts) and the operations that take the most self time besides.
 What is neither matmul nor another op's self time is Python and dispatch between the operations.
-Usage: ``python bench/engine_profile.py [--steps 16] [--every 2] [--threads 2]``.
+``--width 4`` profiles the 4x-wide student of the bound's widest check.
+Usage: ``python bench/engine_profile.py [--steps 16] [--every 2] [--threads 1] [--width 1]``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     import torch
+    from vs_trl_flops import wider_student
     from vs_trl_trainers import run_engine
 
     from opd_nb.engine import task
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--every", type=int, default=2, help="profile every n-th step after the warm-up")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the bench's default: 1)")
+    ap.add_argument("--width", type=int, default=1, help="the student this many times as wide (vs_trl_flops)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     profiles = StageProfiles(warmup=3, every=args.every)
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         train = Path(tmp) / "train.jsonl"
         train.write_text("".join(json.dumps(r) + "\n" for r in task.make_rows(args.steps * 64, seed=1)))
         student, teacher = default_pair()
+        student = wider_student(student, args.width, Path(tmp), seed=0)
         spec = {"work": tmp, "train": str(train), "student": str(student), "teacher": str(teacher),
                 "seed": 0, "device": "cpu", "batch": 64, "steps": args.steps, "warmup": 3}  # fmt: skip
         out, _ = run_engine(spec)

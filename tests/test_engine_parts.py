@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from opd_nb.engine import batch as bm  # noqa: E402
 from opd_nb.engine import task  # noqa: E402
 from opd_nb.engine.api import EngineError, EngineJob  # noqa: E402
 from opd_nb.engine.models import default_pair  # noqa: E402
@@ -316,10 +317,23 @@ def test_an_update_steps_the_student_and_reports_its_diagnostics(trainer):
         trainer.student_scorer, PgOpd(plan, trainer.models.student, trainer.models.teacher), plan, 10
     )
     before = [q.detach().clone() for q in trainer.models.student.parameters()]
+    with torch.no_grad():  # the lean forward's no-grad weight cache, filled before the update
+        h_before = trainer.models.s_lean.hidden_window(
+            b.input_ids, b.attention_mask, b.position_ids, b.window, 0
+        )
     metrics: dict = {}
     scores = up.update(b, t_vals, None, b.window, metrics, 0)
     after = list(trainer.models.student.parameters())
     assert any(not torch.equal(x, y) for x, y in zip(before, after, strict=True))
+    # AdamW's fused kernel bumps no version counter: the no-grad forward still sees the new weights
+    with torch.no_grad():
+        h_after = trainer.models.s_lean.hidden_window(
+            b.input_ids, b.attention_mask, b.position_ids, b.window, 0
+        )
+        ref = bm.hidden_window(trainer.models.student, b, b.window)
+    tm = b.target_mask[:, -b.window :]  # the trained tokens' states (padding's differ by design)
+    assert not torch.allclose(h_before[tm], h_after[tm])
+    assert torch.allclose(h_after[tm], ref[tm], rtol=1e-4, atol=1e-4)
     assert {
         "actor/distillation/loss",
         "actor/grad_norm",

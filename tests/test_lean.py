@@ -150,6 +150,23 @@ def test_greedy_decoding_matches_transformers_generate(name, tmp_path, tok):
             assert (ref[:, n:] == tok.pad_token_id).all()  # generate only ran on after every row had ended
 
 
+def test_the_gate_with_its_own_backward_matches_autograds():
+    """swiglu (one autograd node) gives autograd's forward and gradients bit for bit; gradcheck in float64."""
+    from opd_nb.engine.lean.swiglu import swiglu
+
+    torch.manual_seed(0)
+    for n in (37, 1261):
+        gu = torch.randn(n, 2 * 24, requires_grad=True)
+        d = torch.randn(n, 24)
+        gate, up = gu.chunk(2, -1)
+        ref = torch.nn.functional.silu(gate) * up
+        (g_ref,) = torch.autograd.grad(ref, gu, d)
+        y = swiglu(gu)
+        (g,) = torch.autograd.grad(y, gu, d)
+        assert torch.equal(y, ref) and torch.equal(g, g_ref)
+    assert torch.autograd.gradcheck(swiglu, (torch.randn(5, 8, dtype=torch.float64, requires_grad=True),))
+
+
 def test_cached_fused_weights_follow_an_optimizer_step(tok):
     """No-grad forwards cache the fused weights; an in-place update must invalidate them."""
     model = load_model(default_pair()[0], "student", "cpu")

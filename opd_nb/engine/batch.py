@@ -63,18 +63,22 @@ def values(t: torch.Tensor) -> list[Any]:
     return t.tolist()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType] - torch types tolist() as a bare list
 
 
+def left_padded(rows: Sequence[Sequence[Any]], fill: Any) -> list[list[Any]]:
+    """Rows of different lengths as one rectangle, each row right-aligned after `fill`s.
+
+    Why one nested list and one ``torch.tensor`` call: filling a tensor row by row cost two tensor
+    ops per row (0.8 ms for 64 prompts, every generation step)."""
+    n = max(len(r) for r in rows)
+    return [[fill] * (n - len(r)) + list(r) for r in rows]
+
+
 def left_pad(
     seqs: list[list[int]], masks: Sequence[Sequence[int]], groups: list[int], pad_id: int, device: str
 ) -> SeqBatch:
     """Build a SeqBatch from token lists (masks mark trained tokens, as bools or 0/1)."""
-    n = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
-    att = torch.zeros((len(seqs), n), dtype=torch.long)
-    tm = torch.zeros((len(seqs), n), dtype=torch.bool)
-    for j, (s, m) in enumerate(zip(seqs, masks, strict=True)):
-        ids[j, n - len(s) :] = torch.tensor(s, dtype=torch.long)
-        att[j, n - len(s) :] = 1
-        tm[j, n - len(s) :] = torch.tensor(m, dtype=torch.bool)
+    ids = torch.tensor(left_padded(seqs, pad_id), dtype=torch.long)
+    att = torch.tensor(left_padded([[1] * len(s) for s in seqs], 0), dtype=torch.long)
+    tm = torch.tensor(left_padded(masks, False), dtype=torch.bool)
     return SeqBatch(ids.to(device), att.to(device), tm.to(device), torch.tensor(groups, device=device))
 
 

@@ -3,8 +3,10 @@
 Mini-batches are a random permutation of the step's sequences (the job's global RNG). With more than
 one, later updates are off-policy, so the sampling policy's log-probs are frozen first (one no-grad
 pass). The loss is the job's :mod:`~opd_nb.engine.estimators` estimator's; gradients are clipped to
-norm 1; AdamW with ``foreach`` (not ``fused``, whose kernel leaves parameters' version counters alone,
-which the lean forward's no-grad weight cache reads to see an optimizer step: lean.weights.FusedWeights.current).
+norm 1; AdamW's ``fused`` kernel (at 4x the bundled student's width 1.4 ms a step against ``foreach``'s
+6.2; it rounds a few parameters one ulp apart from ``foreach``). That kernel leaves the parameters'
+version counters alone, which the lean forward's no-grad weight cache reads to see a change
+(lean.weights.FusedWeights.current), so every optimizer step also marks that cache stale.
 """
 
 from __future__ import annotations
@@ -44,8 +46,11 @@ class Updater:
             [q for q in student.student.parameters() if q.requires_grad],
             lr=plan.learning_rate,
             weight_decay=0.0,
-            foreach=True,  # not fused=True: see the module docstring
+            fused=True,
         )
+        if student.lean is not None:  # see the module docstring
+            weights = student.lean.weights
+            self.opt.register_step_post_hook(lambda *_args, **_kw: weights.stale())  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, hp_mod.lr_lambda(plan, total_steps))
 
     def lr(self) -> float:

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from opd_nb import settings
 from opd_nb.engine.lean.attention import attend, attend_step, attention_bias, causal_mask
-from opd_nb.engine.lean.weights import FusedWeights
+from opd_nb.engine.lean.swiglu import swiglu
+from opd_nb.engine.lean.weights import Fused, FusedWeights
 
 SUPPORTED = {"qwen3", "qwen2", "llama"}
 DISABLE_ENV = settings.ENGINE_LEAN.name  # "0": always use the transformers forward (a debugging escape hatch)
@@ -88,6 +89,7 @@ class LeanLM:
         self._width = {n: torch.tensor(float(n)) for n in (self.H, self.D)}
         self.weights = FusedWeights(model, self.layers, self.nh, self.kvh, self.D, self.qk_norm)
         self._weights = self.weights.current  # bound once: no extra call per forward
+        self.head = model.get_output_embeddings()  # its bias, read per decoding step
 
     # ---- core -----------------------------------------------------------------------------------
     def _inv_rms(self, x: torch.Tensor) -> torch.Tensor:
@@ -204,12 +206,18 @@ class LeanLM:
                 T = keep
             o = attend(q, K, V, mask, bias, kvh, self.scale)
             x = torch.addmm(x, o if pk is None else o.index_select(0, pk.out), W.o_wt[i])
-            g, u = torch.mm(self._norm(x), W.gu_wt[i]).chunk(2, -1)
-            act = F.silu(g) * u if grad else F.silu(g, inplace=True).mul_(u)
-            x = torch.addmm(x, act, W.down_wt[i])
+            x = torch.addmm(x, self._gate(torch.mm(self._norm(x), W.gu_wt[i]), grad), W.down_wt[i])
         if pk is not None:
             x = x.new_zeros(B * T, H).index_copy(0, pk.out, x)
         return x.view(B, T, H)
+
+    @staticmethod
+    def _gate(gu: torch.Tensor, grad: bool) -> torch.Tensor:
+        """silu(g) * u of the fused [g | u] projection: in place without autograd, else :func:`swiglu`."""
+        if grad:
+            return swiglu(gu)
+        g, u = gu.chunk(2, -1)
+        return F.silu(g, inplace=True).mul_(u)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.base.embed_tokens.weight)
@@ -217,18 +225,16 @@ class LeanLM:
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self._norm(x) * self.base.norm.weight
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: torch.Tensor, W: Fused | None = None) -> torch.Tensor:
         """Head logits [N, V] from the last layer's (un-normalised) output [N, H]."""
-        head = self.model.get_output_embeddings()
-        return self._proj(self._norm(x), self._weights().head_wt, head.bias)
+        return self._proj(self._norm(x), (W or self._weights()).head_wt, self.head.bias)
 
-    def _step(self, nxt: torch.Tensor, kv: _Buffer, steps: _Steps) -> torch.Tensor:
+    def _step(self, nxt: torch.Tensor, kv: _Buffer, steps: _Steps, W: Fused) -> torch.Tensor:
         """One decoding step (no grad): the new tokens [B] through every layer -> the last layer's
         output [B, H]. :meth:`_stack`'s ops on the same operands (bit for bit), minus what T = 1 makes
         needless: no packing or layout changes, the queries copied once into the attention's
         [B * kvh, g, D] operand, keys and values written into their cache slot."""
         nh, kvh, D = self.nh, self.kvh, self.D
-        W = self._weights()
         n = kv.n
         cos, sin, bias = steps.next(n + 1)
         x = self.base.embed_tokens.weight.index_select(0, nxt)
@@ -330,14 +336,15 @@ class LeanLM:
         toks: list[torch.Tensor] = []
         one_eos = eos.numel() == 1  # then `==` is isin in one op
         x = x[:, -1]
+        W = self._weights()  # once: no parameter changes within a decode
         for _ in range(max_new):
-            logits = self.logits(x)
+            logits = self.logits(x, W)
             nxt = pick(logits if logits.dtype == torch.float32 else logits.float()).masked_fill_(done, pad)
             toks.append(nxt)
             done |= nxt.eq(eos) if one_eos else torch.isin(nxt, eos)
             if bool(done.all()) or len(toks) == max_new:
                 break
-            x = self._step(nxt, kv, steps)
+            x = self._step(nxt, kv, steps, W)
         return torch.cat([ids, torch.stack(toks, 1)], dim=1)
 
 
@@ -375,10 +382,13 @@ class _Pack:
 
     def unpack(self, qk: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Packed q|k [N, nh + kvh, D] and v [N, kvh, D] scattered into the zero-padded [B, T, ...] layout."""
-        both = torch.cat([qk, v], 1)
-        full = both.new_zeros((self.B * self.T, *both.shape[1:])).index_copy(0, self.idx, both)
-        full = full.view(self.B, self.T, *both.shape[1:])
-        return full[:, :, : qk.shape[1]], full[:, :, qk.shape[1] :]
+        return self._scatter(qk), self._scatter(v)
+
+    def _scatter(self, t: torch.Tensor) -> torch.Tensor:
+        # each part on its own: one buffer for both cost a cat and, with autograd, a zero-filled
+        # copy per part for the slices' backwards
+        full = t.new_zeros((self.B * self.T, *t.shape[1:])).index_copy(0, self.idx, t)
+        return full.view(self.B, self.T, *t.shape[1:])
 
     def keep_last(self, x: torch.Tensor, keep: int) -> torch.Tensor:
         """The packed rows of the last `keep` columns; the output layout becomes [B, keep]."""

@@ -3,7 +3,8 @@
 Why: the lean forward (:mod:`opd_nb.engine.lean`) runs q|k|v and gate|up as one GEMM each, and
 folds every RMSNorm weight into the matrix that consumes the normalised states. Building these
 costs a concatenation per layer; without autograd (teacher scoring, decoding) they are built once
-and reused until a parameter changes in place (an optimizer step bumps its version counter).
+and reused until a parameter changes in place (an in-place op bumps its version counter; an optimizer
+whose fused kernel does not calls :meth:`FusedWeights.stale`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class FusedWeights:
         head_wt = (head.weight * self.base.norm.weight).t()
         return Fused(qkv_wt, qkv_b, gu_wt, o_wt, down_wt, qkn_w, head_wt)
 
+    def stale(self) -> None:
+        """Parameters changed without bumping their version counters (AdamW's fused kernel): rebuild next time."""
+        self._fused = None
+
     def current(self) -> Fused:
         """With autograd the fused weights are built per call (gradients flow to the real parameters);
         without, they are cached until any parameter changes in place (an optimizer step)."""
@@ -77,6 +82,18 @@ class FusedWeights:
         key = tuple(p._version for p in self._params) + (self._params[0].data_ptr(),)
         if self._fused is None or key != self._fused_key:
             with torch.no_grad():
-                self._fused = self.build()
+                self._fused = _row_major(self.build())
             self._fused_key = key
         return self._fused
+
+
+def _row_major(f: Fused) -> Fused:
+    """The cached matrices as contiguous [in, out] copies, not transposed views: a decoding step's
+    products (64 rows) ran 15-20% faster on CPU that way (no difference at thousands of rows)."""
+
+    def each(ts: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [t.contiguous() for t in ts]
+
+    return Fused(
+        each(f.qkv_wt), f.qkv_b, each(f.gu_wt), each(f.o_wt), each(f.down_wt), f.qkn_w, f.head_wt.contiguous()
+    )
