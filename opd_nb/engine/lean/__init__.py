@@ -1,4 +1,4 @@
-"""The lean forward for Llama-family decoders, one module per part: forward and decode, attention, weights.
+"""The lean forward for Llama-family decoders, one module per part: forward, decode, attention, weights, the gate.
 
 The engine asks :func:`~opd_nb.engine.lean.forward.wrap` for it and the tests switch it off through
 ``DISABLE_ENV``, so both are re-exported here; like the forward, the package imports torch.

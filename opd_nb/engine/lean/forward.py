@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from opd_nb import settings
-from opd_nb.engine.lean.attention import attend, attend_step, attention_bias, causal_mask
+from opd_nb.engine.lean.attention import attend, attention_bias, causal_mask
+from opd_nb.engine.lean.decode import decode
 from opd_nb.engine.lean.swiglu import swiglu
 from opd_nb.engine.lean.weights import Fused, FusedWeights
 
@@ -88,7 +89,7 @@ class LeanLM:
         self._eps = torch.tensor(self.eps, dtype=torch.float32)
         self._width = {n: torch.tensor(float(n)) for n in (self.H, self.D)}
         self.weights = FusedWeights(model, self.layers, self.nh, self.kvh, self.D, self.qk_norm)
-        self._weights = self.weights.current  # bound once: no extra call per forward
+        self.fused = self.weights.current  # bound once: no extra call per forward
         self.head = model.get_output_embeddings()  # its bias, read per decoding step
 
     # ---- core -----------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ class LeanLM:
         is x * x, mean is sum then div) in a third of the tensor ops."""
         return torch.rsqrt((x * x).sum(-1, keepdim=True).div_(self._width[x.shape[-1]]).add_(self._eps))
 
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
         """RMSNorm without its weight (folded into the next matrix); HF's formula, in fp32. With autograd
         HF's own ops (their backward rounds differently from :meth:`_inv_rms`'s)."""
         if torch.is_grad_enabled():
@@ -105,11 +106,11 @@ class LeanLM:
         return x * self._inv_rms(x)
 
     @staticmethod
-    def _proj(x: torch.Tensor, wt: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    def proj(x: torch.Tensor, wt: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         """``F.linear(x, wt.t(), b)`` for x [N, in]: the kernel linear dispatches to, called directly."""
         return torch.mm(x, wt) if b is None else torch.addmm(b, x, wt)
 
-    def _rope_qk(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qkn: torch.Tensor | None):
+    def rope_qk(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, qkn: torch.Tensor | None):
         """(q|k heads normed (Qwen3) and rotated, v heads) of a fused projection [..., (nh + 2 kvh) * D];
         cos/sin broadcast to [..., nh + kvh, D]."""
         nh, kvh, D = self.nh, self.kvh, self.D
@@ -118,7 +119,7 @@ class LeanLM:
         v = qkv[..., (nh + kvh) * D :].view(*lead, kvh, D)
         if torch.is_grad_enabled():
             if qkn is not None:
-                qk = self._norm(qk) * qkn
+                qk = self.norm(qk) * qkn
             return torch.addcmul(qk * cos, qk.roll(D // 2, -1), sin), v
         if qkn is not None:  # same ops in place on qkv's own memory (no autograd to preserve inputs for)
             qk = qk.mul_(self._inv_rms(qk)).mul_(qkn)
@@ -134,7 +135,7 @@ class LeanLM:
         pk: _Pack | None,
         T: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """(cos, sin, mask, no-grad attention bias) of one :meth:`_stack` call, built once for every layer."""
+        """(cos, sin, mask, no-grad attention bias) of one :meth:`stack` call, built once for every layer."""
         grad = torch.is_grad_enabled()
         if mask is None and not grad:
             S = T + kv.n_past
@@ -152,7 +153,7 @@ class LeanLM:
         pk: _Pack | None,
         keep: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """The last layer's queries, states, mask and bias cut to the last `keep` positions (see :meth:`_stack`)."""
+        """The last layer's queries, states, mask and bias cut to the last `keep` positions (see :meth:`stack`)."""
         B, T = q.shape[:2]
         q = q[:, T - keep :]
         if pk is not None:
@@ -164,7 +165,7 @@ class LeanLM:
             bias = None if bias is None else attention_bias(mask, self.nh, self.kvh, self.cos.dtype)
         return q, x, mask, bias
 
-    def _stack(
+    def stack(
         self,
         x: torch.Tensor,
         pos: torch.Tensor,
@@ -185,7 +186,7 @@ class LeanLM:
         """
         B, T, H = x.shape
         nh, kvh, D = self.nh, self.kvh, self.D
-        W = self._weights()
+        W = self.fused()
         last = len(self.layers) - 1
         grad = torch.is_grad_enabled()
         pk = _Pack(live, B, T) if live is not None and not bool(live.all()) else None
@@ -194,7 +195,7 @@ class LeanLM:
             x = x.index_select(0, pk.idx)
         cos, sin, mask, bias = self._rotary_and_mask(x, pos, kv, mask, pk, T)
         for i in range(len(self.layers)):
-            qk, v = self._rope_qk(self._proj(self._norm(x), W.qkv_wt[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
+            qk, v = self.rope_qk(self.proj(self.norm(x), W.qkv_wt[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
             if pk is not None:
                 qk, v = pk.unpack(qk, v)
             else:
@@ -206,7 +207,7 @@ class LeanLM:
                 T = keep
             o = attend(q, K, V, mask, bias, kvh, self.scale)
             x = torch.addmm(x, o if pk is None else o.index_select(0, pk.out), W.o_wt[i])
-            x = torch.addmm(x, self._gate(torch.mm(self._norm(x), W.gu_wt[i]), grad), W.down_wt[i])
+            x = torch.addmm(x, self._gate(torch.mm(self.norm(x), W.gu_wt[i]), grad), W.down_wt[i])
         if pk is not None:
             x = x.new_zeros(B * T, H).index_copy(0, pk.out, x)
         return x.view(B, T, H)
@@ -219,49 +220,37 @@ class LeanLM:
         g, u = gu.chunk(2, -1)
         return F.silu(g, inplace=True).mul_(u)
 
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.base.embed_tokens.weight)
 
     def final_norm(self, x: torch.Tensor) -> torch.Tensor:
-        return self._norm(x) * self.base.norm.weight
+        return self.norm(x) * self.base.norm.weight
 
     def logits(self, x: torch.Tensor, W: Fused | None = None) -> torch.Tensor:
         """Head logits [N, V] from the last layer's (un-normalised) output [N, H]."""
-        return self._proj(self._norm(x), (W or self._weights()).head_wt, self.head.bias)
+        return self.proj(self.norm(x), (W or self.fused()).head_wt, self.head.bias)
 
-    def _step(self, nxt: torch.Tensor, kv: _Buffer, steps: _Steps, W: Fused) -> torch.Tensor:
-        """One decoding step (no grad): the new tokens [B] through every layer -> the last layer's
-        output [B, H]. :meth:`_stack`'s ops on the same operands (bit for bit), minus what T = 1 makes
-        needless: no packing or layout changes, the queries copied once into the attention's
-        [B * kvh, g, D] operand, keys and values written into their cache slot."""
-        nh, kvh, D = self.nh, self.kvh, self.D
-        n = kv.n
-        cos, sin, bias = steps.next(n + 1)
-        x = self.base.embed_tokens.weight.index_select(0, nxt)
-        for i in range(len(self.layers)):
-            qk, v = self._rope_qk(self._proj(self._norm(x), W.qkv_wt[i], W.qkv_b[i]), cos, sin, W.qkn_w[i])
-            kv.k4[i][:, :, n].copy_(qk[:, nh:])
-            kv.v4[i][:, :, n].copy_(v)
-            o = attend_step(
-                qk[:, :nh].reshape(-1, nh // kvh, D),
-                kv.k[i][:, : n + 1],
-                kv.v[i][:, : n + 1],
-                bias,
-                self.scale,
-            )
-            x = torch.addmm(x, o.view(-1, nh * D), W.o_wt[i])
-            g, u = torch.mm(self._norm(x), W.gu_wt[i]).chunk(2, -1)
-            x = torch.addmm(x, F.silu(g, inplace=True).mul_(u), W.down_wt[i])
-        kv.n = n + 1
-        return x
+    def decode(
+        self,
+        ids: torch.Tensor,
+        att: torch.Tensor,
+        prefix: int,
+        max_new: int,
+        pick: Any,
+        eos: torch.Tensor,
+        pad: int,
+    ) -> torch.Tensor:
+        """Sample up to `max_new` tokens after left-padded prompts -> [B, P + generated]
+        (:func:`opd_nb.engine.lean.decode.decode`)."""
+        return decode(self, ids, att, prefix, max_new, pick, eos, pad)
 
-    def _prefix(self, ids: torch.Tensor, pos: torch.Tensor) -> _Collect:
+    def _prefix(self, ids: torch.Tensor, pos: torch.Tensor) -> PrefixKV:
         """Run one row's shared prefix (no padding) and keep its per-layer keys and values."""
-        kv = _Collect(len(self.layers))
-        self._stack(self._embed(ids), pos, kv, None)
+        kv = PrefixKV(len(self.layers))
+        self.stack(self.embed(ids), pos, kv, None)
         return kv
 
-    def _split_prefix(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, prefix: int):
+    def split_prefix(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor, prefix: int):
         """(prefix keys/values or None, first suffix column, key validity [B, prefix + suffix columns]).
 
         Rows are left-padded; with `prefix` > 0 every row's first `prefix` real tokens are the same
@@ -290,9 +279,9 @@ class LeanLM:
         and run once (one row), every row attending to that one copy (gradients included).
         """
         B, L = ids.shape
-        past, c0, key_valid = self._split_prefix(ids, att, pos, prefix)
-        x = self._stack(
-            self._embed(ids[:, c0:]),
+        past, c0, key_valid = self.split_prefix(ids, att, pos, prefix)
+        x = self.stack(
+            self.embed(ids[:, c0:]),
             pos[:, c0:],
             _Cat(past, B),
             causal_mask(key_valid, prefix, L - c0),
@@ -302,78 +291,10 @@ class LeanLM:
         return self.final_norm(x[:, :window])
 
     # ---- decoding -------------------------------------------------------------------------------
-    @torch.inference_mode()
-    def decode(
-        self,
-        ids: torch.Tensor,
-        att: torch.Tensor,
-        prefix: int,
-        max_new: int,
-        pick: Any,
-        eos: torch.Tensor,
-        pad: int,
-    ) -> torch.Tensor:
-        """Sample up to `max_new` tokens after left-padded prompts; returns [B, P + generated].
-
-        `pick(logits [B, V]) -> ids [B]` chooses each token; rows stop at an id in `eos` and are
-        padded with `pad` afterwards; the loop ends when every row has stopped.
-        """
-        B, P = ids.shape
-        pos = (att.cumsum(-1) - 1).clamp(min=0)
-        past, c0, key_valid = self._split_prefix(ids, att, pos, prefix)
-        n0 = key_valid.shape[1]
-        kv = _Buffer(len(self.layers), B, self.kvh, n0 + max_new, self.D, ids.device, self.cos.dtype, past)
-        x = self._stack(
-            self._embed(ids[:, c0:]),
-            pos[:, c0:],
-            kv,
-            causal_mask(key_valid, prefix, P - c0),
-            keep=1,
-            live=key_valid[:, prefix:],
-        )
-        steps = _Steps(self, pos[:, -1:], max_new, key_valid, n0 + max_new)
-        done = torch.zeros(B, dtype=torch.bool, device=ids.device)
-        toks: list[torch.Tensor] = []
-        one_eos = eos.numel() == 1  # then `==` is isin in one op
-        x = x[:, -1]
-        W = self._weights()  # once: no parameter changes within a decode
-        for _ in range(max_new):
-            logits = self.logits(x, W)
-            nxt = pick(logits if logits.dtype == torch.float32 else logits.float()).masked_fill_(done, pad)
-            toks.append(nxt)
-            done |= nxt.eq(eos) if one_eos else torch.isin(nxt, eos)
-            if bool(done.all()) or len(toks) == max_new:
-                break
-            x = self._step(nxt, kv, steps, W)
-        return torch.cat([ids, torch.stack(toks, 1)], dim=1)
-
-
-class _Steps:
-    """What every decoding step needs besides the new tokens, built once per decode: the rotary rows
-    of each step's positions and an additive attention bias [B, kvh, g, capacity] that each step
-    extends by one column (its new key, which every row sees), instead of a mask rebuilt per token."""
-
-    def __init__(self, lm: LeanLM, last_pos: torch.Tensor, n: int, key_valid: torch.Tensor, cap: int):
-        B, n0 = key_valid.shape
-        pos = last_pos + torch.arange(1, n + 1, device=last_pos.device)  # [B, n]
-        # a short prompt batched with a long one may decode past the table; those tokens lie beyond
-        # its row's own budget and are dropped (TorchSampler.generate_ids), so any rotary row will do for them
-        pos = pos.clamp(max=lm.cos.shape[0] - 1)
-        self.cos, self.sin = lm.cos[pos].unsqueeze(2), lm.sin_signed[pos].unsqueeze(2)  # [B, n, 1, D]
-        g = lm.nh // lm.kvh
-        # every row sees every decoded key (column n0 on); a step reads the columns up to its own
-        self.bias = torch.zeros((B * lm.kvh, g, cap), dtype=lm.cos.dtype, device=key_valid.device)
-        self.bias.view(B, lm.kvh, g, cap)[..., :n0].masked_fill_(~key_valid[:, None, None, :], float("-inf"))
-        self.t = 0
-
-    def next(self, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(cos [B, 1, D], sin, bias [B * kvh, g, S]) of the next step, whose keys end at column S."""
-        t, self.t = self.t, self.t + 1
-        return self.cos[:, t], self.sin[:, t], self.bias[:, :, :S]
 
 
 class _Pack:
-    """Where the live positions of a [B, T] layout sit once packed (see :meth:`LeanLM._stack`)."""
+    """Where the live positions of a [B, T] layout sit once packed (see :meth:`LeanLM.stack`)."""
 
     def __init__(self, live: torch.Tensor, B: int, T: int):
         self.B, self.T = B, T
@@ -400,7 +321,7 @@ class _Pack:
         return x.index_select(0, sel)
 
 
-class _Collect:
+class PrefixKV:
     """Keys/values source for the shared prefix: attends to itself, keeps what it computed."""
 
     n_past = 0
@@ -417,7 +338,7 @@ class _Collect:
 class _Cat:
     """Keys/values for a full forward: an optional shared prefix (one row, broadcast) then the rows' own."""
 
-    def __init__(self, past: _Collect | None, B: int):
+    def __init__(self, past: PrefixKV | None, B: int):
         self.past, self.B = past, B
         self.n_past = 0 if past is None else past.k[0].shape[2]
 
@@ -429,42 +350,3 @@ class _Cat:
             torch.cat([pk.expand(self.B, -1, -1, -1), k], 2),
             torch.cat([pv.expand(self.B, -1, -1, -1), v], 2),
         )
-
-
-class _Buffer:
-    """Preallocated KV cache for decoding: new keys are written in place, attention reads a view."""
-
-    def __init__(
-        self,
-        n_layers: int,
-        B: int,
-        kvh: int,
-        cap: int,
-        D: int,
-        device: Any,
-        dtype: Any,
-        past: _Collect | None,
-    ):
-        # [B * kvh, cap, D], the attention's operand layout, and its [B, kvh, cap, D] view
-        self.k = [torch.empty((B * kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
-        self.v = [torch.empty((B * kvh, cap, D), device=device, dtype=dtype) for _ in range(n_layers)]
-        self.k4 = [t.view(B, kvh, cap, D) for t in self.k]
-        self.v4 = [t.view(B, kvh, cap, D) for t in self.v]
-        self.n = 0
-        self.n_layers = n_layers
-        if past is not None:
-            n = past.k[0].shape[2]
-            for i in range(n_layers):
-                self.k4[i][:, :, :n] = past.k[i]
-                self.v4[i][:, :, :n] = past.v[i]
-            self.n = n
-
-    def extend(self, i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        T = k.shape[2]
-        end = self.n + T
-        self.k4[i][:, :, self.n : end] = k
-        self.v4[i][:, :, self.n : end] = v
-        K, V = self.k4[i][:, :, :end], self.v4[i][:, :, :end]
-        if i == self.n_layers - 1:
-            self.n = end
-        return K, V
