@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from opd_nb import settings
 from opd_nb.engine.lean.attention import attend, attention_bias, causal_mask
-from opd_nb.engine.lean.decode import decode
+from opd_nb.engine.lean.decode import decode as sample_after_prompts
 from opd_nb.engine.lean.swiglu import swiglu
 from opd_nb.engine.lean.weights import Fused, FusedWeights
 
@@ -230,19 +230,8 @@ class LeanLM:
         """Head logits [N, V] from the last layer's (un-normalised) output [N, H]."""
         return self.proj(self.norm(x), (W or self.fused()).head_wt, self.head.bias)
 
-    def decode(
-        self,
-        ids: torch.Tensor,
-        att: torch.Tensor,
-        prefix: int,
-        max_new: int,
-        pick: Any,
-        eos: torch.Tensor,
-        pad: int,
-    ) -> torch.Tensor:
-        """Sample up to `max_new` tokens after left-padded prompts -> [B, P + generated]
-        (:func:`opd_nb.engine.lean.decode.decode`)."""
-        return decode(self, ids, att, prefix, max_new, pick, eos, pad)
+    # sampling after left-padded prompts, `self` as its `lm` (:func:`opd_nb.engine.lean.decode.decode`)
+    decode = sample_after_prompts
 
     def _prefix(self, ids: torch.Tensor, pos: torch.Tensor) -> PrefixKV:
         """Run one row's shared prefix (no padding) and keep its per-layer keys and values."""
