@@ -63,6 +63,12 @@ def test_prompts_are_left_padded_with_their_attention():
     ids, att = pad_prompts(torch, [[5, 6, 7], [8]], 0, "cpu")
     assert ids.tolist() == [[5, 6, 7], [0, 0, 8]]
     assert att.tolist() == [[1, 1, 1], [0, 0, 1]]
+    # the scorers' batches (agentic rollouts) pad by the same rule, and their masks with them
+    b = bm.left_pad([[5, 6, 7], [8]], [[0, 1, 1], [1]], [0, 1], 0, "cpu")
+    assert torch.equal(b.input_ids, ids) and torch.equal(b.attention_mask, att)
+    assert b.target_mask.tolist() == [[False, True, True], [False, False, True]]
+    with pytest.raises(ValueError, match="as long as its sequence"):
+        bm.left_pad([[5, 6]], [[1]], [0], 0, "cpu")
 
 
 def test_the_nucleus_keeps_the_likeliest_tokens_and_sampling_follows_the_distribution():

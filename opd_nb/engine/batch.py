@@ -76,6 +76,8 @@ def left_pad(
     seqs: list[list[int]], masks: Sequence[Sequence[int]], groups: list[int], pad_id: int, device: str
 ) -> SeqBatch:
     """Build a SeqBatch from token lists (masks mark trained tokens, as bools or 0/1)."""
+    if any(len(s) != len(m) for s, m in zip(seqs, masks, strict=True)):
+        raise ValueError("every token mask must be as long as its sequence")
     ids = torch.tensor(left_padded(seqs, pad_id), dtype=torch.long)
     att = torch.tensor(left_padded([[1] * len(s) for s in seqs], 0), dtype=torch.long)
     tm = torch.tensor(left_padded(masks, False), dtype=torch.bool)
