@@ -82,14 +82,16 @@ class FusedWeights:
         key = tuple(p._version for p in self._params) + (self._params[0].data_ptr(),)
         if self._fused is None or key != self._fused_key:
             with torch.no_grad():
-                self._fused = _row_major(self.build())
+                built = self.build()
+                self._fused = _row_major(built) if built.head_wt.device.type == "cpu" else built
             self._fused_key = key
         return self._fused
 
 
 def _row_major(f: Fused) -> Fused:
     """The cached matrices as contiguous [in, out] copies, not transposed views: a decoding step's
-    products (64 rows) ran 15-20% faster on CPU that way (no difference at thousands of rows)."""
+    products (64 rows) ran 15-20% faster on CPU that way (no difference at thousands of rows). Only
+    on CPU: GPU libraries take either layout, and the copies of o and down would cost memory there."""
 
     def each(ts: list[torch.Tensor]) -> list[torch.Tensor]:
         return [t.contiguous() for t in ts]
