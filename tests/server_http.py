@@ -14,13 +14,10 @@ from typing import TypeVar
 
 import httpx
 
-from opd_nb.wire.http_client import tls_context
+from opd_nb.wire import http_client
 
 T = TypeVar("T")
 H = {"Authorization": "Bearer server-test"}  # any key: a loopback server without OPD_SERVE_API_KEY
-# The process's one TLS context for the polls below (httpx builds one per call otherwise, ~20 ms of CPU
-# each): still a new connection each time, so a restarted server is asked afresh.
-TLS = tls_context()
 
 
 def wait_until(fn: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
@@ -34,12 +31,14 @@ def wait_until(fn: Callable[[], T], timeout: float, what: str, every: float = 0.
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+# These polls go through the package's one HTTP rule (one TLS context per process, not one per
+# call); still a new connection each time, so a restarted server is asked afresh.
 def job_view(api: str, job_id: str) -> dict:
-    return httpx.get(f"{api}/fine-tunes/{job_id}", headers=H, verify=TLS).json()["output"]
+    return http_client.get(f"{api}/fine-tunes/{job_id}", headers=H).json()["output"]
 
 
 def job_logs(api: str, job_id: str) -> list[str]:
-    out = httpx.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}, verify=TLS).json()
+    out = http_client.get(f"{api}/fine-tunes/{job_id}/logs", headers=H, params={"line": 10000}).json()
     return out["output"]["logs"]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from opd_nb.engine.lean.attention import attend_step, causal_mask
 
@@ -87,8 +86,7 @@ def _step(lm: LeanLM, nxt: torch.Tensor, kv: KVBuffer, steps: StepTables, W: Fus
             lm.scale,
         )
         x = torch.addmm(x, o.view(-1, nh * D), W.o_wt[i])
-        g, u = torch.mm(lm.norm(x), W.gu_wt[i]).chunk(2, -1)
-        x = torch.addmm(x, F.silu(g, inplace=True).mul_(u), W.down_wt[i])
+        x = torch.addmm(x, lm.gate(torch.mm(lm.norm(x), W.gu_wt[i]), False), W.down_wt[i])
     kv.n = n + 1
     return x
 

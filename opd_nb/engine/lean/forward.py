@@ -207,13 +207,13 @@ class LeanLM:
                 T = keep
             o = attend(q, K, V, mask, bias, kvh, self.scale)
             x = torch.addmm(x, o if pk is None else o.index_select(0, pk.out), W.o_wt[i])
-            x = torch.addmm(x, self._gate(torch.mm(self.norm(x), W.gu_wt[i]), grad), W.down_wt[i])
+            x = torch.addmm(x, self.gate(torch.mm(self.norm(x), W.gu_wt[i]), grad), W.down_wt[i])
         if pk is not None:
             x = x.new_zeros(B * T, H).index_copy(0, pk.out, x)
         return x.view(B, T, H)
 
     @staticmethod
-    def _gate(gu: torch.Tensor, grad: bool) -> torch.Tensor:
+    def gate(gu: torch.Tensor, grad: bool) -> torch.Tensor:
         """silu(g) * u of the fused [g | u] projection: in place without autograd, else :func:`swiglu`."""
         if grad:
             return swiglu(gu)
