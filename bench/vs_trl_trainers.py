@@ -47,18 +47,15 @@ def greedy_accuracy(model: Any, tok: Any, rows: list[dict], device: str = "cpu")
 
     from opd_nb.engine import task
     from opd_nb.engine.data import template_ids
+    from opd_nb.engine.sampling import pad_prompts
 
     model.to(device).eval()
     ok = 0
     for s in range(0, len(rows), 256):
         part = rows[s : s + 256]
         prompts = [template_ids(tok, r["messages"], add_generation_prompt=True) for r in part]
-        width = max(map(len, prompts))
-        ids = torch.full((len(part), width), tok.pad_token_id)
-        att = torch.zeros((len(part), width), dtype=torch.long)
-        for j, x in enumerate(prompts):
-            ids[j, width - len(x) :] = torch.tensor(x)
-            att[j, width - len(x) :] = 1
+        ids, att = pad_prompts(torch, prompts, tok.pad_token_id, "cpu")  # the engine's padding rule
+        width = ids.shape[1]
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=MAX_NEW,
